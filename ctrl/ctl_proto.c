@@ -1,0 +1,324 @@
+// SPDX-License-Identifier: Apache-2.0
+/* Control requests: JSON (json-c) to struct ctl_request, and the replies. Every field is
+ * checked here so that the proxy layer only sees well-formed requests. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ctl_proto.h"
+#include "util.h"
+#include "vmigd-config.h"
+
+static const char *const op_names[] = {
+	[CTL_TARGET_START] = "target-start", [CTL_TARGET_STOP] = "target-stop",
+	[CTL_SOURCE_START] = "source-start", [CTL_SOURCE_STOP] = "source-stop",
+	[CTL_LIST] = "list",		     [CTL_STATUS] = "status",
+};
+
+static int bad(char *err, size_t errlen, const char *fmt, const char *arg)
+{
+	snprintf(err, errlen, fmt, arg);
+	return -EINVAL;
+}
+
+static int get_string(struct json_object *o, const char *name, const char **ret)
+{
+	struct json_object *v;
+
+	if (!json_object_object_get_ex(o, name, &v) || !json_object_is_type(v, json_type_string))
+		return -EINVAL;
+	*ret = json_object_get_string(v);
+	return 0;
+}
+
+static int parse_key(struct json_object *o, struct ctl_request *req, char *err, size_t errlen)
+{
+	const char *key;
+
+	if (get_string(o, "key", &key) < 0)
+		return bad(err, errlen, "missing \"key\" (a string)%s", "");
+	if (!px_key_valid(key))
+		return bad(err, errlen,
+			   "invalid key \"%.40s\": use 1 to 128 characters of A-Z a-z 0-9 . _ -",
+			   key);
+	strcpy(req->key, key);
+	return 0;
+}
+
+static int parse_sockets(struct json_object *o, struct ctl_request *req, char *err,
+			 size_t errlen)
+{
+	struct json_object *socks;
+
+	if (!json_object_object_get_ex(o, "sockets", &socks) ||
+	    !json_object_is_type(socks, json_type_object) || json_object_object_length(socks) == 0)
+		return bad(err, errlen, "missing \"sockets\": give at least one PORTID=UNIXPATH%s",
+			   "");
+	if (json_object_object_length(socks) > PX_PORTS_MAX)
+		return bad(err, errlen, "too many sockets (at most 8)%s", "");
+	json_object_object_foreach(socks, name, val)
+	{
+		struct px_port_info *p = &req->ports[req->nports];
+		const char *path;
+
+		if (px_port_parse(name, &p->id) < 0)
+			return bad(err, errlen, "bad port id \"%.20s\": use 0 to 65535", name);
+		if (!json_object_is_type(val, json_type_string))
+			return bad(err, errlen, "the path for port %.20s is not a string", name);
+		path = json_object_get_string(val);
+		if (strlen(path) >= sizeof(p->path))
+			return bad(err, errlen,
+				   "socket path too long (at most 107 bytes): %.60s...", path);
+		strcpy(p->path, path);
+		req->nports++;
+	}
+	return 0;
+}
+
+static int parse_source(struct json_object *o, struct ctl_request *req, char *err, size_t errlen)
+{
+	struct json_object *t, *v;
+	const char *dir;
+	int r;
+
+	if (!json_object_object_get_ex(o, "target", &t))
+		return bad(err, errlen, "missing \"target\" (the JSON that target start printed)%s",
+			   "");
+	r = px_target_from_json(t, &req->target, err, errlen);
+	if (r < 0)
+		return r;
+	if (strcmp(req->target.key, req->key) != 0) {
+		snprintf(err, errlen, "the target JSON is for migration %s, not %s",
+			 req->target.key, req->key);
+		return -EINVAL;
+	}
+	if (get_string(o, "dir", &dir) < 0)
+		return bad(err, errlen, "missing \"dir\" (the base directory)%s", "");
+	if (strlen(dir) >= sizeof(req->dir))
+		return bad(err, errlen, "\"dir\" is too long%s", "");
+	strcpy(req->dir, dir);
+	if (json_object_object_get_ex(o, "test_delay_first_ms", &v)) {
+		int64_t ms = json_object_get_int64(v);
+
+		if (!json_object_is_type(v, json_type_int) || ms < 0 || ms > 600000)
+			return bad(err, errlen, "\"test_delay_first_ms\" must be 0..600000%s", "");
+		req->delay_first_ms = ms;
+	}
+	return 0;
+}
+
+int ctl_request_parse(const char *text, size_t len, struct ctl_request *ret, char *err,
+		      size_t errlen)
+{
+	struct json_tokener *tok;
+	struct json_object *o, *opv;
+	struct ctl_request *req;
+	const char *op;
+	int r = -EINVAL;
+
+	if (len > CTL_REQUEST_MAX)
+		return bad(err, errlen, "request too large (over 64 KiB)%s", "");
+	req = calloc(1, sizeof(*req));
+	tok = json_tokener_new();
+	if (!req || !tok) {
+		free(req);
+		json_tokener_free(tok);
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	o = json_tokener_parse_ex(tok, text, len);
+	if (!o || json_tokener_get_parse_end(tok) < len) {
+		/* Trailing white space after the object is fine, anything else is not. */
+		size_t end = json_tokener_get_parse_end(tok);
+
+		while (o && end < len && (text[end] == '\n' || text[end] == ' ' ||
+					  text[end] == '\r' || text[end] == '\t'))
+			end++;
+		if (!o || end < len) {
+			bad(err, errlen, "request is not one JSON object: %s",
+			    o ? "trailing data" :
+				json_tokener_error_desc(json_tokener_get_error(tok)));
+			goto out;
+		}
+	}
+	if (!json_object_is_type(o, json_type_object)) {
+		bad(err, errlen, "request is not a JSON object%s", "");
+		goto out;
+	}
+	if (!json_object_object_get_ex(o, "op", &opv) ||
+	    !json_object_is_type(opv, json_type_string)) {
+		bad(err, errlen, "missing \"op\"%s", "");
+		goto out;
+	}
+	op = json_object_get_string(opv);
+	for (r = 0; r < (int)ARRAY_SIZE(op_names); r++)
+		if (strcmp(op, op_names[r]) == 0)
+			break;
+	if (r == (int)ARRAY_SIZE(op_names)) {
+		r = bad(err, errlen, "unknown op \"%.40s\"", op);
+		goto out;
+	}
+	req->op = r;
+	r = 0;
+	if (req->op != CTL_LIST && req->op != CTL_STATUS)
+		r = parse_key(o, req, err, errlen);
+	if (r == 0 && req->op == CTL_TARGET_START)
+		r = parse_sockets(o, req, err, errlen);
+	if (r == 0 && req->op == CTL_SOURCE_START)
+		r = parse_source(o, req, err, errlen);
+	if (r == 0)
+		*ret = *req;
+out:
+	json_object_put(o);
+	json_tokener_free(tok);
+	free(req);
+	return r;
+}
+
+static char *reply_text(struct json_object *o)
+{
+	/* Seconds with millisecond precision, not 17 significant digits. */
+	json_c_set_serialization_double_format("%.3f", JSON_C_OPTION_THREAD);
+	char *s = NULL;
+
+	if (o && asprintf(&s, "%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN)) < 0)
+		s = NULL;
+	json_object_put(o);
+	return s;
+}
+
+char *ctl_error_reply(const char *msg)
+{
+	struct json_object *o = json_object_new_object();
+
+	json_object_object_add(o, "ok", json_object_new_boolean(0));
+	json_object_object_add(o, "error", json_object_new_string(msg));
+	return reply_text(o);
+}
+
+static struct json_object *ok_reply(void)
+{
+	struct json_object *o = json_object_new_object();
+
+	json_object_object_add(o, "ok", json_object_new_boolean(1));
+	return o;
+}
+
+static void add_migration(const struct px_migration_info *mi, void *arg)
+{
+	struct json_object *a = arg, *o = json_object_new_object(), *ports = json_object_new_array();
+
+	json_object_object_add(o, "key", json_object_new_string(mi->key));
+	json_object_object_add(o, "role",
+			       json_object_new_string(mi->role == PX_ROLE_SOURCE ? "source" :
+										  "target"));
+	for (unsigned int i = 0; i < mi->nports; i++) {
+		struct json_object *p = json_object_new_object();
+
+		json_object_object_add(p, "port", json_object_new_int(mi->ports[i].id));
+		json_object_object_add(p, "socket", json_object_new_string(mi->ports[i].path));
+		json_object_array_add(ports, p);
+	}
+	json_object_object_add(o, "ports", ports);
+	if (mi->peer)
+		json_object_object_add(o, "peer", json_object_new_string(mi->peer));
+	json_object_object_add(o, "state", json_object_new_string(mi->state));
+	if (mi->error)
+		json_object_object_add(o, "error", json_object_new_string(mi->error));
+	json_object_object_add(o, "seconds",
+			       json_object_new_double((vm_now_ms() - mi->started_ms) / 1000.0));
+	json_object_object_add(o, "connections", json_object_new_int(mi->conns_total));
+	json_object_object_add(o, "connections_active", json_object_new_int(mi->conns_active));
+	json_object_object_add(o, "connections_failed", json_object_new_int(mi->conns_failed));
+	json_object_object_add(o, "bytes_tx", json_object_new_int64(mi->bytes_tx));
+	json_object_object_add(o, "bytes_rx", json_object_new_int64(mi->bytes_rx));
+	json_object_array_add(a, o);
+}
+
+static struct json_object *status_object(struct px_node *n, const struct ctl_daemon_info *d)
+{
+	struct json_object *s = json_object_new_object(), *migs = json_object_new_array();
+
+	json_object_object_add(s, "version", json_object_new_string(VMIGD_VERSION));
+	json_object_object_add(s, "pid", json_object_new_int(getpid()));
+	json_object_object_add(s, "control", json_object_new_string(d->control_path));
+	json_object_object_add(s, "listen", json_object_new_string(px_node_listen_str(n)));
+	json_object_object_add(s, "advertise", json_object_new_string(px_node_advertise(n)));
+	json_object_object_add(s, "tls", json_object_new_boolean(d->tls));
+	json_object_object_add(s, "data_path", json_object_new_string("io_uring+splice"));
+	json_object_object_add(s, "threads", json_object_new_int(px_node_threads(n)));
+	json_object_object_add(s, "uptime",
+			       json_object_new_double((vm_now_ms() - d->started_ms) / 1000.0));
+	json_object_object_add(s, "migrations", json_object_new_int(px_node_migrations(n)));
+	json_object_object_add(s, "connections_active",
+			       json_object_new_int(px_node_active_conns(n)));
+	px_node_foreach(n, add_migration, migs);
+	json_object_object_add(s, "migration_list", migs);
+	return s;
+}
+
+char *ctl_execute(struct px_node *n, const struct ctl_daemon_info *d, const struct ctl_request *req)
+{
+	struct px_port_info socks[PX_PORTS_MAX];
+	struct px_target_info t;
+	struct json_object *o, *arr;
+	char err[512];
+	int r = 0;
+
+	switch (req->op) {
+	case CTL_TARGET_START:
+		r = px_target_start(n, req->key, req->nports, req->ports, &t, err, sizeof(err));
+		if (r < 0)
+			break;
+		o = ok_reply();
+		json_object_object_add(o, "target", px_target_to_json(&t));
+		return reply_text(o);
+	case CTL_SOURCE_START:
+		r = px_source_start(n, &req->target, req->dir, req->delay_first_ms, socks, err,
+				    sizeof(err));
+		if (r < 0)
+			break;
+		o = ok_reply();
+		arr = json_object_new_array();
+		for (unsigned int i = 0; i < req->target.nports; i++)
+			json_object_array_add(arr, json_object_new_string(socks[i].path));
+		json_object_object_add(o, "sockets", arr);
+		return reply_text(o);
+	case CTL_TARGET_STOP:
+	case CTL_SOURCE_STOP:
+		r = (req->op == CTL_TARGET_STOP ? px_target_stop : px_source_stop)(n, req->key, err,
+										  sizeof(err));
+		if (r < 0)
+			break;
+		return reply_text(ok_reply());
+	case CTL_LIST:
+		o = ok_reply();
+		arr = json_object_new_array();
+		px_node_foreach(n, add_migration, arr);
+		json_object_object_add(o, "migrations", arr);
+		return reply_text(o);
+	case CTL_STATUS:
+		o = ok_reply();
+		json_object_object_add(o, "status", status_object(n, d));
+		return reply_text(o);
+	}
+	return ctl_error_reply(err);
+}
+
+char *ctl_handle(struct px_node *n, const struct ctl_daemon_info *d, const char *text, size_t len)
+{
+	struct ctl_request *req = malloc(sizeof(*req));
+	char err[512];
+	char *reply;
+
+	if (!req)
+		return NULL;
+	if (ctl_request_parse(text, len, req, err, sizeof(err)) < 0)
+		reply = ctl_error_reply(err);
+	else
+		reply = ctl_execute(n, d, req);
+	free(req);
+	return reply;
+}

@@ -1,0 +1,51 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The control protocol: one JSON request in, one JSON reply out (doc/interfaces.md). Parsing
+ * and validation are pure; ctl_execute() applies a request to the node. */
+#ifndef CTL_PROTO_H
+#define CTL_PROTO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "px_node.h"
+
+#define CTL_REQUEST_MAX 65536
+#define CTL_DIR_MAX 4096
+
+enum ctl_op {
+	CTL_TARGET_START,
+	CTL_TARGET_STOP,
+	CTL_SOURCE_START,
+	CTL_SOURCE_STOP,
+	CTL_LIST,
+	CTL_STATUS,
+};
+
+struct ctl_request {
+	enum ctl_op op;
+	char key[PX_KEY_MAX + 1];
+	unsigned int nports;			/* target-start */
+	struct px_port_info ports[PX_PORTS_MAX];
+	struct px_target_info target;		/* source-start */
+	char dir[CTL_DIR_MAX];
+	unsigned int delay_first_ms;
+};
+
+/* What status reports besides the node's own figures. */
+struct ctl_daemon_info {
+	uint64_t started_ms;
+	bool tls;
+	const char *control_path;
+};
+
+/* 0, or -EINVAL with one line for the operator in err. *req is filled only on success. */
+int ctl_request_parse(const char *text, size_t len, struct ctl_request *req, char *err,
+		      size_t errlen);
+/* Returns the reply text (with the trailing newline), malloc'd; NULL only on ENOMEM. */
+char *ctl_execute(struct px_node *n, const struct ctl_daemon_info *d, const struct ctl_request *req);
+/* The whole exchange: parse, execute, or an error reply. */
+char *ctl_handle(struct px_node *n, const struct ctl_daemon_info *d, const char *text, size_t len);
+char *ctl_error_reply(const char *msg);
+
+#endif

@@ -1,0 +1,233 @@
+// SPDX-License-Identifier: Apache-2.0
+/* Control socket server. PATH.lock is held with flock(2) for the daemon's life, so a second
+ * daemon on the same path refuses to start while a stale socket left by a crash is replaced.
+ * Requests are small and replies fit a socket buffer, so a client is served in one go once its
+ * request is complete; a slow or silent client is dropped after CLIENT_TIMEOUT_MS. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ctl_server.h"
+#include "log.h"
+#include "util.h"
+#include "xp_sock.h"
+
+#define CLIENT_TIMEOUT_MS 5000
+
+struct ctl_server {
+	struct xp_loop *loop;
+	struct px_node *node;
+	const struct ctl_daemon_info *info;
+	char path[108];
+	char lock_path[128];
+	int lock_fd;
+	int fd;
+	struct xp_watch *w;
+	struct ctl_client *clients;
+};
+
+struct ctl_client {
+	struct ctl_server *s;
+	int fd;
+	struct xp_watch *w;
+	struct xp_timer *t;
+	size_t len;
+	char buf[CTL_REQUEST_MAX + 1];
+	struct ctl_client *prev, *next;
+};
+
+static void client_free(struct ctl_client *c)
+{
+	xp_watch_del(c->w);
+	xp_timer_del(c->t);
+	close(c->fd);
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		c->s->clients = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	free(c);
+}
+
+static void client_reply(struct ctl_client *c, const char *reply)
+{
+	size_t len = strlen(reply), off = 0;
+	int fl = fcntl(c->fd, F_GETFL);
+
+	/* The reply is at most a few KiB; a client that does not read it loses it. */
+	if (fl >= 0)
+		fcntl(c->fd, F_SETFL, fl & ~O_NONBLOCK);
+	while (off < len) {
+		ssize_t k = send(c->fd, reply + off, len - off, MSG_NOSIGNAL);
+
+		if (k <= 0)
+			break;
+		off += k;
+	}
+}
+
+static void client_serve(struct ctl_client *c)
+{
+	char *reply = ctl_handle(c->s->node, c->s->info, c->buf, c->len);
+
+	client_reply(c, reply ? reply : "{\"ok\":false,\"error\":\"out of memory\"}\n");
+	free(reply);
+	client_free(c);
+}
+
+static void client_read(struct xp_watch *w, int fd, uint32_t events, void *arg)
+{
+	struct ctl_client *c = arg;
+	ssize_t k = read(fd, c->buf + c->len, sizeof(c->buf) - c->len);
+
+	if (k < 0 && (errno == EAGAIN || errno == EINTR))
+		return;
+	if (k < 0) {
+		client_free(c);
+		return;
+	}
+	if (k == 0) {
+		/* End of stream: a request without its newline is still served if complete. */
+		if (c->len == 0) {
+			client_free(c);
+			return;
+		}
+		client_serve(c);
+		return;
+	}
+	c->len += k;
+	if (c->len > CTL_REQUEST_MAX) {
+		log_warn("control: request over %d bytes refused", CTL_REQUEST_MAX);
+		client_reply(c, "{\"ok\":false,\"error\":\"request too large (over 64 KiB)\"}\n");
+		client_free(c);
+		return;
+	}
+	if (memchr(c->buf + c->len - k, '\n', k))
+		client_serve(c);
+}
+
+static void client_timeout(void *arg)
+{
+	struct ctl_client *c = arg;
+
+	c->t = NULL;
+	log_warn("control: client sent no complete request within %d ms; dropped",
+		 CLIENT_TIMEOUT_MS);
+	client_reply(c, "{\"ok\":false,\"error\":\"incomplete request (timeout)\"}\n");
+	client_free(c);
+}
+
+static void server_accept(struct xp_watch *w, int lfd, uint32_t events, void *arg)
+{
+	struct ctl_server *s = arg;
+	int fd;
+
+	while (xp_accept(lfd, &fd) == 0) {
+		struct ctl_client *c = malloc(sizeof(*c));
+
+		if (!c) {
+			close(fd);
+			continue;
+		}
+		c->s = s;
+		c->fd = fd;
+		c->len = 0;
+		c->w = NULL;
+		c->t = NULL;
+		c->prev = NULL;
+		c->next = s->clients;
+		if (s->clients)
+			s->clients->prev = c;
+		s->clients = c;
+		if (xp_watch_add(s->loop, fd, EPOLLIN, client_read, c, &c->w) < 0 ||
+		    xp_timer_add(s->loop, vm_now_ms() + CLIENT_TIMEOUT_MS, client_timeout, c,
+				 &c->t) < 0)
+			client_free(c);
+	}
+}
+
+static int take_lock(struct ctl_server *s, int *holder)
+{
+	char pid[32];
+	int n;
+
+	s->lock_fd = open(s->lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (s->lock_fd < 0)
+		return -errno;
+	if (flock(s->lock_fd, LOCK_EX | LOCK_NB) < 0) {
+		int r = errno == EWOULDBLOCK ? -EADDRINUSE : -errno;
+
+		n = pread(s->lock_fd, pid, sizeof(pid) - 1, 0);
+		*holder = n > 0 ? (pid[n] = '\0', atoi(pid)) : 0;
+		close(s->lock_fd);
+		s->lock_fd = -1;
+		return r;
+	}
+	n = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
+	if (ftruncate(s->lock_fd, 0) < 0 || pwrite(s->lock_fd, pid, n, 0) != n)
+		log_debug("cannot record the pid in %s", s->lock_path);
+	return 0;
+}
+
+int ctl_server_new(struct xp_loop *loop, const char *path, struct px_node *n,
+		   const struct ctl_daemon_info *info, int *holder, struct ctl_server **ret)
+{
+	struct ctl_server *s;
+	int r;
+
+	*holder = 0;
+	if (xp_unix_path_ok(path) < 0)
+		return -ENAMETOOLONG;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->loop = loop;
+	s->node = n;
+	s->info = info;
+	s->fd = -1;
+	snprintf(s->path, sizeof(s->path), "%s", path);
+	snprintf(s->lock_path, sizeof(s->lock_path), "%s.lock", path);
+	r = take_lock(s, holder);
+	if (r < 0)
+		goto fail;
+	r = xp_unix_listen(path, 16, &s->fd);
+	if (r < 0)
+		goto fail;
+	chmod(path, 0600);
+	r = xp_watch_add(loop, s->fd, EPOLLIN, server_accept, s, &s->w);
+	if (r < 0)
+		goto fail;
+	*ret = s;
+	return 0;
+
+fail:
+	if (s->fd >= 0) {
+		close(s->fd);
+		unlink(s->path);
+	}
+	if (s->lock_fd >= 0)
+		close(s->lock_fd);
+	free(s);
+	return r;
+}
+
+void ctl_server_free(struct ctl_server *s)
+{
+	if (!s)
+		return;
+	while (s->clients)
+		client_free(s->clients);
+	xp_watch_del(s->w);
+	close(s->fd);
+	unlink(s->path);
+	unlink(s->lock_path);
+	close(s->lock_fd);
+	free(s);
+}

@@ -1,0 +1,1246 @@
+// SPDX-License-Identifier: Apache-2.0
+/* Migrations on one node, both roles, on the control thread. Connection set-up (accept, connect,
+ * preamble, reply, ordering) happens here; once both sockets of a connection are ready they are
+ * handed to the transport pool as a link and come back only when the link ends. */
+#include <errno.h>
+#include <stdarg.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "px_node.h"
+#include "px_order.h"
+#include "util.h"
+#include "xp_pool.h"
+
+/* A target keeps at most this many connections of one port waiting for a missing predecessor. */
+#define ORDER_MAX_PARKED 64
+/* How long a connect(2) to a local unix socket may wait for room in the listener's backlog. */
+#define LOCAL_CONNECT_TIMEOUT_MS 2000
+
+enum conn_state {
+	C_SRC_DELAY,	/* held back on purpose (--test-delay-first) */
+	C_SRC_CONNECT,	/* node-hop connect in progress */
+	C_SRC_SEND,	/* writing the preamble */
+	C_SRC_REPLY,	/* waiting for the target's reply */
+	C_TGT_PREAMBLE,	/* reading the preamble */
+	C_TGT_PARKED,	/* waiting for its predecessors */
+	C_LINKED,	/* carried by the pool */
+};
+
+struct px_conn {
+	struct px_node *n;
+	struct px_migration *m;	/* NULL for a target connection before its preamble */
+	struct px_port *port;
+	uint32_t seq;
+	enum conn_state st;
+	int lfd;		/* local unix socket */
+	int rfd;		/* node-hop TCP socket */
+	struct xp_watch *w;
+	struct xp_timer *t;
+	uint8_t buf[PX_PREAMBLE_MAX];
+	size_t len, off;
+	struct xp_link *link;
+	char peer[80];
+	struct px_conn *prev, *next;
+};
+
+struct px_port {
+	struct px_migration *m;
+	uint32_t id;
+	char path[108];
+	int lfd;			/* source: the unix listener */
+	struct xp_watch *w;
+	uint32_t next_seq;		/* source: next sequence number to hand out */
+	struct px_order *order;		/* target */
+};
+
+struct px_migration {
+	struct px_node *n;
+	char key[PX_KEY_MAX + 1];
+	enum px_role role;
+	unsigned int nports;
+	struct px_port ports[PX_PORTS_MAX];
+	struct xp_addr peer;
+	char peer_str[80];
+	unsigned int delay_first_ms;
+	uint64_t started_ms;
+	struct px_conn *conns;
+	unsigned int conns_total, conns_active, conns_failed, conns_cut;
+	uint64_t bytes[2];
+	bool failed, stopping;
+	unsigned int guard;		/* >0 while a teardown walks the connections */
+	char error[200];
+	struct xp_timer *order_timer;
+	struct px_migration *next;
+};
+
+struct px_node {
+	struct xp_loop *loop;
+	struct px_config conf;
+	struct xp_pool *pool;
+	struct xp_watch *pool_w;
+	int lfd;
+	struct xp_watch *lw;
+	struct xp_addr bound;
+	char listen_str[80];
+	char advertise[PX_HOST_MAX];
+	struct px_migration *migrations;
+	struct px_migration *stopped;	/* stopped, waiting for the pool to return their links */
+	struct px_conn *unbound;	/* target connections still reading their preamble */
+	unsigned int nunbound;
+	bool draining;
+	struct xp_timer *drain_timer;
+	void (*drain_done)(void *arg);
+	void *drain_arg;
+};
+
+static const char *role_str(enum px_role r)
+{
+	return r == PX_ROLE_SOURCE ? "source" : "target";
+}
+
+static void conn_list_add(struct px_conn **head, struct px_conn *c)
+{
+	c->prev = NULL;
+	c->next = *head;
+	if (*head)
+		(*head)->prev = c;
+	*head = c;
+}
+
+static void conn_list_del(struct px_conn **head, struct px_conn *c)
+{
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		*head = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	c->prev = c->next = NULL;
+}
+
+static void node_check_drained(struct px_node *n);
+static void migration_finish(struct px_migration *m);
+static void migration_fail(struct px_migration *m, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* Frees a connection that is not (or no longer) carried by the pool. */
+static void conn_free(struct px_conn *c)
+{
+	struct px_migration *m = c->m;
+
+	xp_watch_del(c->w);
+	xp_timer_del(c->t);
+	if (c->st != C_LINKED) {
+		xp_close_reset(c->rfd);
+		if (c->lfd >= 0)
+			close(c->lfd);
+	}
+	if (m) {
+		conn_list_del(&m->conns, c);
+		m->conns_active--;
+	} else {
+		conn_list_del(&c->n->unbound, c);
+		c->n->nunbound--;
+	}
+	free(c);
+}
+
+/* After a connection went away: a stopping migration may now be done, a drain may be over. */
+static void migration_maybe_finish(struct px_migration *m)
+{
+	if (m->stopping && m->conns_active == 0 && m->guard == 0)
+		migration_finish(m);
+}
+
+static void conn_release(struct px_conn *c)
+{
+	struct px_migration *m = c->m;
+	struct px_node *n = c->n;
+
+	conn_free(c);
+	if (m)
+		migration_maybe_finish(m);
+	node_check_drained(n);
+}
+
+static void conn_reply(struct px_conn *c, enum px_status st)
+{
+	uint8_t r[PX_REPLY_LEN];
+
+	px_reply_encode(st, r);
+	/* A fresh connection's send buffer is empty; a short write only loses the reason. */
+	if (write(c->rfd, r, sizeof(r)) < 0)
+		log_debug("reply to %s: %s", c->peer, strerror(errno));
+}
+
+static void set_nodelay(int fd)
+{
+	int one = 1;
+
+	/* The return path carries small messages that must not wait for Nagle. */
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+static int conn_link(struct px_conn *c)
+{
+	int r;
+
+	xp_watch_del(c->w);
+	xp_timer_del(c->t);
+	c->w = NULL;
+	c->t = NULL;
+	set_nodelay(c->rfd);
+	r = xp_pool_attach(c->n->pool, c->lfd, c->rfd, c, &c->link);
+	if (r < 0)
+		return r;
+	c->st = C_LINKED;
+	c->m->conns_total++;
+	return 0;
+}
+
+static void pool_done(void *cookie, const struct xp_link_result *res, void *arg)
+{
+	struct px_conn *c = cookie;
+	struct px_migration *m = c->m;
+
+	m->bytes[0] += res->bytes[0];
+	m->bytes[1] += res->bytes[1];
+	if (res->end == XP_END_ERROR) {
+		m->conns_failed++;
+		log_err("migration %s role=%s: port %u connection %u failed after %llu/%llu bytes "
+			"(tx/rx): %s on the %s side",
+			m->key, role_str(m->role), c->port->id, c->seq,
+			(unsigned long long)res->bytes[0], (unsigned long long)res->bytes[1],
+			strerror(-res->err),
+			(res->err_dir == 0) == (m->role == PX_ROLE_SOURCE) ? "local" : "node-hop");
+	} else {
+		log_debug("migration %s: port %u connection %u ended (%s), %llu/%llu bytes",
+			  m->key, c->port->id, c->seq,
+			  res->end == XP_END_CLEAN ? "clean" : "cut",
+			  (unsigned long long)res->bytes[0], (unsigned long long)res->bytes[1]);
+	}
+	conn_release(c);
+}
+
+static void pool_ready(struct xp_watch *w, int fd, uint32_t events, void *arg)
+{
+	xp_pool_reap(arg);
+}
+
+/* ---- source role ---- */
+
+static void src_error(struct px_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void src_error(struct px_conn *c, const char *fmt, ...)
+{
+	char msg[256];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	c->m->conns_failed++;
+	log_err("migration %s role=source: port %u connection %u to %s: %s", c->m->key,
+		c->port->id, c->seq, c->m->peer_str, msg);
+	conn_release(c);
+}
+
+static void src_timeout(void *arg)
+{
+	struct px_conn *c = arg;
+
+	c->t = NULL;
+	src_error(c, c->st == C_SRC_CONNECT ? "connect timed out" :
+		     c->st == C_SRC_SEND ? "sending the preamble timed out" :
+					   "no reply from the target in time");
+}
+
+static void src_io(struct xp_watch *w, int fd, uint32_t events, void *arg);
+
+static void src_set_wait(struct px_conn *c, enum conn_state st, uint32_t events, uint64_t ms)
+{
+	c->st = st;
+	xp_timer_del(c->t);
+	c->t = NULL;
+	if (xp_timer_add(c->n->loop, vm_now_ms() + ms, src_timeout, c, &c->t) < 0 ||
+	    (c->w ? xp_watch_mod(c->w, events) :
+		    xp_watch_add(c->n->loop, c->rfd, events, src_io, c, &c->w)) < 0) {
+		src_error(c, "out of memory");
+	}
+}
+
+static void src_send(struct px_conn *c)
+{
+	ssize_t k;
+
+	k = write(c->rfd, c->buf + c->off, c->len - c->off);
+	if (k < 0 && errno != EAGAIN) {
+		src_error(c, "sending the preamble: %s", strerror(errno));
+		return;
+	}
+	if (k > 0)
+		c->off += k;
+	if (c->off < c->len) {
+		if (c->st != C_SRC_SEND)
+			src_set_wait(c, C_SRC_SEND, EPOLLOUT, c->n->conf.connect_timeout_ms);
+		return;
+	}
+	c->len = 0;
+	/* The target answers only once it could open the local socket in order. */
+	src_set_wait(c, C_SRC_REPLY, EPOLLIN,
+		     c->n->conf.order_timeout_ms + c->n->conf.connect_timeout_ms);
+}
+
+static void src_start_send(struct px_conn *c)
+{
+	struct px_preamble p = { .version = PX_PROTO_VERSION, .port = c->port->id, .seq = c->seq };
+	int r;
+
+	strcpy(p.key, c->m->key);
+	r = px_preamble_encode(&p, c->buf, sizeof(c->buf));
+	if (r < 0) {
+		src_error(c, "cannot encode the preamble: %s", strerror(-r));
+		return;
+	}
+	c->len = r;
+	c->off = 0;
+	c->st = C_SRC_SEND;
+	src_send(c);
+}
+
+static void src_read_reply(struct px_conn *c)
+{
+	enum px_status st;
+	ssize_t k;
+	int r;
+
+	k = read(c->rfd, c->buf + c->len, PX_REPLY_LEN - c->len);
+	if (k < 0) {
+		if (errno != EAGAIN)
+			src_error(c, "reading the reply: %s", strerror(errno));
+		return;
+	}
+	if (k == 0) {
+		src_error(c, "the target closed the connection before replying");
+		return;
+	}
+	c->len += k;
+	r = px_reply_decode(c->buf, c->len, &st);
+	if (r == 0)
+		return;
+	if (r < 0) {
+		src_error(c, "the target's reply is malformed (not a vmigd of this protocol?)");
+		return;
+	}
+	if (st != PX_OK) {
+		src_error(c, "refused by the target: %s", px_status_str(st));
+		return;
+	}
+	r = conn_link(c);
+	if (r < 0)
+		src_error(c, "cannot hand to the data path: %s", strerror(-r));
+}
+
+static void src_io(struct xp_watch *w, int fd, uint32_t events, void *arg)
+{
+	struct px_conn *c = arg;
+	int r;
+
+	switch (c->st) {
+	case C_SRC_CONNECT:
+		r = xp_sock_error(fd);
+		if (r < 0) {
+			src_error(c, "connect: %s", strerror(-r));
+			return;
+		}
+		src_start_send(c);
+		return;
+	case C_SRC_SEND:
+		src_send(c);
+		return;
+	case C_SRC_REPLY:
+		src_read_reply(c);
+		return;
+	default:
+		return;
+	}
+}
+
+static void src_connect(struct px_conn *c)
+{
+	int r = xp_tcp_connect(&c->m->peer, &c->rfd);
+
+	if (r < 0) {
+		src_error(c, "connect: %s", strerror(-r));
+		return;
+	}
+	if (r == 0) {
+		src_start_send(c);
+		return;
+	}
+	src_set_wait(c, C_SRC_CONNECT, EPOLLOUT, c->n->conf.connect_timeout_ms);
+}
+
+static void src_delay_done(void *arg)
+{
+	struct px_conn *c = arg;
+
+	c->t = NULL;
+	src_connect(c);
+}
+
+static void src_accept(struct xp_watch *w, int lfd, uint32_t events, void *arg)
+{
+	struct px_port *port = arg;
+	struct px_migration *m = port->m;
+	int fd, r;
+
+	while ((r = xp_accept(lfd, &fd)) == 0) {
+		struct px_conn *c = calloc(1, sizeof(*c));
+
+		if (!c) {
+			log_err("migration %s: out of memory, dropping a connection", m->key);
+			close(fd);
+			continue;
+		}
+		c->n = m->n;
+		c->m = m;
+		c->port = port;
+		c->lfd = fd;
+		c->rfd = -1;
+		c->seq = port->next_seq++;
+		snprintf(c->peer, sizeof(c->peer), "%s", m->peer_str);
+		conn_list_add(&m->conns, c);
+		m->conns_active++;
+		if (c->seq == 0 && m->delay_first_ms) {
+			c->st = C_SRC_DELAY;
+			if (xp_timer_add(m->n->loop, vm_now_ms() + m->delay_first_ms, src_delay_done,
+					 c, &c->t) < 0)
+				src_error(c, "out of memory");
+			continue;
+		}
+		src_connect(c);
+	}
+	if (r != -EAGAIN && r != -EINTR && r != -ECONNABORTED)
+		log_err("migration %s: accept on %s: %s", m->key, port->path, strerror(-r));
+}
+
+/* ---- target role ---- */
+
+static int tgt_open(void *ctx, uint32_t seq, void *conn)
+{
+	struct px_port *port = ctx;
+	struct px_conn *c = conn;
+	uint8_t ok[PX_REPLY_LEN];
+	int r;
+
+	r = xp_unix_connect(port->path, LOCAL_CONNECT_TIMEOUT_MS, &c->lfd);
+	if (r < 0) {
+		log_err("migration %s role=target: port %u connection %u: connect to %s: %s",
+			port->m->key, port->id, seq, port->path, strerror(-r));
+		return r;
+	}
+	px_reply_encode(PX_OK, ok);
+	if (write(c->rfd, ok, sizeof(ok)) != sizeof(ok)) {
+		r = -errno ?: -EIO;
+		log_err("migration %s role=target: port %u connection %u: replying to %s: %s",
+			port->m->key, port->id, seq, c->peer, strerror(-r));
+		return r;
+	}
+	r = conn_link(c);
+	if (r < 0)
+		log_err("migration %s role=target: port %u connection %u: data path: %s",
+			port->m->key, port->id, seq, strerror(-r));
+	return r;
+}
+
+static void tgt_drop(void *ctx, uint32_t seq, void *conn, enum px_status why)
+{
+	struct px_conn *c = conn;
+
+	conn_reply(c, why);
+	conn_release(c);
+}
+
+static const struct px_order_ops tgt_order_ops = {
+	.open = tgt_open,
+	.drop = tgt_drop,
+};
+
+static void tgt_order_check(void *arg);
+
+static void tgt_order_arm(struct px_migration *m)
+{
+	uint64_t d = 0;
+
+	xp_timer_del(m->order_timer);
+	m->order_timer = NULL;
+	for (unsigned int i = 0; i < m->nports; i++) {
+		uint64_t pd = px_order_deadline(m->ports[i].order);
+
+		if (pd && (!d || pd < d))
+			d = pd;
+	}
+	if (d && xp_timer_add(m->n->loop, d, tgt_order_check, m, &m->order_timer) < 0)
+		migration_fail(m, "out of memory arming the ordering timer");
+}
+
+static void tgt_order_check(void *arg)
+{
+	struct px_migration *m = arg;
+	uint64_t now = vm_now_ms();
+
+	m->order_timer = NULL;
+	for (unsigned int i = 0; i < m->nports; i++) {
+		struct px_port *p = &m->ports[i];
+		uint32_t missing = px_order_next(p->order);
+		unsigned int parked = px_order_parked(p->order);
+
+		if (px_order_expire(p->order, now)) {
+			migration_fail(m,
+				       "port %u connection %u did not arrive within %llu ms "
+				       "(%u later connections were waiting)",
+				       p->id, missing, (unsigned long long)m->n->conf.order_timeout_ms,
+				       parked);
+			return;
+		}
+	}
+	tgt_order_arm(m);
+}
+
+static struct px_migration *find_migration(struct px_node *n, const char *key, enum px_role role)
+{
+	for (struct px_migration *m = n->migrations; m; m = m->next)
+		if (m->role == role && strcmp(m->key, key) == 0)
+			return m;
+	return NULL;
+}
+
+static void tgt_reject(struct px_conn *c, enum px_status st, const char *key)
+{
+	log_warn("node hop from %s%s%s: %s; connection refused", c->peer, key ? " for " : "",
+		 key ? key : "", px_status_str(st));
+	conn_reply(c, st);
+	conn_release(c);
+}
+
+static void tgt_dispatch(struct px_conn *c, const struct px_preamble *p)
+{
+	struct px_node *n = c->n;
+	struct px_migration *m;
+	struct px_port *port = NULL;
+	enum px_status st;
+
+	m = find_migration(n, p->key, PX_ROLE_TARGET);
+	if (!m) {
+		tgt_reject(c, n->draining ? PX_ERR_SHUTDOWN : PX_ERR_UNKNOWN_KEY, p->key);
+		return;
+	}
+	for (unsigned int i = 0; i < m->nports; i++)
+		if (m->ports[i].id == p->port)
+			port = &m->ports[i];
+	if (!port) {
+		tgt_reject(c, PX_ERR_UNKNOWN_PORT, p->key);
+		return;
+	}
+	if (n->draining) {
+		tgt_reject(c, PX_ERR_SHUTDOWN, p->key);
+		return;
+	}
+	xp_watch_del(c->w);
+	xp_timer_del(c->t);
+	c->w = NULL;
+	c->t = NULL;
+	conn_list_del(&n->unbound, c);
+	n->nunbound--;
+	c->m = m;
+	c->port = port;
+	c->seq = p->seq;
+	c->st = C_TGT_PARKED;
+	conn_list_add(&m->conns, c);
+	m->conns_active++;
+	st = px_order_arrive(port->order, p->seq, c, vm_now_ms());
+	if (st == PX_OK) {
+		tgt_order_arm(m);
+		return;
+	}
+	log_warn("migration %s role=target: port %u connection %u from %s: %s; refused", m->key,
+		 port->id, p->seq, c->peer, px_status_str(st));
+	conn_reply(c, st);
+	conn_release(c);
+	if (st == PX_ERR_CONNECT)
+		migration_fail(m, "port %u connection %u could not be opened on %s", port->id,
+			       p->seq, port->path);
+}
+
+static void tgt_read(struct xp_watch *w, int fd, uint32_t events, void *arg)
+{
+	struct px_conn *c = arg;
+	struct px_preamble p;
+	size_t want;
+	ssize_t k;
+	int r;
+
+	/* Read exactly the preamble: the bytes after it belong to the local socket. */
+	want = c->len < PX_PREAMBLE_FIXED ? PX_PREAMBLE_FIXED - c->len :
+					    PX_PREAMBLE_FIXED + vm_get_be16(c->buf + 16) - c->len;
+	k = read(fd, c->buf + c->len, want);
+	if (k < 0) {
+		if (errno == EAGAIN || errno == EINTR)
+			return;
+		log_warn("node hop from %s: %s before the preamble was complete", c->peer,
+			 strerror(errno));
+		conn_release(c);
+		return;
+	}
+	if (k == 0) {
+		log_warn("node hop from %s: closed after %zu bytes, before the preamble was complete",
+			 c->peer, c->len);
+		conn_release(c);
+		return;
+	}
+	c->len += k;
+	r = px_preamble_decode(c->buf, c->len, &p);
+	if (r < 0)
+		tgt_reject(c, -r, NULL);
+	else if (r > 0)
+		tgt_dispatch(c, &p);
+}
+
+static void tgt_preamble_timeout(void *arg)
+{
+	struct px_conn *c = arg;
+
+	c->t = NULL;
+	log_warn("node hop from %s: no complete preamble within %llu ms (%zu bytes); dropped",
+		 c->peer, (unsigned long long)c->n->conf.connect_timeout_ms, c->len);
+	conn_release(c);
+}
+
+static void tgt_accept(struct xp_watch *w, int lfd, uint32_t events, void *arg)
+{
+	struct px_node *n = arg;
+	int fd, r;
+
+	while ((r = xp_accept(lfd, &fd)) == 0) {
+		struct px_conn *c = calloc(1, sizeof(*c));
+		struct xp_addr a = { .len = sizeof(a.ss) };
+
+		if (!c) {
+			log_err("node hop: out of memory, dropping a connection");
+			close(fd);
+			continue;
+		}
+		c->n = n;
+		c->rfd = fd;
+		c->lfd = -1;
+		c->st = C_TGT_PREAMBLE;
+		if (getpeername(fd, (struct sockaddr *)&a.ss, &a.len) < 0 ||
+		    xp_addr_format(&a, c->peer, sizeof(c->peer)) < 0)
+			strcpy(c->peer, "?");
+		conn_list_add(&n->unbound, c);
+		n->nunbound++;
+		if (xp_watch_add(n->loop, fd, EPOLLIN, tgt_read, c, &c->w) < 0 ||
+		    xp_timer_add(n->loop, vm_now_ms() + n->conf.connect_timeout_ms,
+				 tgt_preamble_timeout, c, &c->t) < 0) {
+			log_err("node hop: out of memory, dropping a connection");
+			conn_release(c);
+		}
+	}
+	if (r != -EAGAIN && r != -EINTR && r != -ECONNABORTED)
+		log_err("node hop: accept: %s", strerror(-r));
+}
+
+/* ---- migrations ---- */
+
+static void cut_conns(struct px_migration *m)
+{
+	struct px_conn *c = m->conns, *next;
+
+	for (; c; c = next) {
+		next = c->next;
+		if (c->st == C_LINKED) {
+			m->conns_cut++;
+			xp_link_abort(c->link);
+		} else if (c->st != C_TGT_PARKED) {
+			/* Parked ones belong to the order, which drops them itself. */
+			conn_free(c);
+		}
+	}
+}
+
+static void migration_fail(struct px_migration *m, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (m->failed)
+		return;
+	m->failed = true;
+	m->guard++;
+	va_start(ap, fmt);
+	vsnprintf(m->error, sizeof(m->error), fmt, ap);
+	va_end(ap);
+	log_err("migration %s role=%s failed: %s; closing its %u connections", m->key,
+		role_str(m->role), m->error, m->conns_active);
+	for (unsigned int i = 0; i < m->nports; i++)
+		if (m->ports[i].order)
+			px_order_fail(m->ports[i].order);
+	cut_conns(m);
+	xp_timer_del(m->order_timer);
+	m->order_timer = NULL;
+	m->guard--;
+}
+
+static void port_close(struct px_port *p)
+{
+	xp_watch_del(p->w);
+	p->w = NULL;
+	if (p->lfd >= 0) {
+		close(p->lfd);
+		unlink(p->path);
+		p->lfd = -1;
+	}
+}
+
+static void migration_unlink(struct px_migration **head, struct px_migration *m)
+{
+	struct px_migration **pp = head;
+
+	while (*pp && *pp != m)
+		pp = &(*pp)->next;
+	if (*pp)
+		*pp = m->next;
+	m->next = NULL;
+}
+
+static void migration_finish(struct px_migration *m)
+{
+	double secs = (vm_now_ms() - m->started_ms) / 1000.0;
+	char outcome[256];
+
+	if (m->failed)
+		snprintf(outcome, sizeof(outcome), "failed (%s)", m->error);
+	else if (m->conns_cut)
+		snprintf(outcome, sizeof(outcome), "stopped with %u connections in flight",
+			 m->conns_cut);
+	else if (m->conns_failed)
+		snprintf(outcome, sizeof(outcome), "errors on %u connections", m->conns_failed);
+	else
+		snprintf(outcome, sizeof(outcome), "ok");
+	log_info("migration %s role=%s stop conns=%u bytes=%llu tx=%llu rx=%llu duration=%.3fs "
+		 "outcome=%s",
+		 m->key, role_str(m->role), m->conns_total,
+		 (unsigned long long)(m->bytes[0] + m->bytes[1]), (unsigned long long)m->bytes[0],
+		 (unsigned long long)m->bytes[1], secs, outcome);
+	migration_unlink(m->stopping ? &m->n->stopped : &m->n->migrations, m);
+	for (unsigned int i = 0; i < m->nports; i++) {
+		port_close(&m->ports[i]);
+		px_order_free(m->ports[i].order);
+	}
+	xp_timer_del(m->order_timer);
+	free(m);
+}
+
+/* Leaves the key free at once; the record lives on until the pool returned its links. */
+static void migration_stop(struct px_migration *m)
+{
+	struct px_node *n = m->n;
+
+	migration_unlink(&n->migrations, m);
+	m->stopping = true;
+	m->next = n->stopped;
+	n->stopped = m;
+	m->guard++;
+	for (unsigned int i = 0; i < m->nports; i++) {
+		port_close(&m->ports[i]);
+		if (m->ports[i].order)
+			px_order_fail(m->ports[i].order);
+	}
+	cut_conns(m);
+	m->guard--;
+	migration_maybe_finish(m);
+}
+
+static struct px_migration *migration_new(struct px_node *n, const char *key, enum px_role role)
+{
+	struct px_migration *m = calloc(1, sizeof(*m));
+
+	if (!m)
+		return NULL;
+	m->n = n;
+	strcpy(m->key, key);
+	m->role = role;
+	m->started_ms = vm_now_ms();
+	for (unsigned int i = 0; i < PX_PORTS_MAX; i++) {
+		m->ports[i].m = m;
+		m->ports[i].lfd = -1;
+	}
+	return m;
+}
+
+static int check_key(struct px_node *n, const char *key, enum px_role role, char *err,
+		     size_t errlen)
+{
+	if (!px_key_valid(key)) {
+		snprintf(err, errlen,
+			 "invalid key \"%.40s\": use 1 to %d characters of A-Z a-z 0-9 . _ -", key,
+			 PX_KEY_MAX);
+		return -EINVAL;
+	}
+	if (n->draining) {
+		snprintf(err, errlen, "vmigd is shutting down");
+		return -ESHUTDOWN;
+	}
+	if (find_migration(n, key, role)) {
+		snprintf(err, errlen, "migration %s already has a %s listener", key, role_str(role));
+		return -EEXIST;
+	}
+	return 0;
+}
+
+static int check_dir_of(const char *path, char *err, size_t errlen)
+{
+	char dir[sizeof(((struct px_port_info *)0)->path)];
+	char *slash;
+	struct stat st;
+
+	snprintf(dir, sizeof(dir), "%s", path);
+	slash = strrchr(dir, '/');
+	if (!slash)
+		return 0;
+	if (slash == dir)
+		slash[1] = '\0';
+	else
+		*slash = '\0';
+	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+		snprintf(err, errlen, "directory %s does not exist", dir);
+		return -ENOENT;
+	}
+	return 0;
+}
+
+static int check_path(const char *path, char *err, size_t errlen)
+{
+	int r = xp_unix_path_ok(path);
+
+	if (r == -ENAMETOOLONG) {
+		snprintf(err, errlen, "socket path too long (at most %zu bytes): %.60s...",
+			 sizeof(((struct px_port_info *)0)->path) - 1, path);
+		return r;
+	}
+	if (r < 0 || path[0] != '/') {
+		snprintf(err, errlen, "socket path must be absolute: \"%.60s\"", path);
+		return -EINVAL;
+	}
+	return check_dir_of(path, err, errlen);
+}
+
+static int check_ports(unsigned int nports, const uint32_t *ids, char *err, size_t errlen)
+{
+	if (nports == 0 || nports > PX_PORTS_MAX) {
+		snprintf(err, errlen, "give 1 to %d ports", PX_PORTS_MAX);
+		return -EINVAL;
+	}
+	for (unsigned int i = 0; i < nports; i++)
+		for (unsigned int j = 0; j < i; j++)
+			if (ids[i] == ids[j]) {
+				snprintf(err, errlen, "port %u is given twice", ids[i]);
+				return -EINVAL;
+			}
+	return 0;
+}
+
+int px_target_start(struct px_node *n, const char *key, unsigned int nports,
+		    const struct px_port_info *ports, struct px_target_info *out, char *err,
+		    size_t errlen)
+{
+	struct px_target_info t = { 0 };
+	struct px_migration *m;
+	uint32_t ids[PX_PORTS_MAX] = { 0 };
+	char list[PX_PORTS_MAX * 120] = "";
+	int r;
+
+	r = check_key(n, key, PX_ROLE_TARGET, err, errlen);
+	if (r < 0)
+		return r;
+	for (unsigned int i = 0; i < nports && i < PX_PORTS_MAX; i++)
+		ids[i] = ports[i].id;
+	r = check_ports(nports, ids, err, errlen);
+	if (r < 0)
+		return r;
+	for (unsigned int i = 0; i < nports; i++) {
+		r = check_path(ports[i].path, err, errlen);
+		if (r < 0)
+			return r;
+	}
+	m = migration_new(n, key, PX_ROLE_TARGET);
+	if (!m)
+		goto fail_nomem;
+	m->nports = nports;
+	for (unsigned int i = 0; i < nports; i++) {
+		struct px_port *p = &m->ports[i];
+		size_t used = strlen(list);
+
+		p->id = ports[i].id;
+		strcpy(p->path, ports[i].path);
+		r = px_order_new(&tgt_order_ops, p, ORDER_MAX_PARKED, n->conf.order_timeout_ms,
+				 &p->order);
+		if (r < 0)
+			goto fail_free;
+		t.ports[i] = p->id;
+		snprintf(list + used, sizeof(list) - used, "%s%u=%s", i ? "," : "", p->id, p->path);
+	}
+	strcpy(t.key, key);
+	strcpy(t.address, n->advertise);
+	t.port = xp_addr_port(&n->bound);
+	t.nports = nports;
+	m->next = n->migrations;
+	n->migrations = m;
+	log_info("migration %s role=target start ports=%s", key, list);
+	*out = t;
+	return 0;
+
+fail_free:
+	for (unsigned int i = 0; i < nports; i++)
+		px_order_free(m->ports[i].order);
+	free(m);
+fail_nomem:
+	snprintf(err, errlen, "out of memory");
+	return -ENOMEM;
+}
+
+static int make_socket_path(const char *dir, const char *key, uint32_t port, char *buf,
+			    size_t len)
+{
+	int r = port ? snprintf(buf, len, "%s/migrationproxy/%s-%u-source.sock", dir, key, port) :
+		       snprintf(buf, len, "%s/migrationproxy/%s-source.sock", dir, key);
+
+	return r < (int)len ? 0 : -ENAMETOOLONG;
+}
+
+int px_source_start(struct px_node *n, const struct px_target_info *t, const char *dir,
+		    unsigned int delay_first_ms, struct px_port_info *out, char *err,
+		    size_t errlen)
+{
+	char sub[4096];
+	struct px_migration *m;
+	struct stat st;
+	int r;
+
+	r = check_key(n, t->key, PX_ROLE_SOURCE, err, errlen);
+	if (r < 0)
+		return r;
+	r = check_ports(t->nports, t->ports, err, errlen);
+	if (r < 0)
+		return r;
+	if (dir[0] != '/' || stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+		snprintf(err, errlen, "directory %.200s does not exist (give an absolute path)", dir);
+		return -ENOENT;
+	}
+	if (snprintf(sub, sizeof(sub), "%s/migrationproxy", dir) >= (int)sizeof(sub)) {
+		snprintf(err, errlen, "directory path too long");
+		return -ENAMETOOLONG;
+	}
+	if (mkdir(sub, 0755) < 0 && errno != EEXIST) {
+		r = -errno;
+		snprintf(err, errlen, "cannot create %.200s: %s", sub, strerror(errno));
+		return r;
+	}
+	m = migration_new(n, t->key, PX_ROLE_SOURCE);
+	if (!m) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	r = xp_addr_from_host(t->address, t->port, &m->peer);
+	if (r < 0) {
+		snprintf(err, errlen, "bad target address %s", t->address);
+		goto fail;
+	}
+	xp_addr_format(&m->peer, m->peer_str, sizeof(m->peer_str));
+	m->delay_first_ms = delay_first_ms;
+	m->nports = t->nports;
+	for (unsigned int i = 0; i < t->nports; i++) {
+		struct px_port *p = &m->ports[i];
+
+		p->id = t->ports[i];
+		r = make_socket_path(dir, t->key, p->id, p->path, sizeof(p->path));
+		if (r < 0) {
+			snprintf(err, errlen, "socket path too long (at most %zu bytes) under %.60s",
+				 sizeof(p->path) - 1, dir);
+			goto fail;
+		}
+		r = xp_unix_listen(p->path, 128, &p->lfd);
+		if (r < 0) {
+			snprintf(err, errlen, "cannot listen on %s: %s", p->path,
+				 r == -EEXIST ? "a file that is not a socket is in the way" :
+						strerror(-r));
+			goto fail;
+		}
+		r = xp_watch_add(n->loop, p->lfd, EPOLLIN, src_accept, p, &p->w);
+		if (r < 0) {
+			snprintf(err, errlen, "out of memory");
+			goto fail;
+		}
+		out[i].id = p->id;
+		strcpy(out[i].path, p->path);
+	}
+	m->next = n->migrations;
+	n->migrations = m;
+	log_info("migration %s role=source start ports=%u%s target=%s sockets=%s%s", t->key,
+		 m->ports[0].id, m->nports > 1 ? ",..." : "", m->peer_str, m->ports[0].path,
+		 m->nports > 1 ? ",..." : "");
+	return 0;
+
+fail:
+	for (unsigned int i = 0; i < m->nports; i++)
+		port_close(&m->ports[i]);
+	free(m);
+	return r;
+}
+
+static int stop_role(struct px_node *n, const char *key, enum px_role role, char *err,
+		     size_t errlen)
+{
+	struct px_migration *m = find_migration(n, key, role);
+
+	if (!m) {
+		snprintf(err, errlen, "unknown migration %.130s: no %s listener with that key", key,
+			 role_str(role));
+		return -ENOENT;
+	}
+	migration_stop(m);
+	return 0;
+}
+
+int px_target_stop(struct px_node *n, const char *key, char *err, size_t errlen)
+{
+	return stop_role(n, key, PX_ROLE_TARGET, err, errlen);
+}
+
+int px_source_stop(struct px_node *n, const char *key, char *err, size_t errlen)
+{
+	return stop_role(n, key, PX_ROLE_SOURCE, err, errlen);
+}
+
+void px_node_foreach(struct px_node *n, px_migration_fn fn, void *arg)
+{
+	for (struct px_migration *m = n->migrations; m; m = m->next) {
+		struct px_migration_info mi = {
+			.key = m->key,
+			.role = m->role,
+			.nports = m->nports,
+			.peer = m->role == PX_ROLE_SOURCE ? m->peer_str : NULL,
+			.started_ms = m->started_ms,
+			.conns_total = m->conns_total,
+			.conns_active = m->conns_active,
+			.conns_failed = m->conns_failed,
+			.bytes_tx = m->bytes[0],
+			.bytes_rx = m->bytes[1],
+			.state = m->failed ? "failed" : "active",
+			.error = m->failed ? m->error : NULL,
+		};
+
+		for (unsigned int i = 0; i < m->nports; i++) {
+			mi.ports[i].id = m->ports[i].id;
+			strcpy(mi.ports[i].path, m->ports[i].path);
+		}
+		for (struct px_conn *c = m->conns; c; c = c->next) {
+			uint64_t b[2];
+
+			if (c->st != C_LINKED)
+				continue;
+			xp_link_bytes(c->link, b);
+			mi.bytes_tx += b[0];
+			mi.bytes_rx += b[1];
+		}
+		fn(&mi, arg);
+	}
+}
+
+/* ---- node ---- */
+
+unsigned int px_node_active_conns(const struct px_node *n)
+{
+	unsigned int k = n->nunbound;
+
+	for (struct px_migration *m = n->migrations; m; m = m->next)
+		k += m->conns_active;
+	for (struct px_migration *m = n->stopped; m; m = m->next)
+		k += m->conns_active;
+	return k;
+}
+
+static void node_check_drained(struct px_node *n)
+{
+	void (*done)(void *arg) = n->drain_done;
+
+	if (!n->draining || !done || px_node_active_conns(n) > 0)
+		return;
+	n->drain_done = NULL;
+	xp_timer_del(n->drain_timer);
+	n->drain_timer = NULL;
+	done(n->drain_arg);
+}
+
+static void drain_expired(void *arg)
+{
+	struct px_node *n = arg;
+
+	n->drain_timer = NULL;
+	log_warn("drain timeout: cutting %u connections still in flight", px_node_active_conns(n));
+	while (n->unbound)
+		conn_free(n->unbound);
+	for (struct px_migration *m = n->migrations; m; m = m->next) {
+		m->guard++;
+		for (unsigned int i = 0; i < m->nports; i++)
+			if (m->ports[i].order)
+				px_order_fail(m->ports[i].order);
+		cut_conns(m);
+		m->guard--;
+	}
+	node_check_drained(n);
+}
+
+void px_node_drain(struct px_node *n, unsigned int timeout_s, void (*done)(void *arg), void *arg)
+{
+	n->draining = true;
+	n->drain_done = done;
+	n->drain_arg = arg;
+	xp_watch_del(n->lw);
+	n->lw = NULL;
+	if (n->lfd >= 0)
+		close(n->lfd);
+	n->lfd = -1;
+	for (struct px_migration *m = n->migrations; m; m = m->next)
+		for (unsigned int i = 0; i < m->nports; i++)
+			port_close(&m->ports[i]);
+	log_info("draining: %u connections in flight, waiting up to %u s", px_node_active_conns(n),
+		 timeout_s);
+	if (xp_timer_add(n->loop, vm_now_ms() + timeout_s * 1000ull, drain_expired, n,
+			 &n->drain_timer) < 0)
+		drain_expired(n);
+	else
+		node_check_drained(n);
+}
+
+int px_node_new(struct xp_loop *loop, const struct px_config *conf, struct px_node **ret)
+{
+	struct xp_pool_conf pc = {
+		.threads = conf->threads,
+		.slots = conf->slots,
+		.pipe_size = conf->pipe_size,
+	};
+	struct px_node *n;
+	int r;
+
+	n = calloc(1, sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	n->loop = loop;
+	n->conf = *conf;
+	n->lfd = -1;
+	r = xp_pool_new(&pc, pool_done, n, &n->pool);
+	if (r < 0) {
+		log_err("cannot start %u data-path workers (io_uring): %s", conf->threads,
+			strerror(-r));
+		goto fail;
+	}
+	r = xp_watch_add(loop, xp_pool_event_fd(n->pool), EPOLLIN, pool_ready, n->pool,
+			 &n->pool_w);
+	if (r < 0)
+		goto fail;
+	r = xp_tcp_listen(&conf->listen, 1024, &n->lfd, &n->bound);
+	if (r < 0) {
+		char a[80] = "?";
+
+		xp_addr_format(&conf->listen, a, sizeof(a));
+		log_err("cannot listen on %s: %s", a, strerror(-r));
+		goto fail;
+	}
+	xp_addr_format(&n->bound, n->listen_str, sizeof(n->listen_str));
+	r = xp_watch_add(loop, n->lfd, EPOLLIN, tgt_accept, n, &n->lw);
+	if (r < 0)
+		goto fail;
+	if (conf->advertise[0]) {
+		strcpy(n->advertise, conf->advertise);
+	} else if (!xp_addr_is_wildcard(&n->bound)) {
+		xp_addr_host(&n->bound, n->advertise, sizeof(n->advertise));
+	} else if (xp_addr_guess_public(n->advertise, sizeof(n->advertise)) < 0) {
+		log_warn("no non-loopback address found; advertising 127.0.0.1 (use --advertise)");
+		strcpy(n->advertise, "127.0.0.1");
+	}
+	*ret = n;
+	return 0;
+
+fail:
+	px_node_free(n);
+	return r;
+}
+
+void px_node_free(struct px_node *n)
+{
+	if (!n)
+		return;
+	/* Joining the workers closes every link's sockets. */
+	xp_watch_del(n->pool_w);
+	xp_pool_free(n->pool);
+	n->pool = NULL;
+	n->drain_done = NULL;
+	while (n->unbound)
+		conn_free(n->unbound);
+	/* Every migration still here gets its stop line; its links are gone with the pool. */
+	for (int stopped = 0; stopped < 2; stopped++) {
+		struct px_migration **head = stopped ? &n->stopped : &n->migrations;
+
+		while (*head) {
+			struct px_migration *m = *head;
+
+			m->guard++;
+			for (unsigned int i = 0; i < m->nports; i++) {
+				px_order_free(m->ports[i].order);
+				m->ports[i].order = NULL;
+			}
+			while (m->conns) {
+				if (m->conns->st == C_LINKED)
+					m->conns_cut++;
+				conn_free(m->conns);
+			}
+			migration_finish(m);
+		}
+	}
+	xp_timer_del(n->drain_timer);
+	xp_watch_del(n->lw);
+	if (n->lfd >= 0)
+		close(n->lfd);
+	free(n);
+}
+
+const char *px_node_listen_str(const struct px_node *n)
+{
+	return n->listen_str;
+}
+
+const char *px_node_advertise(const struct px_node *n)
+{
+	return n->advertise;
+}
+
+unsigned int px_node_threads(const struct px_node *n)
+{
+	return xp_pool_threads(n->pool);
+}
+
+unsigned int px_node_migrations(const struct px_node *n)
+{
+	unsigned int k = 0;
+
+	for (struct px_migration *m = n->migrations; m; m = m->next)
+		k++;
+	return k;
+}

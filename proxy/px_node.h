@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* A node's migrations: target listeners (node-hop TCP in, ordered connects to local unix
+ * sockets) and source listeners (unix sockets in, node-hop TCP out with a preamble). Owns the
+ * node-hop listener and the data-path pool; runs on the control thread's loop. */
+#ifndef PX_NODE_H
+#define PX_NODE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "px_target.h"
+#include "xp_loop.h"
+#include "xp_sock.h"
+
+struct px_node;
+
+struct px_config {
+	struct xp_addr listen;
+	char advertise[PX_HOST_MAX];	/* empty: derive from the listen address */
+	unsigned int threads;
+	unsigned int slots;		/* links per worker */
+	size_t pipe_size;
+	uint64_t order_timeout_ms;
+	uint64_t connect_timeout_ms;
+};
+
+enum px_role { PX_ROLE_SOURCE, PX_ROLE_TARGET };
+
+struct px_port_info {
+	uint32_t id;
+	char path[108];
+};
+
+struct px_migration_info {
+	const char *key;
+	enum px_role role;
+	unsigned int nports;
+	struct px_port_info ports[PX_PORTS_MAX];
+	const char *peer;		/* source: the target's node-hop address */
+	uint64_t started_ms;		/* vm_now_ms() at start */
+	unsigned int conns_total;	/* connections carried so far (linked) */
+	unsigned int conns_active;	/* being set up or carried now */
+	unsigned int conns_failed;
+	uint64_t bytes_tx;		/* local -> peer */
+	uint64_t bytes_rx;		/* peer -> local */
+	const char *state;		/* "active", "failed" */
+	const char *error;		/* the failure's reason, or NULL */
+};
+
+int px_node_new(struct xp_loop *loop, const struct px_config *conf, struct px_node **ret);
+/* Aborts whatever is left. Takes NULL. */
+void px_node_free(struct px_node *n);
+const char *px_node_listen_str(const struct px_node *n);
+const char *px_node_advertise(const struct px_node *n);
+unsigned int px_node_threads(const struct px_node *n);
+unsigned int px_node_migrations(const struct px_node *n);
+unsigned int px_node_active_conns(const struct px_node *n);
+
+/* All return 0 or -errno with one line for the operator in err. */
+int px_target_start(struct px_node *n, const char *key, unsigned int nports,
+		    const struct px_port_info *ports, struct px_target_info *out, char *err,
+		    size_t errlen);
+int px_target_stop(struct px_node *n, const char *key, char *err, size_t errlen);
+/* out receives the created socket paths, in the order of t->ports. */
+int px_source_start(struct px_node *n, const struct px_target_info *t, const char *dir,
+		    unsigned int delay_first_ms, struct px_port_info *out, char *err,
+		    size_t errlen);
+int px_source_stop(struct px_node *n, const char *key, char *err, size_t errlen);
+
+typedef void (*px_migration_fn)(const struct px_migration_info *mi, void *arg);
+void px_node_foreach(struct px_node *n, px_migration_fn fn, void *arg);
+
+/*
+ * Stops taking new connections (listeners close, sockets are removed) and calls done once no
+ * connection is left, or after timeout_s, when the rest are cut first.
+ */
+void px_node_drain(struct px_node *n, unsigned int timeout_s, void (*done)(void *arg), void *arg);
+
+#endif

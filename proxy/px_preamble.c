@@ -1,0 +1,120 @@
+// SPDX-License-Identifier: Apache-2.0
+/* Node-hop preamble and reply codec. Everything here is bounds-checked arithmetic on a byte
+ * buffer; the fuzzer in tests/fuzz drives px_preamble_decode() and px_reply_decode(). */
+#include <errno.h>
+#include <string.h>
+
+#include "px_preamble.h"
+#include "util.h"
+
+static int key_char_ok(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+	       c == '-' || c == '_' || c == '.';
+}
+
+static int key_valid_n(const char *key, size_t n)
+{
+	if (n == 0 || n > PX_KEY_MAX)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (!key_char_ok(key[i]))
+			return 0;
+	return 1;
+}
+
+int px_key_valid(const char *key)
+{
+	return key_valid_n(key, strnlen(key, PX_KEY_MAX + 1));
+}
+
+int px_preamble_encode(const struct px_preamble *p, uint8_t *buf, size_t len)
+{
+	size_t kl = strnlen(p->key, PX_KEY_MAX + 1);
+
+	if (!key_valid_n(p->key, kl) || p->port > PX_PORT_MAX)
+		return -EINVAL;
+	if (len < PX_PREAMBLE_FIXED + kl)
+		return -ENOSPC;
+	vm_put_be32(buf, PX_PREAMBLE_MAGIC);
+	vm_put_be16(buf + 4, p->version);
+	vm_put_be16(buf + 6, 0);
+	vm_put_be32(buf + 8, p->port);
+	vm_put_be32(buf + 12, p->seq);
+	vm_put_be16(buf + 16, kl);
+	vm_put_be16(buf + 18, 0);
+	memcpy(buf + PX_PREAMBLE_FIXED, p->key, kl);
+	return PX_PREAMBLE_FIXED + kl;
+}
+
+int px_preamble_decode(const uint8_t *buf, size_t len, struct px_preamble *ret)
+{
+	struct px_preamble p;
+	uint16_t kl;
+
+	/* Judge the magic on the first byte that disagrees, so garbage is refused at once. */
+	for (size_t i = 0; i < len && i < 4; i++)
+		if (buf[i] != (uint8_t)(PX_PREAMBLE_MAGIC >> (24 - 8 * i)))
+			return -PX_ERR_MALFORMED;
+	if (len >= 6 && vm_get_be16(buf + 4) != PX_PROTO_VERSION)
+		return -PX_ERR_VERSION;
+	if (len < PX_PREAMBLE_FIXED)
+		return 0;
+	kl = vm_get_be16(buf + 16);
+	if (vm_get_be16(buf + 6) != 0 || vm_get_be16(buf + 18) != 0 || kl == 0 ||
+	    kl > PX_KEY_MAX || vm_get_be32(buf + 8) > PX_PORT_MAX)
+		return -PX_ERR_MALFORMED;
+	if (len < PX_PREAMBLE_FIXED + (size_t)kl)
+		return 0;
+	if (!key_valid_n((const char *)buf + PX_PREAMBLE_FIXED, kl))
+		return -PX_ERR_MALFORMED;
+	p.version = PX_PROTO_VERSION;
+	p.port = vm_get_be32(buf + 8);
+	p.seq = vm_get_be32(buf + 12);
+	memcpy(p.key, buf + PX_PREAMBLE_FIXED, kl);
+	p.key[kl] = '\0';
+	*ret = p;
+	return PX_PREAMBLE_FIXED + kl;
+}
+
+void px_reply_encode(enum px_status st, uint8_t buf[PX_REPLY_LEN])
+{
+	vm_put_be32(buf, PX_REPLY_MAGIC);
+	vm_put_be16(buf + 4, PX_PROTO_VERSION);
+	vm_put_be16(buf + 6, st);
+}
+
+int px_reply_decode(const uint8_t *buf, size_t len, enum px_status *ret)
+{
+	if (len < PX_REPLY_LEN)
+		return 0;
+	if (vm_get_be32(buf) != PX_REPLY_MAGIC || vm_get_be16(buf + 4) != PX_PROTO_VERSION)
+		return -EBADMSG;
+	*ret = vm_get_be16(buf + 6);
+	return PX_REPLY_LEN;
+}
+
+const char *px_status_str(enum px_status st)
+{
+	switch (st) {
+	case PX_OK:
+		return "ok";
+	case PX_ERR_MALFORMED:
+		return "malformed preamble";
+	case PX_ERR_VERSION:
+		return "unsupported protocol version";
+	case PX_ERR_UNKNOWN_KEY:
+		return "unknown migration key";
+	case PX_ERR_UNKNOWN_PORT:
+		return "unknown logical port";
+	case PX_ERR_DUPLICATE:
+		return "duplicate connection sequence number";
+	case PX_ERR_CONNECT:
+		return "target could not connect to its local socket";
+	case PX_ERR_FAILED:
+		return "migration already failed on the target";
+	case PX_ERR_SHUTDOWN:
+		return "target daemon is shutting down";
+	}
+	return "unknown status";
+}

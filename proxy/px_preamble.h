@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The node-hop preamble (source -> target) and its reply (target -> source): a pure codec, no
+ * I/O. Layout in doc/interfaces.md. */
+#ifndef PX_PREAMBLE_H
+#define PX_PREAMBLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PX_PREAMBLE_MAGIC 0x564d4750u	/* "VMGP" */
+#define PX_REPLY_MAGIC 0x564d4752u	/* "VMGR" */
+#define PX_PROTO_VERSION 1
+#define PX_KEY_MAX 128
+#define PX_PREAMBLE_FIXED 20
+#define PX_PREAMBLE_MAX (PX_PREAMBLE_FIXED + PX_KEY_MAX)
+#define PX_REPLY_LEN 8
+#define PX_PORT_MAX 65535
+
+enum px_status {
+	PX_OK = 0,
+	PX_ERR_MALFORMED = 1,
+	PX_ERR_VERSION = 2,
+	PX_ERR_UNKNOWN_KEY = 3,
+	PX_ERR_UNKNOWN_PORT = 4,
+	PX_ERR_DUPLICATE = 5,
+	PX_ERR_CONNECT = 6,
+	PX_ERR_FAILED = 7,
+	PX_ERR_SHUTDOWN = 8,
+};
+
+struct px_preamble {
+	uint16_t version;
+	uint32_t port;
+	uint32_t seq;
+	char key[PX_KEY_MAX + 1];
+};
+
+/* 1..PX_KEY_MAX characters of [A-Za-z0-9._-]. */
+int px_key_valid(const char *key);
+
+/* Returns the encoded length, or -EINVAL / -ENOSPC. */
+int px_preamble_encode(const struct px_preamble *p, uint8_t *buf, size_t len);
+/*
+ * Returns the number of bytes the preamble takes once all of it is in buf, 0 while more bytes are
+ * needed, or a negative enum px_status (-PX_ERR_MALFORMED, -PX_ERR_VERSION) on bad input. A
+ * version-2 peer is refused as soon as the fixed part arrives. *ret is written only on success.
+ */
+int px_preamble_decode(const uint8_t *buf, size_t len, struct px_preamble *ret);
+
+void px_reply_encode(enum px_status st, uint8_t buf[PX_REPLY_LEN]);
+/* 0 while more bytes are needed, PX_REPLY_LEN when decoded, -EBADMSG on a bad magic or version. */
+int px_reply_decode(const uint8_t *buf, size_t len, enum px_status *ret);
+
+const char *px_status_str(enum px_status st);
+
+#endif

@@ -1,0 +1,117 @@
+// SPDX-License-Identifier: Apache-2.0
+/* Target port map <-> JSON. The source validates all of it before creating any socket, so a
+ * bad or truncated paste fails cleanly at `source start`, not mid-migration. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "px_target.h"
+#include "xp_sock.h"
+
+struct json_object *px_target_to_json(const struct px_target_info *t)
+{
+	struct json_object *o = json_object_new_object(), *ports = json_object_new_array();
+
+	if (!o || !ports) {
+		json_object_put(o);
+		json_object_put(ports);
+		return NULL;
+	}
+	json_object_object_add(o, "version", json_object_new_int(PX_TARGET_VERSION));
+	json_object_object_add(o, "key", json_object_new_string(t->key));
+	json_object_object_add(o, "address", json_object_new_string(t->address));
+	json_object_object_add(o, "port", json_object_new_int(t->port));
+	for (unsigned int i = 0; i < t->nports; i++)
+		json_object_array_add(ports, json_object_new_int(t->ports[i]));
+	json_object_object_add(o, "ports", ports);
+	return o;
+}
+
+static int fail(char *err, size_t errlen, const char *msg)
+{
+	snprintf(err, errlen, "invalid target JSON: %s", msg);
+	return -EINVAL;
+}
+
+static int get_uint(struct json_object *o, const char *name, unsigned int max, unsigned int *ret)
+{
+	struct json_object *v;
+	int64_t n;
+
+	if (!json_object_object_get_ex(o, name, &v) || !json_object_is_type(v, json_type_int))
+		return -EINVAL;
+	n = json_object_get_int64(v);
+	if (n < 0 || n > max)
+		return -EINVAL;
+	*ret = n;
+	return 0;
+}
+
+int px_target_from_json(struct json_object *o, struct px_target_info *ret, char *err,
+			size_t errlen)
+{
+	struct px_target_info t;
+	struct json_object *v, *ports;
+	struct xp_addr a;
+	unsigned int version;
+	const char *s;
+
+	memset(&t, 0, sizeof(t));
+	if (!o || !json_object_is_type(o, json_type_object))
+		return fail(err, errlen, "not a JSON object");
+	if (get_uint(o, "version", 65535, &version) < 0)
+		return fail(err, errlen, "missing or bad \"version\"");
+	if (version != PX_TARGET_VERSION)
+		return fail(err, errlen, "unsupported \"version\" (this vmigd speaks 1)");
+	if (!json_object_object_get_ex(o, "key", &v) || !json_object_is_type(v, json_type_string) ||
+	    !px_key_valid(json_object_get_string(v)))
+		return fail(err, errlen, "missing or bad \"key\"");
+	strcpy(t.key, json_object_get_string(v));
+	if (!json_object_object_get_ex(o, "address", &v) ||
+	    !json_object_is_type(v, json_type_string))
+		return fail(err, errlen, "missing \"address\"");
+	s = json_object_get_string(v);
+	if (strlen(s) >= sizeof(t.address) || xp_addr_from_host(s, 1, &a) < 0)
+		return fail(err, errlen, "\"address\" is not a numeric IP address");
+	strcpy(t.address, s);
+	if (get_uint(o, "port", 65535, &t.port) < 0 || t.port == 0)
+		return fail(err, errlen, "missing or bad \"port\"");
+	if (!json_object_object_get_ex(o, "ports", &ports) ||
+	    !json_object_is_type(ports, json_type_array))
+		return fail(err, errlen, "missing \"ports\" array");
+	t.nports = json_object_array_length(ports);
+	if (t.nports == 0 || t.nports > PX_PORTS_MAX)
+		return fail(err, errlen, "\"ports\" must list 1 to 8 logical ports");
+	for (unsigned int i = 0; i < t.nports; i++) {
+		struct json_object *p = json_object_array_get_idx(ports, i);
+		int64_t n;
+
+		if (!json_object_is_type(p, json_type_int))
+			return fail(err, errlen, "\"ports\" holds a non-integer");
+		n = json_object_get_int64(p);
+		if (n < 0 || n > PX_PORT_MAX)
+			return fail(err, errlen, "a logical port is outside 0..65535");
+		t.ports[i] = n;
+		for (unsigned int j = 0; j < i; j++)
+			if (t.ports[j] == t.ports[i])
+				return fail(err, errlen, "a logical port is listed twice");
+	}
+	*ret = t;
+	return 0;
+}
+
+int px_port_parse(const char *s, uint32_t *ret)
+{
+	char *end;
+	long n;
+
+	if (!*s || *s == '-' || *s == '+')
+		return -EINVAL;
+	errno = 0;
+	n = strtol(s, &end, 10);
+	if (errno || *end || n < 0 || n > PX_PORT_MAX)
+		return -EINVAL;
+	*ret = n;
+	return 0;
+}

@@ -1,0 +1,708 @@
+// SPDX-License-Identifier: Apache-2.0
+/* io_uring worker pool: each worker owns one ring and a fixed array of link slots. The ring
+ * waits for readiness (one-shot POLL_ADD per blocked direction); the bytes then move with
+ * non-blocking splice(2) source -> pipe -> destination on the worker itself. IORING_OP_SPLICE
+ * is not used: io_uring always punts it to io-wq threads, which costs a context switch per
+ * chunk on a 2-core node (see doc/design.md for the measurements).
+ *
+ * Threads talk through two single-producer rings per worker: the control thread posts ATTACH
+ * and ABORT (and wakes the worker's eventfd); the worker posts finished slots back and wakes
+ * the pool's eventfd. Slots are owned by the control thread while free and by their worker
+ * while attached, so nothing is allocated on the data path. */
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <poll.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "util.h"
+#include "xp_pool.h"
+#include "xp_sock.h"
+
+enum { OP_INBOX = 1, OP_POLL, OP_CANCEL };
+enum { MSG_ATTACH = 1, MSG_ABORT, MSG_QUIT };
+
+#define UD(op, dir, idx) ((uint64_t)(op) << 56 | (uint64_t)(dir) << 48 | (uint64_t)(idx))
+#define UD_OP(ud) ((unsigned int)((ud) >> 56))
+#define UD_DIR(ud) ((unsigned int)((ud) >> 48) & 0xff)
+#define UD_IDX(ud) ((uint32_t)(ud))
+#define MSG(type, idx) ((uint32_t)(type) << 24 | (idx))
+
+/* Bytes one direction may move before it yields to the other links of its worker. */
+#define PUMP_BUDGET_PIPES 4
+
+struct spsc {
+	uint32_t *buf;
+	uint32_t mask;
+	_Atomic uint32_t head;
+	_Atomic uint32_t tail;
+};
+
+struct xp_pump {
+	struct xp_link *link;
+	unsigned int dir;
+	int pipe[2];
+	size_t pipe_cap;
+	size_t in_pipe;
+	bool eof;		/* the source reached end of stream */
+	bool done;		/* eof, pipe drained, destination half-closed */
+	bool armed;		/* a POLL_ADD is in flight */
+	bool queued;		/* on the worker's ready list */
+	struct xp_pump *next;
+	_Atomic uint64_t bytes;
+};
+
+struct xp_link {
+	struct xp_worker *w;
+	uint32_t idx;
+	/* set by the control thread before ATTACH */
+	int fd[2];
+	void *cookie;
+	/* control thread only */
+	bool abort_sent;
+	/* worker only */
+	bool live;
+	bool closing;
+	unsigned int inflight;
+	struct xp_pump p[2];
+	struct xp_link_result res;
+};
+
+struct xp_worker {
+	struct xp_pool *pool;
+	unsigned int id;
+	pthread_t thread;
+	bool started;
+	struct io_uring ring;
+	int inbox_fd;
+	uint64_t inbox_val;
+	struct spsc inbox;
+	struct spsc outbox;
+	struct xp_link *links;
+	/* control thread only */
+	uint32_t *free_slots;
+	unsigned int nfree;
+	/* worker only */
+	unsigned int nlive;
+	bool quit;
+	bool posted;
+	struct xp_pump *ready_head, *ready_tail;
+	int init_err;
+};
+
+struct xp_pool {
+	struct xp_pool_conf conf;
+	struct xp_worker *w;
+	unsigned int nthreads;
+	int done_fd;
+	xp_link_done_fn done;
+	void *arg;
+	unsigned int active;
+	sem_t started;
+};
+
+static int spsc_init(struct spsc *q, unsigned int min)
+{
+	unsigned int n = 1;
+
+	while (n < min)
+		n <<= 1;
+	q->buf = calloc(n, sizeof(*q->buf));
+	if (!q->buf)
+		return -ENOMEM;
+	q->mask = n - 1;
+	atomic_init(&q->head, 0);
+	atomic_init(&q->tail, 0);
+	return 0;
+}
+
+static bool spsc_push(struct spsc *q, uint32_t v)
+{
+	uint32_t t = atomic_load_explicit(&q->tail, memory_order_relaxed);
+	uint32_t h = atomic_load_explicit(&q->head, memory_order_acquire);
+
+	if (t - h > q->mask)
+		return false;
+	q->buf[t & q->mask] = v;
+	atomic_store_explicit(&q->tail, t + 1, memory_order_release);
+	return true;
+}
+
+static bool spsc_pop(struct spsc *q, uint32_t *v)
+{
+	uint32_t h = atomic_load_explicit(&q->head, memory_order_relaxed);
+	uint32_t t = atomic_load_explicit(&q->tail, memory_order_acquire);
+
+	if (h == t)
+		return false;
+	*v = q->buf[h & q->mask];
+	atomic_store_explicit(&q->head, h + 1, memory_order_release);
+	return true;
+}
+
+static struct io_uring_sqe *get_sqe(struct xp_worker *w)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&w->ring);
+
+	if (!sqe) {
+		io_uring_submit(&w->ring);
+		sqe = io_uring_get_sqe(&w->ring);
+	}
+	return sqe;
+}
+
+static void arm_inbox(struct xp_worker *w)
+{
+	struct io_uring_sqe *sqe = get_sqe(w);
+
+	io_uring_prep_read(sqe, w->inbox_fd, &w->inbox_val, sizeof(w->inbox_val), 0);
+	io_uring_sqe_set_data64(sqe, UD(OP_INBOX, 0, 0));
+}
+
+static void arm_poll(struct xp_worker *w, struct xp_pump *p, int fd, unsigned int mask)
+{
+	struct io_uring_sqe *sqe = get_sqe(w);
+
+	io_uring_prep_poll_add(sqe, fd, mask);
+	io_uring_sqe_set_data64(sqe, UD(OP_POLL, p->dir, p->link->idx));
+	p->armed = true;
+	p->link->inflight++;
+}
+
+static void ready_push(struct xp_worker *w, struct xp_pump *p)
+{
+	if (p->queued)
+		return;
+	p->queued = true;
+	p->next = NULL;
+	if (w->ready_tail)
+		w->ready_tail->next = p;
+	else
+		w->ready_head = p;
+	w->ready_tail = p;
+}
+
+static void ready_unlink(struct xp_worker *w, struct xp_link *l)
+{
+	struct xp_pump **pp = &w->ready_head;
+
+	w->ready_tail = NULL;
+	while (*pp) {
+		if ((*pp)->link == l) {
+			(*pp)->queued = false;
+			*pp = (*pp)->next;
+			continue;
+		}
+		w->ready_tail = *pp;
+		pp = &(*pp)->next;
+	}
+}
+
+static void link_finalize(struct xp_worker *w, struct xp_link *l)
+{
+	bool clean = l->res.end == XP_END_CLEAN;
+
+	ready_unlink(w, l);
+	for (int d = 0; d < 2; d++) {
+		struct xp_pump *p = &l->p[d];
+
+		l->res.bytes[d] = atomic_load_explicit(&p->bytes, memory_order_relaxed);
+		if (p->pipe[0] >= 0) {
+			close(p->pipe[0]);
+			close(p->pipe[1]);
+			p->pipe[0] = p->pipe[1] = -1;
+		}
+		if (clean)
+			close(l->fd[d]);
+		else
+			xp_close_reset(l->fd[d]);
+		l->fd[d] = -1;
+	}
+	l->live = false;
+	w->nlive--;
+	/* The outbox holds one entry per slot, so this cannot fail. */
+	spsc_push(&w->outbox, l->idx);
+	w->posted = true;
+}
+
+/* Starts tearing a link down: polls in flight are cancelled, their completions awaited. */
+static void link_close(struct xp_worker *w, struct xp_link *l, enum xp_link_end end, int err,
+		       unsigned int dir)
+{
+	if (l->closing)
+		return;
+	l->closing = true;
+	l->res.end = end;
+	l->res.err = err;
+	l->res.err_dir = dir;
+	for (int d = 0; d < 2; d++) {
+		if (l->p[d].armed) {
+			struct io_uring_sqe *sqe = get_sqe(w);
+
+			io_uring_prep_poll_remove(sqe, UD(OP_POLL, d, l->idx));
+			io_uring_sqe_set_data64(sqe, UD(OP_CANCEL, d, l->idx));
+		}
+	}
+	if (l->inflight == 0)
+		link_finalize(w, l);
+}
+
+/*
+ * Moves bytes for one direction until both ends would block or the budget is spent.
+ * Returns 1 when it stopped on the budget (run it again soon), 0 when it is waiting on a poll or
+ * finished, -errno on a socket error.
+ */
+static int pump_run(struct xp_worker *w, struct xp_pump *p)
+{
+	struct xp_link *l = p->link;
+	int src = l->fd[p->dir], dst = l->fd[p->dir ^ 1];
+	size_t moved = 0, budget = PUMP_BUDGET_PIPES * p->pipe_cap;
+	bool src_blocked = false, dst_blocked = false;
+
+	while (moved < budget) {
+		bool progress = false;
+		ssize_t n;
+
+		src_blocked = dst_blocked = false;
+		if (!p->eof && p->in_pipe < p->pipe_cap) {
+			n = splice(src, NULL, p->pipe[1], NULL, p->pipe_cap - p->in_pipe,
+				   SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+			if (n > 0) {
+				p->in_pipe += n;
+				progress = true;
+			} else if (n == 0) {
+				p->eof = true;
+				progress = true;
+			} else if (errno == EAGAIN) {
+				src_blocked = true;
+			} else if (errno != EINTR) {
+				return -errno;
+			}
+		}
+		if (p->in_pipe > 0) {
+			n = splice(p->pipe[0], NULL, dst, NULL, p->in_pipe,
+				   SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+			if (n > 0) {
+				p->in_pipe -= n;
+				moved += n;
+				atomic_store_explicit(&p->bytes,
+						      atomic_load_explicit(&p->bytes,
+									   memory_order_relaxed) + n,
+						      memory_order_relaxed);
+				progress = true;
+			} else if (n < 0 && errno == EAGAIN) {
+				dst_blocked = true;
+			} else if (n < 0 && errno != EINTR) {
+				return -errno;
+			}
+		}
+		if (p->eof && p->in_pipe == 0) {
+			/* ENOTCONN: the peer is already gone; the other direction will tell. */
+			if (shutdown(dst, SHUT_WR) < 0 && errno != ENOTCONN)
+				return -errno;
+			p->done = true;
+			return 0;
+		}
+		if (!progress)
+			break;
+	}
+	if (moved >= budget)
+		return 1;
+	/*
+	 * A full pipe also answers EAGAIN on the source side (socket data can fill the pipe's
+	 * slots before its byte capacity), so wait for the destination whenever bytes are held.
+	 */
+	if (p->in_pipe > 0 && dst_blocked)
+		arm_poll(w, p, dst, POLLOUT);
+	else if (src_blocked)
+		arm_poll(w, p, src, POLLIN | POLLRDHUP);
+	else
+		return 1;
+	return 0;
+}
+
+static void pump_step(struct xp_worker *w, struct xp_pump *p)
+{
+	struct xp_link *l = p->link;
+	int r;
+
+	if (l->closing || p->done || p->armed)
+		return;
+	r = pump_run(w, p);
+	if (r < 0) {
+		link_close(w, l, XP_END_ERROR, r, p->dir);
+		return;
+	}
+	if (r > 0)
+		ready_push(w, p);
+	else if (l->p[0].done && l->p[1].done)
+		link_close(w, l, XP_END_CLEAN, 0, 0);
+}
+
+static void run_ready(struct xp_worker *w)
+{
+	struct xp_pump *p, *last = w->ready_tail;
+
+	/* One pass over what is queued now; pumps re-queued during the pass wait for the next. */
+	while ((p = w->ready_head)) {
+		w->ready_head = p->next;
+		if (!w->ready_head)
+			w->ready_tail = NULL;
+		p->queued = false;
+		pump_step(w, p);
+		if (p == last)
+			break;
+	}
+}
+
+static int pipe_open(struct xp_pump *p, size_t want)
+{
+	int r;
+
+	if (pipe2(p->pipe, O_NONBLOCK | O_CLOEXEC) < 0)
+		return -errno;
+	/* Without CAP_SYS_RESOURCE the per-user pipe quota may refuse; keep the default size. */
+	(void)fcntl(p->pipe[1], F_SETPIPE_SZ, (int)want);
+	r = fcntl(p->pipe[1], F_GETPIPE_SZ);
+	p->pipe_cap = r > 0 ? (size_t)r : 65536;
+	return 0;
+}
+
+static void link_start(struct xp_worker *w, struct xp_link *l)
+{
+	int r = 0;
+
+	l->live = true;
+	l->closing = false;
+	l->inflight = 0;
+	memset(&l->res, 0, sizeof(l->res));
+	w->nlive++;
+	for (int d = 0; d < 2; d++) {
+		struct xp_pump *p = &l->p[d];
+
+		p->link = l;
+		p->dir = d;
+		p->in_pipe = 0;
+		p->eof = p->done = p->armed = p->queued = false;
+		p->pipe[0] = p->pipe[1] = -1;
+		atomic_store_explicit(&p->bytes, 0, memory_order_relaxed);
+		if (r == 0)
+			r = pipe_open(p, w->pool->conf.pipe_size);
+	}
+	if (r < 0) {
+		link_close(w, l, XP_END_ERROR, r, 0);
+		return;
+	}
+	ready_push(w, &l->p[0]);
+	ready_push(w, &l->p[1]);
+}
+
+static void handle_inbox(struct xp_worker *w)
+{
+	uint32_t m;
+
+	while (spsc_pop(&w->inbox, &m)) {
+		struct xp_link *l = &w->links[m & 0xffffff];
+
+		switch (m >> 24) {
+		case MSG_ATTACH:
+			link_start(w, l);
+			break;
+		case MSG_ABORT:
+			/* A link that already ended is not live any more: nothing to cut. */
+			if (l->live)
+				link_close(w, l, XP_END_ABORTED, -ECONNABORTED, 0);
+			break;
+		case MSG_QUIT:
+			w->quit = true;
+			for (unsigned int i = 0; i < w->pool->conf.slots; i++)
+				if (w->links[i].live)
+					link_close(w, &w->links[i], XP_END_ABORTED, -ESHUTDOWN, 0);
+			break;
+		}
+	}
+}
+
+static void handle_cqe(struct xp_worker *w, const struct io_uring_cqe *cqe)
+{
+	uint64_t ud = io_uring_cqe_get_data64(cqe);
+	struct xp_link *l;
+	struct xp_pump *p;
+
+	switch (UD_OP(ud)) {
+	case OP_INBOX:
+		handle_inbox(w);
+		if (!w->quit)
+			arm_inbox(w);
+		return;
+	case OP_POLL:
+		l = &w->links[UD_IDX(ud)];
+		p = &l->p[UD_DIR(ud)];
+		p->armed = false;
+		l->inflight--;
+		if (l->closing) {
+			if (l->inflight == 0)
+				link_finalize(w, l);
+			return;
+		}
+		/* POLLERR and POLLHUP come back as events; the splice reports the actual error. */
+		if (cqe->res < 0 && cqe->res != -ECANCELED) {
+			link_close(w, l, XP_END_ERROR, cqe->res, p->dir);
+			return;
+		}
+		pump_step(w, p);
+		return;
+	default:
+		return;
+	}
+}
+
+static int ring_init(struct xp_worker *w)
+{
+	static const unsigned int flag_sets[] = {
+		IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN,
+		IORING_SETUP_COOP_TASKRUN,
+		0,
+	};
+	unsigned int entries = 8;
+	int r = -EINVAL;
+
+	while (entries < 2 * w->pool->conf.slots + 8)
+		entries <<= 1;
+	/* Newest flags first; older kernels reject them with EINVAL. */
+	for (unsigned int i = 0; i < ARRAY_SIZE(flag_sets); i++) {
+		struct io_uring_params params = { .flags = flag_sets[i] | IORING_SETUP_CQSIZE,
+						  .cq_entries = 4 * entries };
+
+		r = io_uring_queue_init_params(entries, &w->ring, &params);
+		if (r != -EINVAL)
+			break;
+	}
+	return r;
+}
+
+static void *worker_main(void *arg)
+{
+	struct xp_worker *w = arg;
+	struct xp_pool *pool = w->pool;
+	int r;
+
+	w->init_err = ring_init(w);
+	sem_post(&pool->started);
+	if (w->init_err < 0)
+		return NULL;
+	arm_inbox(w);
+	while (!w->quit || w->nlive > 0) {
+		struct io_uring_cqe *cqe;
+		unsigned int head, n = 0;
+
+		run_ready(w);
+		r = io_uring_submit_and_wait(&w->ring, w->ready_head ? 0 : 1);
+		if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY) {
+			log_err("worker %u: io_uring_submit_and_wait: %s", w->id, strerror(-r));
+			break;
+		}
+		io_uring_for_each_cqe(&w->ring, head, cqe) {
+			handle_cqe(w, cqe);
+			n++;
+		}
+		io_uring_cq_advance(&w->ring, n);
+		if (w->posted) {
+			w->posted = false;
+			eventfd_write(pool->done_fd, 1);
+		}
+	}
+	io_uring_queue_exit(&w->ring);
+	return NULL;
+}
+
+static int worker_init(struct xp_pool *pool, struct xp_worker *w, unsigned int id)
+{
+	unsigned int slots = pool->conf.slots;
+	int r;
+
+	w->pool = pool;
+	w->id = id;
+	w->inbox_fd = eventfd(0, EFD_CLOEXEC);
+	if (w->inbox_fd < 0)
+		return -errno;
+	w->links = calloc(slots, sizeof(*w->links));
+	w->free_slots = calloc(slots, sizeof(*w->free_slots));
+	if (!w->links || !w->free_slots)
+		return -ENOMEM;
+	r = spsc_init(&w->inbox, 2 * slots + 2);
+	if (r < 0)
+		return r;
+	r = spsc_init(&w->outbox, slots);
+	if (r < 0)
+		return r;
+	for (unsigned int i = 0; i < slots; i++) {
+		w->links[i].w = w;
+		w->links[i].idx = i;
+		w->links[i].fd[0] = w->links[i].fd[1] = -1;
+		w->free_slots[i] = slots - 1 - i;
+	}
+	w->nfree = slots;
+	r = pthread_create(&w->thread, NULL, worker_main, w);
+	if (r)
+		return -r;
+	w->started = true;
+	sem_wait(&pool->started);
+	return w->init_err;
+}
+
+static void worker_post(struct xp_worker *w, uint32_t msg)
+{
+	/* The inbox holds two messages per slot plus QUIT, the most that can be outstanding. */
+	spsc_push(&w->inbox, msg);
+	eventfd_write(w->inbox_fd, 1);
+}
+
+void xp_pool_free(struct xp_pool *p)
+{
+	if (!p)
+		return;
+	for (unsigned int i = 0; i < p->nthreads; i++) {
+		struct xp_worker *w = &p->w[i];
+
+		if (w->started) {
+			worker_post(w, MSG(MSG_QUIT, 0));
+			pthread_join(w->thread, NULL);
+		}
+		if (w->inbox_fd >= 0)
+			close(w->inbox_fd);
+		free(w->links);
+		free(w->free_slots);
+		free(w->inbox.buf);
+		free(w->outbox.buf);
+	}
+	if (p->done_fd >= 0)
+		close(p->done_fd);
+	sem_destroy(&p->started);
+	free(p->w);
+	free(p);
+}
+
+int xp_pool_new(const struct xp_pool_conf *conf, xp_link_done_fn done, void *arg,
+		struct xp_pool **ret)
+{
+	struct xp_pool *p;
+	int r;
+
+	if (conf->threads == 0 || conf->slots == 0 || conf->slots > 0xffffff)
+		return -EINVAL;
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->conf = *conf;
+	p->done = done;
+	p->arg = arg;
+	sem_init(&p->started, 0, 0);
+	p->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	p->w = calloc(conf->threads, sizeof(*p->w));
+	if (p->done_fd < 0 || !p->w) {
+		r = p->done_fd < 0 ? -errno : -ENOMEM;
+		goto fail;
+	}
+	for (unsigned int i = 0; i < conf->threads; i++) {
+		p->w[i].inbox_fd = -1;
+		p->nthreads++;
+		r = worker_init(p, &p->w[i], i);
+		if (r < 0)
+			goto fail;
+	}
+	*ret = p;
+	return 0;
+
+fail:
+	xp_pool_free(p);
+	return r;
+}
+
+int xp_pool_event_fd(const struct xp_pool *p)
+{
+	return p->done_fd;
+}
+
+unsigned int xp_pool_active(const struct xp_pool *p)
+{
+	return p->active;
+}
+
+unsigned int xp_pool_threads(const struct xp_pool *p)
+{
+	return p->nthreads;
+}
+
+void xp_pool_reap(struct xp_pool *p)
+{
+	eventfd_t v;
+
+	(void)eventfd_read(p->done_fd, &v);
+	for (unsigned int i = 0; i < p->nthreads; i++) {
+		struct xp_worker *w = &p->w[i];
+		uint32_t idx;
+
+		while (spsc_pop(&w->outbox, &idx)) {
+			struct xp_link *l = &w->links[idx];
+			struct xp_link_result res = l->res;
+			void *cookie = l->cookie;
+
+			l->cookie = NULL;
+			l->abort_sent = false;
+			w->free_slots[w->nfree++] = idx;
+			p->active--;
+			p->done(cookie, &res, p->arg);
+		}
+	}
+}
+
+int xp_pool_attach(struct xp_pool *p, int fd_a, int fd_b, void *cookie, struct xp_link **ret)
+{
+	struct xp_worker *best = NULL;
+	struct xp_link *l;
+
+	/* The worker with the most free slots carries the fewest links. */
+	for (unsigned int i = 0; i < p->nthreads; i++)
+		if (p->w[i].nfree > 0 && (!best || p->w[i].nfree > best->nfree))
+			best = &p->w[i];
+	if (!best)
+		return -EBUSY;
+	l = &best->links[best->free_slots[--best->nfree]];
+	l->fd[0] = fd_a;
+	l->fd[1] = fd_b;
+	l->cookie = cookie;
+	l->abort_sent = false;
+	p->active++;
+	worker_post(best, MSG(MSG_ATTACH, l->idx));
+	*ret = l;
+	return 0;
+}
+
+void xp_link_abort(struct xp_link *l)
+{
+	if (l->abort_sent)
+		return;
+	l->abort_sent = true;
+	worker_post(l->w, MSG(MSG_ABORT, l->idx));
+}
+
+void xp_link_bytes(const struct xp_link *l, uint64_t out[2])
+{
+	for (int d = 0; d < 2; d++)
+		out[d] = atomic_load_explicit(&l->p[d].bytes, memory_order_relaxed);
+}
+
+unsigned int xp_link_worker(const struct xp_link *l)
+{
+	return l->w->id;
+}

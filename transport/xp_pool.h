@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The data path: a pool of worker threads, one io_uring each, that carry bytes both ways between
+ * two connected sockets (a "link") with splice(2) through a pipe per direction. It makes no policy
+ * decisions; the control thread attaches links, may abort them, and is told when each ends. */
+#ifndef XP_POOL_H
+#define XP_POOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct xp_pool;
+struct xp_link;
+
+struct xp_pool_conf {
+	unsigned int threads;	/* worker threads, one ring each */
+	unsigned int slots;	/* links per worker, fixed at start-up */
+	size_t pipe_size;	/* bytes per direction per link */
+};
+
+enum xp_link_end {
+	XP_END_CLEAN,		/* both directions reached end of stream and were half-closed */
+	XP_END_ERROR,		/* a socket error; err says which */
+	XP_END_ABORTED,		/* xp_link_abort() */
+};
+
+struct xp_link_result {
+	uint64_t bytes[2];	/* [0]: a to b, [1]: b to a */
+	enum xp_link_end end;
+	int err;		/* -errno for XP_END_ERROR */
+	int err_dir;		/* direction that failed */
+};
+
+/* Runs on the control thread, from xp_pool_reap(). The link is gone when it returns. */
+typedef void (*xp_link_done_fn)(void *cookie, const struct xp_link_result *res, void *arg);
+
+int xp_pool_new(const struct xp_pool_conf *conf, xp_link_done_fn done, void *arg,
+		struct xp_pool **ret);
+/* Aborts every link, joins the workers. Takes NULL. */
+void xp_pool_free(struct xp_pool *p);
+/* Readable when finished links wait to be reaped. */
+int xp_pool_event_fd(const struct xp_pool *p);
+void xp_pool_reap(struct xp_pool *p);
+unsigned int xp_pool_active(const struct xp_pool *p);
+unsigned int xp_pool_threads(const struct xp_pool *p);
+
+/* Hands fd_a and fd_b to a worker (ownership moves on success). -EBUSY when all slots are taken. */
+int xp_pool_attach(struct xp_pool *p, int fd_a, int fd_b, void *cookie, struct xp_link **ret);
+/* Asks the worker to cut the link; its done callback follows. Idempotent. */
+void xp_link_abort(struct xp_link *l);
+/* Live byte counters, [0]: a to b, [1]: b to a. */
+void xp_link_bytes(const struct xp_link *l, uint64_t out[2]);
+unsigned int xp_link_worker(const struct xp_link *l);
+
+#endif

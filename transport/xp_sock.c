@@ -1,0 +1,311 @@
+// SPDX-License-Identifier: Apache-2.0
+/* Socket helpers: address parsing and formatting, listeners and non-blocking connects for TCP and
+ * unix sockets. No policy here: callers decide timeouts and retries. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "xp_sock.h"
+
+int xp_addr_from_host(const char *host, unsigned int port, struct xp_addr *ret)
+{
+	struct xp_addr a;
+
+	if (port > 65535)
+		return -EINVAL;
+	memset(&a, 0, sizeof(a));
+	struct sockaddr_in *in4 = (struct sockaddr_in *)&a.ss;
+	struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&a.ss;
+
+	if (inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
+		in4->sin_family = AF_INET;
+		in4->sin_port = htons(port);
+		a.len = sizeof(*in4);
+	} else if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
+		in6->sin6_family = AF_INET6;
+		in6->sin6_port = htons(port);
+		a.len = sizeof(*in6);
+	} else {
+		return -EINVAL;
+	}
+	*ret = a;
+	return 0;
+}
+
+int xp_addr_parse(const char *s, int allow_zero_port, struct xp_addr *ret)
+{
+	char host[INET6_ADDRSTRLEN + 2];
+	const char *colon, *hs = s;
+	size_t hl;
+	char *end;
+	long port;
+
+	if (s[0] == '[') {
+		const char *rb = strchr(s, ']');
+
+		if (!rb || rb[1] != ':')
+			return -EINVAL;
+		hs = s + 1;
+		hl = rb - hs;
+		colon = rb + 1;
+	} else {
+		colon = strrchr(s, ':');
+		if (!colon)
+			return -EINVAL;
+		hl = colon - s;
+	}
+	if (hl == 0 || hl >= sizeof(host))
+		return -EINVAL;
+	memcpy(host, hs, hl);
+	host[hl] = '\0';
+	errno = 0;
+	port = strtol(colon + 1, &end, 10);
+	if (errno || *end || end == colon + 1 || port < 0 || port > 65535 ||
+	    (port == 0 && !allow_zero_port))
+		return -EINVAL;
+	return xp_addr_from_host(host, port, ret);
+}
+
+int xp_addr_host(const struct xp_addr *a, char *buf, size_t len)
+{
+	const void *src;
+
+	if (a->ss.ss_family == AF_INET)
+		src = &((const struct sockaddr_in *)&a->ss)->sin_addr;
+	else if (a->ss.ss_family == AF_INET6)
+		src = &((const struct sockaddr_in6 *)&a->ss)->sin6_addr;
+	else
+		return -EAFNOSUPPORT;
+	if (!inet_ntop(a->ss.ss_family, src, buf, len))
+		return -errno;
+	return 0;
+}
+
+unsigned int xp_addr_port(const struct xp_addr *a)
+{
+	if (a->ss.ss_family == AF_INET)
+		return ntohs(((const struct sockaddr_in *)&a->ss)->sin_port);
+	return ntohs(((const struct sockaddr_in6 *)&a->ss)->sin6_port);
+}
+
+int xp_addr_format(const struct xp_addr *a, char *buf, size_t len)
+{
+	char host[INET6_ADDRSTRLEN];
+	int r = xp_addr_host(a, host, sizeof(host));
+
+	if (r < 0)
+		return r;
+	r = snprintf(buf, len, a->ss.ss_family == AF_INET6 ? "[%s]:%u" : "%s:%u", host,
+		     xp_addr_port(a));
+	return r < (int)len ? 0 : -ENOSPC;
+}
+
+int xp_addr_is_wildcard(const struct xp_addr *a)
+{
+	if (a->ss.ss_family == AF_INET)
+		return ((const struct sockaddr_in *)&a->ss)->sin_addr.s_addr == htonl(INADDR_ANY);
+	return IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)&a->ss)->sin6_addr);
+}
+
+int xp_addr_guess_public(char *buf, size_t len)
+{
+	struct ifaddrs *ifs, *i;
+	int r = -EADDRNOTAVAIL;
+
+	if (getifaddrs(&ifs) < 0)
+		return -errno;
+	for (int fam = 0; fam < 2 && r < 0; fam++) {
+		for (i = ifs; i; i = i->ifa_next) {
+			struct xp_addr a = { 0 };
+
+			if (!i->ifa_addr || (i->ifa_flags & IFF_LOOPBACK) || !(i->ifa_flags & IFF_UP))
+				continue;
+			if (i->ifa_addr->sa_family != (fam == 0 ? AF_INET : AF_INET6))
+				continue;
+			if (fam == 1 && IN6_IS_ADDR_LINKLOCAL(
+						&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr))
+				continue;
+			memcpy(&a.ss, i->ifa_addr,
+			       fam == 0 ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6));
+			r = xp_addr_host(&a, buf, len);
+			if (r == 0)
+				break;
+		}
+	}
+	freeifaddrs(ifs);
+	return r;
+}
+
+int xp_tcp_listen(const struct xp_addr *a, int backlog, int *ret_fd, struct xp_addr *bound)
+{
+	int one = 1, fd, r;
+
+	fd = socket(a->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0)
+		goto fail_errno;
+	if (bind(fd, (const struct sockaddr *)&a->ss, a->len) < 0)
+		goto fail_errno;
+	if (listen(fd, backlog) < 0)
+		goto fail_errno;
+	if (bound) {
+		bound->len = sizeof(bound->ss);
+		if (getsockname(fd, (struct sockaddr *)&bound->ss, &bound->len) < 0)
+			goto fail_errno;
+	}
+	*ret_fd = fd;
+	return 0;
+
+fail_errno:
+	r = -errno;
+	close(fd);
+	return r;
+}
+
+int xp_tcp_connect(const struct xp_addr *a, int *ret_fd)
+{
+	int fd, r;
+
+	fd = socket(a->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (const struct sockaddr *)&a->ss, a->len) == 0) {
+		*ret_fd = fd;
+		return 0;
+	}
+	if (errno == EINPROGRESS) {
+		*ret_fd = fd;
+		return 1;
+	}
+	r = -errno;
+	close(fd);
+	return r;
+}
+
+int xp_sock_error(int fd)
+{
+	int err = 0;
+	socklen_t len = sizeof(err);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+		return -errno;
+	return -err;
+}
+
+static int unix_addr(const char *path, struct sockaddr_un *sun)
+{
+	size_t n = strlen(path);
+
+	memset(sun, 0, sizeof(*sun));
+	sun->sun_family = AF_UNIX;
+	if (n == 0)
+		return -EINVAL;
+	if (n >= sizeof(sun->sun_path))
+		return -ENAMETOOLONG;
+	memcpy(sun->sun_path, path, n);
+	return 0;
+}
+
+int xp_unix_path_ok(const char *path)
+{
+	struct sockaddr_un sun;
+
+	return unix_addr(path, &sun);
+}
+
+int xp_unix_listen(const char *path, int backlog, int *ret_fd)
+{
+	struct sockaddr_un sun;
+	struct stat st;
+	int fd, r;
+
+	r = unix_addr(path, &sun);
+	if (r < 0)
+		return r;
+	/* Replace a stale socket (as KubeVirt does), never another kind of file. */
+	if (lstat(path, &st) == 0) {
+		if (!S_ISSOCK(st.st_mode))
+			return -EEXIST;
+		if (unlink(path) < 0)
+			return -errno;
+	}
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0)
+		goto fail_errno;
+	if (listen(fd, backlog) < 0) {
+		r = -errno;
+		unlink(path);
+		close(fd);
+		return r;
+	}
+	*ret_fd = fd;
+	return 0;
+
+fail_errno:
+	r = -errno;
+	close(fd);
+	return r;
+}
+
+int xp_unix_connect(const char *path, unsigned int timeout_ms, int *ret_fd)
+{
+	struct timeval tv = { .tv_sec = timeout_ms / 1000, .tv_usec = timeout_ms % 1000 * 1000 };
+	struct sockaddr_un sun;
+	int fd, r;
+
+	r = unix_addr(path, &sun);
+	if (r < 0)
+		return r;
+	/*
+	 * A unix connect completes at once unless the listener's backlog is full; then a blocking
+	 * connect bounded by SO_SNDTIMEO waits for the peer's accept, which is simpler than retries.
+	 */
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0 ||
+	    connect(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0 ||
+	    fcntl(fd, F_SETFL, O_NONBLOCK) < 0) {
+		r = errno == EAGAIN || errno == EINPROGRESS ? -ETIMEDOUT : -errno;
+		close(fd);
+		return r;
+	}
+	tv.tv_sec = tv.tv_usec = 0;
+	(void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	*ret_fd = fd;
+	return 0;
+}
+
+int xp_accept(int lfd, int *ret_fd)
+{
+	int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	*ret_fd = fd;
+	return 0;
+}
+
+void xp_close_reset(int fd)
+{
+	struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+
+	if (fd < 0)
+		return;
+	/* Fails harmlessly on unix sockets, where a close is all the peer can see. */
+	(void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+	close(fd);
+}
