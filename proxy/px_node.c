@@ -566,6 +566,12 @@ static void tgt_dispatch(struct px_conn *c, const struct px_preamble *p)
 	conn_list_add(&m->conns, c);
 	m->conns_active++;
 	st = px_order_arrive(port->order, p->seq, c, vm_now_ms());
+	if (st == PX_OK && px_order_failed(port->order)) {
+		/* This one opened, but a parked successor could not: the sequence is broken. */
+		migration_fail(m, "port %u connection %u could not be opened on %s", port->id,
+			       px_order_next(port->order), port->path);
+		return;
+	}
 	if (st == PX_OK) {
 		tgt_order_arm(m);
 		return;
