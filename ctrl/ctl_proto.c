@@ -23,14 +23,35 @@ static int bad(char *err, size_t errlen, const char *fmt, const char *arg)
 	return -EINVAL;
 }
 
+/* A JSON string may hold NUL, where a C string would silently end: refuse it. */
+static int string_value(struct json_object *v, const char **ret)
+{
+	const char *s;
+
+	if (!json_object_is_type(v, json_type_string))
+		return -EINVAL;
+	s = json_object_get_string(v);
+	if (strlen(s) != (size_t)json_object_get_string_len(v))
+		return -EINVAL;
+	*ret = s;
+	return 0;
+}
+
 static int get_string(struct json_object *o, const char *name, const char **ret)
 {
 	struct json_object *v;
 
-	if (!json_object_object_get_ex(o, name, &v) || !json_object_is_type(v, json_type_string))
+	if (!json_object_object_get_ex(o, name, &v))
 		return -EINVAL;
-	*ret = json_object_get_string(v);
-	return 0;
+	return string_value(v, ret);
+}
+
+/* Errors quote client text; keep them to the one line the protocol promises. */
+static void one_line(char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f)
+			*s = '?';
 }
 
 static int parse_key(struct json_object *o, struct ctl_request *req, char *err, size_t errlen)
@@ -38,7 +59,7 @@ static int parse_key(struct json_object *o, struct ctl_request *req, char *err, 
 	const char *key;
 
 	if (get_string(o, "key", &key) < 0)
-		return bad(err, errlen, "missing \"key\" (a string)%s", "");
+		return bad(err, errlen, "missing or bad \"key\" (a string)%s", "");
 	if (!px_key_valid(key))
 		return bad(err, errlen,
 			   "invalid key \"%.40s\": use 1 to 128 characters of A-Z a-z 0-9 . _ -",
@@ -65,9 +86,8 @@ static int parse_sockets(struct json_object *o, struct ctl_request *req, char *e
 
 		if (px_port_parse(name, &p->id) < 0)
 			return bad(err, errlen, "bad port id \"%.20s\": use 0 to 65535", name);
-		if (!json_object_is_type(val, json_type_string))
+		if (string_value(val, &path) < 0)
 			return bad(err, errlen, "the path for port %.20s is not a string", name);
-		path = json_object_get_string(val);
 		if (strlen(path) >= sizeof(p->path))
 			return bad(err, errlen,
 				   "socket path too long (at most 107 bytes): %.60s...", path);
@@ -171,6 +191,8 @@ int ctl_request_parse(const char *text, size_t len, struct ctl_request *ret, cha
 	if (r == 0)
 		*ret = *req;
 out:
+	if (r < 0)
+		one_line(err);
 	json_object_put(o);
 	json_tokener_free(tok);
 	free(req);
@@ -192,9 +214,12 @@ static char *reply_text(struct json_object *o)
 char *ctl_error_reply(const char *msg)
 {
 	struct json_object *o = json_object_new_object();
+	char line[512];
 
+	snprintf(line, sizeof(line), "%s", msg);
+	one_line(line);
 	json_object_object_add(o, "ok", json_object_new_boolean(0));
-	json_object_object_add(o, "error", json_object_new_string(msg));
+	json_object_object_add(o, "error", json_object_new_string(line));
 	return reply_text(o);
 }
 

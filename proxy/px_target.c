@@ -34,6 +34,18 @@ static int fail(char *err, size_t errlen, const char *msg)
 	return -EINVAL;
 }
 
+/* A JSON string may hold NUL; a C string would silently end there, so refuse it. */
+static const char *get_cstring(struct json_object *o, const char *name)
+{
+	struct json_object *v;
+	const char *s;
+
+	if (!json_object_object_get_ex(o, name, &v) || !json_object_is_type(v, json_type_string))
+		return NULL;
+	s = json_object_get_string(v);
+	return strlen(s) == (size_t)json_object_get_string_len(v) ? s : NULL;
+}
+
 static int get_uint(struct json_object *o, const char *name, unsigned int max, unsigned int *ret)
 {
 	struct json_object *v;
@@ -52,7 +64,7 @@ int px_target_from_json(struct json_object *o, struct px_target_info *ret, char 
 			size_t errlen)
 {
 	struct px_target_info t;
-	struct json_object *v, *ports;
+	struct json_object *ports;
 	struct xp_addr a;
 	unsigned int version;
 	const char *s;
@@ -64,14 +76,13 @@ int px_target_from_json(struct json_object *o, struct px_target_info *ret, char 
 		return fail(err, errlen, "missing or bad \"version\"");
 	if (version != PX_TARGET_VERSION)
 		return fail(err, errlen, "unsupported \"version\" (this vmigd speaks 1)");
-	if (!json_object_object_get_ex(o, "key", &v) || !json_object_is_type(v, json_type_string) ||
-	    !px_key_valid(json_object_get_string(v)))
+	s = get_cstring(o, "key");
+	if (!s || !px_key_valid(s))
 		return fail(err, errlen, "missing or bad \"key\"");
-	strcpy(t.key, json_object_get_string(v));
-	if (!json_object_object_get_ex(o, "address", &v) ||
-	    !json_object_is_type(v, json_type_string))
+	strcpy(t.key, s);
+	s = get_cstring(o, "address");
+	if (!s)
 		return fail(err, errlen, "missing \"address\"");
-	s = json_object_get_string(v);
 	if (strlen(s) >= sizeof(t.address) || xp_addr_from_host(s, 1, &a) < 0)
 		return fail(err, errlen, "\"address\" is not a numeric IP address");
 	strcpy(t.address, s);
@@ -103,14 +114,16 @@ int px_target_from_json(struct json_object *o, struct px_target_info *ret, char 
 
 int px_port_parse(const char *s, uint32_t *ret)
 {
-	char *end;
-	long n;
+	uint32_t n = 0;
 
-	if (!*s || *s == '-' || *s == '+')
+	if (!*s || strlen(s) > 5)
 		return -EINVAL;
-	errno = 0;
-	n = strtol(s, &end, 10);
-	if (errno || *end || n < 0 || n > PX_PORT_MAX)
+	for (; *s; s++) {
+		if (*s < '0' || *s > '9')
+			return -EINVAL;
+		n = n * 10 + (*s - '0');
+	}
+	if (n > PX_PORT_MAX)
 		return -EINVAL;
 	*ret = n;
 	return 0;

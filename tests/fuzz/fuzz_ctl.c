@@ -1,0 +1,153 @@
+// SPDX-License-Identifier: Apache-2.0
+/* libFuzzer target for control requests: ctl_request_parse() on raw bytes (not NUL-terminated),
+ * then the error reply for what it refuses. Nothing is executed against a node. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <json-c/json.h>
+#include <string.h>
+
+#include "ctl_proto.h"
+#include "fuzz.h"
+
+static void check_target(const struct ctl_request *req)
+{
+	const struct px_target_info *t = &req->target;
+	unsigned char addr[16];
+
+	FUZZ_CHECK(strcmp(t->key, req->key) == 0);
+	FUZZ_CHECK(inet_pton(AF_INET, t->address, addr) == 1 ||
+		   inet_pton(AF_INET6, t->address, addr) == 1);
+	FUZZ_CHECK(t->port >= 1 && t->port <= 65535);
+	FUZZ_CHECK(t->nports >= 1 && t->nports <= PX_PORTS_MAX);
+	for (unsigned int i = 0; i < t->nports; i++) {
+		FUZZ_CHECK(t->ports[i] <= PX_PORT_MAX);
+		for (unsigned int j = 0; j < i; j++)
+			FUZZ_CHECK(t->ports[i] != t->ports[j]);
+	}
+	FUZZ_CHECK(strnlen(req->dir, sizeof(req->dir)) < sizeof(req->dir));
+	FUZZ_CHECK(req->delay_first_ms <= 600000);
+}
+
+static void check_accepted(const struct ctl_request *req, size_t size)
+{
+	FUZZ_CHECK(size <= CTL_REQUEST_MAX);
+	switch (req->op) {
+	case CTL_LIST:
+	case CTL_STATUS:
+		return;
+	case CTL_TARGET_STOP:
+	case CTL_SOURCE_STOP:
+		FUZZ_CHECK(px_key_valid(req->key));
+		return;
+	case CTL_TARGET_START:
+		FUZZ_CHECK(px_key_valid(req->key));
+		FUZZ_CHECK(req->nports >= 1 && req->nports <= PX_PORTS_MAX);
+		for (unsigned int i = 0; i < req->nports; i++) {
+			FUZZ_CHECK(req->ports[i].id <= PX_PORT_MAX);
+			FUZZ_CHECK(strnlen(req->ports[i].path, sizeof(req->ports[i].path)) <
+				   sizeof(req->ports[i].path));
+		}
+		return;
+	case CTL_SOURCE_START:
+		FUZZ_CHECK(px_key_valid(req->key));
+		check_target(req);
+		return;
+	}
+	FUZZ_CHECK(!"op out of range");
+}
+
+/* A string field of the request, taken whole: a NUL inside does not cut it short. */
+static void check_string(struct json_object *o, const char *name, const char *got)
+{
+	struct json_object *v;
+
+	FUZZ_CHECK(json_object_object_get_ex(o, name, &v));
+	if (!fuzz_skip("nul"))
+		FUZZ_CHECK((size_t)json_object_get_string_len(v) == strlen(got));
+	FUZZ_CHECK(strncmp(json_object_get_string(v), got, strlen(got)) == 0);
+}
+
+/* What was accepted is what the text says, read again independently of ctl_proto.c. */
+static void check_exact(const uint8_t *data, size_t size, const struct ctl_request *req)
+{
+	struct json_tokener *tok = json_tokener_new();
+	struct json_object *o, *socks;
+	unsigned int i = 0;
+
+	FUZZ_CHECK(tok != NULL);
+	o = json_tokener_parse_ex(tok, (const char *)data, size);
+	json_tokener_free(tok);
+	FUZZ_CHECK(o != NULL && json_object_is_type(o, json_type_object));
+	if (req->op != CTL_LIST && req->op != CTL_STATUS)
+		check_string(o, "key", req->key);
+	if (req->op == CTL_SOURCE_START)
+		check_string(o, "dir", req->dir);
+	if (req->op == CTL_TARGET_START) {
+		FUZZ_CHECK(json_object_object_get_ex(o, "sockets", &socks));
+		FUZZ_CHECK(json_object_object_length(socks) == (int)req->nports);
+		json_object_object_foreach(socks, name, val)
+		{
+			uint32_t id;
+
+			/* A PORTID is written in digits only: no sign, no white space. */
+			if (!fuzz_skip("portid"))
+				FUZZ_CHECK(strspn(name, "0123456789") == strlen(name));
+			FUZZ_CHECK(px_port_parse(name, &id) == 0 && id == req->ports[i].id);
+			if (!fuzz_skip("nul"))
+				FUZZ_CHECK((size_t)json_object_get_string_len(val) ==
+					   strlen(req->ports[i].path));
+			FUZZ_CHECK(strncmp(json_object_get_string(val), req->ports[i].path,
+					   sizeof(req->ports[i].path)) == 0);
+			i++;
+		}
+	}
+	json_object_put(o);
+}
+
+/* The reply the daemon sends for a refusal: one JSON object on one line, carrying err. */
+static void check_error_reply(const char *err)
+{
+	char *reply = ctl_error_reply(err);
+	struct json_object *o, *v;
+	size_t n;
+
+	FUZZ_CHECK(reply != NULL);
+	n = strlen(reply);
+	FUZZ_CHECK(n > 0 && reply[n - 1] == '\n' && strchr(reply, '\n') == reply + n - 1);
+	o = json_tokener_parse(reply);
+	FUZZ_CHECK(o != NULL && json_object_is_type(o, json_type_object));
+	FUZZ_CHECK(json_object_object_get_ex(o, "ok", &v) && !json_object_get_boolean(v));
+	FUZZ_CHECK(json_object_object_get_ex(o, "error", &v) &&
+		   strcmp(json_object_get_string(v), err) == 0);
+	json_object_put(o);
+	free(reply);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct ctl_request *req = malloc(sizeof(*req)), *canary = malloc(sizeof(*req));
+	char err[512];
+	int r;
+
+	FUZZ_CHECK(req != NULL && canary != NULL);
+	memset(req, 0x5a, sizeof(*req));
+	memcpy(canary, req, sizeof(*req));
+	memset(err, 0, sizeof(err));
+	r = ctl_request_parse((const char *)data, size, req, err, sizeof(err));
+	if (r == 0) {
+		check_accepted(req, size);
+		check_exact(data, size, req);
+	} else {
+		FUZZ_CHECK(r == -EINVAL);
+		/* *req is filled only on success; the reason is one non-empty line. */
+		FUZZ_CHECK(memcmp(req, canary, sizeof(*req)) == 0);
+		FUZZ_CHECK(memchr(err, '\0', sizeof(err)) != NULL);
+		FUZZ_CHECK(err[0] != '\0');
+		if (!fuzz_skip("oneline"))
+			FUZZ_CHECK(strchr(err, '\n') == NULL);
+		check_error_reply(err);
+	}
+	free(canary);
+	free(req);
+	return 0;
+}

@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: Apache-2.0
+/* libFuzzer target for the node-hop codec: px_preamble_decode() on every prefix of the input,
+ * and px_reply_decode(). Checks that decoding is consistent as bytes trickle in, re-encodes. */
+#include <errno.h>
+#include <string.h>
+
+#include "fuzz.h"
+#include "px_preamble.h"
+
+/* Decodes from an exactly-sized heap copy, so ASan catches any read past len. */
+static int decode_prefix(const uint8_t *data, size_t len, struct px_preamble *p)
+{
+	uint8_t *copy = malloc(len ? len : 1);
+	int r;
+
+	FUZZ_CHECK(copy != NULL);
+	memcpy(copy, data, len);
+	r = px_preamble_decode(copy, len, p);
+	free(copy);
+	return r;
+}
+
+static void check_success(const uint8_t *data, int r, const struct px_preamble *p)
+{
+	uint8_t buf[PX_PREAMBLE_MAX];
+	size_t kl = strnlen(p->key, sizeof(p->key));
+
+	FUZZ_CHECK(r > PX_PREAMBLE_FIXED && r <= PX_PREAMBLE_MAX);
+	FUZZ_CHECK(kl == (size_t)r - PX_PREAMBLE_FIXED);
+	FUZZ_CHECK(p->version == PX_PROTO_VERSION);
+	FUZZ_CHECK(p->port <= PX_PORT_MAX);
+	FUZZ_CHECK(px_key_valid(p->key));
+	/* What decodes re-encodes to the very same bytes. */
+	FUZZ_CHECK(px_preamble_encode(p, buf, sizeof(buf)) == r);
+	FUZZ_CHECK(memcmp(buf, data, r) == 0);
+}
+
+static void fuzz_preamble(const uint8_t *data, size_t size)
+{
+	/* The decoder never looks further than this; one more byte shows that it does not. */
+	size_t max = size < PX_PREAMBLE_MAX + 1 ? size : PX_PREAMBLE_MAX + 1;
+	int first = 0; /* the first nonzero answer, and the prefix length it came at */
+	size_t first_at = 0;
+
+	for (size_t len = 0; len <= max; len++) {
+		struct px_preamble p, canary;
+		int r;
+
+		memset(&p, 0xa5, sizeof(p));
+		canary = p;
+		r = decode_prefix(data, len, &p);
+		FUZZ_CHECK(r == 0 || r == -PX_ERR_MALFORMED || r == -PX_ERR_VERSION ||
+			   r > PX_PREAMBLE_FIXED);
+		if (r <= 0)
+			/* *ret is written only on success. */
+			FUZZ_CHECK(memcmp(&p, &canary, sizeof(p)) == 0);
+		if (first != 0) {
+			/* An answer, once given, does not change as more bytes arrive. */
+			FUZZ_CHECK(r == first);
+			continue;
+		}
+		if (r == 0) {
+			/* "Need more" only while a complete preamble cannot be there yet. */
+			FUZZ_CHECK(len < PX_PREAMBLE_MAX);
+			continue;
+		}
+		first = r;
+		first_at = len;
+		if (r > 0) {
+			/* Success exactly when its last byte arrives, not later. */
+			FUZZ_CHECK((size_t)r == len);
+			check_success(data, r, &p);
+		}
+	}
+	/* Garbage is refused at its first byte that cannot belong to a preamble. */
+	for (size_t i = 0; i < 4 && i < size; i++) {
+		if (data[i] != (uint8_t)(PX_PREAMBLE_MAGIC >> (24 - 8 * i))) {
+			FUZZ_CHECK(first == -PX_ERR_MALFORMED && first_at == i + 1);
+			break;
+		}
+	}
+	/* A wrong version is refused once the version field is there, and only then. */
+	if (first == -PX_ERR_VERSION)
+		FUZZ_CHECK(first_at == 6 && (data[4] << 8 | data[5]) != PX_PROTO_VERSION);
+	if (size >= 6 && memcmp(data, "VMGP", 4) == 0 &&
+	    (data[4] << 8 | data[5]) != PX_PROTO_VERSION)
+		FUZZ_CHECK(first == -PX_ERR_VERSION);
+	if (size > max) {
+		struct px_preamble p;
+
+		FUZZ_CHECK(decode_prefix(data, size, &p) == first);
+	}
+}
+
+static void fuzz_reply(const uint8_t *data, size_t size)
+{
+	size_t max = size < PX_REPLY_LEN + 1 ? size : PX_REPLY_LEN + 1;
+
+	for (size_t len = 0; len <= max; len++) {
+		uint8_t *copy = malloc(len ? len : 1), buf[PX_REPLY_LEN];
+		enum px_status st = (enum px_status)0x7777;
+		int r;
+
+		FUZZ_CHECK(copy != NULL);
+		memcpy(copy, data, len);
+		r = px_reply_decode(copy, len, &st);
+		free(copy);
+		if (len < PX_REPLY_LEN) {
+			FUZZ_CHECK(r == 0);
+			FUZZ_CHECK(st == (enum px_status)0x7777);
+			continue;
+		}
+		if (r == -EBADMSG) {
+			FUZZ_CHECK(st == (enum px_status)0x7777);
+			FUZZ_CHECK(memcmp(data, "VMGR\0\1", 6) != 0);
+			continue;
+		}
+		FUZZ_CHECK(r == PX_REPLY_LEN);
+		px_reply_encode(st, buf);
+		FUZZ_CHECK(memcmp(buf, data, PX_REPLY_LEN) == 0);
+	}
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	fuzz_preamble(data, size);
+	fuzz_reply(data, size);
+	return 0;
+}

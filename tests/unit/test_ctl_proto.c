@@ -1,0 +1,592 @@
+// SPDX-License-Identifier: Apache-2.0
+/* Unit tests for control request parsing (ctrl/ctl_proto.h): each op with every field checked,
+ * and each way a request is refused with a one-line message. ctl_execute() is not run here. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <json-c/json.h>
+
+#include "ctl_proto.h"
+
+/* The target JSON that `target start` prints, for source-start requests. */
+#define TARGET_JSON(key)                                                                           \
+	"{\"version\":1,\"key\":\"" key "\",\"address\":\"198.18.0.2\",\"port\":40123,"            \
+	"\"ports\":[49152,0]}"
+
+static int parse(const char *text, struct ctl_request *req, char *err, size_t errlen)
+{
+	return ctl_request_parse(text, strlen(text), req, err, errlen);
+}
+
+static struct ctl_request *parse_ok(const char *text)
+{
+	struct ctl_request *req = calloc(1, sizeof(*req));
+	char err[512] = "";
+
+	assert_non_null(req);
+	memset(req, 0x5a, sizeof(*req));
+	if (parse(text, req, err, sizeof(err)) != 0)
+		fail_msg("refused (%s): %s", err, text);
+	return req;
+}
+
+/* Returns 0 when text is refused as it should be, else prints why and returns -1. */
+static int try_reject_len(const char *text, size_t len, const char *what)
+{
+	struct ctl_request *req = malloc(sizeof(*req)), *canary = malloc(sizeof(*req));
+	char err[512];
+	int r, ret = -1;
+
+	assert_non_null(req);
+	assert_non_null(canary);
+	memset(req, 0x77, sizeof(*req));
+	memcpy(canary, req, sizeof(*req));
+	memset(err, 0, sizeof(err));
+	r = ctl_request_parse(text, len, req, err, sizeof(err));
+	if (r != -EINVAL)
+		print_error("%s: got %d, want -EINVAL: %.200s\n", what, r, text);
+	else if (err[0] == '\0')
+		print_error("%s: empty error message\n", what);
+	else if (strchr(err, '\n'))
+		print_error("%.200s: error message is not one line: \"%s\"\n", what, err);
+	else if (memcmp(req, canary, sizeof(*req)) != 0)
+		print_error("%s: *req written on failure\n", what); /* filled only on success */
+	else
+		ret = 0;
+	free(canary);
+	free(req);
+	return ret;
+}
+
+static void check_reject_len(const char *text, size_t len, const char *what)
+{
+	if (try_reject_len(text, len, what) < 0)
+		fail();
+}
+
+static void check_reject(const char *text)
+{
+	check_reject_len(text, strlen(text), text);
+}
+
+static void test_target_start(void **state)
+{
+	struct ctl_request *req = parse_ok("{\"op\":\"target-start\",\"key\":\"vm-1\",\"sockets\":"
+					   "{\"49152\":\"/run/vm/a.sock\",\"0\":\"/run/vm/b.sock\","
+					   "\"65535\":\"/c\"}}");
+
+	assert_int_equal(req->op, CTL_TARGET_START);
+	assert_string_equal(req->key, "vm-1");
+	assert_int_equal(req->nports, 3);
+	/* In the order of the request, not sorted. */
+	assert_int_equal(req->ports[0].id, 49152);
+	assert_string_equal(req->ports[0].path, "/run/vm/a.sock");
+	assert_int_equal(req->ports[1].id, 0);
+	assert_string_equal(req->ports[1].path, "/run/vm/b.sock");
+	assert_int_equal(req->ports[2].id, 65535);
+	assert_string_equal(req->ports[2].path, "/c");
+	free(req);
+
+	req = parse_ok("{\"sockets\":{\"7\":\"/x\"},\"key\":\"K\",\"op\":\"target-start\"}");
+	assert_int_equal(req->op, CTL_TARGET_START);
+	assert_string_equal(req->key, "K");
+	assert_int_equal(req->nports, 1);
+	assert_int_equal(req->ports[0].id, 7);
+	assert_string_equal(req->ports[0].path, "/x");
+	free(req);
+}
+
+static void test_target_start_limits(void **state)
+{
+	char text[4096], path[128];
+	struct ctl_request *req;
+	size_t n;
+
+	/* Eight sockets is the most. */
+	n = snprintf(text, sizeof(text), "{\"op\":\"target-start\",\"key\":\"vm\",\"sockets\":{");
+	for (int i = 0; i < 8; i++)
+		n += snprintf(text + n, sizeof(text) - n, "%s\"%d\":\"/s%d\"", i ? "," : "",
+			      49152 + i, i);
+	snprintf(text + n, sizeof(text) - n, "}}");
+	req = parse_ok(text);
+	assert_int_equal(req->nports, 8);
+	for (int i = 0; i < 8; i++) {
+		char want[8];
+
+		snprintf(want, sizeof(want), "/s%d", i);
+		assert_int_equal(req->ports[i].id, 49152 + i);
+		assert_string_equal(req->ports[i].path, want);
+	}
+	free(req);
+
+	/* A 107-byte path fits sun_path with its NUL. */
+	memset(path, 'p', 107);
+	path[0] = '/';
+	path[107] = '\0';
+	snprintf(text, sizeof(text),
+		 "{\"op\":\"target-start\",\"key\":\"vm\",\"sockets\":{\"1\":\"%s\"}}", path);
+	req = parse_ok(text);
+	assert_int_equal(req->nports, 1);
+	assert_string_equal(req->ports[0].path, path);
+	free(req);
+}
+
+static void test_stop_ops(void **state)
+{
+	struct ctl_request *req = parse_ok("{\"op\":\"target-stop\",\"key\":\"vm-1\"}");
+
+	assert_int_equal(req->op, CTL_TARGET_STOP);
+	assert_string_equal(req->key, "vm-1");
+	free(req);
+	req = parse_ok("{\"op\":\"source-stop\",\"key\":\"A.b_C-9\"}");
+	assert_int_equal(req->op, CTL_SOURCE_STOP);
+	assert_string_equal(req->key, "A.b_C-9");
+	free(req);
+}
+
+static void test_source_start(void **state)
+{
+	struct ctl_request *req;
+
+	req = parse_ok("{\"op\":\"source-start\",\"key\":\"vm-1\",\"target\":" TARGET_JSON(
+		"vm-1") ",\"dir\":\"/var/lib/libvirt/qemu\",\"test_delay_first_ms\":250}");
+	assert_int_equal(req->op, CTL_SOURCE_START);
+	assert_string_equal(req->key, "vm-1");
+	assert_string_equal(req->target.key, "vm-1");
+	assert_string_equal(req->target.address, "198.18.0.2");
+	assert_int_equal(req->target.port, 40123);
+	assert_int_equal(req->target.nports, 2);
+	assert_int_equal(req->target.ports[0], 49152);
+	assert_int_equal(req->target.ports[1], 0);
+	assert_string_equal(req->dir, "/var/lib/libvirt/qemu");
+	assert_int_equal(req->delay_first_ms, 250);
+	free(req);
+
+	/* test_delay_first_ms is optional and defaults to 0. */
+	req = parse_ok("{\"op\":\"source-start\",\"key\":\"vm-1\",\"target\":" TARGET_JSON(
+		"vm-1") ",\"dir\":\"/base\"}");
+	assert_int_equal(req->op, CTL_SOURCE_START);
+	assert_string_equal(req->dir, "/base");
+	assert_int_equal(req->delay_first_ms, 0);
+	free(req);
+
+	req = parse_ok("{\"op\":\"source-start\",\"key\":\"vm-1\",\"target\":" TARGET_JSON(
+		"vm-1") ",\"dir\":\"/base\",\"test_delay_first_ms\":0}");
+	assert_int_equal(req->delay_first_ms, 0);
+	free(req);
+	req = parse_ok("{\"op\":\"source-start\",\"key\":\"vm-1\",\"target\":" TARGET_JSON(
+		"vm-1") ",\"dir\":\"/base\",\"test_delay_first_ms\":600000}");
+	assert_int_equal(req->delay_first_ms, 600000);
+	free(req);
+
+	/* An IPv6 target. */
+	req = parse_ok("{\"op\":\"source-start\",\"key\":\"k\",\"dir\":\"/b\",\"target\":"
+		       "{\"version\":1,\"key\":\"k\",\"address\":\"2001:db8::2\",\"port\":1,"
+		       "\"ports\":[0]}}");
+	assert_string_equal(req->target.address, "2001:db8::2");
+	assert_int_equal(req->target.port, 1);
+	assert_int_equal(req->target.nports, 1);
+	assert_int_equal(req->target.ports[0], 0);
+	free(req);
+}
+
+static void test_list_status(void **state)
+{
+	struct ctl_request *req = parse_ok("{\"op\":\"list\"}");
+
+	assert_int_equal(req->op, CTL_LIST);
+	free(req);
+	req = parse_ok("{\"op\":\"status\"}");
+	assert_int_equal(req->op, CTL_STATUS);
+	free(req);
+	/* Extra fields are ignored. */
+	req = parse_ok("{\"op\":\"status\",\"verbose\":true}");
+	assert_int_equal(req->op, CTL_STATUS);
+	free(req);
+}
+
+static void test_trailing(void **state)
+{
+	struct ctl_request *req;
+
+	/* What vmigctl sends: the object and a newline. */
+	req = parse_ok("{\"op\":\"list\"}\n");
+	assert_int_equal(req->op, CTL_LIST);
+	free(req);
+	req = parse_ok("{\"op\":\"list\"}\r\n");
+	assert_int_equal(req->op, CTL_LIST);
+	free(req);
+	req = parse_ok("  {\"op\":\"target-stop\",\"key\":\"k\"}  \n");
+	assert_int_equal(req->op, CTL_TARGET_STOP);
+	free(req);
+
+	check_reject("{\"op\":\"list\"}x");
+	check_reject("{\"op\":\"list\"}\nx");
+	check_reject("{\"op\":\"list\"}{\"op\":\"list\"}");
+	check_reject("{\"op\":\"list\"}\n{\"op\":\"status\"}\n");
+	check_reject("{\"op\":\"list\"}]");
+	/* A NUL after the object is trailing data too. */
+	check_reject_len("{\"op\":\"list\"}\0", 14, "trailing NUL");
+	/* The length is what counts, not a NUL: a cut-off request is refused. */
+	check_reject_len("{\"op\":\"list\"}", 12, "cut short");
+}
+
+static void test_not_json(void **state)
+{
+	check_reject("");
+	check_reject("\n");
+	check_reject("list");
+	check_reject("{");
+	check_reject("{\"op\":\"list\"");
+	check_reject("{\"op\":list}");
+	check_reject("\x01\x02\x03");
+	check_reject_len("\0{\"op\":\"list\"}", 14, "leading NUL");
+}
+
+static void test_not_object(void **state)
+{
+	check_reject("[{\"op\":\"list\"}]");
+	check_reject("[]\n");
+	check_reject("\"list\"\n");
+	check_reject("42\n");
+	check_reject("null\n");
+	check_reject("true\n");
+}
+
+static void test_op(void **state)
+{
+	check_reject("{}");
+	check_reject("{\"key\":\"vm\"}");
+	check_reject("{\"op\":null}");
+	check_reject("{\"op\":1}");
+	check_reject("{\"op\":[\"list\"]}");
+	check_reject("{\"op\":{\"list\":1}}");
+	check_reject("{\"op\":\"\"}");
+	check_reject("{\"op\":\"LIST\"}");
+	check_reject("{\"op\":\"list \"}");
+	check_reject("{\"op\":\"target_start\",\"key\":\"vm\",\"sockets\":{\"1\":\"/a\"}}");
+	check_reject("{\"op\":\"migrate\"}");
+	check_reject("{\"OP\":\"list\"}");
+}
+
+static void test_key(void **state)
+{
+	static const char *const ops[] = {"target-stop", "source-stop"};
+	char text[512], key[PX_KEY_MAX + 2];
+
+	for (size_t i = 0; i < 2; i++) {
+		snprintf(text, sizeof(text), "{\"op\":\"%s\"}", ops[i]);
+		check_reject(text);
+		snprintf(text, sizeof(text), "{\"op\":\"%s\",\"key\":null}", ops[i]);
+		check_reject(text);
+		snprintf(text, sizeof(text), "{\"op\":\"%s\",\"key\":42}", ops[i]);
+		check_reject(text);
+		snprintf(text, sizeof(text), "{\"op\":\"%s\",\"key\":\"\"}", ops[i]);
+		check_reject(text);
+		snprintf(text, sizeof(text), "{\"op\":\"%s\",\"key\":\"a b\"}", ops[i]);
+		check_reject(text);
+		snprintf(text, sizeof(text), "{\"op\":\"%s\",\"key\":\"../etc\"}", ops[i]);
+		check_reject(text);
+	}
+	check_reject("{\"op\":\"target-start\",\"sockets\":{\"1\":\"/a\"}}");
+	check_reject("{\"op\":\"target-start\",\"key\":\"a/b\",\"sockets\":{\"1\":\"/a\"}}");
+	check_reject("{\"op\":\"source-start\",\"target\":" TARGET_JSON("vm") ",\"dir\":\"/b\"}");
+	check_reject("{\"op\":\"source-start\",\"key\":\"v m\",\"target\":" TARGET_JSON(
+		"vm") ",\"dir\":\"/b\"}");
+
+	memset(key, 'k', PX_KEY_MAX + 1);
+	key[PX_KEY_MAX + 1] = '\0';
+	snprintf(text, sizeof(text), "{\"op\":\"target-stop\",\"key\":\"%s\"}", key);
+	check_reject(text);
+	key[PX_KEY_MAX] = '\0';
+	snprintf(text, sizeof(text), "{\"op\":\"target-stop\",\"key\":\"%s\"}", key);
+	free(parse_ok(text));
+}
+
+#define TS "{\"op\":\"target-start\",\"key\":\"vm\","
+
+static void test_sockets(void **state)
+{
+	char text[4096], path[256];
+	size_t n;
+
+	check_reject(TS "\"x\":1}");
+	check_reject(TS "\"sockets\":null}");
+	check_reject(TS "\"sockets\":{}}");
+	check_reject(TS "\"sockets\":[]}");
+	check_reject(TS "\"sockets\":[\"/a\"]}");
+	check_reject(TS "\"sockets\":\"1=/a\"}");
+	/* Bad port ids. */
+	check_reject(TS "\"sockets\":{\"\":\"/a\"}}");
+	check_reject(TS "\"sockets\":{\"-1\":\"/a\"}}");
+	check_reject(TS "\"sockets\":{\"65536\":\"/a\"}}");
+	check_reject(TS "\"sockets\":{\"x\":\"/a\"}}");
+	check_reject(TS "\"sockets\":{\"12a\":\"/a\"}}");
+	check_reject(TS "\"sockets\":{\"+5\":\"/a\"}}");
+	check_reject(TS "\"sockets\":{\"1\":\"/a\",\"abc\":\"/b\"}}");
+	/* Paths must be strings. */
+	check_reject(TS "\"sockets\":{\"1\":1}}");
+	check_reject(TS "\"sockets\":{\"1\":null}}");
+	check_reject(TS "\"sockets\":{\"1\":[\"/a\"]}}");
+	check_reject(TS "\"sockets\":{\"1\":\"/a\",\"2\":{}}}");
+	/* Nine sockets. */
+	n = snprintf(text, sizeof(text), TS "\"sockets\":{");
+	for (int i = 0; i < 9; i++)
+		n += snprintf(text + n, sizeof(text) - n, "%s\"%d\":\"/s%d\"", i ? "," : "", i, i);
+	snprintf(text + n, sizeof(text) - n, "}}");
+	check_reject(text);
+	/* Paths of 108 bytes and more do not fit sun_path. */
+	static const size_t lens[] = {108, 109, 200};
+
+	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+		memset(path, 'p', lens[i]);
+		path[0] = '/';
+		path[lens[i]] = '\0';
+		snprintf(text, sizeof(text), TS "\"sockets\":{\"1\":\"%s\"}}", path);
+		check_reject(text);
+	}
+}
+
+#define SS "{\"op\":\"source-start\",\"key\":\"vm\","
+
+static void test_source_start_bad(void **state)
+{
+	char text[8192], dir[CTL_DIR_MAX + 1];
+
+	/* Target missing, or not a valid target. */
+	check_reject(SS "\"dir\":\"/b\"}");
+	check_reject(SS "\"target\":null,\"dir\":\"/b\"}");
+	check_reject(SS "\"target\":\""
+			"vm"
+			"\",\"dir\":\"/b\"}");
+	check_reject(SS "\"target\":[],\"dir\":\"/b\"}");
+	check_reject(SS "\"target\":{},\"dir\":\"/b\"}");
+	check_reject(SS "\"target\":{\"version\":2,\"key\":\"vm\",\"address\":\"198.18.0.2\","
+			"\"port\":40123,\"ports\":[0]},\"dir\":\"/b\"}");
+	check_reject(SS "\"target\":{\"version\":1,\"key\":\"vm\",\"address\":\"node2\","
+			"\"port\":40123,\"ports\":[0]},\"dir\":\"/b\"}");
+	check_reject(SS "\"target\":{\"version\":1,\"key\":\"vm\",\"address\":\"198.18.0.2\","
+			"\"port\":0,\"ports\":[0]},\"dir\":\"/b\"}");
+	check_reject(SS "\"target\":{\"version\":1,\"key\":\"vm\",\"address\":\"198.18.0.2\","
+			"\"port\":40123,\"ports\":[]},\"dir\":\"/b\"}");
+	/* The target JSON of another migration. */
+	check_reject(SS "\"target\":" TARGET_JSON("vm-other") ",\"dir\":\"/b\"}");
+	check_reject(SS "\"target\":" TARGET_JSON("VM") ",\"dir\":\"/b\"}");
+	check_reject(SS "\"target\":" TARGET_JSON("v") ",\"dir\":\"/b\"}");
+	/* dir missing or not a string. */
+	check_reject(SS "\"target\":" TARGET_JSON("vm") "}");
+	check_reject(SS "\"target\":" TARGET_JSON("vm") ",\"dir\":null}");
+	check_reject(SS "\"target\":" TARGET_JSON("vm") ",\"dir\":1}");
+	check_reject(SS "\"target\":" TARGET_JSON("vm") ",\"dir\":[\"/b\"]}");
+	/* dir longer than PATH_MAX. */
+	memset(dir, 'd', CTL_DIR_MAX);
+	dir[0] = '/';
+	dir[CTL_DIR_MAX] = '\0';
+	snprintf(text, sizeof(text), SS "\"target\":" TARGET_JSON("vm") ",\"dir\":\"%s\"}", dir);
+	check_reject(text);
+	/* Bad test_delay_first_ms. */
+	check_reject(SS
+		     "\"target\":" TARGET_JSON("vm") ",\"dir\":\"/b\",\"test_delay_first_ms\":-1}");
+	check_reject(SS "\"target\":" TARGET_JSON(
+		"vm") ",\"dir\":\"/b\",\"test_delay_first_ms\":600001}");
+	check_reject(SS "\"target\":" TARGET_JSON(
+		"vm") ",\"dir\":\"/b\",\"test_delay_first_ms\":4294967296}");
+	check_reject(SS "\"target\":" TARGET_JSON(
+		"vm") ",\"dir\":\"/b\",\"test_delay_first_ms\":\"100\"}");
+	check_reject(
+		SS "\"target\":" TARGET_JSON("vm") ",\"dir\":\"/b\",\"test_delay_first_ms\":1.5}");
+	check_reject(
+		SS "\"target\":" TARGET_JSON("vm") ",\"dir\":\"/b\",\"test_delay_first_ms\":null}");
+	check_reject(
+		SS "\"target\":" TARGET_JSON("vm") ",\"dir\":\"/b\",\"test_delay_first_ms\":true}");
+}
+
+static void test_source_start_key_message(void **state)
+{
+	struct ctl_request *req = malloc(sizeof(*req));
+	char err[512] = "";
+
+	assert_non_null(req);
+	assert_int_equal(parse("{\"op\":\"source-start\",\"key\":\"alpha\",\"target\":" TARGET_JSON(
+				       "beta") ",\"dir\":\"/b\"}",
+			       req, err, sizeof(err)),
+			 -EINVAL);
+	/* Names both keys, so the operator sees which paste went wrong. */
+	assert_non_null(strstr(err, "alpha"));
+	assert_non_null(strstr(err, "beta"));
+	free(req);
+}
+
+static char *big_request(size_t len)
+{
+	static const char head[] = "{\"op\":\"list\",\"pad\":\"";
+	static const char tail[] = "\"}\n";
+	char *text = malloc(len + 1);
+
+	assert_non_null(text);
+	assert_true(len > sizeof(head) + sizeof(tail));
+	memcpy(text, head, sizeof(head) - 1);
+	memset(text + sizeof(head) - 1, 'x', len - (sizeof(head) - 1) - (sizeof(tail) - 1));
+	memcpy(text + len - (sizeof(tail) - 1), tail, sizeof(tail) - 1);
+	text[len] = '\0';
+	return text;
+}
+
+static void test_too_large(void **state)
+{
+	char *text = big_request(CTL_REQUEST_MAX + 1);
+	struct ctl_request *req;
+	char err[512] = "";
+
+	assert_int_equal(strlen(text), CTL_REQUEST_MAX + 1);
+	check_reject(text);
+	req = malloc(sizeof(*req));
+	assert_non_null(req);
+	assert_int_equal(parse(text, req, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "64 KiB"));
+	free(text);
+	text = big_request(1 << 20);
+	check_reject(text);
+	free(text);
+	/* Exactly 64 KiB is not over the limit. */
+	text = big_request(CTL_REQUEST_MAX);
+	assert_int_equal(parse(text, req, err, sizeof(err)), 0);
+	assert_int_equal(req->op, CTL_LIST);
+	free(text);
+	free(req);
+}
+
+static void test_err_small_buffer(void **state)
+{
+	struct ctl_request *req = malloc(sizeof(*req));
+	char err[8];
+
+	assert_non_null(req);
+	memset(err, 'z', sizeof(err));
+	/* A short err buffer gets a truncated, terminated message, and nothing past it. */
+	assert_int_equal(ctl_request_parse("{\"op\":\"nope\"}", 13, req, err, 6), -EINVAL);
+	assert_int_equal(strlen(err), 5);
+	assert_int_equal(err[6], 'z');
+	assert_int_equal(err[7], 'z');
+	free(req);
+}
+
+/*
+ * What the client sent is echoed into some messages; the reply must still be one line
+ * (doc/interfaces.md: "error":"one clear line"; vmigctl prints it as one line on stderr).
+ */
+static void test_err_one_line_with_newlines_in_input(void **state)
+{
+	static const char *const cases[] = {
+		"{\"op\":\"list\\nstatus\"}",
+		"{\"op\":\"target-stop\",\"key\":\"a\\nb\"}",
+		TS "\"sockets\":{\"1\\n\":\"/a\"}}",
+		TS "\"sockets\":{\"1\":\"/a\\n"
+		   "pppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppp"
+		   "pppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppp\"}}",
+	};
+	int bad = 0;
+
+	/* All of them, so that one run names every message that breaks the line. */
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		bad += try_reject_len(cases[i], strlen(cases[i]), cases[i]) < 0;
+	assert_int_equal(bad, 0);
+}
+
+/* A KEY is 1 to 128 of [A-Za-z0-9._-]: a NUL inside the JSON string is not the end of it. */
+static void test_key_embedded_nul(void **state)
+{
+	check_reject("{\"op\":\"target-stop\",\"key\":\"vm\\u0000x\"}");
+	check_reject(SS "\"target\":{\"version\":1,\"key\":\"vm\\u0000x\",\"address\":"
+			"\"198.18.0.2\",\"port\":40123,\"ports\":[0]},\"dir\":\"/b\"}");
+}
+
+static void test_error_reply(void **state)
+{
+	static const char *const msgs[] = {
+		"no such migration",
+		"",
+		"quote \" backslash \\ slash /",
+		"line\nbreak and \t tab",
+		"\x01\x1f control",
+		"k\xc3\xa9y",
+	};
+
+	for (size_t i = 0; i < sizeof(msgs) / sizeof(msgs[0]); i++) {
+		char *reply = ctl_error_reply(msgs[i]);
+		struct json_object *o, *v;
+		size_t n;
+
+		assert_non_null(reply);
+		n = strlen(reply);
+		assert_true(n > 0);
+		/* One line: the only newline is the last byte. */
+		assert_int_equal(reply[n - 1], '\n');
+		assert_ptr_equal(strchr(reply, '\n'), reply + n - 1);
+		assert_int_equal(strncmp(reply, "{\"ok\":false,\"error\":", 20), 0);
+		o = json_tokener_parse(reply);
+		assert_non_null(o);
+		assert_true(json_object_is_type(o, json_type_object));
+		assert_int_equal(json_object_object_length(o), 2);
+		assert_true(json_object_object_get_ex(o, "ok", &v));
+		assert_true(json_object_is_type(v, json_type_boolean));
+		assert_false(json_object_get_boolean(v));
+		assert_true(json_object_object_get_ex(o, "error", &v));
+		assert_true(json_object_is_type(v, json_type_string));
+		/* vmigctl prints the message as its one stderr line: control bytes become '?'. */
+		{
+			char want[64];
+			size_t k;
+
+			for (k = 0; msgs[i][k]; k++)
+				want[k] = (unsigned char)msgs[i][k] < 0x20 ? '?' : msgs[i][k];
+			want[k] = '\0';
+			assert_string_equal(json_object_get_string(v), want);
+		}
+		json_object_put(o);
+		free(reply);
+	}
+}
+
+static void test_error_reply_exact(void **state)
+{
+	char *reply = ctl_error_reply("no such migration");
+
+	assert_non_null(reply);
+	assert_string_equal(reply, "{\"ok\":false,\"error\":\"no such migration\"}\n");
+	free(reply);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_target_start),
+		cmocka_unit_test(test_target_start_limits),
+		cmocka_unit_test(test_stop_ops),
+		cmocka_unit_test(test_source_start),
+		cmocka_unit_test(test_list_status),
+		cmocka_unit_test(test_trailing),
+		cmocka_unit_test(test_not_json),
+		cmocka_unit_test(test_not_object),
+		cmocka_unit_test(test_op),
+		cmocka_unit_test(test_key),
+		cmocka_unit_test(test_sockets),
+		cmocka_unit_test(test_source_start_bad),
+		cmocka_unit_test(test_source_start_key_message),
+		cmocka_unit_test(test_too_large),
+		cmocka_unit_test(test_err_small_buffer),
+		cmocka_unit_test(test_err_one_line_with_newlines_in_input),
+		cmocka_unit_test(test_key_embedded_nul),
+		cmocka_unit_test(test_error_reply),
+		cmocka_unit_test(test_error_reply_exact),
+	};
+
+	return cmocka_run_group_tests_name("ctl_proto", tests, NULL, NULL);
+}

@@ -1,0 +1,393 @@
+// SPDX-License-Identifier: Apache-2.0
+/* Unit tests for the node-hop preamble and reply codec (proxy/px_preamble.h): round trips,
+ * truncation, and every way a preamble can be refused. No I/O. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "px_preamble.h"
+
+static void fill_key(char *key, size_t n)
+{
+	static const char chars[] = "abcXYZ019._-";
+
+	for (size_t i = 0; i < n; i++)
+		key[i] = chars[i % (sizeof(chars) - 1)];
+	key[n] = '\0';
+}
+
+static void put_be16(uint8_t *p, uint16_t v)
+{
+	p[0] = v >> 8;
+	p[1] = v;
+}
+
+static void put_be32(uint8_t *p, uint32_t v)
+{
+	p[0] = v >> 24;
+	p[1] = v >> 16;
+	p[2] = v >> 8;
+	p[3] = v;
+}
+
+/* Builds a preamble by hand, so that the decoder is not only checked against the encoder. */
+static size_t build_raw(uint8_t *buf, uint16_t version, uint16_t flags, uint32_t port, uint32_t seq,
+			uint16_t keylen, uint16_t reserved, const char *key)
+{
+	put_be32(buf, 0x564d4750u);
+	put_be16(buf + 4, version);
+	put_be16(buf + 6, flags);
+	put_be32(buf + 8, port);
+	put_be32(buf + 12, seq);
+	put_be16(buf + 16, keylen);
+	put_be16(buf + 18, reserved);
+	memcpy(buf + 20, key, strlen(key));
+	return 20 + strlen(key);
+}
+
+/* Decodes from an exactly-sized heap copy, so ASan sees any read past len. */
+static int decode_exact(const uint8_t *buf, size_t len, struct px_preamble *ret)
+{
+	uint8_t *copy = malloc(len ? len : 1);
+	int r;
+
+	assert_non_null(copy);
+	memcpy(copy, buf, len);
+	r = px_preamble_decode(copy, len, ret);
+	free(copy);
+	return r;
+}
+
+static void check_round_trip(size_t keylen, uint32_t port, uint32_t seq)
+{
+	struct px_preamble in = {.version = PX_PROTO_VERSION, .port = port, .seq = seq};
+	struct px_preamble out;
+	uint8_t buf[PX_PREAMBLE_MAX], raw[PX_PREAMBLE_MAX];
+	int n;
+
+	fill_key(in.key, keylen);
+	n = px_preamble_encode(&in, buf, sizeof(buf));
+	assert_int_equal(n, PX_PREAMBLE_FIXED + keylen);
+	/* The wire layout of doc/interfaces.md, byte for byte. */
+	assert_int_equal(build_raw(raw, 1, 0, port, seq, keylen, 0, in.key), n);
+	assert_memory_equal(buf, raw, n);
+
+	memset(&out, 0xa5, sizeof(out));
+	assert_int_equal(decode_exact(buf, n, &out), n);
+	assert_int_equal(out.version, PX_PROTO_VERSION);
+	assert_int_equal(out.port, port);
+	assert_int_equal(out.seq, seq);
+	assert_string_equal(out.key, in.key);
+}
+
+static void test_round_trip(void **state)
+{
+	static const uint32_t ports[] = {0, 1, 49152, 65535};
+	static const uint32_t seqs[] = {0, 1, 0x7fffffffu, 0xffffffffu};
+	static const size_t keylens[] = {1, 2, 127, PX_KEY_MAX};
+
+	for (size_t k = 0; k < sizeof(keylens) / sizeof(keylens[0]); k++)
+		for (size_t p = 0; p < sizeof(ports) / sizeof(ports[0]); p++)
+			for (size_t s = 0; s < sizeof(seqs) / sizeof(seqs[0]); s++)
+				check_round_trip(keylens[k], ports[p], seqs[s]);
+}
+
+static void test_decode_with_trailing_bytes(void **state)
+{
+	struct px_preamble in = {.version = PX_PROTO_VERSION, .port = 7, .seq = 3}, out;
+	uint8_t buf[PX_PREAMBLE_MAX + 64];
+	int n;
+
+	strcpy(in.key, "vm-1");
+	n = px_preamble_encode(&in, buf, sizeof(buf));
+	assert_int_equal(n, 24);
+	/* The peer's first data bytes may follow in the same read: they are not the preamble's. */
+	memset(buf + n, 'x', sizeof(buf) - n);
+	assert_int_equal(decode_exact(buf, sizeof(buf), &out), n);
+	assert_string_equal(out.key, "vm-1");
+}
+
+static void test_truncations_need_more(void **state)
+{
+	static const size_t keylens[] = {1, 5, PX_KEY_MAX};
+
+	for (size_t k = 0; k < sizeof(keylens) / sizeof(keylens[0]); k++) {
+		struct px_preamble in = {
+			.version = PX_PROTO_VERSION, .port = 65535, .seq = 0xffffffffu};
+		struct px_preamble out, canary;
+		uint8_t buf[PX_PREAMBLE_MAX];
+		int n;
+
+		fill_key(in.key, keylens[k]);
+		n = px_preamble_encode(&in, buf, sizeof(buf));
+		assert_int_equal(n, PX_PREAMBLE_FIXED + keylens[k]);
+		for (int len = 0; len < n; len++) {
+			memset(&out, 0x5a, sizeof(out));
+			canary = out;
+			/* Neither a false error nor an early success. */
+			assert_int_equal(decode_exact(buf, len, &out), 0);
+			/* *ret is written only on success. */
+			assert_memory_equal(&out, &canary, sizeof(out));
+		}
+		assert_int_equal(decode_exact(buf, n, &out), n);
+	}
+}
+
+static void test_garbage_first_byte(void **state)
+{
+	struct px_preamble out;
+	uint8_t buf[PX_PREAMBLE_MAX];
+
+	for (int b = 0; b < 256; b++) {
+		if (b == 'V')
+			continue;
+		buf[0] = b;
+		assert_int_equal(decode_exact(buf, 1, &out), -PX_ERR_MALFORMED);
+	}
+	/* A disagreement in any later magic byte is refused as soon as that byte is there. */
+	memcpy(buf, "VMGX", 4);
+	assert_int_equal(decode_exact(buf, 3, &out), 0);
+	assert_int_equal(decode_exact(buf, 4, &out), -PX_ERR_MALFORMED);
+	memcpy(buf, "VXGP", 4);
+	assert_int_equal(decode_exact(buf, 2, &out), -PX_ERR_MALFORMED);
+	/* The reply magic is not a preamble. */
+	memcpy(buf, "VMGR", 4);
+	assert_int_equal(decode_exact(buf, 4, &out), -PX_ERR_MALFORMED);
+	/* An HTTP request or a TLS ClientHello on the node-hop port. */
+	assert_int_equal(decode_exact((const uint8_t *)"GET / HTTP/1.1\r\n", 16, &out),
+			 -PX_ERR_MALFORMED);
+	assert_int_equal(decode_exact((const uint8_t *)"\x16\x03\x01\x02\x00", 5, &out),
+			 -PX_ERR_MALFORMED);
+}
+
+static void test_wrong_version(void **state)
+{
+	static const uint16_t versions[] = {0, 2, 0x0100, 0x0101, 0xffff};
+	struct px_preamble out;
+	uint8_t buf[PX_PREAMBLE_MAX];
+
+	for (size_t i = 0; i < sizeof(versions) / sizeof(versions[0]); i++) {
+		size_t n = build_raw(buf, versions[i], 0, 1, 0, 3, 0, "abc");
+
+		for (size_t len = 0; len < 6; len++)
+			assert_int_equal(decode_exact(buf, len, &out), 0);
+		for (size_t len = 6; len <= n; len++)
+			assert_int_equal(decode_exact(buf, len, &out), -PX_ERR_VERSION);
+	}
+}
+
+static void check_malformed(const uint8_t *buf, size_t n)
+{
+	struct px_preamble out, canary;
+
+	memset(&out, 0x33, sizeof(out));
+	canary = out;
+	assert_int_equal(decode_exact(buf, n, &out), -PX_ERR_MALFORMED);
+	assert_memory_equal(&out, &canary, sizeof(out));
+}
+
+static void test_malformed_fixed_part(void **state)
+{
+	uint8_t buf[PX_PREAMBLE_MAX + 8];
+	char key[PX_KEY_MAX + 2];
+	size_t n;
+
+	/* Flags and reserved must be 0, judged once the fixed part is there. */
+	for (int bit = 0; bit < 16; bit++) {
+		n = build_raw(buf, 1, 1u << bit, 1, 0, 3, 0, "abc");
+		check_malformed(buf, n);
+		check_malformed(buf, PX_PREAMBLE_FIXED);
+		n = build_raw(buf, 1, 0, 1, 0, 3, 1u << bit, "abc");
+		check_malformed(buf, n);
+		check_malformed(buf, PX_PREAMBLE_FIXED);
+	}
+	/* Key length 0: refused, not "need more" and not success with an empty key. */
+	n = build_raw(buf, 1, 0, 1, 0, 0, 0, "");
+	check_malformed(buf, n);
+	/* Key length over 128, even with all of the key there. */
+	fill_key(key, PX_KEY_MAX + 1);
+	n = build_raw(buf, 1, 0, 1, 0, PX_KEY_MAX + 1, 0, key);
+	check_malformed(buf, PX_PREAMBLE_FIXED);
+	check_malformed(buf, n);
+	n = build_raw(buf, 1, 0, 1, 0, 0xffff, 0, "abc");
+	check_malformed(buf, n);
+	/* Logical port over 65535. */
+	static const uint32_t bad_ports[] = {65536, 0x7fffffffu, 0xffffffffu};
+
+	for (size_t i = 0; i < sizeof(bad_ports) / sizeof(bad_ports[0]); i++) {
+		n = build_raw(buf, 1, 0, bad_ports[i], 0, 3, 0, "abc");
+		check_malformed(buf, n);
+		check_malformed(buf, PX_PREAMBLE_FIXED);
+	}
+}
+
+static void test_malformed_key(void **state)
+{
+	static const char *const bad_keys[] = {"a b", "a/b",  "a\nb", "key!", "k\xc3\xa9y",
+					       "a:b", "\x7f", "a+b",  "a@b"};
+	uint8_t buf[PX_PREAMBLE_MAX];
+	size_t n;
+
+	for (size_t i = 0; i < sizeof(bad_keys) / sizeof(bad_keys[0]); i++) {
+		n = build_raw(buf, 1, 0, 1, 0, strlen(bad_keys[i]), 0, bad_keys[i]);
+		check_malformed(buf, n);
+	}
+	/* A NUL inside the announced key length is not a shorter key. */
+	n = build_raw(buf, 1, 0, 1, 0, 3, 0, "abc");
+	buf[21] = '\0';
+	check_malformed(buf, n);
+}
+
+static void test_encode_rejects(void **state)
+{
+	struct px_preamble p = {.version = PX_PROTO_VERSION, .port = 1, .seq = 0};
+	uint8_t buf[PX_PREAMBLE_MAX + 1];
+
+	/* Invalid keys. */
+	p.key[0] = '\0';
+	assert_int_equal(px_preamble_encode(&p, buf, sizeof(buf)), -EINVAL);
+	strcpy(p.key, "a b");
+	assert_int_equal(px_preamble_encode(&p, buf, sizeof(buf)), -EINVAL);
+	strcpy(p.key, "a/b");
+	assert_int_equal(px_preamble_encode(&p, buf, sizeof(buf)), -EINVAL);
+	/* Port over 65535. */
+	strcpy(p.key, "vm");
+	p.port = 65536;
+	assert_int_equal(px_preamble_encode(&p, buf, sizeof(buf)), -EINVAL);
+	p.port = 0xffffffffu;
+	assert_int_equal(px_preamble_encode(&p, buf, sizeof(buf)), -EINVAL);
+	p.port = 65535;
+	assert_int_equal(px_preamble_encode(&p, buf, sizeof(buf)), 22);
+
+	/* Short buffers: one byte short fails, the exact size fits. */
+	assert_int_equal(px_preamble_encode(&p, buf, 21), -ENOSPC);
+	assert_int_equal(px_preamble_encode(&p, buf, 0), -ENOSPC);
+	assert_int_equal(px_preamble_encode(&p, buf, PX_PREAMBLE_FIXED), -ENOSPC);
+	assert_int_equal(px_preamble_encode(&p, buf, 22), 22);
+	fill_key(p.key, PX_KEY_MAX);
+	assert_int_equal(px_preamble_encode(&p, buf, PX_PREAMBLE_MAX - 1), -ENOSPC);
+	assert_int_equal(px_preamble_encode(&p, buf, PX_PREAMBLE_MAX), PX_PREAMBLE_MAX);
+}
+
+static void test_encode_key_too_long(void **state)
+{
+	/* A struct whose key is not terminated within PX_KEY_MAX + 1 bytes. */
+	struct {
+		struct px_preamble p;
+		char tail[16];
+	} s;
+	uint8_t buf[PX_PREAMBLE_MAX + 32];
+
+	memset(&s, 'k', sizeof(s));
+	s.p.version = PX_PROTO_VERSION;
+	s.p.port = 1;
+	s.p.seq = 0;
+	s.tail[sizeof(s.tail) - 1] = '\0';
+	assert_int_equal(px_preamble_encode(&s.p, buf, sizeof(buf)), -EINVAL);
+	fill_key(s.p.key, PX_KEY_MAX);
+	assert_int_equal(px_preamble_encode(&s.p, buf, sizeof(buf)), PX_PREAMBLE_MAX);
+}
+
+static void test_reply_round_trip(void **state)
+{
+	static const uint8_t ok_wire[PX_REPLY_LEN] = {'V', 'M', 'G', 'R', 0, 1, 0, 0};
+	uint8_t buf[PX_REPLY_LEN];
+	enum px_status st;
+
+	for (int s = PX_OK; s <= PX_ERR_SHUTDOWN; s++) {
+		px_reply_encode(s, buf);
+		assert_memory_equal(buf, ok_wire, 6);
+		assert_int_equal(buf[6], 0);
+		assert_int_equal(buf[7], s);
+		for (size_t len = 0; len < PX_REPLY_LEN; len++)
+			assert_int_equal(px_reply_decode(buf, len, &st), 0);
+		st = (enum px_status) - 1;
+		assert_int_equal(px_reply_decode(buf, PX_REPLY_LEN, &st), PX_REPLY_LEN);
+		assert_int_equal(st, s);
+	}
+}
+
+static void test_reply_bad(void **state)
+{
+	uint8_t buf[PX_REPLY_LEN];
+	enum px_status st = PX_ERR_SHUTDOWN;
+
+	px_reply_encode(PX_OK, buf);
+	buf[0] ^= 1;
+	assert_int_equal(px_reply_decode(buf, PX_REPLY_LEN, &st), -EBADMSG);
+	px_reply_encode(PX_OK, buf);
+	buf[3] = 'P'; /* the preamble's magic */
+	assert_int_equal(px_reply_decode(buf, PX_REPLY_LEN, &st), -EBADMSG);
+	px_reply_encode(PX_OK, buf);
+	buf[5] = 2;
+	assert_int_equal(px_reply_decode(buf, PX_REPLY_LEN, &st), -EBADMSG);
+	px_reply_encode(PX_OK, buf);
+	buf[4] = 1;
+	assert_int_equal(px_reply_decode(buf, PX_REPLY_LEN, &st), -EBADMSG);
+	/* *ret untouched on failure. */
+	assert_int_equal(st, PX_ERR_SHUTDOWN);
+}
+
+static void test_key_valid(void **state)
+{
+	static const struct {
+		const char *key;
+		int valid;
+	} cases[] = {
+		{"a", 1},   {"Z", 1},		{"0", 1},	   {".", 1},	{"_", 1},
+		{"-", 1},   {"vm-42.mig_1", 1}, {"ABCxyz0189", 1}, {"", 0},	{" ", 0},
+		{"a b", 0}, {"a/b", 0},		{"a\tb", 0},	   {"a\nb", 0}, {"a:b", 0},
+		{"a*b", 0}, {"k\xc3\xa9", 0},	{"a,b", 0},	   {"~", 0},
+	};
+	char key[PX_KEY_MAX + 2];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		assert_int_equal(!!px_key_valid(cases[i].key), cases[i].valid);
+	fill_key(key, PX_KEY_MAX);
+	assert_true(px_key_valid(key));
+	fill_key(key, PX_KEY_MAX + 1);
+	assert_false(px_key_valid(key));
+	fill_key(key, 1);
+	assert_true(px_key_valid(key));
+}
+
+static void test_status_str(void **state)
+{
+	for (int s = PX_OK; s <= PX_ERR_SHUTDOWN; s++) {
+		const char *str = px_status_str(s);
+
+		assert_non_null(str);
+		assert_true(strlen(str) > 0);
+		for (int t = PX_OK; t < s; t++)
+			assert_string_not_equal(str, px_status_str(t));
+	}
+	assert_non_null(px_status_str((enum px_status)99));
+	assert_non_null(px_status_str((enum px_status) - 1));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_round_trip),
+		cmocka_unit_test(test_decode_with_trailing_bytes),
+		cmocka_unit_test(test_truncations_need_more),
+		cmocka_unit_test(test_garbage_first_byte),
+		cmocka_unit_test(test_wrong_version),
+		cmocka_unit_test(test_malformed_fixed_part),
+		cmocka_unit_test(test_malformed_key),
+		cmocka_unit_test(test_encode_rejects),
+		cmocka_unit_test(test_encode_key_too_long),
+		cmocka_unit_test(test_reply_round_trip),
+		cmocka_unit_test(test_reply_bad),
+		cmocka_unit_test(test_key_valid),
+		cmocka_unit_test(test_status_str),
+	};
+
+	return cmocka_run_group_tests_name("px_preamble", tests, NULL, NULL);
+}
