@@ -272,7 +272,7 @@ static struct json_object *status_object(struct px_node *n, const struct ctl_dae
 	json_object_object_add(s, "listen", json_object_new_string(px_node_listen_str(n)));
 	json_object_object_add(s, "advertise", json_object_new_string(px_node_advertise(n)));
 	json_object_object_add(s, "tls", json_object_new_boolean(d->tls));
-	json_object_object_add(s, "data_path", json_object_new_string("io_uring+splice"));
+	json_object_object_add(s, "data_path", json_object_new_string(px_node_data_path(n)));
 	json_object_object_add(s, "threads", json_object_new_int(px_node_threads(n)));
 	json_object_object_add(s, "uptime",
 			       json_object_new_double((vm_now_ms() - d->started_ms) / 1000.0));

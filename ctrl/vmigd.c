@@ -33,6 +33,7 @@ struct options {
 	unsigned long drain_timeout_s;
 	unsigned long pipe_size;
 	unsigned long slots;
+	bool copy_path;
 	enum vm_log_level log_level;
 	bool check_only;
 };
@@ -57,6 +58,7 @@ static const struct option long_opts[] = {
 	{ "drain-timeout", required_argument, NULL, 'D' },
 	{ "pipe-size", required_argument, NULL, 'P' },
 	{ "max-connections", required_argument, NULL, 'M' },
+	{ "data-path", required_argument, NULL, 'X' },
 	{ "log-level", required_argument, NULL, 'L' },
 	{ "config", required_argument, NULL, 'f' },
 	{ "help", no_argument, NULL, 'h' },
@@ -70,6 +72,7 @@ static void usage(FILE *f)
 		"usage: vmigd [--control PATH] [--listen ADDR:PORT] [--advertise ADDR] --no-tls\n"
 		"             [--threads N] [--order-timeout MS] [--connect-timeout MS]\n"
 		"             [--drain-timeout S] [--pipe-size BYTES] [--max-connections N]\n"
+		"             [--data-path splice|copy]\n"
 		"             [--log-level error|warning|info|debug] [--config FILE] [-n]\n"
 		"Carries QEMU live-migration connections between nodes. See vmigd(8).\n");
 }
@@ -179,6 +182,13 @@ static int parse_options(int argc, char **argv, struct options *o)
 		case 'M':
 			if (parse_ulong("max-connections", optarg, 1, 1 << 20, &o->slots))
 				return -EINVAL;
+			break;
+		case 'X':
+			if (strcmp(optarg, "splice") != 0 && strcmp(optarg, "copy") != 0) {
+				fprintf(stderr, "vmigd: --data-path: use splice or copy\n");
+				return -EINVAL;
+			}
+			o->copy_path = strcmp(optarg, "copy") == 0;
 			break;
 		case 'L':
 			if (vm_log_level_parse(optarg, &o->log_level) < 0) {
@@ -316,6 +326,7 @@ int main(int argc, char **argv)
 	pc.threads = o.threads;
 	pc.slots = (o.slots + o.threads - 1) / o.threads;
 	pc.pipe_size = o.pipe_size;
+	pc.copy_path = o.copy_path;
 	pc.order_timeout_ms = o.order_timeout_ms;
 	pc.connect_timeout_ms = o.connect_timeout_ms;
 	d.drain_timeout_s = o.drain_timeout_s;
@@ -354,9 +365,9 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	log_warn("node hop is plain text (--no-tls): migration data crosses the network unencrypted");
-	log_info("vmigd %s started: listen=%s advertise=%s control=%s threads=%u", VMIGD_VERSION,
-		 px_node_listen_str(d.node), px_node_advertise(d.node), o.control,
-		 px_node_threads(d.node));
+	log_info("vmigd %s started: listen=%s advertise=%s control=%s threads=%u data_path=%s",
+		 VMIGD_VERSION, px_node_listen_str(d.node), px_node_advertise(d.node), o.control,
+		 px_node_threads(d.node), px_node_data_path(d.node));
 	r = xp_loop_run(d.loop);
 	if (r < 0)
 		log_err("event loop: %s", strerror(-r));

@@ -1141,6 +1141,7 @@ int px_node_new(struct xp_loop *loop, const struct px_config *conf, struct px_no
 		.threads = conf->threads,
 		.slots = conf->slots,
 		.pipe_size = conf->pipe_size,
+		.path = conf->copy_path ? XP_PATH_COPY : XP_PATH_SPLICE,
 	};
 	struct px_node *n;
 	int r;
@@ -1235,6 +1236,11 @@ const char *px_node_listen_str(const struct px_node *n)
 const char *px_node_advertise(const struct px_node *n)
 {
 	return n->advertise;
+}
+
+const char *px_node_data_path(const struct px_node *n)
+{
+	return n->conf.copy_path ? "io_uring+copy" : "io_uring+splice";
 }
 
 unsigned int px_node_threads(const struct px_node *n)

@@ -21,6 +21,7 @@ struct px_config {
 	unsigned int threads;
 	unsigned int slots;		/* links per worker */
 	size_t pipe_size;
+	bool copy_path;			/* read/write instead of splice (for comparison) */
 	uint64_t order_timeout_ms;
 	uint64_t connect_timeout_ms;
 };
@@ -54,6 +55,8 @@ void px_node_free(struct px_node *n);
 const char *px_node_listen_str(const struct px_node *n);
 const char *px_node_advertise(const struct px_node *n);
 unsigned int px_node_threads(const struct px_node *n);
+/* "io_uring+splice" or "io_uring+copy". */
+const char *px_node_data_path(const struct px_node *n);
 unsigned int px_node_migrations(const struct px_node *n);
 unsigned int px_node_active_conns(const struct px_node *n);
 

@@ -50,9 +50,11 @@ struct spsc {
 struct xp_pump {
 	struct xp_link *link;
 	unsigned int dir;
-	int pipe[2];
-	size_t pipe_cap;
-	size_t in_pipe;
+	int pipe[2];		/* XP_PATH_SPLICE */
+	uint8_t *buf;		/* XP_PATH_COPY: bytes held are buf[head, head + held) */
+	size_t head;
+	size_t cap;
+	size_t held;
 	bool eof;		/* the source reached end of stream */
 	bool done;		/* eof, pipe drained, destination half-closed */
 	bool armed;		/* a POLL_ADD is in flight */
@@ -221,6 +223,8 @@ static void link_finalize(struct xp_worker *w, struct xp_link *l)
 			close(p->pipe[1]);
 			p->pipe[0] = p->pipe[1] = -1;
 		}
+		free(p->buf);
+		p->buf = NULL;
 		if (clean)
 			close(l->fd[d]);
 		else
@@ -256,6 +260,32 @@ static void link_close(struct xp_worker *w, struct xp_link *l, enum xp_link_end 
 		link_finalize(w, l);
 }
 
+/* Room left to take bytes from the source. */
+static size_t pump_room(const struct xp_pump *p)
+{
+	return p->buf ? p->cap - p->head - p->held : p->cap - p->held;
+}
+
+static ssize_t pump_fill(struct xp_pump *p, int src)
+{
+	if (p->buf)
+		return read(src, p->buf + p->head + p->held, pump_room(p));
+	return splice(src, NULL, p->pipe[1], NULL, pump_room(p), SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+}
+
+static ssize_t pump_drain(struct xp_pump *p, int dst)
+{
+	ssize_t n;
+
+	if (!p->buf)
+		return splice(p->pipe[0], NULL, dst, NULL, p->held,
+			      SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+	n = write(dst, p->buf + p->head, p->held);
+	if (n > 0)
+		p->head = (size_t)n == p->held ? 0 : p->head + n;
+	return n;
+}
+
 /*
  * Moves bytes for one direction until both ends would block or the budget is spent.
  * Returns 1 when it stopped on the budget (run it again soon), 0 when it is waiting on a poll or
@@ -265,7 +295,7 @@ static int pump_run(struct xp_worker *w, struct xp_pump *p)
 {
 	struct xp_link *l = p->link;
 	int src = l->fd[p->dir], dst = l->fd[p->dir ^ 1];
-	size_t moved = 0, budget = PUMP_BUDGET_PIPES * p->pipe_cap;
+	size_t moved = 0, budget = PUMP_BUDGET_PIPES * p->cap;
 	bool src_blocked = false, dst_blocked = false;
 
 	while (moved < budget) {
@@ -273,11 +303,10 @@ static int pump_run(struct xp_worker *w, struct xp_pump *p)
 		ssize_t n;
 
 		src_blocked = dst_blocked = false;
-		if (!p->eof && p->in_pipe < p->pipe_cap) {
-			n = splice(src, NULL, p->pipe[1], NULL, p->pipe_cap - p->in_pipe,
-				   SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+		if (!p->eof && pump_room(p) > 0) {
+			n = pump_fill(p, src);
 			if (n > 0) {
-				p->in_pipe += n;
+				p->held += n;
 				progress = true;
 			} else if (n == 0) {
 				p->eof = true;
@@ -288,11 +317,10 @@ static int pump_run(struct xp_worker *w, struct xp_pump *p)
 				return -errno;
 			}
 		}
-		if (p->in_pipe > 0) {
-			n = splice(p->pipe[0], NULL, dst, NULL, p->in_pipe,
-				   SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+		if (p->held > 0) {
+			n = pump_drain(p, dst);
 			if (n > 0) {
-				p->in_pipe -= n;
+				p->held -= n;
 				moved += n;
 				atomic_store_explicit(&p->bytes,
 						      atomic_load_explicit(&p->bytes,
@@ -305,7 +333,7 @@ static int pump_run(struct xp_worker *w, struct xp_pump *p)
 				return -errno;
 			}
 		}
-		if (p->eof && p->in_pipe == 0) {
+		if (p->eof && p->held == 0) {
 			/* ENOTCONN: the peer is already gone; the other direction will tell. */
 			if (shutdown(dst, SHUT_WR) < 0 && errno != ENOTCONN)
 				return -errno;
@@ -321,7 +349,7 @@ static int pump_run(struct xp_worker *w, struct xp_pump *p)
 	 * A full pipe also answers EAGAIN on the source side (socket data can fill the pipe's
 	 * slots before its byte capacity), so wait for the destination whenever bytes are held.
 	 */
-	if (p->in_pipe > 0 && dst_blocked)
+	if (p->held > 0 && dst_blocked)
 		arm_poll(w, p, dst, POLLOUT);
 	else if (src_blocked)
 		arm_poll(w, p, src, POLLIN | POLLRDHUP);
@@ -364,16 +392,22 @@ static void run_ready(struct xp_worker *w)
 	}
 }
 
-static int pipe_open(struct xp_pump *p, size_t want)
+/* Per connection, never per chunk: a pipe (splice) or a buffer (copy) for one direction. */
+static int pump_open(struct xp_pump *p, const struct xp_pool_conf *conf)
 {
 	int r;
 
+	if (conf->path == XP_PATH_COPY) {
+		p->buf = malloc(conf->pipe_size);
+		p->cap = conf->pipe_size;
+		return p->buf ? 0 : -ENOMEM;
+	}
 	if (pipe2(p->pipe, O_NONBLOCK | O_CLOEXEC) < 0)
 		return -errno;
 	/* Without CAP_SYS_RESOURCE the per-user pipe quota may refuse; keep the default size. */
-	(void)fcntl(p->pipe[1], F_SETPIPE_SZ, (int)want);
+	(void)fcntl(p->pipe[1], F_SETPIPE_SZ, (int)conf->pipe_size);
 	r = fcntl(p->pipe[1], F_GETPIPE_SZ);
-	p->pipe_cap = r > 0 ? (size_t)r : 65536;
+	p->cap = r > 0 ? (size_t)r : 65536;
 	return 0;
 }
 
@@ -391,12 +425,14 @@ static void link_start(struct xp_worker *w, struct xp_link *l)
 
 		p->link = l;
 		p->dir = d;
-		p->in_pipe = 0;
+		p->held = 0;
+		p->head = 0;
+		p->buf = NULL;
 		p->eof = p->done = p->armed = p->queued = false;
 		p->pipe[0] = p->pipe[1] = -1;
 		atomic_store_explicit(&p->bytes, 0, memory_order_relaxed);
 		if (r == 0)
-			r = pipe_open(p, w->pool->conf.pipe_size);
+			r = pump_open(p, &w->pool->conf);
 	}
 	if (r < 0) {
 		link_close(w, l, XP_END_ERROR, r, 0);

@@ -11,10 +11,16 @@
 struct xp_pool;
 struct xp_link;
 
+enum xp_path {
+	XP_PATH_SPLICE,		/* splice(2) through a pipe: no byte enters user space */
+	XP_PATH_COPY,		/* read(2)/write(2) through a user buffer, kept for comparison */
+};
+
 struct xp_pool_conf {
 	unsigned int threads;	/* worker threads, one ring each */
 	unsigned int slots;	/* links per worker, fixed at start-up */
-	size_t pipe_size;	/* bytes per direction per link */
+	size_t pipe_size;	/* bytes per direction per link (pipe or buffer) */
+	enum xp_path path;
 };
 
 enum xp_link_end {
