@@ -157,9 +157,12 @@ int ctl_request_parse(const char *text, size_t len, struct ctl_request *ret, cha
 					  text[end] == '\r' || text[end] == '\t'))
 			end++;
 		if (!o || end < len) {
+			enum json_tokener_error je = json_tokener_get_error(tok);
+
 			bad(err, errlen, "request is not one JSON object: %s",
 			    o ? "trailing data" :
-				json_tokener_error_desc(json_tokener_get_error(tok)));
+			    je == json_tokener_continue ? "incomplete JSON" :
+							   json_tokener_error_desc(je));
 			goto out;
 		}
 	}

@@ -219,11 +219,12 @@ static void pool_done(void *cookie, const struct xp_link_result *res, void *arg)
 			m->key, role_str(m->role), c->port->id, c->seq,
 			(unsigned long long)res->bytes[0], (unsigned long long)res->bytes[1],
 			strerror(-res->err),
-			(res->err_dir == 0) == (m->role == PX_ROLE_SOURCE) ? "local" : "node-hop");
+			res->err_side == 0 ? "local" : "node-hop");
 	} else {
-		log_debug("migration %s: port %u connection %u ended (%s), %llu/%llu bytes",
+		log_debug("migration %s: port %u connection %u ended (%s%s), %llu/%llu bytes",
 			  m->key, c->port->id, c->seq,
 			  res->end == XP_END_CLEAN ? "clean" : "cut",
+			  res->reset_after_eof ? ", peer reset after its stream ended" : "",
 			  (unsigned long long)res->bytes[0], (unsigned long long)res->bytes[1]);
 	}
 	conn_release(c);

@@ -240,14 +240,14 @@ static void link_finalize(struct xp_worker *w, struct xp_link *l)
 
 /* Starts tearing a link down: polls in flight are cancelled, their completions awaited. */
 static void link_close(struct xp_worker *w, struct xp_link *l, enum xp_link_end end, int err,
-		       unsigned int dir)
+		       unsigned int side)
 {
 	if (l->closing)
 		return;
 	l->closing = true;
 	l->res.end = end;
 	l->res.err = err;
-	l->res.err_dir = dir;
+	l->res.err_side = side;
 	for (int d = 0; d < 2; d++) {
 		if (l->p[d].armed) {
 			struct io_uring_sqe *sqe = get_sqe(w);
@@ -289,9 +289,9 @@ static ssize_t pump_drain(struct xp_pump *p, int dst)
 /*
  * Moves bytes for one direction until both ends would block or the budget is spent.
  * Returns 1 when it stopped on the budget (run it again soon), 0 when it is waiting on a poll or
- * finished, -errno on a socket error.
+ * finished, -errno on a socket error, with the failing socket's index in *side.
  */
-static int pump_run(struct xp_worker *w, struct xp_pump *p)
+static int pump_run(struct xp_worker *w, struct xp_pump *p, unsigned int *side)
 {
 	struct xp_link *l = p->link;
 	int src = l->fd[p->dir], dst = l->fd[p->dir ^ 1];
@@ -313,7 +313,17 @@ static int pump_run(struct xp_worker *w, struct xp_pump *p)
 				progress = true;
 			} else if (errno == EAGAIN) {
 				src_blocked = true;
+			} else if (errno == ECONNRESET && l->p[p->dir ^ 1].done) {
+				/*
+				 * We had delivered everything to this peer and half-closed; it
+				 * then closed with bytes unread (QEMU's destination does this
+				 * with multifd channels at the end). That is its end of stream.
+				 */
+				p->eof = true;
+				l->res.reset_after_eof = true;
+				progress = true;
 			} else if (errno != EINTR) {
+				*side = p->dir;
 				return -errno;
 			}
 		}
@@ -330,13 +340,16 @@ static int pump_run(struct xp_worker *w, struct xp_pump *p)
 			} else if (n < 0 && errno == EAGAIN) {
 				dst_blocked = true;
 			} else if (n < 0 && errno != EINTR) {
+				*side = p->dir ^ 1;
 				return -errno;
 			}
 		}
 		if (p->eof && p->held == 0) {
 			/* ENOTCONN: the peer is already gone; the other direction will tell. */
-			if (shutdown(dst, SHUT_WR) < 0 && errno != ENOTCONN)
+			if (shutdown(dst, SHUT_WR) < 0 && errno != ENOTCONN) {
+				*side = p->dir ^ 1;
 				return -errno;
+			}
 			p->done = true;
 			return 0;
 		}
@@ -361,13 +374,14 @@ static int pump_run(struct xp_worker *w, struct xp_pump *p)
 static void pump_step(struct xp_worker *w, struct xp_pump *p)
 {
 	struct xp_link *l = p->link;
+	unsigned int side = p->dir;
 	int r;
 
 	if (l->closing || p->done || p->armed)
 		return;
-	r = pump_run(w, p);
+	r = pump_run(w, p, &side);
 	if (r < 0) {
-		link_close(w, l, XP_END_ERROR, r, p->dir);
+		link_close(w, l, XP_END_ERROR, r, side);
 		return;
 	}
 	if (r > 0)

@@ -5,6 +5,7 @@
 #ifndef XP_POOL_H
 #define XP_POOL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -33,7 +34,8 @@ struct xp_link_result {
 	uint64_t bytes[2];	/* [0]: a to b, [1]: b to a */
 	enum xp_link_end end;
 	int err;		/* -errno for XP_END_ERROR */
-	int err_dir;		/* direction that failed */
+	int err_side;		/* the socket that failed: 0 is fd_a, 1 is fd_b */
+	bool reset_after_eof;	/* a peer reset after it had been sent all its bytes */
 };
 
 /* Runs on the control thread, from xp_pool_reap(). The link is gone when it returns. */

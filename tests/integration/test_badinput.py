@@ -1,0 +1,340 @@
+#!/usr/bin/env python3
+"""Integration test: while a bandwidth-capped 1 GiB migration is in flight, feed the target daemon's
+node-hop port and both control sockets bad input and drive vmigctl into its error paths; every
+probe must be refused cleanly, both daemons must live on and the migration must still complete."""
+
+import json
+import os
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
+import vmigharness as vh  # noqa: E402
+
+CONNECT_TIMEOUT_MS = 2000          # target daemon's --connect-timeout: bounds silent preambles
+MIGRATION_MIB, MIGRATION_CHANNELS = 1024, 4
+MIGRATION_BANDWIDTH = 80 << 20     # ~13 s for 1 GiB: the probes run while it is in flight
+PREAMBLE_MAGIC, REPLY_MAGIC = 0x564D4750, 0x564D4752
+ST_MALFORMED, ST_BAD_VERSION, ST_UNKNOWN_KEY, ST_UNKNOWN_PORT, ST_DUPLICATE = 1, 2, 3, 4, 5
+
+
+def preamble(key, port=vh.DEFAULT_PORT_ID, seq=0, magic=PREAMBLE_MAGIC, version=1, flags=0,
+             keylen=None, reserved=0):
+    key = key.encode()
+    keylen = len(key) if keylen is None else keylen
+    return struct.pack('>IHHIIHH', magic, version, flags, port, seq, keylen, reserved) + key
+
+
+def read_until_close(sock, deadline):
+    """Bytes read until EOF or reset; HarnessError if the peer keeps the connection open."""
+    data = b''
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise vh.HarnessError(f'connection still open after {len(data)} reply bytes')
+        sock.settimeout(remaining)
+        try:
+            chunk = sock.recv(4096)
+        except socket.timeout:
+            continue
+        except ConnectionResetError:
+            return data
+        if not chunk:
+            return data
+        data += chunk
+
+
+class Checks:
+    """Collects probe outcomes; fails the test at the end with every failed probe listed."""
+
+    def __init__(self):
+        self.failures, self.count, self.lock = [], 0, threading.Lock()
+
+    def run(self, name, fn, *args):
+        try:
+            detail = fn(*args)
+        except Exception as e:             # noqa: BLE001 -- a failed probe, recorded
+            detail = f'FAILED: {e}'
+            with self.lock:
+                self.failures.append(f'{name}: {e}')
+        with self.lock:
+            self.count += 1
+        vh.log(f'  {name}: {detail}')
+
+    def finish(self):
+        if self.failures:
+            raise vh.HarnessError(f'{len(self.failures)} of {self.count} probes failed:\n  '
+                                  + '\n  '.join(self.failures))
+
+
+# ---- node hop ------------------------------------------------------------------------------------
+
+def nodehop_probe(tb, target, payload, expect, close_first=False):
+    """Connect from the source namespace to the target's node-hop port and send payload. Accept an
+    8-byte VMGR reply with status `expect` followed by close, or a close without reply."""
+    sock = tb.net.socket('source')
+    try:
+        sock.settimeout(5)
+        sock.connect((target['address'], target['port']))
+        try:
+            sock.sendall(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            return 'reset while sending'
+        if close_first:
+            sock.shutdown(socket.SHUT_WR)
+        started = time.monotonic()
+        data = read_until_close(sock, started + CONNECT_TIMEOUT_MS / 1000 + 5)
+        took = time.monotonic() - started
+    finally:
+        sock.close()
+    if not data:
+        return f'closed without reply after {took:.1f}s'
+    if len(data) != 8:
+        raise vh.HarnessError(f'reply of {len(data)} bytes: {data[:32].hex()}')
+    magic, version, status = struct.unpack('>IHH', data)
+    if magic != REPLY_MAGIC or version != 1 or status != expect:
+        raise vh.HarnessError(f'reply magic={magic:#x} version={version} status={status}, '
+                              f'expected status {expect}')
+    return f'status {status} then close after {took:.1f}s'
+
+
+def silent_flood(tb, target, count):
+    """count connections that send half a preamble and go quiet: all must be closed by the target
+    within its connect timeout (plus slack)."""
+    socks = []
+    try:
+        for _ in range(count):
+            s = tb.net.socket('source')
+            s.settimeout(5)
+            s.connect((target['address'], target['port']))
+            s.sendall(preamble('x')[:10])
+            socks.append(s)
+        deadline = time.monotonic() + CONNECT_TIMEOUT_MS / 1000 + 5
+        for s in socks:
+            data = read_until_close(s, deadline)
+            if data and (len(data) != 8 or struct.unpack('>IHH', data)[2] != ST_MALFORMED):
+                raise vh.HarnessError(f'unexpected reply {data.hex()}')
+    finally:
+        for s in socks:
+            s.close()
+    return f'all {count} closed by the target'
+
+
+def nodehop_probes(checks, tb, target, live_key):
+    garbage = b'\x00' + os.urandom(255)
+    cases = [
+        ('random garbage', garbage, ST_MALFORMED, False),
+        ('truncated preamble, then close', preamble(live_key)[:11], ST_MALFORMED, True),
+        ('bad magic', preamble(live_key, magic=0xDEADBEEF), ST_MALFORMED, False),
+        ('bad version', preamble(live_key, version=2), ST_BAD_VERSION, False),
+        ('reserved flags set', preamble(live_key, flags=1), ST_MALFORMED, False),
+        ('reserved field set', preamble(live_key, reserved=7), ST_MALFORMED, False),
+        ('unknown key', preamble('no-such-key'), ST_UNKNOWN_KEY, False),
+        ('unknown port of the live key', preamble(live_key, port=1234), ST_UNKNOWN_PORT, False),
+        ('sequence 0 of the live key again', preamble(live_key), ST_DUPLICATE, False),
+        ('key length 0', preamble('', keylen=0), ST_MALFORMED, False),
+        ('key length 65535', preamble('k' * 128, keylen=65535), ST_MALFORMED, False),
+        ('key length 129', preamble('k' * 129), ST_MALFORMED, False),
+    ]
+    for name, payload, expect, close_first in cases:
+        checks.run(f'node hop: {name}', nodehop_probe, tb, target, payload, expect, close_first)
+
+
+# ---- control socket ------------------------------------------------------------------------------
+
+def control_probe(path, payload, shut_wr=False):
+    """Send payload on the control socket; accept a {"ok":false,"error":"..."} line, or a close."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(5)
+        sock.connect(path)
+        try:
+            sock.sendall(payload)
+            if shut_wr:
+                sock.shutdown(socket.SHUT_WR)
+        except (BrokenPipeError, ConnectionResetError):
+            return 'closed while we were sending'
+        data = read_until_close(sock, time.monotonic() + 5)
+    finally:
+        sock.close()
+    if not data:
+        return 'closed without reply'
+    if not data.endswith(b'\n') or data.count(b'\n') != 1:
+        raise vh.HarnessError(f'reply is not one line: {data[:200]!r}')
+    reply = json.loads(data)
+    if reply.get('ok') is not False or not isinstance(reply.get('error'), str) \
+            or not reply['error'] or '\n' in reply['error']:
+        raise vh.HarnessError(f'reply {reply}')
+    return f'refused: {reply["error"]}'
+
+
+def silent_control_client(daemon):
+    """A client that connects and says nothing must not block other control requests."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(daemon.control)
+        daemon.ctl_ok('status', timeout=5)
+    finally:
+        sock.close()
+    return 'status answered while a silent client was connected'
+
+
+def control_probes(checks, daemon, workdir):
+    sock = os.path.join(workdir, 'unused.sock')
+    target = {'version': 1, 'key': 'ctl-src', 'address': '127.0.0.1', 'port': 9,
+              'ports': [vh.DEFAULT_PORT_ID]}
+    cases = [
+        ('not JSON', b'hello daemon\n'),
+        ('JSON not an object', b'[1,2,3]\n'),
+        ('JSON without op', b'{"key":"x"}\n'),
+        ('op not a string', b'{"op":42}\n'),
+        ('unknown op', b'{"op":"frobnicate"}\n'),
+        ('100 KiB blob', b'{"op":"status","pad":"' + b'A' * (100 << 10) + b'"}\n'),
+        ('target-start without sockets', b'{"op":"target-start","key":"ctl-a"}\n'),
+        ('target-start without key',
+         json.dumps({'op': 'target-start', 'sockets': {'49152': sock}}).encode() + b'\n'),
+        ('target-start bad key characters',
+         json.dumps({'op': 'target-start', 'key': 'a/b c', 'sockets': {'49152': sock}}).encode()
+         + b'\n'),
+        ('target-start key of 129 chars',
+         json.dumps({'op': 'target-start', 'key': 'k' * 129, 'sockets': {'1': sock}}).encode()
+         + b'\n'),
+        ('target-start port id 70000',
+         json.dumps({'op': 'target-start', 'key': 'ctl-b', 'sockets': {'70000': sock}}).encode()
+         + b'\n'),
+        ('source-start without target',
+         json.dumps({'op': 'source-start', 'key': 'ctl-src', 'dir': workdir}).encode() + b'\n'),
+        ('source-start target version 2',
+         json.dumps({'op': 'source-start', 'key': 'ctl-src', 'target': {**target, 'version': 2},
+                     'dir': workdir}).encode() + b'\n'),
+    ]
+    for name, payload in cases:
+        checks.run(f'control {daemon.name}: {name}', control_probe, daemon.control, payload)
+    checks.run(f'control {daemon.name}: half message then close', control_probe, daemon.control,
+               b'{"op":"sta', True)
+    checks.run(f'control {daemon.name}: silent client', silent_control_client, daemon)
+
+
+# ---- vmigctl -------------------------------------------------------------------------------------
+
+def ctl_fails(daemon, args, expect_rc=1, control=None):
+    """vmigctl must exit expect_rc with exactly one stderr line starting 'vmigctl: '."""
+    if control is None:
+        proc = daemon.ctl(*args, timeout=15)
+    else:
+        proc = subprocess.run([daemon.vmigctl, '-c', control, *args], capture_output=True,
+                              text=True, timeout=15, stdin=subprocess.DEVNULL)
+    if proc.returncode != expect_rc:
+        raise vh.HarnessError(f'exit {proc.returncode}, expected {expect_rc}; '
+                              f'stderr {proc.stderr!r}')
+    if not proc.stderr.startswith('vmigctl: ') or proc.stderr.count('\n') != 1 \
+            or not proc.stderr.endswith('\n'):
+        raise vh.HarnessError(f'stderr is not one "vmigctl: " line: {proc.stderr!r}')
+    return proc.stderr.strip()
+
+
+def vmigctl_probes(checks, tb, live):
+    src, tgt = tb.source, tb.target
+    sock = tb.path('dst', 'probe.sock')
+    long_dir = tb.path('d' * 90)
+    os.makedirs(long_dir)
+    stale = tb.path('stale.ctl')
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(stale)
+    s.close()
+    tgt.target_start('ctl-dup', {vh.DEFAULT_PORT_ID: sock})
+    target_for = {}
+    for key in ('ctl-nodir', 'ctl-long', 'ctl-badjson'):
+        target_for[key] = tgt.target_start(key, {vh.DEFAULT_PORT_ID: sock})[0]
+    cases = [
+        ('target stop of an unknown KEY', tgt, ['target', 'stop', 'no-such-key']),
+        ('source stop of an unknown KEY', src, ['source', 'stop', 'no-such-key']),
+        ('duplicate target start', tgt,
+         ['target', 'start', 'ctl-dup', '--socket', f'{vh.DEFAULT_PORT_ID}={sock}']),
+        ('target start of the live KEY', tgt,
+         ['target', 'start', live.key, '--socket', f'{vh.DEFAULT_PORT_ID}={sock}']),
+        ('source start of the live KEY', src,
+         ['source', 'start', live.key, '--target', json.dumps(live.target), '--dir',
+          tb.path('src')]),
+        ('target start, socket path of 120 bytes', tgt,
+         ['target', 'start', 'ctl-long-t', '--socket',
+          f'{vh.DEFAULT_PORT_ID}=/tmp/' + 'a' * 115]),
+        ('source start, socket path over 107 bytes', src,
+         ['source', 'start', 'ctl-long', '--target', target_for['ctl-long'], '--dir', long_dir]),
+        ('source start, --dir missing', src,
+         ['source', 'start', 'ctl-nodir', '--target', target_for['ctl-nodir'],
+          '--dir', tb.path('no', 'such', 'dir')]),
+        ('source start, unparsable --target', src,
+         ['source', 'start', 'ctl-badjson', '--target', target_for['ctl-badjson'][:-5],
+          '--dir', tb.path('src')]),
+        ('target start, invalid KEY', tgt,
+         ['target', 'start', 'bad/key', '--socket', f'{vh.DEFAULT_PORT_ID}={sock}']),
+    ]
+    for name, daemon, args in cases:
+        checks.run(f'vmigctl: {name}', ctl_fails, daemon, args)
+    checks.run('vmigctl: daemon not running (no socket)', ctl_fails, src, ['status'], 2,
+               tb.path('absent.ctl'))
+    checks.run('vmigctl: daemon not running (stale socket)', ctl_fails, src, ['status'], 2, stale)
+    for key in ('ctl-dup', *target_for):
+        tgt.target_stop(key)
+
+
+# ---- main ----------------------------------------------------------------------------------------
+
+def still_in_flight(m):
+    status = m.status()
+    if status != 'active':
+        raise vh.HarnessError(f'the migration is {status}: the probes did not all run while it was '
+                              'in flight')
+    return 'yes'
+
+
+def answers(daemon):
+    if not daemon.alive():
+        raise vh.HarnessError(f'exited with status {daemon.proc.returncode}')
+    pid = daemon.status().get('pid')
+    if pid != daemon.proc.pid:
+        raise vh.HarnessError(f'status reports pid {pid}, we started {daemon.proc.pid}')
+    return f'pid {pid}'
+
+
+def main():
+    binaries = vh.find_binaries()
+    checks = Checks()
+    with vh.Testbed(*binaries, target_args=['--connect-timeout', str(CONNECT_TIMEOUT_MS)]) as tb:
+        src, dst = tb.qemu_pair(MIGRATION_MIB)
+        m = tb.start_migration(src, dst, tb.new_key('live'), MIGRATION_CHANNELS,
+                               max_bandwidth=MIGRATION_BANDWIDTH)
+        vh.wait_until(lambda: m.status() == 'active', 30, 'the migration to become active')
+        vh.log(f'migration {m.key} in flight; node hop {m.target["address"]}:{m.target["port"]}')
+
+        flood = threading.Thread(target=checks.run, args=(
+            'node hop: 20 truncated preambles left silent', silent_flood, tb, m.target, 20))
+        flood.start()
+        nodehop_probes(checks, tb, m.target, m.key)
+        for daemon in (tb.target, tb.source):
+            control_probes(checks, daemon, tb.workdir)
+        vmigctl_probes(checks, tb, m)
+        flood.join()
+
+        checks.run('migration still in flight after the probes', still_in_flight, m)
+        for daemon in (tb.source, tb.target):
+            checks.run(f'{daemon.name} alive and answering', answers, daemon)
+        checks.finish()
+        result = m.finish(timeout=120)
+        digest = vh.verify_memory(src, dst)
+        vh.log(f'in-flight migration survived: {result.summary()}, memory sha256 {digest[:16]}')
+        for daemon, role in ((tb.source, 'source'), (tb.target, 'target')):
+            rec = daemon.stop_record(m.key, role)
+            if rec.get('outcome') != 'ok':
+                raise vh.HarnessError(f'{daemon.name}: {m.key} stopped with {rec}')
+        tb.stop_daemons()
+    vh.log(f'all {checks.count} checks passed')
+
+
+if __name__ == '__main__':
+    vh.run_main(main)
