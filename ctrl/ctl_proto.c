@@ -260,6 +260,8 @@ static void add_migration(const struct px_migration_info *mi, void *arg)
 	json_object_object_add(o, "connections", json_object_new_int(mi->conns_total));
 	json_object_object_add(o, "connections_active", json_object_new_int(mi->conns_active));
 	json_object_object_add(o, "connections_failed", json_object_new_int(mi->conns_failed));
+	json_object_object_add(o, "connections_reordered",
+			       json_object_new_int(mi->conns_reordered));
 	json_object_object_add(o, "bytes_tx", json_object_new_int64(mi->bytes_tx));
 	json_object_object_add(o, "bytes_rx", json_object_new_int64(mi->bytes_rx));
 	json_object_array_add(a, o);

@@ -71,7 +71,7 @@ struct px_migration {
 	unsigned int delay_first_ms;
 	uint64_t started_ms;
 	struct px_conn *conns;
-	unsigned int conns_total, conns_active, conns_failed, conns_cut;
+	unsigned int conns_total, conns_active, conns_failed, conns_cut, conns_reordered;
 	uint64_t bytes[2];
 	bool failed, stopping;
 	unsigned int guard;		/* >0 while a teardown walks the connections */
@@ -566,6 +566,8 @@ static void tgt_dispatch(struct px_conn *c, const struct px_preamble *p)
 	c->st = C_TGT_PARKED;
 	conn_list_add(&m->conns, c);
 	m->conns_active++;
+	if (p->seq > px_order_next(port->order))
+		m->conns_reordered++;
 	st = px_order_arrive(port->order, p->seq, c, vm_now_ms());
 	if (st == PX_OK && px_order_failed(port->order)) {
 		/* This one opened, but a parked successor could not: the sequence is broken. */
@@ -740,9 +742,9 @@ static void migration_finish(struct px_migration *m)
 		snprintf(outcome, sizeof(outcome), "errors on %u connections", m->conns_failed);
 	else
 		snprintf(outcome, sizeof(outcome), "ok");
-	log_info("migration %s role=%s stop conns=%u bytes=%llu tx=%llu rx=%llu duration=%.3fs "
-		 "outcome=%s",
-		 m->key, role_str(m->role), m->conns_total,
+	log_info("migration %s role=%s stop conns=%u reordered=%u bytes=%llu tx=%llu rx=%llu "
+		 "duration=%.3fs outcome=%s",
+		 m->key, role_str(m->role), m->conns_total, m->conns_reordered,
 		 (unsigned long long)(m->bytes[0] + m->bytes[1]), (unsigned long long)m->bytes[0],
 		 (unsigned long long)m->bytes[1], secs, outcome);
 	migration_unlink(m->stopping ? &m->n->stopped : &m->n->migrations, m);
@@ -1047,6 +1049,7 @@ void px_node_foreach(struct px_node *n, px_migration_fn fn, void *arg)
 			.conns_total = m->conns_total,
 			.conns_active = m->conns_active,
 			.conns_failed = m->conns_failed,
+			.conns_reordered = m->conns_reordered,
 			.bytes_tx = m->bytes[0],
 			.bytes_rx = m->bytes[1],
 			.state = m->failed ? "failed" : "active",

@@ -43,6 +43,7 @@ struct px_migration_info {
 	unsigned int conns_total;	/* connections carried so far (linked) */
 	unsigned int conns_active;	/* being set up or carried now */
 	unsigned int conns_failed;
+	unsigned int conns_reordered;	/* target: arrived before a predecessor and waited */
 	uint64_t bytes_tx;		/* local -> peer */
 	uint64_t bytes_rx;		/* peer -> local */
 	const char *state;		/* "active", "failed" */

@@ -39,6 +39,12 @@ def daemon_record_problems(tb, result, delay_ms):
     if delay_ms and result.seconds < delay_ms / 1000:
         problems.append(f'{result.key} finished in {result.seconds:.2f}s although its first '
                         f'connection was held back {delay_ms} ms')
+    # With the first connection held back, the target must have held every other one until it
+    # came: that is the ordering rule at work, not a lucky arrival order.
+    reordered = int(tb.target.stop_record(result.key, 'target').get('reordered', -1))
+    if delay_ms and result.channels and reordered != result.channels:
+        problems.append(f'{result.key}: target reordered {reordered} connections, expected '
+                        f'{result.channels} (all multifd channels waited for the main one)')
     return problems
 
 
