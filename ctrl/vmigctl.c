@@ -18,6 +18,14 @@
 enum { EXIT_FAIL = 1, EXIT_NO_DAEMON = 2 };
 
 static const char *control_path = DEFAULT_CONTROL;
+/* The request and reply of this run, released at exit on every path, errors included. */
+static struct json_object *request_obj, *reply_obj;
+
+static void release(void)
+{
+	json_object_put(request_obj);
+	json_object_put(reply_obj);
+}
 
 static void usage(FILE *f)
 {
@@ -73,7 +81,7 @@ static struct json_object *call(struct json_object *req)
 	for (;;) {
 		ssize_t k;
 
-		if (len == cap) {
+		if (len + 1 >= cap) {
 			if (cap >= REPLY_MAX)
 				die(EXIT_FAIL, "reply from vmigd too large");
 			cap *= 2;
@@ -91,8 +99,10 @@ static struct json_object *call(struct json_object *req)
 		len += k;
 	}
 	close(fd);
-	reply = json_tokener_parse(len ? (buf[len - 1] = '\0', buf) : "");
+	buf[len] = '\0';
+	reply = json_tokener_parse(buf);
 	free(buf);
+	reply_obj = reply;
 	if (!reply || !json_object_object_get_ex(reply, "ok", &ok))
 		die(EXIT_FAIL, "vmigd sent no valid reply");
 	if (!json_object_get_boolean(ok)) {
@@ -108,6 +118,7 @@ static struct json_object *request(const char *op, const char *key)
 {
 	struct json_object *o = json_object_new_object();
 
+	request_obj = o;
 	json_object_object_add(o, "op", json_object_new_string(op));
 	if (key)
 		json_object_object_add(o, "key", json_object_new_string(key));
@@ -121,7 +132,7 @@ static void target_start(const char *key, int argc, char **argv)
 
 	for (int i = 0; i < argc; i++) {
 		const char *spec = NULL;
-		char *eq, *copy;
+		char copy[4096], *eq;
 
 		if (strcmp(argv[i], "--socket") == 0 && i + 1 < argc)
 			spec = argv[++i];
@@ -129,19 +140,18 @@ static void target_start(const char *key, int argc, char **argv)
 			spec = argv[i] + 9;
 		else
 			die(EXIT_FAIL, "target start: unexpected argument \"%s\"", argv[i]);
-		copy = strdup(spec);
-		eq = copy ? strchr(copy, '=') : NULL;
+		snprintf(copy, sizeof(copy), "%s", spec);
+		eq = strchr(copy, '=');
 		if (!eq || eq == copy || !eq[1])
 			die(EXIT_FAIL, "--socket: expected PORTID=UNIXPATH, got \"%s\"", spec);
 		*eq = '\0';
 		if (json_object_object_get_ex(socks, copy, NULL))
 			die(EXIT_FAIL, "--socket: port %s given twice", copy);
 		json_object_object_add(socks, copy, json_object_new_string(eq + 1));
-		free(copy);
 	}
+	json_object_object_add(req, "sockets", socks);
 	if (json_object_object_length(socks) == 0)
 		die(EXIT_FAIL, "target start: give at least one --socket PORTID=UNIXPATH");
-	json_object_object_add(req, "sockets", socks);
 	reply = call(req);
 	if (!json_object_object_get_ex(reply, "target", &t))
 		die(EXIT_FAIL, "vmigd sent no target description");
@@ -167,9 +177,10 @@ static void source_start(const char *key, int argc, char **argv)
 	if (!target || !dir)
 		die(EXIT_FAIL, "source start: --target JSON and --dir BASEDIR are required");
 	t = json_tokener_parse(target);
+	if (t)
+		json_object_object_add(req, "target", t);
 	if (!t || !json_object_is_type(t, json_type_object))
 		die(EXIT_FAIL, "--target: not a JSON object (pass what target start printed)");
-	json_object_object_add(req, "target", t);
 	json_object_object_add(req, "dir", json_object_new_string(dir));
 	if (delay >= 0)
 		json_object_object_add(req, "test_delay_first_ms", json_object_new_int64(delay));
@@ -236,6 +247,7 @@ int main(int argc, char **argv)
 	const char *env = getenv("VMIGD_CONTROL");
 	int i = 1;
 
+	atexit(release);
 	if (env && *env)
 		control_path = env;
 	while (i < argc && argv[i][0] == '-') {
