@@ -697,12 +697,15 @@ class Testbed:
             self.net.__enter__()
             os.makedirs(self.path('src'))
             os.makedirs(self.path('dst'))
+            # Assigned before start(), so that close() stops a daemon whose start-up timed out.
             self.source = Daemon(self.vmigd, self.vmigctl, 'vmigd-source', self.workdir,
                                  self.net.source_addr, self.net.prefix('source'),
-                                 self.daemon_args['source']).start()
+                                 self.daemon_args['source'])
+            self.source.start()
             self.target = Daemon(self.vmigd, self.vmigctl, 'vmigd-target', self.workdir,
                                  self.net.target_addr, self.net.prefix('target'),
-                                 self.daemon_args['target']).start()
+                                 self.daemon_args['target'])
+            self.target.start()
         except BaseException:
             self.__exit__(*sys.exc_info())
             raise
