@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Integration test of vmigd's command line on loopback: bad options fail with one clear line and
+exit 1, -n checks a configuration, a config file is read and the command line overrides it, port 0
+binds a free port that status reports, a second daemon on the same control socket refuses to start
+and names the first, and SIGTERM exits 0 and removes the control socket."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
+import vmigharness as vh  # noqa: E402
+
+BAD = [
+    (['--listen', 'nowhere'], '--listen'),
+    (['--listen', '127.0.0.1:70000'], '--listen'),
+    (['--threads', '0'], '--threads'),
+    (['--threads', 'many'], '--threads'),
+    (['--order-timeout', '-5'], '--order-timeout'),
+    (['--advertise', 'host.example'], '--advertise'),
+    (['--data-path', 'teleport'], '--data-path'),
+    (['--log-level', 'loud'], '--log-level'),
+    (['--control', '/' + 'x' * 120], '--control'),
+    (['--config', '/nonexistent/vmigd.conf'], 'cannot read config'),
+    (['stray-argument'], 'unexpected argument'),
+]
+
+
+def run(vmigd, *args):
+    return subprocess.run([vmigd, *args], capture_output=True, text=True, timeout=20,
+                          stdin=subprocess.DEVNULL)
+
+
+def main():
+    vmigd, vmigctl = vh.find_binaries()
+    problems = []
+    with tempfile.TemporaryDirectory(prefix='vmig-cli-') as tmp:
+        ctl = os.path.join(tmp, 'ctl.sock')
+        for args, needle in BAD:
+            p = run(vmigd, '--control', ctl, '--no-tls', *args)
+            lines = p.stderr.strip().splitlines()
+            if p.returncode != 1 or not lines or needle not in lines[0]:
+                problems.append(f'vmigd {" ".join(args)}: rc={p.returncode} stderr={p.stderr!r}, '
+                                f'expected rc 1 and a line naming {needle}')
+        p = run(vmigd, '--control', ctl)
+        if p.returncode != 1 or 'no-tls' not in p.stderr:
+            problems.append(f'without --no-tls: rc={p.returncode} {p.stderr!r}, expected a refusal '
+                            'that names --no-tls')
+
+        conf = os.path.join(tmp, 'vmigd.conf')
+        with open(conf, 'w') as f:
+            f.write('# test configuration\n'
+                    f'control {ctl}\n'
+                    'listen 127.0.0.1:0\n'
+                    'no-tls\n'
+                    'threads 3   # trailing comment\n'
+                    'order-timeout 2500\n')
+        p = run(vmigd, '--config', conf, '-n')
+        if p.returncode != 0:
+            problems.append(f'-n with a good config: rc={p.returncode} {p.stderr!r}')
+        with open(conf + '.bad', 'w') as f:
+            f.write('threads lots\n')
+        p = run(vmigd, '--config', conf + '.bad', '-n')
+        if p.returncode != 1 or '--threads' not in p.stderr:
+            problems.append(f'-n with a bad config: rc={p.returncode} {p.stderr!r}')
+
+        log1 = open(os.path.join(tmp, 'd1.log'), 'wb')
+        first = subprocess.Popen([vmigd, '--config', conf, '--threads', '1'],
+                                 stdout=log1, stderr=log1, stdin=subprocess.DEVNULL)
+        try:
+            def status():
+                if first.poll() is not None:
+                    raise vh.HarnessError(f'vmigd exited {first.returncode} at start-up')
+                p = subprocess.run([vmigctl, '-c', ctl, 'status', '--json'], capture_output=True,
+                                   text=True, timeout=5)
+                return json.loads(p.stdout) if p.returncode == 0 else None
+            st = vh.wait_until(status, 15, 'vmigd to answer status')
+            host, port = st['listen'].rsplit(':', 1)
+            if host != '127.0.0.1' or not 0 < int(port) < 65536:
+                problems.append(f'status listen={st["listen"]}, expected 127.0.0.1 and a port')
+            if st['threads'] != 1:
+                problems.append(f'threads={st["threads"]}: the command line (1) should override '
+                                'the config file (3)')
+            p = run(vmigd, '--config', conf)
+            if p.returncode != 1 or f'pid {first.pid}' not in p.stderr or \
+                    'already running' not in p.stderr:
+                problems.append(f'second daemon: rc={p.returncode} {p.stderr!r}, expected a '
+                                f'refusal naming pid {first.pid}')
+            if first.poll() is not None:
+                problems.append('the first daemon died when the second tried to start')
+        finally:
+            first.send_signal(signal.SIGTERM)
+            rc = first.wait(20)
+            log1.close()
+        if rc != 0:
+            problems.append(f'SIGTERM: exit status {rc}, expected 0')
+        if os.path.exists(ctl):
+            problems.append('the control socket is still there after exit')
+    if problems:
+        raise vh.HarnessError('\n  '.join(['command line:'] + problems))
+    vh.log(f'{len(BAD)} bad option sets refused; config, -n, port 0, single instance and '
+           'SIGTERM behave')
+
+
+if __name__ == '__main__':
+    vh.run_main(main)
