@@ -22,6 +22,12 @@
 #define ORDER_MAX_PARKED 64
 /* How long a connect(2) to a local unix socket may wait for room in the listener's backlog. */
 #define LOCAL_CONNECT_TIMEOUT_MS 2000
+/*
+ * After `stop`, how long connections already carried may run on before they are cut. QEMU reports
+ * a migration completed a moment before it closes its channels, and orchestrators stop the
+ * listeners right then (KubeVirt's StopSourceListener closes only the listener).
+ */
+#define STOP_GRACE_MS 5000
 
 enum conn_state {
 	C_SRC_DELAY,	/* held back on purpose (--test-delay-first) */
@@ -77,6 +83,7 @@ struct px_migration {
 	unsigned int guard;		/* >0 while a teardown walks the connections */
 	char error[200];
 	struct xp_timer *order_timer;
+	struct xp_timer *stop_timer;
 	struct px_migration *next;
 };
 
@@ -668,20 +675,28 @@ static void tgt_accept(struct xp_watch *w, int lfd, uint32_t events, void *arg)
 
 /* ---- migrations ---- */
 
-static void cut_conns(struct px_migration *m)
+/* Drops connections still being set up; with links, also cuts those being carried. */
+static void cut_conns_ex(struct px_migration *m, bool links)
 {
 	struct px_conn *c = m->conns, *next;
 
 	for (; c; c = next) {
 		next = c->next;
 		if (c->st == C_LINKED) {
-			m->conns_cut++;
-			xp_link_abort(c->link);
+			if (links) {
+				m->conns_cut++;
+				xp_link_abort(c->link);
+			}
 		} else if (c->st != C_TGT_PARKED) {
 			/* Parked ones belong to the order, which drops them itself. */
 			conn_free(c);
 		}
 	}
+}
+
+static void cut_conns(struct px_migration *m)
+{
+	cut_conns_ex(m, true);
 }
 
 static void migration_fail(struct px_migration *m, const char *fmt, ...)
@@ -753,10 +768,27 @@ static void migration_finish(struct px_migration *m)
 		px_order_free(m->ports[i].order);
 	}
 	xp_timer_del(m->order_timer);
+	xp_timer_del(m->stop_timer);
 	free(m);
 }
 
-/* Leaves the key free at once; the record lives on until the pool returned its links. */
+static void stop_grace_expired(void *arg)
+{
+	struct px_migration *m = arg;
+
+	m->stop_timer = NULL;
+	log_warn("migration %s role=%s: %u connections still open %d ms after stop; cutting them",
+		 m->key, role_str(m->role), m->conns_active, STOP_GRACE_MS);
+	m->guard++;
+	cut_conns(m);
+	m->guard--;
+	migration_maybe_finish(m);
+}
+
+/*
+ * Leaves the key free at once; the record lives on until the pool returned its links. Links
+ * get STOP_GRACE_MS to end by themselves, so a stop right after QEMU's "completed" loses nothing.
+ */
 static void migration_stop(struct px_migration *m)
 {
 	struct px_node *n = m->n;
@@ -771,8 +803,12 @@ static void migration_stop(struct px_migration *m)
 		if (m->ports[i].order)
 			px_order_fail(m->ports[i].order);
 	}
-	cut_conns(m);
+	cut_conns_ex(m, false);
 	m->guard--;
+	if (m->conns_active > 0 &&
+	    xp_timer_add(n->loop, vm_now_ms() + STOP_GRACE_MS, stop_grace_expired, m,
+			 &m->stop_timer) < 0)
+		cut_conns(m);
 	migration_maybe_finish(m);
 }
 

@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""Integration test: `stop` on both daemons in the middle of a capped multifd migration. The key is
+free again at once, the connections already carried run on for the stop grace (5 s) and are then
+cut; the source QEMU reports the migration failed and keeps its guest, and both stop lines say how
+many connections were cut."""
+
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
+import vmigharness as vh  # noqa: E402
+
+MIB, CHANNELS = 512, 4
+BANDWIDTH = 24 << 20               # about 21 s: the grace ends long before the migration would
+GRACE_S = 5
+
+
+def main():
+    problems = []
+    with vh.Testbed() as tb:
+        src, dst = tb.qemu_pair(MIB)
+        key = tb.new_key('stop')
+        m = tb.start_migration(src, dst, key, CHANNELS, max_bandwidth=BANDWIDTH)
+        time.sleep(1.5)
+        stopped = time.monotonic()
+        tb.source.source_stop(key)
+        tb.target.target_stop(key)
+        # The key is free at once, though its connections still run.
+        raw, _ = tb.target.target_start(key, {vh.DEFAULT_PORT_ID: tb.path('dst', 'again.sock')})
+        tb.target.target_stop(key)
+
+        time.sleep(GRACE_S - 2)
+        if m.status() != 'active':
+            problems.append(f'migration {m.status()} {GRACE_S - 2} s after stop, expected still '
+                            f'active within the {GRACE_S} s grace')
+
+        def ended():
+            status = m.status()
+            return status if status != 'active' else None
+        status = vh.wait_until(ended, 30, 'the migration to end after the grace')
+        took = time.monotonic() - stopped
+        if status != 'failed':
+            problems.append(f'source QEMU migration status {status}, expected failed')
+        if took < GRACE_S - 0.5:
+            problems.append(f'the migration ended {took:.1f}s after stop, inside the grace')
+        if src.run_state() == 'postmigrate':
+            problems.append('the source guest was handed over although the migration was cut')
+        for d, role in ((tb.source, 'source'), (tb.target, 'target')):
+            # The target also logs the stop of the key's short second life, with no connections.
+            line = [x for x in d.migration_lines(key) if f'role={role} stop conns={CHANNELS + 1}' in x]
+            want = f'outcome=stopped with {CHANNELS + 1} connections in flight'
+            if len(line) != 1 or want not in line[0]:
+                problems.append(f'{d.name}: stop line {line}, expected "{want}"')
+        vh.log(f'stop: migration {status} {took:.1f}s after stop; stop lines report the cut')
+        tb.stop_daemons()
+    if problems:
+        raise vh.HarnessError('\n  '.join(['stop:'] + problems))
+
+
+if __name__ == '__main__':
+    vh.run_main(main)
