@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Integration test: `stop` on both daemons in the middle of a capped multifd migration. The key is
-free again at once, the connections already carried run on for the stop grace (5 s) and are then
-cut; the source QEMU reports the migration failed and keeps its guest, and both stop lines say how
-many connections were cut."""
+"""Integration test: `source stop` in the middle of a capped multifd migration. The key is free again
+at once, the connections already carried run on for the stop grace (5 s) and are then cut; the
+source QEMU reports the migration failed and keeps its guest, the stop line says how many
+connections were cut, and the target sees them end. Only one side is stopped: with both, whichever
+grace expires first makes the other side see resets, and its outcome would depend on timing."""
 
 import os
 import sys
@@ -25,10 +26,9 @@ def main():
         time.sleep(1.5)
         stopped = time.monotonic()
         tb.source.source_stop(key)
-        tb.target.target_stop(key)
         # The key is free at once, though its connections still run.
-        raw, _ = tb.target.target_start(key, {vh.DEFAULT_PORT_ID: tb.path('dst', 'again.sock')})
-        tb.target.target_stop(key)
+        tb.source.source_start(key, m.target_raw, tb.path('src'))
+        tb.source.source_stop(key)
 
         time.sleep(GRACE_S - 2)
         if m.status() != 'active':
@@ -46,12 +46,16 @@ def main():
             problems.append(f'the migration ended {took:.1f}s after stop, inside the grace')
         if src.run_state() == 'postmigrate':
             problems.append('the source guest was handed over although the migration was cut')
-        for d, role in ((tb.source, 'source'), (tb.target, 'target')):
-            # The target also logs the stop of the key's short second life, with no connections.
-            line = [x for x in d.migration_lines(key) if f'role={role} stop conns={CHANNELS + 1}' in x]
-            want = f'outcome=stopped with {CHANNELS + 1} connections in flight'
-            if len(line) != 1 or want not in line[0]:
-                problems.append(f'{d.name}: stop line {line}, expected "{want}"')
+        # The key's short second life logs its own stop line, with no connections.
+        line = [x for x in tb.source.migration_lines(key)
+                if f'role=source stop conns={CHANNELS + 1}' in x]
+        want = f'outcome=stopped with {CHANNELS + 1} connections in flight'
+        if len(line) != 1 or want not in line[0]:
+            problems.append(f'source stop line {line}, expected "{want}"')
+        tb.target.target_stop(key)
+        rec = tb.target.stop_record(key, 'target')
+        if int(rec.get('conns', -1)) != CHANNELS + 1:
+            problems.append(f'target stop line {rec}, expected conns={CHANNELS + 1}')
         vh.log(f'stop: migration {status} {took:.1f}s after stop; stop lines report the cut')
         tb.stop_daemons()
     if problems:

@@ -618,7 +618,7 @@ class DaemonMigration:
     def __init__(self, src, dst, source_daemon, target_daemon, key, channels):
         self.src, self.dst, self.key, self.channels = src, dst, key, channels
         self.source_daemon, self.target_daemon = source_daemon, target_daemon
-        self.target, self.sockets = {}, []
+        self.target, self.target_raw, self.sockets = {}, '', []
         self.started = self.src_state = None
 
     def status(self):
@@ -643,8 +643,8 @@ def start_via_daemons(src, dst, source_daemon, target_daemon, key, basedir, targ
     m = DaemonMigration(src, dst, source_daemon, target_daemon, key, channels)
     configure_migration(src, dst, channels, max_bandwidth)
     dst.execute('migrate-incoming', {'uri': f'unix:{target_sock}'})
-    target_raw, m.target = target_daemon.target_start(key, {port_id: target_sock})
-    m.sockets = source_daemon.source_start(key, target_raw, basedir, delay_first_ms)
+    m.target_raw, m.target = target_daemon.target_start(key, {port_id: target_sock})
+    m.sockets = source_daemon.source_start(key, m.target_raw, basedir, delay_first_ms)
     if len(m.sockets) != 1:
         raise HarnessError(f'source start printed {m.sockets}, expected one socket path')
     m.src_state = src.run_state()
