@@ -94,9 +94,21 @@ static int parse_ulong(const char *name, const char *s, unsigned long min, unsig
 	return 0;
 }
 
-/* Reads "option value" lines; each becomes "--option value" ahead of the command line's own. */
-static int read_config(const char *path, char **args, int *nargs)
+/* Strings made from --config lines; getopt keeps pointers into them until exit. */
+static char *config_args[MAX_CONFIG_ARGS];
+static int config_nargs;
+
+static void free_config_args(void)
 {
+	while (config_nargs > 0)
+		free(config_args[--config_nargs]);
+}
+
+/* Reads "option value" lines; each becomes "--option value" ahead of the command line's own. */
+static int read_config(const char *path)
+{
+	char **args = config_args;
+	int *nargs = &config_nargs;
 	char line[1024];
 	FILE *f = fopen(path, "re");
 	int lineno = 0;
@@ -127,8 +139,8 @@ static int read_config(const char *path, char **args, int *nargs)
 			fclose(f);
 			return -EINVAL;
 		}
-		if (asprintf(&args[(*nargs)++], "--%s", name) < 0 ||
-		    (*val && !(args[(*nargs)++] = strdup(val)))) {
+		if (asprintf(&args[*nargs], "--%s", name) < 0 ||
+		    (++*nargs, *val && !(args[(*nargs)++] = strdup(val)))) {
 			fclose(f);
 			return -ENOMEM;
 		}
@@ -272,6 +284,7 @@ int main(int argc, char **argv)
 	sigset_t mask;
 
 	/* --config lines go first so that the command line overrides them. */
+	atexit(free_config_args);
 	args[0] = argv[0];
 	for (int i = 1; i < argc; i++) {
 		const char *cfg = NULL;
@@ -280,9 +293,11 @@ int main(int argc, char **argv)
 			cfg = argv[i + 1];
 		else if (strncmp(argv[i], "--config=", 9) == 0)
 			cfg = argv[i] + 9;
-		if (cfg && read_config(cfg, args, &nargs) < 0)
+		if (cfg && read_config(cfg) < 0)
 			return 1;
 	}
+	for (int i = 0; i < config_nargs; i++)
+		args[nargs++] = config_args[i];
 	if (argc > 256) {
 		fprintf(stderr, "vmigd: too many arguments\n");
 		return 1;
