@@ -2,6 +2,7 @@
 /* Control requests: JSON (json-c) to struct ctl_request, and the replies. Every field is
  * checked here so that the proxy layer only sees well-formed requests. */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,14 +13,21 @@
 #include "vmigd-config.h"
 
 static const char *const op_names[] = {
-	[CTL_TARGET_START] = "target-start", [CTL_TARGET_STOP] = "target-stop",
-	[CTL_SOURCE_START] = "source-start", [CTL_SOURCE_STOP] = "source-stop",
-	[CTL_LIST] = "list",		     [CTL_STATUS] = "status",
+	[CTL_TARGET_START] = "target-start",
+	[CTL_TARGET_STOP] = "target-stop",
+	[CTL_SOURCE_START] = "source-start",
+	[CTL_SOURCE_STOP] = "source-stop",
+	[CTL_LIST] = "list",
+	[CTL_STATUS] = "status",
 };
 
-static int bad(char *err, size_t errlen, const char *fmt, const char *arg)
+static int __attribute__((format(printf, 3, 4))) bad(char *err, size_t errlen, const char *fmt, ...)
 {
-	snprintf(err, errlen, fmt, arg);
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
 	return -EINVAL;
 }
 
@@ -59,7 +67,7 @@ static int parse_key(struct json_object *o, struct ctl_request *req, char *err, 
 	const char *key;
 
 	if (get_string(o, "key", &key) < 0)
-		return bad(err, errlen, "missing or bad \"key\" (a string)%s", "");
+		return bad(err, errlen, "missing or bad \"key\" (a string)");
 	if (!px_key_valid(key))
 		return bad(err, errlen,
 			   "invalid key \"%.40s\": use 1 to 128 characters of A-Z a-z 0-9 . _ -",
@@ -68,19 +76,16 @@ static int parse_key(struct json_object *o, struct ctl_request *req, char *err, 
 	return 0;
 }
 
-static int parse_sockets(struct json_object *o, struct ctl_request *req, char *err,
-			 size_t errlen)
+static int parse_sockets(struct json_object *o, struct ctl_request *req, char *err, size_t errlen)
 {
 	struct json_object *socks;
 
 	if (!json_object_object_get_ex(o, "sockets", &socks) ||
 	    !json_object_is_type(socks, json_type_object) || json_object_object_length(socks) == 0)
-		return bad(err, errlen, "missing \"sockets\": give at least one PORTID=UNIXPATH%s",
-			   "");
+		return bad(err, errlen, "missing \"sockets\": give at least one PORTID=UNIXPATH");
 	if (json_object_object_length(socks) > PX_PORTS_MAX)
-		return bad(err, errlen, "too many sockets (at most 8)%s", "");
-	json_object_object_foreach(socks, name, val)
-	{
+		return bad(err, errlen, "too many sockets (at most 8)");
+	json_object_object_foreach (socks, name, val) {
 		struct px_port_info *p = &req->ports[req->nports];
 		const char *path;
 
@@ -104,8 +109,7 @@ static int parse_source(struct json_object *o, struct ctl_request *req, char *er
 	int r;
 
 	if (!json_object_object_get_ex(o, "target", &t))
-		return bad(err, errlen, "missing \"target\" (the JSON that target start printed)%s",
-			   "");
+		return bad(err, errlen, "missing \"target\" (the JSON that target start printed)");
 	r = px_target_from_json(t, &req->target, err, errlen);
 	if (r < 0)
 		return r;
@@ -115,15 +119,15 @@ static int parse_source(struct json_object *o, struct ctl_request *req, char *er
 		return -EINVAL;
 	}
 	if (get_string(o, "dir", &dir) < 0)
-		return bad(err, errlen, "missing \"dir\" (the base directory)%s", "");
+		return bad(err, errlen, "missing \"dir\" (the base directory)");
 	if (strlen(dir) >= sizeof(req->dir))
-		return bad(err, errlen, "\"dir\" is too long%s", "");
+		return bad(err, errlen, "\"dir\" is too long");
 	strcpy(req->dir, dir);
 	if (json_object_object_get_ex(o, "test_delay_first_ms", &v)) {
 		int64_t ms = json_object_get_int64(v);
 
 		if (!json_object_is_type(v, json_type_int) || ms < 0 || ms > 600000)
-			return bad(err, errlen, "\"test_delay_first_ms\" must be 0..600000%s", "");
+			return bad(err, errlen, "\"test_delay_first_ms\" must be 0..600000");
 		req->delay_first_ms = ms;
 	}
 	return 0;
@@ -139,7 +143,7 @@ int ctl_request_parse(const char *text, size_t len, struct ctl_request *ret, cha
 	int r = -EINVAL;
 
 	if (len > CTL_REQUEST_MAX)
-		return bad(err, errlen, "request too large (over 64 KiB)%s", "");
+		return bad(err, errlen, "request too large (over 64 KiB)");
 	req = calloc(1, sizeof(*req));
 	tok = json_tokener_new();
 	if (!req || !tok) {
@@ -153,26 +157,27 @@ int ctl_request_parse(const char *text, size_t len, struct ctl_request *ret, cha
 		/* Trailing white space after the object is fine, anything else is not. */
 		size_t end = json_tokener_get_parse_end(tok);
 
-		while (o && end < len && (text[end] == '\n' || text[end] == ' ' ||
-					  text[end] == '\r' || text[end] == '\t'))
+		while (o && end < len &&
+		       (text[end] == '\n' || text[end] == ' ' || text[end] == '\r' ||
+			text[end] == '\t'))
 			end++;
 		if (!o || end < len) {
 			enum json_tokener_error je = json_tokener_get_error(tok);
 
 			bad(err, errlen, "request is not one JSON object: %s",
-			    o ? "trailing data" :
-			    je == json_tokener_continue ? "incomplete JSON" :
-							   json_tokener_error_desc(je));
+			    o				  ? "trailing data"
+			    : je == json_tokener_continue ? "incomplete JSON"
+							  : json_tokener_error_desc(je));
 			goto out;
 		}
 	}
 	if (!json_object_is_type(o, json_type_object)) {
-		bad(err, errlen, "request is not a JSON object%s", "");
+		bad(err, errlen, "request is not a JSON object");
 		goto out;
 	}
 	if (!json_object_object_get_ex(o, "op", &opv) ||
 	    !json_object_is_type(opv, json_type_string)) {
-		bad(err, errlen, "missing \"op\"%s", "");
+		bad(err, errlen, "missing \"op\"");
 		goto out;
 	}
 	op = json_object_get_string(opv);
@@ -208,7 +213,8 @@ static char *reply_text(struct json_object *o)
 	json_c_set_serialization_double_format("%.3f", JSON_C_OPTION_THREAD);
 	char *s = NULL;
 
-	if (o && asprintf(&s, "%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN)) < 0)
+	if (o &&
+	    asprintf(&s, "%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN)) < 0)
 		s = NULL;
 	json_object_put(o);
 	return s;
@@ -236,12 +242,13 @@ static struct json_object *ok_reply(void)
 
 static void add_migration(const struct px_migration_info *mi, void *arg)
 {
-	struct json_object *a = arg, *o = json_object_new_object(), *ports = json_object_new_array();
+	struct json_object *a = arg, *o = json_object_new_object(),
+			   *ports = json_object_new_array();
 
 	json_object_object_add(o, "key", json_object_new_string(mi->key));
-	json_object_object_add(o, "role",
-			       json_object_new_string(mi->role == PX_ROLE_SOURCE ? "source" :
-										  "target"));
+	json_object_object_add(
+		o, "role",
+		json_object_new_string(mi->role == PX_ROLE_SOURCE ? "source" : "target"));
 	for (unsigned int i = 0; i < mi->nports; i++) {
 		struct json_object *p = json_object_new_object();
 
@@ -319,7 +326,7 @@ char *ctl_execute(struct px_node *n, const struct ctl_daemon_info *d, const stru
 	case CTL_TARGET_STOP:
 	case CTL_SOURCE_STOP:
 		r = (req->op == CTL_TARGET_STOP ? px_target_stop : px_source_stop)(n, req->key, err,
-										  sizeof(err));
+										   sizeof(err));
 		if (r < 0)
 			break;
 		return reply_text(ok_reply());

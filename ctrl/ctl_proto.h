@@ -11,7 +11,7 @@
 #include "px_node.h"
 
 #define CTL_REQUEST_MAX 65536
-#define CTL_DIR_MAX 4096
+#define CTL_DIR_MAX	4096
 
 enum ctl_op {
 	CTL_TARGET_START,
@@ -25,9 +25,9 @@ enum ctl_op {
 struct ctl_request {
 	enum ctl_op op;
 	char key[PX_KEY_MAX + 1];
-	unsigned int nports;			/* target-start */
+	unsigned int nports; /* target-start */
 	struct px_port_info ports[PX_PORTS_MAX];
-	struct px_target_info target;		/* source-start */
+	struct px_target_info target; /* source-start */
 	char dir[CTL_DIR_MAX];
 	unsigned int delay_first_ms;
 };
@@ -43,7 +43,8 @@ struct ctl_daemon_info {
 int ctl_request_parse(const char *text, size_t len, struct ctl_request *req, char *err,
 		      size_t errlen);
 /* Returns the reply text (with the trailing newline), malloc'd; NULL only on ENOMEM. */
-char *ctl_execute(struct px_node *n, const struct ctl_daemon_info *d, const struct ctl_request *req);
+char *ctl_execute(struct px_node *n, const struct ctl_daemon_info *d,
+		  const struct ctl_request *req);
 /* The whole exchange: parse, execute, or an error reply. */
 char *ctl_handle(struct px_node *n, const struct ctl_daemon_info *d, const char *text, size_t len);
 char *ctl_error_reply(const char *msg);

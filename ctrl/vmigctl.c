@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #define DEFAULT_CONTROL "/run/vmigd/control.sock"
-#define REPLY_MAX (4 << 20)
+#define REPLY_MAX	(4 << 20)
 
 enum { EXIT_FAIL = 1, EXIT_NO_DAEMON = 2 };
 
@@ -30,7 +30,8 @@ static void release(void)
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: vmigctl [-c PATH] target start KEY --socket PORTID=UNIXPATH [--socket ...]\n"
+		"usage: vmigctl [-c PATH] target start KEY --socket PORTID=UNIXPATH [--socket "
+		"...]\n"
 		"       vmigctl [-c PATH] target stop KEY\n"
 		"       vmigctl [-c PATH] source start KEY --target JSON --dir BASEDIR\n"
 		"       vmigctl [-c PATH] source stop KEY\n"
@@ -106,9 +107,9 @@ static struct json_object *call(struct json_object *req)
 	if (!reply || !json_object_object_get_ex(reply, "ok", &ok))
 		die(EXIT_FAIL, "vmigd sent no valid reply");
 	if (!json_object_get_boolean(ok)) {
-		const char *msg = json_object_object_get_ex(reply, "error", &err) ?
-					  json_object_get_string(err) :
-					  "request failed";
+		const char *msg = json_object_object_get_ex(reply, "error", &err)
+					  ? json_object_get_string(err)
+					  : "request failed";
 		die(EXIT_FAIL, "%s", msg);
 	}
 	return reply;
@@ -216,19 +217,19 @@ static void list(void)
 				 str_field(json_object_array_get_idx(ports, j), "port"));
 		}
 		printf("%s %s ports=%s conns=%s active=%s bytes_tx=%s bytes_rx=%s state=%s\n",
-		       str_field(m, "key"), str_field(m, "role"), plist, str_field(m, "connections"),
-		       str_field(m, "connections_active"), str_field(m, "bytes_tx"),
-		       str_field(m, "bytes_rx"), str_field(m, "state"));
+		       str_field(m, "key"), str_field(m, "role"), plist,
+		       str_field(m, "connections"), str_field(m, "connections_active"),
+		       str_field(m, "bytes_tx"), str_field(m, "bytes_rx"), str_field(m, "state"));
 	}
 }
 
 static void status(int argc, char **argv)
 {
 	struct json_object *reply = call(request("status", NULL)), *s;
-	static const char *const fields[] = { "version",  "pid",	"control",
-					      "listen",	  "advertise",	"tls",
-					      "data_path", "threads",	"uptime",
-					      "migrations", "connections_active" };
+	static const char *const fields[] = {
+		"version",   "pid",	"control", "listen",	 "advertise",	      "tls",
+		"data_path", "threads", "uptime",  "migrations", "connections_active"
+	};
 
 	if (!json_object_object_get_ex(reply, "status", &s))
 		die(EXIT_FAIL, "vmigd sent no status");

@@ -86,8 +86,8 @@ static int parse_ulong(const char *name, const char *s, unsigned long min, unsig
 	errno = 0;
 	v = strtoul(s, &end, 10);
 	if (errno || !*s || *end || *s == '-' || v < min || v > max) {
-		fprintf(stderr, "vmigd: --%s: expected a number from %lu to %lu, got \"%s\"\n", name,
-			min, max, s);
+		fprintf(stderr, "vmigd: --%s: expected a number from %lu to %lu, got \"%s\"\n",
+			name, min, max, s);
 		return -EINVAL;
 	}
 	*ret = v;
@@ -175,7 +175,8 @@ static int parse_options(int argc, char **argv, struct options *o)
 			o->threads = v;
 			break;
 		case 'O':
-			if (parse_ulong("order-timeout", optarg, 100, 3600000, &o->order_timeout_ms))
+			if (parse_ulong("order-timeout", optarg, 100, 3600000,
+					&o->order_timeout_ms))
 				return -EINVAL;
 			break;
 		case 'C':
@@ -204,7 +205,8 @@ static int parse_options(int argc, char **argv, struct options *o)
 			break;
 		case 'L':
 			if (vm_log_level_parse(optarg, &o->log_level) < 0) {
-				fprintf(stderr, "vmigd: --log-level: use error, warning, info or debug\n");
+				fprintf(stderr,
+					"vmigd: --log-level: use error, warning, info or debug\n");
 				return -EINVAL;
 			}
 			break;
@@ -324,7 +326,8 @@ int main(int argc, char **argv)
 
 		if (strlen(o.advertise) >= sizeof(pc.advertise) ||
 		    xp_addr_from_host(o.advertise, 1, &a) < 0) {
-			fprintf(stderr, "vmigd: --advertise: expected a numeric IP address, got \"%s\"\n",
+			fprintf(stderr,
+				"vmigd: --advertise: expected a numeric IP address, got \"%s\"\n",
 				o.advertise);
 			return 1;
 		}
@@ -379,7 +382,8 @@ int main(int argc, char **argv)
 		log_err("cannot watch signals: %s", strerror(errno));
 		goto out;
 	}
-	log_warn("node hop is plain text (--no-tls): migration data crosses the network unencrypted");
+	log_warn("node hop is plain text (--no-tls): migration data crosses the network "
+		 "unencrypted");
 	log_info("vmigd %s started: listen=%s advertise=%s control=%s threads=%u data_path=%s",
 		 VMIGD_VERSION, px_node_listen_str(d.node), px_node_advertise(d.node), o.control,
 		 px_node_threads(d.node), px_node_data_path(d.node));

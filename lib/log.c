@@ -22,7 +22,8 @@ void vm_log_setup(const char *ident, enum vm_log_level level)
 int vm_log_level_parse(const char *s, enum vm_log_level *ret)
 {
 	for (unsigned int i = 0; i < sizeof(level_names) / sizeof(level_names[0]); i++) {
-		if (strcmp(s, level_names[i]) == 0 || (i == VM_LOG_WARN && strcmp(s, "warn") == 0) ||
+		if (strcmp(s, level_names[i]) == 0 ||
+		    (i == VM_LOG_WARN && strcmp(s, "warn") == 0) ||
 		    (i == VM_LOG_ERR && strcmp(s, "err") == 0)) {
 			*ret = i;
 			return 0;

@@ -10,9 +10,9 @@ void vm_log_setup(const char *ident, enum vm_log_level level);
 int vm_log_level_parse(const char *s, enum vm_log_level *ret);
 void vm_log(enum vm_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-#define log_err(...) vm_log(VM_LOG_ERR, __VA_ARGS__)
-#define log_warn(...) vm_log(VM_LOG_WARN, __VA_ARGS__)
-#define log_info(...) vm_log(VM_LOG_INFO, __VA_ARGS__)
+#define log_err(...)   vm_log(VM_LOG_ERR, __VA_ARGS__)
+#define log_warn(...)  vm_log(VM_LOG_WARN, __VA_ARGS__)
+#define log_info(...)  vm_log(VM_LOG_INFO, __VA_ARGS__)
 #define log_debug(...) vm_log(VM_LOG_DEBUG, __VA_ARGS__)
 
 #endif

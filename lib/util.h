@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <time.h>
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define ARRAY_SIZE(a)			(sizeof(a) / sizeof((a)[0]))
 #define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
 static inline uint64_t vm_now_ms(void)

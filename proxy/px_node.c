@@ -34,19 +34,19 @@ enum conn_state {
 	C_SRC_CONNECT,	/* node-hop connect in progress */
 	C_SRC_SEND,	/* writing the preamble */
 	C_SRC_REPLY,	/* waiting for the target's reply */
-	C_TGT_PREAMBLE,	/* reading the preamble */
+	C_TGT_PREAMBLE, /* reading the preamble */
 	C_TGT_PARKED,	/* waiting for its predecessors */
 	C_LINKED,	/* carried by the pool */
 };
 
 struct px_conn {
 	struct px_node *n;
-	struct px_migration *m;	/* NULL for a target connection before its preamble */
+	struct px_migration *m; /* NULL for a target connection before its preamble */
 	struct px_port *port;
 	uint32_t seq;
 	enum conn_state st;
-	int lfd;		/* local unix socket */
-	int rfd;		/* node-hop TCP socket */
+	int lfd; /* local unix socket */
+	int rfd; /* node-hop TCP socket */
 	struct xp_watch *w;
 	struct xp_timer *t;
 	uint8_t buf[PX_PREAMBLE_MAX];
@@ -60,10 +60,10 @@ struct px_port {
 	struct px_migration *m;
 	uint32_t id;
 	char path[108];
-	int lfd;			/* source: the unix listener */
+	int lfd; /* source: the unix listener */
 	struct xp_watch *w;
-	uint32_t next_seq;		/* source: next sequence number to hand out */
-	struct px_order *order;		/* target */
+	uint32_t next_seq;	/* source: next sequence number to hand out */
+	struct px_order *order; /* target */
 };
 
 struct px_migration {
@@ -80,7 +80,7 @@ struct px_migration {
 	unsigned int conns_total, conns_active, conns_failed, conns_cut, conns_reordered;
 	uint64_t bytes[2];
 	bool failed, stopping;
-	unsigned int guard;		/* >0 while a teardown walks the connections */
+	unsigned int guard; /* >0 while a teardown walks the connections */
 	char error[200];
 	struct xp_timer *order_timer;
 	struct xp_timer *stop_timer;
@@ -98,8 +98,8 @@ struct px_node {
 	char listen_str[80];
 	char advertise[PX_HOST_MAX];
 	struct px_migration *migrations;
-	struct px_migration *stopped;	/* stopped, waiting for the pool to return their links */
-	struct px_conn *unbound;	/* target connections still reading their preamble */
+	struct px_migration *stopped; /* stopped, waiting for the pool to return their links */
+	struct px_conn *unbound;      /* target connections still reading their preamble */
 	unsigned int nunbound;
 	bool draining;
 	struct xp_timer *drain_timer;
@@ -225,12 +225,10 @@ static void pool_done(void *cookie, const struct xp_link_result *res, void *arg)
 			"(tx/rx): %s on the %s side",
 			m->key, role_str(m->role), c->port->id, c->seq,
 			(unsigned long long)res->bytes[0], (unsigned long long)res->bytes[1],
-			strerror(-res->err),
-			res->err_side == 0 ? "local" : "node-hop");
+			strerror(-res->err), res->err_side == 0 ? "local" : "node-hop");
 	} else {
 		log_debug("migration %s: port %u connection %u ended (%s%s), %llu/%llu bytes",
-			  m->key, c->port->id, c->seq,
-			  res->end == XP_END_CLEAN ? "clean" : "cut",
+			  m->key, c->port->id, c->seq, res->end == XP_END_CLEAN ? "clean" : "cut",
 			  res->reset_after_eof ? ", peer reset after its stream ended" : "",
 			  (unsigned long long)res->bytes[0], (unsigned long long)res->bytes[1]);
 	}
@@ -244,7 +242,8 @@ static void pool_ready(struct xp_watch *w, int fd, uint32_t events, void *arg)
 
 /* ---- source role ---- */
 
-static void src_error(struct px_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void src_error(struct px_conn *c, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 static void src_error(struct px_conn *c, const char *fmt, ...)
 {
 	char msg[256];
@@ -254,8 +253,8 @@ static void src_error(struct px_conn *c, const char *fmt, ...)
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	c->m->conns_failed++;
-	log_err("migration %s role=source: port %u connection %u to %s: %s", c->m->key,
-		c->port->id, c->seq, c->m->peer_str, msg);
+	log_err("migration %s role=source: port %u connection %u to %s: %s", c->m->key, c->port->id,
+		c->seq, c->m->peer_str, msg);
 	conn_release(c);
 }
 
@@ -264,9 +263,9 @@ static void src_timeout(void *arg)
 	struct px_conn *c = arg;
 
 	c->t = NULL;
-	src_error(c, c->st == C_SRC_CONNECT ? "connect timed out" :
-		     c->st == C_SRC_SEND ? "sending the preamble timed out" :
-					   "no reply from the target in time");
+	src_error(c, c->st == C_SRC_CONNECT ? "connect timed out"
+		     : c->st == C_SRC_SEND  ? "sending the preamble timed out"
+					    : "no reply from the target in time");
 }
 
 static void src_io(struct xp_watch *w, int fd, uint32_t events, void *arg);
@@ -277,8 +276,8 @@ static void src_set_wait(struct px_conn *c, enum conn_state st, uint32_t events,
 	xp_timer_del(c->t);
 	c->t = NULL;
 	if (xp_timer_add(c->n->loop, vm_now_ms() + ms, src_timeout, c, &c->t) < 0 ||
-	    (c->w ? xp_watch_mod(c->w, events) :
-		    xp_watch_add(c->n->loop, c->rfd, events, src_io, c, &c->w)) < 0) {
+	    (c->w ? xp_watch_mod(c->w, events)
+		  : xp_watch_add(c->n->loop, c->rfd, events, src_io, c, &c->w)) < 0) {
 		src_error(c, "out of memory");
 	}
 }
@@ -428,8 +427,8 @@ static void src_accept(struct xp_watch *w, int lfd, uint32_t events, void *arg)
 		m->conns_active++;
 		if (c->seq == 0 && m->delay_first_ms) {
 			c->st = C_SRC_DELAY;
-			if (xp_timer_add(m->n->loop, vm_now_ms() + m->delay_first_ms, src_delay_done,
-					 c, &c->t) < 0)
+			if (xp_timer_add(m->n->loop, vm_now_ms() + m->delay_first_ms,
+					 src_delay_done, c, &c->t) < 0)
 				src_error(c, "out of memory");
 			continue;
 		}
@@ -514,8 +513,8 @@ static void tgt_order_check(void *arg)
 			migration_fail(m,
 				       "port %u connection %u did not arrive within %llu ms "
 				       "(%u later connections were waiting)",
-				       p->id, missing, (unsigned long long)m->n->conf.order_timeout_ms,
-				       parked);
+				       p->id, missing,
+				       (unsigned long long)m->n->conf.order_timeout_ms, parked);
 			return;
 		}
 	}
@@ -604,8 +603,8 @@ static void tgt_read(struct xp_watch *w, int fd, uint32_t events, void *arg)
 	int r;
 
 	/* Read exactly the preamble: the bytes after it belong to the local socket. */
-	want = c->len < PX_PREAMBLE_FIXED ? PX_PREAMBLE_FIXED - c->len :
-					    PX_PREAMBLE_FIXED + vm_get_be16(c->buf + 16) - c->len;
+	want = c->len < PX_PREAMBLE_FIXED ? PX_PREAMBLE_FIXED - c->len
+					  : PX_PREAMBLE_FIXED + vm_get_be16(c->buf + 16) - c->len;
 	k = read(fd, c->buf + c->len, want);
 	if (k < 0) {
 		if (errno == EAGAIN || errno == EINTR)
@@ -616,7 +615,8 @@ static void tgt_read(struct xp_watch *w, int fd, uint32_t events, void *arg)
 		return;
 	}
 	if (k == 0) {
-		log_warn("node hop from %s: closed after %zu bytes, before the preamble was complete",
+		log_warn("node hop from %s: closed after %zu bytes, before the preamble was "
+			 "complete",
 			 c->peer, c->len);
 		conn_release(c);
 		return;
@@ -805,9 +805,8 @@ static void migration_stop(struct px_migration *m)
 	}
 	cut_conns_ex(m, false);
 	m->guard--;
-	if (m->conns_active > 0 &&
-	    xp_timer_add(n->loop, vm_now_ms() + STOP_GRACE_MS, stop_grace_expired, m,
-			 &m->stop_timer) < 0)
+	if (m->conns_active > 0 && xp_timer_add(n->loop, vm_now_ms() + STOP_GRACE_MS,
+						stop_grace_expired, m, &m->stop_timer) < 0)
 		cut_conns(m);
 	migration_maybe_finish(m);
 }
@@ -843,7 +842,8 @@ static int check_key(struct px_node *n, const char *key, enum px_role role, char
 		return -ESHUTDOWN;
 	}
 	if (find_migration(n, key, role)) {
-		snprintf(err, errlen, "migration %s already has a %s listener", key, role_str(role));
+		snprintf(err, errlen, "migration %s already has a %s listener", key,
+			 role_str(role));
 		return -EEXIST;
 	}
 	return 0;
@@ -960,18 +960,16 @@ fail_nomem:
 	return -ENOMEM;
 }
 
-static int make_socket_path(const char *dir, const char *key, uint32_t port, char *buf,
-			    size_t len)
+static int make_socket_path(const char *dir, const char *key, uint32_t port, char *buf, size_t len)
 {
-	int r = port ? snprintf(buf, len, "%s/migrationproxy/%s-%u-source.sock", dir, key, port) :
-		       snprintf(buf, len, "%s/migrationproxy/%s-source.sock", dir, key);
+	int r = port ? snprintf(buf, len, "%s/migrationproxy/%s-%u-source.sock", dir, key, port)
+		     : snprintf(buf, len, "%s/migrationproxy/%s-source.sock", dir, key);
 
 	return r < (int)len ? 0 : -ENAMETOOLONG;
 }
 
 int px_source_start(struct px_node *n, const struct px_target_info *t, const char *dir,
-		    unsigned int delay_first_ms, struct px_port_info *out, char *err,
-		    size_t errlen)
+		    unsigned int delay_first_ms, struct px_port_info *out, char *err, size_t errlen)
 {
 	char sub[4096];
 	struct px_migration *m;
@@ -985,7 +983,8 @@ int px_source_start(struct px_node *n, const struct px_target_info *t, const cha
 	if (r < 0)
 		return r;
 	if (dir[0] != '/' || stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
-		snprintf(err, errlen, "directory %.200s does not exist (give an absolute path)", dir);
+		snprintf(err, errlen, "directory %.200s does not exist (give an absolute path)",
+			 dir);
 		return -ENOENT;
 	}
 	if (snprintf(sub, sizeof(sub), "%s/migrationproxy", dir) >= (int)sizeof(sub)) {
@@ -1016,15 +1015,16 @@ int px_source_start(struct px_node *n, const struct px_target_info *t, const cha
 		p->id = t->ports[i];
 		r = make_socket_path(dir, t->key, p->id, p->path, sizeof(p->path));
 		if (r < 0) {
-			snprintf(err, errlen, "socket path too long (at most %zu bytes) under %.60s",
+			snprintf(err, errlen,
+				 "socket path too long (at most %zu bytes) under %.60s",
 				 sizeof(p->path) - 1, dir);
 			goto fail;
 		}
 		r = xp_unix_listen(p->path, 128, &p->lfd);
 		if (r < 0) {
 			snprintf(err, errlen, "cannot listen on %s: %s", p->path,
-				 r == -EEXIST ? "a file that is not a socket is in the way" :
-						strerror(-r));
+				 r == -EEXIST ? "a file that is not a socket is in the way"
+					      : strerror(-r));
 			goto fail;
 		}
 		r = xp_watch_add(n->loop, p->lfd, EPOLLIN, src_accept, p, &p->w);
@@ -1198,8 +1198,7 @@ int px_node_new(struct xp_loop *loop, const struct px_config *conf, struct px_no
 			strerror(-r));
 		goto fail;
 	}
-	r = xp_watch_add(loop, xp_pool_event_fd(n->pool), EPOLLIN, pool_ready, n->pool,
-			 &n->pool_w);
+	r = xp_watch_add(loop, xp_pool_event_fd(n->pool), EPOLLIN, pool_ready, n->pool, &n->pool_w);
 	if (r < 0)
 		goto fail;
 	r = xp_tcp_listen(&conf->listen, 1024, &n->lfd, &n->bound);

@@ -17,11 +17,11 @@ struct px_node;
 
 struct px_config {
 	struct xp_addr listen;
-	char advertise[PX_HOST_MAX];	/* empty: derive from the listen address */
+	char advertise[PX_HOST_MAX]; /* empty: derive from the listen address */
 	unsigned int threads;
-	unsigned int slots;		/* links per worker */
+	unsigned int slots; /* links per worker */
 	size_t pipe_size;
-	bool copy_path;			/* read/write instead of splice (for comparison) */
+	bool copy_path; /* read/write instead of splice (for comparison) */
 	uint64_t order_timeout_ms;
 	uint64_t connect_timeout_ms;
 };
@@ -38,16 +38,16 @@ struct px_migration_info {
 	enum px_role role;
 	unsigned int nports;
 	struct px_port_info ports[PX_PORTS_MAX];
-	const char *peer;		/* source: the target's node-hop address */
-	uint64_t started_ms;		/* vm_now_ms() at start */
-	unsigned int conns_total;	/* connections carried so far (linked) */
-	unsigned int conns_active;	/* being set up or carried now */
+	const char *peer;	   /* source: the target's node-hop address */
+	uint64_t started_ms;	   /* vm_now_ms() at start */
+	unsigned int conns_total;  /* connections carried so far (linked) */
+	unsigned int conns_active; /* being set up or carried now */
 	unsigned int conns_failed;
-	unsigned int conns_reordered;	/* target: arrived before a predecessor and waited */
-	uint64_t bytes_tx;		/* local -> peer */
-	uint64_t bytes_rx;		/* peer -> local */
-	const char *state;		/* "active", "failed" */
-	const char *error;		/* the failure's reason, or NULL */
+	unsigned int conns_reordered; /* target: arrived before a predecessor and waited */
+	uint64_t bytes_tx;	      /* local -> peer */
+	uint64_t bytes_rx;	      /* peer -> local */
+	const char *state;	      /* "active", "failed" */
+	const char *error;	      /* the failure's reason, or NULL */
 };
 
 int px_node_new(struct xp_loop *loop, const struct px_config *conf, struct px_node **ret);

@@ -17,7 +17,7 @@ struct px_order {
 	uint64_t timeout_ms;
 	uint32_t next;
 	bool failed;
-	uint64_t waiting_since;	/* when the current head (next) started to be awaited */
+	uint64_t waiting_since; /* when the current head (next) started to be awaited */
 	unsigned int nparked, max_parked;
 	struct parked parked[];
 };

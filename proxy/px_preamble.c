@@ -61,8 +61,8 @@ int px_preamble_decode(const uint8_t *buf, size_t len, struct px_preamble *ret)
 	if (len < PX_PREAMBLE_FIXED)
 		return 0;
 	kl = vm_get_be16(buf + 16);
-	if (vm_get_be16(buf + 6) != 0 || vm_get_be16(buf + 18) != 0 || kl == 0 ||
-	    kl > PX_KEY_MAX || vm_get_be32(buf + 8) > PX_PORT_MAX)
+	if (vm_get_be16(buf + 6) != 0 || vm_get_be16(buf + 18) != 0 || kl == 0 || kl > PX_KEY_MAX ||
+	    vm_get_be32(buf + 8) > PX_PORT_MAX)
 		return -PX_ERR_MALFORMED;
 	if (len < PX_PREAMBLE_FIXED + (size_t)kl)
 		return 0;

@@ -7,14 +7,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PX_PREAMBLE_MAGIC 0x564d4750u	/* "VMGP" */
-#define PX_REPLY_MAGIC 0x564d4752u	/* "VMGR" */
-#define PX_PROTO_VERSION 1
-#define PX_KEY_MAX 128
+#define PX_PREAMBLE_MAGIC 0x564d4750u /* "VMGP" */
+#define PX_REPLY_MAGIC	  0x564d4752u /* "VMGR" */
+#define PX_PROTO_VERSION  1
+#define PX_KEY_MAX	  128
 #define PX_PREAMBLE_FIXED 20
-#define PX_PREAMBLE_MAX (PX_PREAMBLE_FIXED + PX_KEY_MAX)
-#define PX_REPLY_LEN 8
-#define PX_PORT_MAX 65535
+#define PX_PREAMBLE_MAX	  (PX_PREAMBLE_FIXED + PX_KEY_MAX)
+#define PX_REPLY_LEN	  8
+#define PX_PORT_MAX	  65535
 
 enum px_status {
 	PX_OK = 0,

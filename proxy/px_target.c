@@ -60,8 +60,7 @@ static int get_uint(struct json_object *o, const char *name, unsigned int max, u
 	return 0;
 }
 
-int px_target_from_json(struct json_object *o, struct px_target_info *ret, char *err,
-			size_t errlen)
+int px_target_from_json(struct json_object *o, struct px_target_info *ret, char *err, size_t errlen)
 {
 	struct px_target_info t;
 	struct json_object *ports;

@@ -10,16 +10,16 @@
 
 #include "px_preamble.h"
 
-#define PX_PORTS_MAX 8
+#define PX_PORTS_MAX	  8
 #define PX_TARGET_VERSION 1
-#define PX_HOST_MAX 64
+#define PX_HOST_MAX	  64
 
 struct px_target_info {
 	char key[PX_KEY_MAX + 1];
-	char address[PX_HOST_MAX];	/* numeric IPv4 or IPv6 address, no brackets */
-	unsigned int port;		/* node-hop TCP port */
+	char address[PX_HOST_MAX]; /* numeric IPv4 or IPv6 address, no brackets */
+	unsigned int port;	   /* node-hop TCP port */
 	unsigned int nports;
-	uint32_t ports[PX_PORTS_MAX];	/* logical ports */
+	uint32_t ports[PX_PORTS_MAX]; /* logical ports */
 };
 
 /* A new json object, owned by the caller (json_object_put). NULL on ENOMEM. */

@@ -32,10 +32,10 @@ enum { OP_INBOX = 1, OP_POLL, OP_CANCEL };
 enum { MSG_ATTACH = 1, MSG_ABORT, MSG_QUIT };
 
 #define UD(op, dir, idx) ((uint64_t)(op) << 56 | (uint64_t)(dir) << 48 | (uint64_t)(idx))
-#define UD_OP(ud) ((unsigned int)((ud) >> 56))
-#define UD_DIR(ud) ((unsigned int)((ud) >> 48) & 0xff)
-#define UD_IDX(ud) ((uint32_t)(ud))
-#define MSG(type, idx) ((uint32_t)(type) << 24 | (idx))
+#define UD_OP(ud)	 ((unsigned int)((ud) >> 56))
+#define UD_DIR(ud)	 ((unsigned int)((ud) >> 48) & 0xff)
+#define UD_IDX(ud)	 ((uint32_t)(ud))
+#define MSG(type, idx)	 ((uint32_t)(type) << 24 | (idx))
 
 /* Bytes one direction may move before it yields to the other links of its worker. */
 #define PUMP_BUDGET_PIPES 4
@@ -50,15 +50,15 @@ struct spsc {
 struct xp_pump {
 	struct xp_link *link;
 	unsigned int dir;
-	int pipe[2];		/* XP_PATH_SPLICE */
-	uint8_t *buf;		/* XP_PATH_COPY: bytes held are buf[head, head + held) */
+	int pipe[2];  /* XP_PATH_SPLICE */
+	uint8_t *buf; /* XP_PATH_COPY: bytes held are buf[head, head + held) */
 	size_t head;
 	size_t cap;
 	size_t held;
-	bool eof;		/* the source reached end of stream */
-	bool done;		/* eof, pipe drained, destination half-closed */
-	bool armed;		/* a POLL_ADD is in flight */
-	bool queued;		/* on the worker's ready list */
+	bool eof;    /* the source reached end of stream */
+	bool done;   /* eof, pipe drained, destination half-closed */
+	bool armed;  /* a POLL_ADD is in flight */
+	bool queued; /* on the worker's ready list */
 	struct xp_pump *next;
 	_Atomic uint64_t bytes;
 };
@@ -332,10 +332,10 @@ static int pump_run(struct xp_worker *w, struct xp_pump *p, unsigned int *side)
 			if (n > 0) {
 				p->held -= n;
 				moved += n;
-				atomic_store_explicit(&p->bytes,
-						      atomic_load_explicit(&p->bytes,
-									   memory_order_relaxed) + n,
-						      memory_order_relaxed);
+				atomic_store_explicit(
+					&p->bytes,
+					atomic_load_explicit(&p->bytes, memory_order_relaxed) + n,
+					memory_order_relaxed);
 				progress = true;
 			} else if (n < 0 && errno == EAGAIN) {
 				dst_blocked = true;
@@ -561,7 +561,7 @@ static void *worker_main(void *arg)
 			log_err("worker %u: io_uring_submit_and_wait: %s", w->id, strerror(-r));
 			break;
 		}
-		io_uring_for_each_cqe(&w->ring, head, cqe) {
+		io_uring_for_each_cqe (&w->ring, head, cqe) {
 			handle_cqe(w, cqe);
 			n++;
 		}

@@ -13,29 +13,29 @@ struct xp_pool;
 struct xp_link;
 
 enum xp_path {
-	XP_PATH_SPLICE,		/* splice(2) through a pipe: no byte enters user space */
-	XP_PATH_COPY,		/* read(2)/write(2) through a user buffer, kept for comparison */
+	XP_PATH_SPLICE, /* splice(2) through a pipe: no byte enters user space */
+	XP_PATH_COPY,	/* read(2)/write(2) through a user buffer, kept for comparison */
 };
 
 struct xp_pool_conf {
-	unsigned int threads;	/* worker threads, one ring each */
-	unsigned int slots;	/* links per worker, fixed at start-up */
-	size_t pipe_size;	/* bytes per direction per link (pipe or buffer) */
+	unsigned int threads; /* worker threads, one ring each */
+	unsigned int slots;   /* links per worker, fixed at start-up */
+	size_t pipe_size;     /* bytes per direction per link (pipe or buffer) */
 	enum xp_path path;
 };
 
 enum xp_link_end {
-	XP_END_CLEAN,		/* both directions reached end of stream and were half-closed */
-	XP_END_ERROR,		/* a socket error; err says which */
-	XP_END_ABORTED,		/* xp_link_abort() */
+	XP_END_CLEAN,	/* both directions reached end of stream and were half-closed */
+	XP_END_ERROR,	/* a socket error; err says which */
+	XP_END_ABORTED, /* xp_link_abort() */
 };
 
 struct xp_link_result {
-	uint64_t bytes[2];	/* [0]: a to b, [1]: b to a */
+	uint64_t bytes[2]; /* [0]: a to b, [1]: b to a */
 	enum xp_link_end end;
-	int err;		/* -errno for XP_END_ERROR */
-	int err_side;		/* the socket that failed: 0 is fd_a, 1 is fd_b */
-	bool reset_after_eof;	/* a peer reset after it had been sent all its bytes */
+	int err;	      /* -errno for XP_END_ERROR */
+	int err_side;	      /* the socket that failed: 0 is fd_a, 1 is fd_b */
+	bool reset_after_eof; /* a peer reset after it had been sent all its bytes */
 };
 
 /* Runs on the control thread, from xp_pool_reap(). The link is gone when it returns. */

@@ -128,12 +128,13 @@ int xp_addr_guess_public(char *buf, size_t len)
 		for (i = ifs; i; i = i->ifa_next) {
 			struct xp_addr a = { 0 };
 
-			if (!i->ifa_addr || (i->ifa_flags & IFF_LOOPBACK) || !(i->ifa_flags & IFF_UP))
+			if (!i->ifa_addr || (i->ifa_flags & IFF_LOOPBACK) ||
+			    !(i->ifa_flags & IFF_UP))
 				continue;
 			if (i->ifa_addr->sa_family != (fam == 0 ? AF_INET : AF_INET6))
 				continue;
-			if (fam == 1 && IN6_IS_ADDR_LINKLOCAL(
-						&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr))
+			if (fam == 1 &&
+			    IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr))
 				continue;
 			memcpy(&a.ss, i->ifa_addr,
 			       fam == 0 ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6));
@@ -271,7 +272,8 @@ int xp_unix_connect(const char *path, unsigned int timeout_ms, int *ret_fd)
 		return r;
 	/*
 	 * A unix connect completes at once unless the listener's backlog is full; then a blocking
-	 * connect bounded by SO_SNDTIMEO waits for the peer's accept, which is simpler than retries.
+	 * connect bounded by SO_SNDTIMEO waits for the peer's accept, which is simpler than
+	 * retries.
 	 */
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
