@@ -104,6 +104,15 @@ static bool was_dropped(const struct fake *f, uint32_t seq, enum px_status *why)
 	return false;
 }
 
+/* seq was dropped through the ops, with status want. */
+static void assert_dropped(const struct fake *f, uint32_t seq, enum px_status want)
+{
+	enum px_status why;
+
+	assert_true(was_dropped(f, seq, &why));
+	assert_int_equal(why, want);
+}
+
 static void test_new_invalid(void **state)
 {
 	struct px_order *o = (struct px_order *)0x1;
@@ -252,7 +261,6 @@ static void test_timeout(void **state)
 {
 	struct fake f;
 	struct px_order *o = order_new(&f, 8, 1000);
-	enum px_status why;
 
 	assert_int_equal(arrive(&f, o, 1, 0), PX_OK);
 	assert_int_equal(arrive(&f, o, 2, 400), PX_OK);
@@ -266,10 +274,8 @@ static void test_timeout(void **state)
 	assert_true(px_order_failed(o));
 	assert_int_equal(f.nopened, 0);
 	assert_int_equal(f.ndropped, 2);
-	assert_true(was_dropped(&f, 1, &why));
-	assert_int_equal(why, PX_ERR_FAILED);
-	assert_true(was_dropped(&f, 2, &why));
-	assert_int_equal(why, PX_ERR_FAILED);
+	assert_dropped(&f, 1, PX_ERR_FAILED);
+	assert_dropped(&f, 2, PX_ERR_FAILED);
 	assert_int_equal(px_order_parked(o), 0);
 	assert_int_equal(px_order_deadline(o), 0);
 	/* Only once. */
@@ -302,7 +308,6 @@ static void test_timeout_restarts_when_head_advances(void **state)
 {
 	struct fake f;
 	struct px_order *o = order_new(&f, 8, 1000);
-	enum px_status why;
 
 	assert_int_equal(arrive(&f, o, 2, 0), PX_OK);
 	assert_int_equal(px_order_deadline(o), 1000);
@@ -316,8 +321,7 @@ static void test_timeout_restarts_when_head_advances(void **state)
 	assert_false(px_order_expire(o, 1899));
 	assert_false(px_order_failed(o));
 	assert_true(px_order_expire(o, 1900));
-	assert_true(was_dropped(&f, 2, &why));
-	assert_int_equal(why, PX_ERR_FAILED);
+	assert_dropped(&f, 2, PX_ERR_FAILED);
 	px_order_free(o);
 }
 
@@ -363,10 +367,8 @@ static void test_head_open_fails(void **state)
 	/* The head itself is answered by the caller, not dropped through the ops. */
 	assert_false(was_dropped(&f, 0, &why));
 	assert_int_equal(f.ndropped, 2);
-	assert_true(was_dropped(&f, 1, &why));
-	assert_int_equal(why, PX_ERR_FAILED);
-	assert_true(was_dropped(&f, 2, &why));
-	assert_int_equal(why, PX_ERR_FAILED);
+	assert_dropped(&f, 1, PX_ERR_FAILED);
+	assert_dropped(&f, 2, PX_ERR_FAILED);
 	assert_int_equal(px_order_parked(o), 0);
 	assert_int_equal(px_order_deadline(o), 0);
 	assert_int_equal(arrive(&f, o, 3, 20), PX_ERR_FAILED);
@@ -405,12 +407,9 @@ static void test_parked_open_fails(void **state)
 	assert_int_equal(f.opened[0], 0);
 	assert_int_equal(f.opened[1], 1);
 	assert_int_equal(f.ndropped, 3);
-	assert_true(was_dropped(&f, 2, &why));
-	assert_int_equal(why, PX_ERR_CONNECT);
-	assert_true(was_dropped(&f, 3, &why));
-	assert_int_equal(why, PX_ERR_FAILED);
-	assert_true(was_dropped(&f, 4, &why));
-	assert_int_equal(why, PX_ERR_FAILED);
+	assert_dropped(&f, 2, PX_ERR_CONNECT);
+	assert_dropped(&f, 3, PX_ERR_FAILED);
+	assert_dropped(&f, 4, PX_ERR_FAILED);
 	assert_false(was_dropped(&f, 0, &why));
 	assert_false(was_dropped(&f, 1, &why));
 	assert_int_equal(px_order_parked(o), 0);
@@ -455,14 +454,12 @@ static void test_fail_explicit(void **state)
 {
 	struct fake f;
 	struct px_order *o = order_new(&f, 8, 1000);
-	enum px_status why;
 
 	assert_int_equal(arrive(&f, o, 0, 0), PX_OK);
 	assert_int_equal(arrive(&f, o, 2, 0), PX_OK);
 	px_order_fail(o);
 	assert_true(px_order_failed(o));
-	assert_true(was_dropped(&f, 2, &why));
-	assert_int_equal(why, PX_ERR_FAILED);
+	assert_dropped(&f, 2, PX_ERR_FAILED);
 	assert_int_equal(px_order_deadline(o), 0);
 	assert_int_equal(arrive(&f, o, 1, 0), PX_ERR_FAILED);
 	px_order_free(o);
@@ -473,7 +470,6 @@ static void test_free_drops_shutdown(void **state)
 {
 	struct fake f;
 	struct px_order *o = order_new(&f, 8, 1000);
-	enum px_status why;
 
 	assert_int_equal(arrive(&f, o, 0, 0), PX_OK);
 	assert_int_equal(arrive(&f, o, 2, 0), PX_OK);
@@ -486,8 +482,7 @@ static void test_free_drops_shutdown(void **state)
 	for (uint32_t s = 2; s <= 5; s++) {
 		if (s == 4)
 			continue;
-		assert_true(was_dropped(&f, s, &why));
-		assert_int_equal(why, PX_ERR_SHUTDOWN);
+		assert_dropped(&f, s, PX_ERR_SHUTDOWN);
 	}
 }
 
