@@ -1166,8 +1166,9 @@ void px_node_drain(struct px_node *n, unsigned int timeout_s, void (*done)(void 
 	for (struct px_migration *m = n->migrations; m; m = m->next)
 		for (unsigned int i = 0; i < m->nports; i++)
 			port_close(&m->ports[i]);
-	log_info("draining: %u connections in flight, waiting up to %u s", px_node_active_conns(n),
-		 timeout_s);
+	if (px_node_active_conns(n) > 0)
+		log_info("draining: %u connections in flight, waiting up to %u s",
+			 px_node_active_conns(n), timeout_s);
 	if (xp_timer_add(n->loop, vm_now_ms() + timeout_s * 1000ull, drain_expired, n,
 			 &n->drain_timer) < 0)
 		drain_expired(n);
