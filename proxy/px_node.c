@@ -177,14 +177,18 @@ static void conn_release(struct px_conn *c)
 	node_check_drained(n);
 }
 
-static void conn_reply(struct px_conn *c, enum px_status st)
+/* 0, or -errno (-EIO for a short write). A fresh connection's send buffer is empty, so a
+ * failure means the peer is gone; callers refusing a connection need not care. */
+static int conn_reply(struct px_conn *c, enum px_status st)
 {
 	uint8_t r[PX_REPLY_LEN];
+	ssize_t k;
 
 	px_reply_encode(st, r);
-	/* A fresh connection's send buffer is empty; a short write only loses the reason. */
-	if (write(c->rfd, r, sizeof(r)) < 0)
-		log_debug("reply to %s: %s", c->peer, strerror(errno));
+	k = write(c->rfd, r, sizeof(r));
+	if (k < 0)
+		return -errno;
+	return k == sizeof(r) ? 0 : -EIO;
 }
 
 static void set_nodelay(int fd)
@@ -444,7 +448,6 @@ static int tgt_open(void *ctx, uint32_t seq, void *conn)
 {
 	struct px_port *port = ctx;
 	struct px_conn *c = conn;
-	uint8_t ok[PX_REPLY_LEN];
 	int r;
 
 	r = xp_unix_connect(port->path, LOCAL_CONNECT_TIMEOUT_MS, &c->lfd);
@@ -453,9 +456,8 @@ static int tgt_open(void *ctx, uint32_t seq, void *conn)
 			port->m->key, port->id, seq, port->path, strerror(-r));
 		return r;
 	}
-	px_reply_encode(PX_OK, ok);
-	if (write(c->rfd, ok, sizeof(ok)) != sizeof(ok)) {
-		r = -errno ?: -EIO;
+	r = conn_reply(c, PX_OK);
+	if (r < 0) {
 		log_err("migration %s role=target: port %u connection %u: replying to %s: %s",
 			port->m->key, port->id, seq, c->peer, strerror(-r));
 		return r;
@@ -676,7 +678,7 @@ static void tgt_accept(struct xp_watch *w, int lfd, uint32_t events, void *arg)
 /* ---- migrations ---- */
 
 /* Drops connections still being set up; with links, also cuts those being carried. */
-static void cut_conns_ex(struct px_migration *m, bool links)
+static void cut_conns(struct px_migration *m, bool links)
 {
 	struct px_conn *c = m->conns, *next;
 
@@ -694,9 +696,18 @@ static void cut_conns_ex(struct px_migration *m, bool links)
 	}
 }
 
-static void cut_conns(struct px_migration *m)
+/*
+ * Fails every port's ordering (parked connections are answered and dropped) and cuts the
+ * connections; guarded, so the record outlives the walk even when its last connection goes.
+ */
+static void migration_cut(struct px_migration *m, bool links)
 {
-	cut_conns_ex(m, true);
+	m->guard++;
+	for (unsigned int i = 0; i < m->nports; i++)
+		if (m->ports[i].order)
+			px_order_fail(m->ports[i].order);
+	cut_conns(m, links);
+	m->guard--;
 }
 
 static void migration_fail(struct px_migration *m, const char *fmt, ...)
@@ -706,19 +717,14 @@ static void migration_fail(struct px_migration *m, const char *fmt, ...)
 	if (m->failed)
 		return;
 	m->failed = true;
-	m->guard++;
 	va_start(ap, fmt);
 	vsnprintf(m->error, sizeof(m->error), fmt, ap);
 	va_end(ap);
 	log_err("migration %s role=%s failed: %s; closing its %u connections", m->key,
 		role_str(m->role), m->error, m->conns_active);
-	for (unsigned int i = 0; i < m->nports; i++)
-		if (m->ports[i].order)
-			px_order_fail(m->ports[i].order);
-	cut_conns(m);
+	migration_cut(m, true);
 	xp_timer_del(m->order_timer);
 	m->order_timer = NULL;
-	m->guard--;
 }
 
 static void port_close(struct px_port *p)
@@ -779,9 +785,7 @@ static void stop_grace_expired(void *arg)
 	m->stop_timer = NULL;
 	log_warn("migration %s role=%s: %u connections still open %d ms after stop; cutting them",
 		 m->key, role_str(m->role), m->conns_active, STOP_GRACE_MS);
-	m->guard++;
-	cut_conns(m);
-	m->guard--;
+	migration_cut(m, true);
 	migration_maybe_finish(m);
 }
 
@@ -797,17 +801,12 @@ static void migration_stop(struct px_migration *m)
 	m->stopping = true;
 	m->next = n->stopped;
 	n->stopped = m;
-	m->guard++;
-	for (unsigned int i = 0; i < m->nports; i++) {
+	for (unsigned int i = 0; i < m->nports; i++)
 		port_close(&m->ports[i]);
-		if (m->ports[i].order)
-			px_order_fail(m->ports[i].order);
-	}
-	cut_conns_ex(m, false);
-	m->guard--;
+	migration_cut(m, false);
 	if (m->conns_active > 0 && xp_timer_add(n->loop, vm_now_ms() + STOP_GRACE_MS,
 						stop_grace_expired, m, &m->stop_timer) < 0)
-		cut_conns(m);
+		migration_cut(m, true);
 	migration_maybe_finish(m);
 }
 
@@ -1142,14 +1141,8 @@ static void drain_expired(void *arg)
 	log_warn("drain timeout: cutting %u connections still in flight", px_node_active_conns(n));
 	while (n->unbound)
 		conn_free(n->unbound);
-	for (struct px_migration *m = n->migrations; m; m = m->next) {
-		m->guard++;
-		for (unsigned int i = 0; i < m->nports; i++)
-			if (m->ports[i].order)
-				px_order_fail(m->ports[i].order);
-		cut_conns(m);
-		m->guard--;
-	}
+	for (struct px_migration *m = n->migrations; m; m = m->next)
+		migration_cut(m, true);
 	node_check_drained(n);
 }
 
