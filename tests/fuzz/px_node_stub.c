@@ -25,6 +25,11 @@ unsigned int px_node_threads(const struct px_node *n)
 	UNREACHED("px_node_threads");
 }
 
+const char *px_node_data_path(const struct px_node *n)
+{
+	UNREACHED("px_node_data_path");
+}
+
 unsigned int px_node_migrations(const struct px_node *n)
 {
 	UNREACHED("px_node_migrations");
