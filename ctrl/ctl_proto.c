@@ -31,29 +31,6 @@ static int __attribute__((format(printf, 3, 4))) bad(char *err, size_t errlen, c
 	return -EINVAL;
 }
 
-/* A JSON string may hold NUL, where a C string would silently end: refuse it. */
-static int string_value(struct json_object *v, const char **ret)
-{
-	const char *s;
-
-	if (!json_object_is_type(v, json_type_string))
-		return -EINVAL;
-	s = json_object_get_string(v);
-	if (strlen(s) != (size_t)json_object_get_string_len(v))
-		return -EINVAL;
-	*ret = s;
-	return 0;
-}
-
-static int get_string(struct json_object *o, const char *name, const char **ret)
-{
-	struct json_object *v;
-
-	if (!json_object_object_get_ex(o, name, &v))
-		return -EINVAL;
-	return string_value(v, ret);
-}
-
 /* Errors quote client text; keep them to the one line the protocol promises. */
 static void one_line(char *s)
 {
@@ -66,7 +43,8 @@ static int parse_key(struct json_object *o, struct ctl_request *req, char *err, 
 {
 	const char *key;
 
-	if (get_string(o, "key", &key) < 0)
+	key = px_json_member_cstring(o, "key");
+	if (!key)
 		return bad(err, errlen, "missing or bad \"key\" (a string)");
 	if (!px_key_valid(key))
 		return bad(err, errlen,
@@ -91,7 +69,8 @@ static int parse_sockets(struct json_object *o, struct ctl_request *req, char *e
 
 		if (px_port_parse(name, &p->id) < 0)
 			return bad(err, errlen, "bad port id \"%.20s\": use 0 to 65535", name);
-		if (string_value(val, &path) < 0)
+		path = px_json_cstring(val);
+		if (!path)
 			return bad(err, errlen, "the path for port %.20s is not a string", name);
 		if (strlen(path) >= sizeof(p->path))
 			return bad(err, errlen,
@@ -118,7 +97,8 @@ static int parse_source(struct json_object *o, struct ctl_request *req, char *er
 			 req->target.key, req->key);
 		return -EINVAL;
 	}
-	if (get_string(o, "dir", &dir) < 0)
+	dir = px_json_member_cstring(o, "dir");
+	if (!dir)
 		return bad(err, errlen, "missing \"dir\" (the base directory)");
 	if (strlen(dir) >= sizeof(req->dir))
 		return bad(err, errlen, "\"dir\" is too long");

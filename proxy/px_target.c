@@ -35,15 +35,21 @@ static int fail(char *err, size_t errlen, const char *msg)
 }
 
 /* A JSON string may hold NUL; a C string would silently end there, so refuse it. */
-static const char *get_cstring(struct json_object *o, const char *name)
+const char *px_json_cstring(struct json_object *v)
 {
-	struct json_object *v;
 	const char *s;
 
-	if (!json_object_object_get_ex(o, name, &v) || !json_object_is_type(v, json_type_string))
+	if (!json_object_is_type(v, json_type_string))
 		return NULL;
 	s = json_object_get_string(v);
 	return strlen(s) == (size_t)json_object_get_string_len(v) ? s : NULL;
+}
+
+const char *px_json_member_cstring(struct json_object *o, const char *name)
+{
+	struct json_object *v;
+
+	return json_object_object_get_ex(o, name, &v) ? px_json_cstring(v) : NULL;
 }
 
 static int get_uint(struct json_object *o, const char *name, unsigned int max, unsigned int *ret)
@@ -75,11 +81,11 @@ int px_target_from_json(struct json_object *o, struct px_target_info *ret, char 
 		return fail(err, errlen, "missing or bad \"version\"");
 	if (version != PX_TARGET_VERSION)
 		return fail(err, errlen, "unsupported \"version\" (this vmigd speaks 1)");
-	s = get_cstring(o, "key");
+	s = px_json_member_cstring(o, "key");
 	if (!s || !px_key_valid(s))
 		return fail(err, errlen, "missing or bad \"key\"");
 	strcpy(t.key, s);
-	s = get_cstring(o, "address");
+	s = px_json_member_cstring(o, "address");
 	if (!s)
 		return fail(err, errlen, "missing \"address\"");
 	if (strlen(s) >= sizeof(t.address) || xp_addr_from_host(s, 1, &a) < 0)

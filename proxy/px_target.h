@@ -27,6 +27,12 @@ struct json_object *px_target_to_json(const struct px_target_info *t);
 /* 0, or -EINVAL with a one-line reason in err. *ret is written only on success. */
 int px_target_from_json(struct json_object *o, struct px_target_info *ret, char *err,
 			size_t errlen);
+/*
+ * The C string of a JSON string, or NULL when v is not a string or holds a NUL, where a C string
+ * would silently end. The _member form looks up name in object o first.
+ */
+const char *px_json_cstring(struct json_object *v);
+const char *px_json_member_cstring(struct json_object *o, const char *name);
 /* Parses a logical port id ("49152"): 0 or -EINVAL. */
 int px_port_parse(const char *s, uint32_t *ret);
 
