@@ -117,7 +117,7 @@ int ctl_request_parse(const char *text, size_t len, struct ctl_request *ret, cha
 		      size_t errlen)
 {
 	struct json_tokener *tok;
-	struct json_object *o, *opv;
+	struct json_object *o;
 	struct ctl_request *req;
 	const char *op;
 	int r = -EINVAL;
@@ -155,12 +155,11 @@ int ctl_request_parse(const char *text, size_t len, struct ctl_request *ret, cha
 		bad(err, errlen, "request is not a JSON object");
 		goto out;
 	}
-	if (!json_object_object_get_ex(o, "op", &opv) ||
-	    !json_object_is_type(opv, json_type_string)) {
-		bad(err, errlen, "missing \"op\"");
+	op = px_json_member_cstring(o, "op");
+	if (!op) {
+		bad(err, errlen, "missing or bad \"op\"");
 		goto out;
 	}
-	op = json_object_get_string(opv);
 	for (r = 0; r < (int)ARRAY_SIZE(op_names); r++)
 		if (strcmp(op, op_names[r]) == 0)
 			break;

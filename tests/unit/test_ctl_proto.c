@@ -504,6 +504,8 @@ static void test_err_one_line_with_newlines_in_input(void **state)
 static void test_key_embedded_nul(void **state)
 {
 	check_reject("{\"op\":\"target-stop\",\"key\":\"vm\\u0000x\"}");
+	/* Not "list" followed by junk. */
+	check_reject("{\"op\":\"list\\u0000junk\"}");
 	check_reject(SS "\"target\":{\"version\":1,\"key\":\"vm\\u0000x\",\"address\":"
 			"\"198.18.0.2\",\"port\":40123,\"ports\":[0]},\"dir\":\"/b\"}");
 }
