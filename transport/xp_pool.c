@@ -108,7 +108,6 @@ struct xp_pool {
 	int done_fd;
 	xp_link_done_fn done;
 	void *arg;
-	unsigned int active;
 	sem_t started;
 };
 
@@ -683,11 +682,6 @@ int xp_pool_event_fd(const struct xp_pool *p)
 	return p->done_fd;
 }
 
-unsigned int xp_pool_active(const struct xp_pool *p)
-{
-	return p->active;
-}
-
 unsigned int xp_pool_threads(const struct xp_pool *p)
 {
 	return p->nthreads;
@@ -710,7 +704,6 @@ void xp_pool_reap(struct xp_pool *p)
 			l->cookie = NULL;
 			l->abort_sent = false;
 			w->free_slots[w->nfree++] = idx;
-			p->active--;
 			p->done(cookie, &res, p->arg);
 		}
 	}
@@ -732,7 +725,6 @@ int xp_pool_attach(struct xp_pool *p, int fd_a, int fd_b, void *cookie, struct x
 	l->fd[1] = fd_b;
 	l->cookie = cookie;
 	l->abort_sent = false;
-	p->active++;
 	worker_post(best, MSG(MSG_ATTACH, l->idx));
 	*ret = l;
 	return 0;
@@ -750,9 +742,4 @@ void xp_link_bytes(const struct xp_link *l, uint64_t out[2])
 {
 	for (int d = 0; d < 2; d++)
 		out[d] = atomic_load_explicit(&l->p[d].bytes, memory_order_relaxed);
-}
-
-unsigned int xp_link_worker(const struct xp_link *l)
-{
-	return l->w->id;
 }

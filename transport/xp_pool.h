@@ -48,7 +48,6 @@ void xp_pool_free(struct xp_pool *p);
 /* Readable when finished links wait to be reaped. */
 int xp_pool_event_fd(const struct xp_pool *p);
 void xp_pool_reap(struct xp_pool *p);
-unsigned int xp_pool_active(const struct xp_pool *p);
 unsigned int xp_pool_threads(const struct xp_pool *p);
 
 /* Hands fd_a and fd_b to a worker (ownership moves on success). -EBUSY when all slots are taken. */
@@ -57,6 +56,5 @@ int xp_pool_attach(struct xp_pool *p, int fd_a, int fd_b, void *cookie, struct x
 void xp_link_abort(struct xp_link *l);
 /* Live byte counters, [0]: a to b, [1]: b to a. */
 void xp_link_bytes(const struct xp_link *l, uint64_t out[2]);
-unsigned int xp_link_worker(const struct xp_link *l);
 
 #endif
