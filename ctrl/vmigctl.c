@@ -12,12 +12,13 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#define DEFAULT_CONTROL "/run/vmigd/control.sock"
+#include "vmigd-config.h"
+
 #define REPLY_MAX	(4 << 20)
 
 enum { EXIT_FAIL = 1, EXIT_NO_DAEMON = 2 };
 
-static const char *control_path = DEFAULT_CONTROL;
+static const char *control_path = VMIGD_DEFAULT_CONTROL;
 /* The request and reply of this run, released at exit on every path, errors included. */
 static struct json_object *request_obj, *reply_obj;
 
@@ -38,7 +39,7 @@ static void usage(FILE *f)
 		"       vmigctl [-c PATH] list\n"
 		"       vmigctl [-c PATH] status [--json]\n"
 		"The control socket defaults to $VMIGD_CONTROL or %s. See vmigctl(8).\n",
-		DEFAULT_CONTROL);
+		VMIGD_DEFAULT_CONTROL);
 }
 
 static void __attribute__((noreturn, format(printf, 2, 3))) die(int code, const char *fmt, ...)

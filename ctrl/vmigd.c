@@ -19,7 +19,6 @@
 #include "util.h"
 #include "vmigd-config.h"
 
-#define DEFAULT_CONTROL "/run/vmigd/control.sock"
 #define MAX_CONFIG_ARGS 128
 
 struct options {
@@ -268,7 +267,7 @@ static unsigned int default_threads(void)
 int main(int argc, char **argv)
 {
 	struct options o = {
-		.control = DEFAULT_CONTROL,
+		.control = VMIGD_DEFAULT_CONTROL,
 		.listen = "0.0.0.0:0",
 		.threads = default_threads(),
 		.order_timeout_ms = 10000,
