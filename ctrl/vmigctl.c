@@ -14,7 +14,7 @@
 
 #include "vmigd-config.h"
 
-#define REPLY_MAX	(4 << 20)
+#define REPLY_MAX (4 << 20)
 
 enum { EXIT_FAIL = 1, EXIT_NO_DAEMON = 2 };
 
