@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "ctl_proto.h"
+#include "xp_tls.h"
 #include "util.h"
 #include "vmigd-config.h"
 
@@ -219,6 +220,8 @@ static struct json_object *ok_reply(void)
 	return o;
 }
 
+static struct json_object *conn_list(const struct px_migration_info *mi);
+
 static void add_migration(const struct px_migration_info *mi, void *arg)
 {
 	struct json_object *a = arg, *o = json_object_new_object(),
@@ -250,7 +253,51 @@ static void add_migration(const struct px_migration_info *mi, void *arg)
 			       json_object_new_int(mi->conns_reordered));
 	json_object_object_add(o, "bytes_tx", json_object_new_int64(mi->bytes_tx));
 	json_object_object_add(o, "bytes_rx", json_object_new_int64(mi->bytes_rx));
+	json_object_object_add(o, "connection_list", conn_list(mi));
 	json_object_array_add(a, o);
+}
+
+/* Every connection open now, with the mode it runs in. */
+static struct json_object *conn_list(const struct px_migration_info *mi)
+{
+	struct json_object *a = json_object_new_array();
+
+	for (unsigned int i = 0; i < mi->nconns; i++) {
+		const struct px_conn_info *c = &mi->conns[i];
+		struct json_object *o = json_object_new_object();
+
+		json_object_object_add(o, "port", json_object_new_int64(c->port));
+		json_object_object_add(o, "seq", json_object_new_int64(c->seq));
+		json_object_object_add(o, "state", json_object_new_string(c->state));
+		json_object_object_add(o, "tls", json_object_new_string(c->tls ? c->tls : "off"));
+		if (c->tls) {
+			json_object_object_add(o, "cipher", json_object_new_string(c->cipher));
+			json_object_object_add(o, "crypto", json_object_new_string(c->crypto));
+			json_object_object_add(o, "resumed", json_object_new_boolean(c->resumed));
+		}
+		json_object_object_add(o, "bytes_tx", json_object_new_int64(c->bytes_tx));
+		json_object_object_add(o, "bytes_rx", json_object_new_int64(c->bytes_rx));
+		json_object_array_add(a, o);
+	}
+	return a;
+}
+
+static struct json_object *tls_object(const struct ctl_daemon_info *d)
+{
+	struct json_object *o = json_object_new_object(), *allow;
+
+	json_object_object_add(o, "enabled", json_object_new_boolean(d->tls != NULL));
+	json_object_object_add(o, "ktls_kernel", json_object_new_boolean(xp_tls_kernel_has_ktls()));
+	if (!d->tls)
+		return o;
+	json_object_object_add(o, "generation", json_object_new_int(xp_tls_generation(d->tls)));
+	json_object_object_add(o, "certificate", json_object_new_string(xp_tls_describe(d->tls)));
+	json_object_object_add(o, "ktls", json_object_new_boolean(xp_tls_ktls_enabled(d->tls)));
+	allow = json_object_new_array();
+	for (unsigned int i = 0; xp_tls_allow_list(d->tls, i); i++)
+		json_object_array_add(allow, json_object_new_string(xp_tls_allow_list(d->tls, i)));
+	json_object_object_add(o, "allow", allow);
+	return o;
 }
 
 static struct json_object *status_object(struct px_node *n, const struct ctl_daemon_info *d)
@@ -262,7 +309,7 @@ static struct json_object *status_object(struct px_node *n, const struct ctl_dae
 	json_object_object_add(s, "control", json_object_new_string(d->control_path));
 	json_object_object_add(s, "listen", json_object_new_string(px_node_listen_str(n)));
 	json_object_object_add(s, "advertise", json_object_new_string(px_node_advertise(n)));
-	json_object_object_add(s, "tls", json_object_new_boolean(d->tls));
+	json_object_object_add(s, "tls", tls_object(d));
 	json_object_object_add(s, "data_path", json_object_new_string(px_node_data_path(n)));
 	json_object_object_add(s, "threads", json_object_new_int(px_node_threads(n)));
 	json_object_object_add(s, "uptime",

@@ -32,10 +32,12 @@ struct ctl_request {
 	unsigned int delay_first_ms;
 };
 
+struct xp_tls;
+
 /* What status reports besides the node's own figures. */
 struct ctl_daemon_info {
 	uint64_t started_ms;
-	bool tls;
+	struct xp_tls *tls; /* NULL: --no-tls */
 	const char *control_path;
 };
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /* vmigd(8): the per-node migration transport daemon. Parses options (command line and
- * --config), starts the node (listener, data-path workers) and the control socket, and runs
- * the control loop until SIGTERM/SIGINT, when it drains and exits 0. */
+ * --config), loads TLS, starts the node (listener, data-path workers) and the control socket, and
+ * runs the control loop until SIGTERM/SIGINT, when it drains and exits 0. SIGHUP reloads TLS. */
 #include <errno.h>
 #include <getopt.h>
 #include <pthread.h>
@@ -18,14 +18,23 @@
 #include "px_node.h"
 #include "util.h"
 #include "vmigd-config.h"
+#include "xp_fwatch.h"
+#include "xp_tls.h"
 
 #define MAX_CONFIG_ARGS 128
+/* After the last change to a certificate file, wait this long for its siblings to follow. */
+#define TLS_SETTLE_MS 300
 
 struct options {
 	const char *control;
 	const char *listen;
 	const char *advertise;
 	bool no_tls;
+	struct xp_tls_conf tls;
+	unsigned long handshake_timeout_ms;
+	unsigned long preamble_timeout_ms;
+	unsigned long max_unauth;
+	unsigned long max_migration_conns;
 	unsigned int threads;
 	unsigned long order_timeout_ms;
 	unsigned long connect_timeout_ms;
@@ -39,6 +48,8 @@ struct options {
 
 struct daemon {
 	struct xp_loop *loop;
+	struct xp_tls *tls;
+	struct xp_fwatch *tls_watch;
 	struct px_node *node;
 	struct ctl_server *ctl;
 	struct ctl_daemon_info info;
@@ -51,6 +62,18 @@ static const struct option long_opts[] = {
 	{ "listen", required_argument, NULL, 'l' },
 	{ "advertise", required_argument, NULL, 'a' },
 	{ "no-tls", no_argument, NULL, 'T' },
+	{ "tls-cert", required_argument, NULL, 1001 },
+	{ "tls-key", required_argument, NULL, 1002 },
+	{ "tls-ca", required_argument, NULL, 1003 },
+	{ "tls-client-cert", required_argument, NULL, 1004 },
+	{ "tls-client-key", required_argument, NULL, 1005 },
+	{ "tls-allow", required_argument, NULL, 1006 },
+	{ "no-tls-resumption", no_argument, NULL, 1007 },
+	{ "no-ktls", no_argument, NULL, 1008 },
+	{ "handshake-timeout", required_argument, NULL, 1009 },
+	{ "preamble-timeout", required_argument, NULL, 1010 },
+	{ "max-unauthenticated", required_argument, NULL, 1011 },
+	{ "max-migration-conns", required_argument, NULL, 1012 },
 	{ "threads", required_argument, NULL, 't' },
 	{ "order-timeout", required_argument, NULL, 'O' },
 	{ "connect-timeout", required_argument, NULL, 'C' },
@@ -68,7 +91,12 @@ static const struct option long_opts[] = {
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: vmigd [--control PATH] [--listen ADDR:PORT] [--advertise ADDR] --no-tls\n"
+		"usage: vmigd [--control PATH] [--listen ADDR:PORT] [--advertise ADDR]\n"
+		"             (--tls-cert FILE --tls-key FILE --tls-ca FILE | --no-tls)\n"
+		"             [--tls-client-cert FILE --tls-client-key FILE] [--tls-allow NAMES]\n"
+		"             [--no-tls-resumption] [--no-ktls] [--handshake-timeout MS]\n"
+		"             [--preamble-timeout MS] [--max-unauthenticated N]\n"
+		"             [--max-migration-conns N]\n"
 		"             [--threads N] [--order-timeout MS] [--connect-timeout MS]\n"
 		"             [--drain-timeout S] [--pipe-size BYTES] [--max-connections N]\n"
 		"             [--data-path splice|copy]\n"
@@ -168,6 +196,49 @@ static int parse_options(int argc, char **argv, struct options *o)
 		case 'T':
 			o->no_tls = true;
 			break;
+		case 1001:
+			o->tls.cert = optarg;
+			break;
+		case 1002:
+			o->tls.key = optarg;
+			break;
+		case 1003:
+			o->tls.ca = optarg;
+			break;
+		case 1004:
+			o->tls.client_cert = optarg;
+			break;
+		case 1005:
+			o->tls.client_key = optarg;
+			break;
+		case 1006:
+			o->tls.allow = optarg;
+			break;
+		case 1007:
+			o->tls.resumption = false;
+			break;
+		case 1008:
+			o->tls.ktls = false;
+			break;
+		case 1009:
+			if (parse_ulong("handshake-timeout", optarg, 100, 600000,
+					&o->handshake_timeout_ms))
+				return -EINVAL;
+			break;
+		case 1010:
+			if (parse_ulong("preamble-timeout", optarg, 100, 600000,
+					&o->preamble_timeout_ms))
+				return -EINVAL;
+			break;
+		case 1011:
+			if (parse_ulong("max-unauthenticated", optarg, 1, 65536, &o->max_unauth))
+				return -EINVAL;
+			break;
+		case 1012:
+			if (parse_ulong("max-migration-conns", optarg, 1, 65536,
+					&o->max_migration_conns))
+				return -EINVAL;
+			break;
 		case 't':
 			if (parse_ulong("threads", optarg, 1, 64, &v) < 0)
 				return -EINVAL;
@@ -240,6 +311,33 @@ static void drained(void *arg)
 	xp_loop_quit(d->loop);
 }
 
+/* New connections get the new pair; links in flight keep theirs. A bad pair changes nothing. */
+static void tls_reload(struct daemon *d, const char *why)
+{
+	char err[300];
+	int r;
+
+	if (!d->tls) {
+		log_info("%s: TLS is off (--no-tls); nothing to reload", why);
+		return;
+	}
+	r = xp_tls_reload(d->tls, err, sizeof(err));
+	if (r < 0)
+		log_err("TLS: reload refused, keeping generation %u: %s", xp_tls_generation(d->tls),
+			err);
+	else if (r > 0)
+		log_info("TLS: %s: files unchanged, keeping generation %u", why,
+			 xp_tls_generation(d->tls));
+	else
+		log_info("TLS: generation %u: %s (%s)", xp_tls_generation(d->tls),
+			 xp_tls_describe(d->tls), why);
+}
+
+static void tls_files_changed(void *arg)
+{
+	tls_reload(arg, "certificate files changed");
+}
+
 static void on_signal(struct xp_watch *w, int fd, uint32_t events, void *arg)
 {
 	struct daemon *d = arg;
@@ -247,6 +345,10 @@ static void on_signal(struct xp_watch *w, int fd, uint32_t events, void *arg)
 
 	if (read(fd, &si, sizeof(si)) != sizeof(si))
 		return;
+	if (si.ssi_signo == SIGHUP) {
+		tls_reload(d, "SIGHUP");
+		return;
+	}
 	if (d->draining) {
 		log_warn("%s again: cutting what is left and exiting", strsignal(si.ssi_signo));
 		xp_loop_quit(d->loop);
@@ -276,6 +378,11 @@ int main(int argc, char **argv)
 		.pipe_size = 1 << 20,
 		.slots = 1024,
 		.log_level = VM_LOG_INFO,
+		.tls = { .resumption = true, .ktls = true },
+		.handshake_timeout_ms = 10000,
+		.preamble_timeout_ms = 5000,
+		.max_unauth = 64,
+		.max_migration_conns = 64,
 	};
 	struct px_config pc = { 0 };
 	struct daemon d = { 0 };
@@ -310,10 +417,22 @@ int main(int argc, char **argv)
 		return 1;
 
 	vm_log_setup("vmigd", o.log_level);
-	if (!o.no_tls) {
-		fprintf(stderr, "vmigd: TLS on the node hop is not implemented yet; "
-				"pass --no-tls to carry migrations in plain text\n");
+	if (o.no_tls && (o.tls.cert || o.tls.key || o.tls.ca)) {
+		fprintf(stderr, "vmigd: --no-tls contradicts --tls-cert/--tls-key/--tls-ca\n");
 		return 1;
+	}
+	if (!o.no_tls && (!o.tls.cert || !o.tls.key || !o.tls.ca)) {
+		fprintf(stderr, "vmigd: the node hop is TLS by default: give --tls-cert, --tls-key and "
+				"--tls-ca (PEM), or --no-tls to carry migrations in plain text\n");
+		return 1;
+	}
+	if (!o.no_tls) {
+		char err[300];
+
+		if (xp_tls_new(&o.tls, &d.tls, err, sizeof(err)) < 0) {
+			fprintf(stderr, "vmigd: TLS: %s\n", err);
+			return 1;
+		}
 	}
 	if (xp_addr_parse(o.listen, 1, &pc.listen) < 0) {
 		fprintf(stderr, "vmigd: --listen: expected ADDR:PORT (numeric), got \"%s\"\n",
@@ -338,6 +457,7 @@ int main(int argc, char **argv)
 	}
 	if (o.check_only) {
 		printf("vmigd: configuration ok\n");
+		xp_tls_free(d.tls);
 		return 0;
 	}
 	pc.threads = o.threads;
@@ -346,9 +466,14 @@ int main(int argc, char **argv)
 	pc.copy_path = o.copy_path;
 	pc.order_timeout_ms = o.order_timeout_ms;
 	pc.connect_timeout_ms = o.connect_timeout_ms;
+	pc.tls = d.tls;
+	pc.handshake_timeout_ms = o.handshake_timeout_ms;
+	pc.preamble_timeout_ms = o.preamble_timeout_ms;
+	pc.max_unauth = o.max_unauth;
+	pc.max_migration_conns = o.max_migration_conns;
 	d.drain_timeout_s = o.drain_timeout_s;
 	d.info.started_ms = vm_now_ms();
-	d.info.tls = false;
+	d.info.tls = d.tls;
 	d.info.control_path = o.control;
 
 	/* Writes to a closed peer must come back as EPIPE, not kill the daemon. */
@@ -356,6 +481,7 @@ int main(int argc, char **argv)
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGTERM);
 	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, &mask, NULL);
 
 	r = xp_loop_new(&d.loop);
@@ -381,8 +507,28 @@ int main(int argc, char **argv)
 		log_err("cannot watch signals: %s", strerror(errno));
 		goto out;
 	}
-	log_warn("node hop is plain text (--no-tls): migration data crosses the network "
-		 "unencrypted");
+	if (d.tls) {
+		const char *files[5];
+		unsigned int nf = xp_tls_files(d.tls, files);
+		char allow[300] = "";
+
+		for (unsigned int i = 0; xp_tls_allow_list(d.tls, i); i++)
+			snprintf(allow + strlen(allow), sizeof(allow) - strlen(allow), "%s%s",
+				 i ? "," : "", xp_tls_allow_list(d.tls, i));
+		log_info("TLS: generation %u: %s; CA %s; allow %s; resumption %s; kernel kTLS %s",
+			 xp_tls_generation(d.tls), xp_tls_describe(d.tls), o.tls.ca, allow,
+			 o.tls.resumption ? "on" : "off",
+			 xp_tls_kernel_has_ktls() ? (o.tls.ktls ? "used" : "present, off (--no-ktls)")
+						  : "absent: user-space crypto");
+		r = xp_fwatch_new(d.loop, files, nf, TLS_SETTLE_MS, tls_files_changed, &d,
+				  &d.tls_watch);
+		if (r < 0)
+			log_warn("TLS: cannot watch the certificate files (%s); reload with SIGHUP",
+				 strerror(-r));
+	} else {
+		log_warn("node hop is plain text (--no-tls): migration data crosses the network "
+			 "unencrypted and peers are not authenticated");
+	}
 	log_info("vmigd %s started: listen=%s advertise=%s control=%s threads=%u data_path=%s",
 		 VMIGD_VERSION, px_node_listen_str(d.node), px_node_advertise(d.node), o.control,
 		 px_node_threads(d.node), px_node_data_path(d.node));
@@ -396,7 +542,10 @@ out:
 	if (sfd >= 0)
 		close(sfd);
 	ctl_server_free(d.ctl);
+	xp_fwatch_free(d.tls_watch);
+	/* The node's links hold TLS sessions: free it first. */
 	px_node_free(d.node);
+	xp_tls_free(d.tls);
 	xp_loop_free(d.loop);
 	if (status == 0)
 		log_info("stopped");

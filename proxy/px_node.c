@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /* Migrations on one node, both roles, on the control thread. Connection set-up (accept, connect,
- * preamble, reply, ordering) happens here; once both sockets of a connection are ready they are
- * handed to the transport pool as a link and come back only when the link ends. */
+ * TLS handshake, preamble, reply, ordering) happens here; once both sockets of a connection are
+ * ready they are handed to the transport pool as a link and come back only when the link ends. */
 #include <errno.h>
 #include <stdarg.h>
 #include <netinet/in.h>
@@ -17,6 +17,7 @@
 #include "px_order.h"
 #include "util.h"
 #include "xp_pool.h"
+#include "xp_tls.h"
 
 /* A target keeps at most this many connections of one port waiting for a missing predecessor. */
 #define ORDER_MAX_PARKED 64
@@ -30,13 +31,23 @@
 #define STOP_GRACE_MS 5000
 
 enum conn_state {
-	C_SRC_DELAY,	/* held back on purpose (--test-delay-first) */
-	C_SRC_CONNECT,	/* node-hop connect in progress */
-	C_SRC_SEND,	/* writing the preamble */
-	C_SRC_REPLY,	/* waiting for the target's reply */
-	C_TGT_PREAMBLE, /* reading the preamble */
-	C_TGT_PARKED,	/* waiting for its predecessors */
-	C_LINKED,	/* carried by the pool */
+	C_SRC_DELAY,	 /* held back on purpose (--test-delay-first) */
+	C_SRC_CONNECT,	 /* node-hop connect in progress */
+	C_SRC_HANDSHAKE, /* TLS handshake with the target */
+	C_SRC_SEND,	 /* writing the preamble */
+	C_SRC_REPLY,	 /* waiting for the target's reply */
+	C_TGT_HANDSHAKE, /* TLS handshake with the source */
+	C_TGT_PREAMBLE,	 /* reading the preamble */
+	C_TGT_PARKED,	 /* waiting for its predecessors */
+	C_LINKED,	 /* carried by the pool */
+};
+
+static const char *const state_names[] = {
+	[C_SRC_DELAY] = "delayed",	   [C_SRC_CONNECT] = "connecting",
+	[C_SRC_HANDSHAKE] = "handshake",   [C_SRC_SEND] = "preamble",
+	[C_SRC_REPLY] = "waiting-reply",   [C_TGT_HANDSHAKE] = "handshake",
+	[C_TGT_PREAMBLE] = "preamble",	   [C_TGT_PARKED] = "parked",
+	[C_LINKED] = "linked",
 };
 
 struct px_conn {
@@ -47,6 +58,11 @@ struct px_conn {
 	enum conn_state st;
 	int lfd; /* local unix socket */
 	int rfd; /* node-hop TCP socket */
+	struct xp_tls_sess *tls; /* until linked; the pool owns it after */
+	char tls_version[16];	 /* empty: plain text */
+	char tls_cipher[48];
+	char tls_crypto[16];
+	bool tls_resumed;
 	struct xp_watch *w;
 	struct xp_timer *t;
 	uint8_t buf[PX_PREAMBLE_MAX];
@@ -99,8 +115,10 @@ struct px_node {
 	char advertise[PX_HOST_MAX];
 	struct px_migration *migrations;
 	struct px_migration *stopped; /* stopped, waiting for the pool to return their links */
-	struct px_conn *unbound;      /* target connections still reading their preamble */
+	struct px_conn *unbound;      /* target connections before their preamble: unauthenticated */
 	unsigned int nunbound;
+	unsigned int unauth_refused; /* since the last log line about them */
+	uint64_t unauth_logged_ms;
 	bool draining;
 	struct xp_timer *drain_timer;
 	void (*drain_done)(void *arg);
@@ -145,6 +163,7 @@ static void conn_free(struct px_conn *c)
 	xp_watch_del(c->w);
 	xp_timer_del(c->t);
 	if (c->st != C_LINKED) {
+		xp_tls_sess_free(c->tls);
 		xp_close_reset(c->rfd);
 		if (c->lfd >= 0)
 			close(c->lfd);
@@ -177,18 +196,65 @@ static void conn_release(struct px_conn *c)
 	node_check_drained(n);
 }
 
+/* Node-hop I/O during set-up, through TLS or not: bytes, 0 at end of stream, -EAGAIN with the
+ * epoll events to wait for in *ev, or -errno. */
+static ssize_t conn_read(struct px_conn *c, void *buf, size_t len, uint32_t *ev)
+{
+	enum xp_tls_want want = XP_TLS_WANT_READ;
+	ssize_t k;
+
+	if (c->tls) {
+		k = xp_tls_read(c->tls, buf, len, &want);
+	} else {
+		k = read(c->rfd, buf, len);
+		if (k < 0)
+			k = errno == EINTR ? -EAGAIN : -errno;
+	}
+	*ev = want == XP_TLS_WANT_WRITE ? EPOLLOUT : EPOLLIN;
+	return k;
+}
+
+static ssize_t conn_write(struct px_conn *c, const void *buf, size_t len, uint32_t *ev)
+{
+	enum xp_tls_want want = XP_TLS_WANT_WRITE;
+	ssize_t k;
+
+	if (c->tls) {
+		k = xp_tls_write(c->tls, buf, len, &want);
+	} else {
+		k = write(c->rfd, buf, len);
+		if (k < 0)
+			k = errno == EINTR ? -EAGAIN : -errno;
+	}
+	*ev = want == XP_TLS_WANT_READ ? EPOLLIN : EPOLLOUT;
+	return k;
+}
+
 /* 0, or -errno (-EIO for a short write). A fresh connection's send buffer is empty, so a
  * failure means the peer is gone; callers refusing a connection need not care. */
 static int conn_reply(struct px_conn *c, enum px_status st)
 {
 	uint8_t r[PX_REPLY_LEN];
+	uint32_t ev;
 	ssize_t k;
 
 	px_reply_encode(st, r);
-	k = write(c->rfd, r, sizeof(r));
+	k = conn_write(c, r, sizeof(r), &ev);
 	if (k < 0)
-		return -errno;
+		return k == -EAGAIN ? -EIO : (int)k;
 	return k == sizeof(r) ? 0 : -EIO;
+}
+
+/* After a finished handshake: what the connection runs on, for logs and status. */
+static void conn_tls_done(struct px_conn *c)
+{
+	snprintf(c->tls_version, sizeof(c->tls_version), "%s", xp_tls_sess_version(c->tls));
+	snprintf(c->tls_cipher, sizeof(c->tls_cipher), "%s", xp_tls_sess_cipher(c->tls));
+	snprintf(c->tls_crypto, sizeof(c->tls_crypto), "%s",
+		 xp_tls_ktls_tx(c->tls) && xp_tls_ktls_rx(c->tls) ? "ktls"
+		 : xp_tls_ktls_tx(c->tls)			   ? "ktls-tx"
+								   : "user-space");
+	c->tls_resumed = xp_tls_sess_resumed(c->tls);
 }
 
 static void set_nodelay(int fd)
@@ -208,11 +274,18 @@ static int conn_link(struct px_conn *c)
 	c->w = NULL;
 	c->t = NULL;
 	set_nodelay(c->rfd);
-	r = xp_pool_attach(c->n->pool, c->lfd, c->rfd, c, &c->link);
+	r = xp_pool_attach(c->n->pool, c->lfd, c->rfd, c->tls, c, &c->link);
 	if (r < 0)
 		return r;
 	c->st = C_LINKED;
 	c->m->conns_total++;
+	if (c->tls)
+		log_info("migration %s role=%s: port %u connection %u linked %s", c->m->key,
+			 role_str(c->m->role), c->port->id, c->seq, xp_tls_sess_describe(c->tls));
+	else
+		log_info("migration %s role=%s: port %u connection %u linked tls=off", c->m->key,
+			 role_str(c->m->role), c->port->id, c->seq);
+	c->tls = NULL;
 	return 0;
 }
 
@@ -226,10 +299,11 @@ static void pool_done(void *cookie, const struct xp_link_result *res, void *arg)
 	if (res->end == XP_END_ERROR) {
 		m->conns_failed++;
 		log_err("migration %s role=%s: port %u connection %u failed after %llu/%llu bytes "
-			"(tx/rx): %s on the %s side",
+			"(tx/rx): %s on the %s side%s%s",
 			m->key, role_str(m->role), c->port->id, c->seq,
 			(unsigned long long)res->bytes[0], (unsigned long long)res->bytes[1],
-			strerror(-res->err), res->err_side == 0 ? "local" : "node-hop");
+			strerror(-res->err), res->err_side == 0 ? "local" : "node-hop",
+			res->detail[0] ? ": TLS: " : "", res->detail);
 	} else {
 		log_debug("migration %s: port %u connection %u ended (%s%s), %llu/%llu bytes",
 			  m->key, c->port->id, c->seq, res->end == XP_END_CLEAN ? "clean" : "cut",
@@ -267,45 +341,72 @@ static void src_timeout(void *arg)
 	struct px_conn *c = arg;
 
 	c->t = NULL;
-	src_error(c, c->st == C_SRC_CONNECT ? "connect timed out"
-		     : c->st == C_SRC_SEND  ? "sending the preamble timed out"
-					    : "no reply from the target in time");
+	if (c->st == C_SRC_HANDSHAKE)
+		src_error(c, "TLS refused (handshake-timeout): no complete handshake within %llu ms",
+			  (unsigned long long)c->n->conf.handshake_timeout_ms);
+	else
+		src_error(c, c->st == C_SRC_CONNECT ? "connect timed out"
+			     : c->st == C_SRC_SEND  ? "sending the preamble timed out"
+						    : "no reply from the target in time");
+}
+
+/* TLS errors during set-up name the refusal; others are plain socket errors. */
+static void src_io_error(struct px_conn *c, const char *what, ssize_t k)
+{
+	if (c->tls && xp_tls_sess_refusal(c->tls) != XP_TLS_OK)
+		src_error(c, "TLS refused (%s) %s: %s",
+			  xp_tls_refusal_token(xp_tls_sess_refusal(c->tls)), what,
+			  xp_tls_sess_error(c->tls));
+	else if (c->tls && k == -EPROTO)
+		src_error(c, "%s: TLS: %s", what, xp_tls_sess_io_error(c->tls));
+	else
+		src_error(c, "%s: %s", what, strerror((int)-k));
 }
 
 static void src_io(struct xp_watch *w, int fd, uint32_t events, void *arg);
 
+/* Waits for events on the node-hop socket; the deadline is set on entering a state, not reset. */
 static void src_set_wait(struct px_conn *c, enum conn_state st, uint32_t events, uint64_t ms)
 {
-	c->st = st;
-	xp_timer_del(c->t);
-	c->t = NULL;
-	if (xp_timer_add(c->n->loop, vm_now_ms() + ms, src_timeout, c, &c->t) < 0 ||
-	    (c->w ? xp_watch_mod(c->w, events)
-		  : xp_watch_add(c->n->loop, c->rfd, events, src_io, c, &c->w)) < 0) {
-		src_error(c, "out of memory");
+	if (c->st != st || !c->t) {
+		xp_timer_del(c->t);
+		c->t = NULL;
+		if (xp_timer_add(c->n->loop, vm_now_ms() + ms, src_timeout, c, &c->t) < 0)
+			goto nomem;
 	}
+	c->st = st;
+	if ((c->w ? xp_watch_mod(c->w, events)
+		  : xp_watch_add(c->n->loop, c->rfd, events, src_io, c, &c->w)) < 0)
+		goto nomem;
+	return;
+nomem:
+	src_error(c, "out of memory");
 }
+
+static void src_read_reply(struct px_conn *c);
 
 static void src_send(struct px_conn *c)
 {
-	ssize_t k;
+	uint32_t ev = EPOLLOUT;
+	ssize_t k = 0;
 
-	k = write(c->rfd, c->buf + c->off, c->len - c->off);
-	if (k < 0 && errno != EAGAIN) {
-		src_error(c, "sending the preamble: %s", strerror(errno));
+	while (c->off < c->len) {
+		k = conn_write(c, c->buf + c->off, c->len - c->off, &ev);
+		if (k <= 0)
+			break;
+		c->off += k;
+	}
+	if (k < 0 && k != -EAGAIN) {
+		src_io_error(c, "sending the preamble", k);
 		return;
 	}
-	if (k > 0)
-		c->off += k;
 	if (c->off < c->len) {
-		if (c->st != C_SRC_SEND)
-			src_set_wait(c, C_SRC_SEND, EPOLLOUT, c->n->conf.connect_timeout_ms);
+		src_set_wait(c, C_SRC_SEND, ev, c->n->conf.connect_timeout_ms);
 		return;
 	}
 	c->len = 0;
 	/* The target answers only once it could open the local socket in order. */
-	src_set_wait(c, C_SRC_REPLY, EPOLLIN,
-		     c->n->conf.order_timeout_ms + c->n->conf.connect_timeout_ms);
+	src_read_reply(c);
 }
 
 static void src_start_send(struct px_conn *c)
@@ -321,32 +422,79 @@ static void src_start_send(struct px_conn *c)
 	}
 	c->len = r;
 	c->off = 0;
-	c->st = C_SRC_SEND;
 	src_send(c);
+}
+
+static void src_handshake(struct px_conn *c)
+{
+	enum xp_tls_want want;
+	int r;
+
+	if (!c->tls) {
+		r = xp_tls_sess_new(c->n->conf.tls, c->rfd, false, c->m->peer_str, &c->tls);
+		if (r < 0) {
+			src_error(c, "TLS: %s", strerror(-r));
+			return;
+		}
+	}
+	r = xp_tls_handshake(c->tls, &want);
+	if (r == -EAGAIN) {
+		src_set_wait(c, C_SRC_HANDSHAKE, want == XP_TLS_WANT_WRITE ? EPOLLOUT : EPOLLIN,
+			     c->n->conf.handshake_timeout_ms);
+		return;
+	}
+	if (r < 0) {
+		src_error(c, "TLS refused (%s): %s",
+			  xp_tls_refusal_token(xp_tls_sess_refusal(c->tls)),
+			  xp_tls_sess_error(c->tls));
+		return;
+	}
+	conn_tls_done(c);
+	src_start_send(c);
+}
+
+/* Connected: TLS first when configured, then the preamble. */
+static void src_connected(struct px_conn *c)
+{
+	if (c->n->conf.tls)
+		src_handshake(c);
+	else
+		src_start_send(c);
 }
 
 static void src_read_reply(struct px_conn *c)
 {
 	enum px_status st;
-	ssize_t k;
-	int r;
+	uint32_t ev = EPOLLIN;
+	ssize_t k = 0;
+	int r = 0;
 
-	k = read(c->rfd, c->buf + c->len, PX_REPLY_LEN - c->len);
-	if (k < 0) {
-		if (errno != EAGAIN)
-			src_error(c, "reading the reply: %s", strerror(errno));
-		return;
+	while (c->len < PX_REPLY_LEN) {
+		k = conn_read(c, c->buf + c->len, PX_REPLY_LEN - c->len, &ev);
+		if (k <= 0)
+			break;
+		c->len += k;
 	}
-	if (k == 0) {
+	if (k == 0 && c->len < PX_REPLY_LEN) {
 		src_error(c, "the target closed the connection before replying");
 		return;
 	}
-	c->len += k;
-	r = px_reply_decode(c->buf, c->len, &st);
-	if (r == 0)
+	if (k < 0 && k != -EAGAIN) {
+		src_io_error(c, "reading the reply", k);
 		return;
+	}
+	if (c->len < PX_REPLY_LEN) {
+		src_set_wait(c, C_SRC_REPLY, ev,
+			     c->n->conf.order_timeout_ms + c->n->conf.connect_timeout_ms);
+		return;
+	}
+	r = px_reply_decode(c->buf, c->len, &st);
 	if (r < 0) {
 		src_error(c, "the target's reply is malformed (not a vmigd of this protocol?)");
+		return;
+	}
+	if (st == PX_ERR_LIMIT) {
+		src_error(c, "refused (migration-conn-limit) by the target: %s", px_status_str(st));
 		return;
 	}
 	if (st != PX_OK) {
@@ -357,6 +505,7 @@ static void src_read_reply(struct px_conn *c)
 	if (r < 0)
 		src_error(c, "cannot hand to the data path: %s", strerror(-r));
 }
+
 
 static void src_io(struct xp_watch *w, int fd, uint32_t events, void *arg)
 {
@@ -370,7 +519,10 @@ static void src_io(struct xp_watch *w, int fd, uint32_t events, void *arg)
 			src_error(c, "connect: %s", strerror(-r));
 			return;
 		}
-		src_start_send(c);
+		src_connected(c);
+		return;
+	case C_SRC_HANDSHAKE:
+		src_handshake(c);
 		return;
 	case C_SRC_SEND:
 		src_send(c);
@@ -392,7 +544,7 @@ static void src_connect(struct px_conn *c)
 		return;
 	}
 	if (r == 0) {
-		src_start_send(c);
+		src_connected(c);
 		return;
 	}
 	src_set_wait(c, C_SRC_CONNECT, EPOLLOUT, c->n->conf.connect_timeout_ms);
@@ -413,8 +565,18 @@ static void src_accept(struct xp_watch *w, int lfd, uint32_t events, void *arg)
 	int fd, r;
 
 	while ((r = xp_accept(lfd, &fd)) == 0) {
-		struct px_conn *c = calloc(1, sizeof(*c));
+		struct px_conn *c;
 
+		if (m->conns_active >= m->n->conf.max_migration_conns) {
+			log_err("migration %s role=source: port %u connection %u refused "
+				"(migration-conn-limit): %u connections already (--max-migration-conns)",
+				m->key, port->id, port->next_seq++, m->conns_active);
+			xp_close_reset(fd);
+			migration_fail(m, "more than %u connections (--max-migration-conns)",
+				       m->n->conf.max_migration_conns);
+			continue;
+		}
+		c = calloc(1, sizeof(*c));
 		if (!c) {
 			log_err("migration %s: out of memory, dropping a connection", m->key);
 			close(fd);
@@ -562,6 +724,16 @@ static void tgt_dispatch(struct px_conn *c, const struct px_preamble *p)
 		tgt_reject(c, PX_ERR_SHUTDOWN, p->key);
 		return;
 	}
+	if (m->conns_active >= n->conf.max_migration_conns) {
+		log_err("migration %s role=target: port %u connection %u from %s refused "
+			"(migration-conn-limit): %u connections already (--max-migration-conns)",
+			m->key, port->id, p->seq, c->peer, m->conns_active);
+		conn_reply(c, PX_ERR_LIMIT);
+		conn_release(c);
+		migration_fail(m, "more than %u connections (--max-migration-conns)",
+			       n->conf.max_migration_conns);
+		return;
+	}
 	xp_watch_del(c->w);
 	xp_timer_del(c->t);
 	c->w = NULL;
@@ -596,49 +768,135 @@ static void tgt_dispatch(struct px_conn *c, const struct px_preamble *p)
 			       p->seq, port->path);
 }
 
-static void tgt_read(struct xp_watch *w, int fd, uint32_t events, void *arg)
+static void tgt_read(struct px_conn *c)
 {
-	struct px_conn *c = arg;
 	struct px_preamble p;
+	uint32_t ev;
 	size_t want;
 	ssize_t k;
 	int r;
 
-	/* Read exactly the preamble: the bytes after it belong to the local socket. */
-	want = c->len < PX_PREAMBLE_FIXED ? PX_PREAMBLE_FIXED - c->len
-					  : PX_PREAMBLE_FIXED + vm_get_be16(c->buf + 16) - c->len;
-	k = read(fd, c->buf + c->len, want);
-	if (k < 0) {
-		if (errno == EAGAIN || errno == EINTR)
+	/* Exactly the preamble: the bytes after it belong to the local socket. TLS may hold
+	 * them decrypted already, so read until it would block, not once per event. */
+	for (;;) {
+		want = c->len < PX_PREAMBLE_FIXED
+			       ? PX_PREAMBLE_FIXED - c->len
+			       : PX_PREAMBLE_FIXED + vm_get_be16(c->buf + 16) - c->len;
+		k = conn_read(c, c->buf + c->len, want, &ev);
+		if (k == -EAGAIN) {
+			if (xp_watch_mod(c->w, ev) < 0)
+				conn_release(c);
 			return;
-		log_warn("node hop from %s: %s before the preamble was complete", c->peer,
-			 strerror(errno));
-		conn_release(c);
-		return;
+		}
+		if (k < 0) {
+			log_warn("node hop from %s: %s before the preamble was complete%s%s",
+				 c->peer, k == -EPROTO ? "TLS error" : strerror((int)-k),
+				 c->tls && k == -EPROTO ? ": " : "",
+				 c->tls && k == -EPROTO ? xp_tls_sess_io_error(c->tls) : "");
+			conn_release(c);
+			return;
+		}
+		if (k == 0) {
+			log_warn("node hop from %s: closed after %zu bytes, before the preamble was "
+				 "complete",
+				 c->peer, c->len);
+			conn_release(c);
+			return;
+		}
+		c->len += k;
+		r = px_preamble_decode(c->buf, c->len, &p);
+		if (r < 0) {
+			tgt_reject(c, -r, NULL);
+			return;
+		}
+		if (r > 0) {
+			tgt_dispatch(c, &p);
+			return;
+		}
 	}
-	if (k == 0) {
-		log_warn("node hop from %s: closed after %zu bytes, before the preamble was "
-			 "complete",
-			 c->peer, c->len);
-		conn_release(c);
-		return;
-	}
-	c->len += k;
-	r = px_preamble_decode(c->buf, c->len, &p);
-	if (r < 0)
-		tgt_reject(c, -r, NULL);
-	else if (r > 0)
-		tgt_dispatch(c, &p);
 }
 
-static void tgt_preamble_timeout(void *arg)
+static void tgt_timeout(void *arg)
 {
 	struct px_conn *c = arg;
 
 	c->t = NULL;
-	log_warn("node hop from %s: no complete preamble within %llu ms (%zu bytes); dropped",
-		 c->peer, (unsigned long long)c->n->conf.connect_timeout_ms, c->len);
+	if (c->st == C_TGT_HANDSHAKE)
+		log_warn("node hop from %s: TLS refused (handshake-timeout): no complete handshake "
+			 "within %llu ms; dropped",
+			 c->peer, (unsigned long long)c->n->conf.handshake_timeout_ms);
+	else
+		log_warn("node hop from %s: no complete preamble within %llu ms (%zu bytes); "
+			 "dropped",
+			 c->peer, (unsigned long long)c->n->conf.preamble_timeout_ms, c->len);
 	conn_release(c);
+}
+
+/* Authenticated (or plain text): the preamble has its own deadline. */
+static void tgt_start_preamble(struct px_conn *c)
+{
+	xp_timer_del(c->t);
+	c->t = NULL;
+	c->st = C_TGT_PREAMBLE;
+	if (xp_timer_add(c->n->loop, vm_now_ms() + c->n->conf.preamble_timeout_ms, tgt_timeout, c,
+			 &c->t) < 0) {
+		log_err("node hop: out of memory, dropping a connection");
+		conn_release(c);
+		return;
+	}
+	tgt_read(c);
+}
+
+static void tgt_handshake(struct px_conn *c)
+{
+	enum xp_tls_want want;
+	int r;
+
+	r = xp_tls_handshake(c->tls, &want);
+	if (r == -EAGAIN) {
+		if (xp_watch_mod(c->w, want == XP_TLS_WANT_WRITE ? EPOLLOUT : EPOLLIN) < 0)
+			conn_release(c);
+		return;
+	}
+	if (r < 0) {
+		log_warn("node hop from %s: TLS refused (%s): %s", c->peer,
+			 xp_tls_refusal_token(xp_tls_sess_refusal(c->tls)),
+			 xp_tls_sess_error(c->tls));
+		conn_release(c);
+		return;
+	}
+	conn_tls_done(c);
+	tgt_start_preamble(c);
+}
+
+static void tgt_io(struct xp_watch *w, int fd, uint32_t events, void *arg)
+{
+	struct px_conn *c = arg;
+
+	if (c->st == C_TGT_HANDSHAKE)
+		tgt_handshake(c);
+	else
+		tgt_read(c);
+}
+
+/* Connections that have not yet authenticated are bounded; the excess is closed at once. */
+static bool tgt_admit(struct px_node *n, int fd, const char *peer)
+{
+	uint64_t now = vm_now_ms();
+
+	if (n->nunbound < n->conf.max_unauth)
+		return true;
+	n->unauth_refused++;
+	if (now - n->unauth_logged_ms >= 1000) {
+		log_warn("node hop from %s: refused (too-many-unauthenticated): %u connections are "
+			 "still authenticating (--max-unauthenticated %u); %u refused since the last "
+			 "such line",
+			 peer, n->nunbound, n->conf.max_unauth, n->unauth_refused);
+		n->unauth_refused = 0;
+		n->unauth_logged_ms = now;
+	}
+	xp_close_reset(fd);
+	return false;
 }
 
 static void tgt_accept(struct xp_watch *w, int lfd, uint32_t events, void *arg)
@@ -647,9 +905,16 @@ static void tgt_accept(struct xp_watch *w, int lfd, uint32_t events, void *arg)
 	int fd, r;
 
 	while ((r = xp_accept(lfd, &fd)) == 0) {
-		struct px_conn *c = calloc(1, sizeof(*c));
 		struct xp_addr a = { .len = sizeof(a.ss) };
+		char peer[80];
+		struct px_conn *c;
 
+		if (getpeername(fd, (struct sockaddr *)&a.ss, &a.len) < 0 ||
+		    xp_addr_format(&a, peer, sizeof(peer)) < 0)
+			strcpy(peer, "?");
+		if (!tgt_admit(n, fd, peer))
+			continue;
+		c = calloc(1, sizeof(*c));
 		if (!c) {
 			log_err("node hop: out of memory, dropping a connection");
 			close(fd);
@@ -658,18 +923,27 @@ static void tgt_accept(struct xp_watch *w, int lfd, uint32_t events, void *arg)
 		c->n = n;
 		c->rfd = fd;
 		c->lfd = -1;
-		c->st = C_TGT_PREAMBLE;
-		if (getpeername(fd, (struct sockaddr *)&a.ss, &a.len) < 0 ||
-		    xp_addr_format(&a, c->peer, sizeof(c->peer)) < 0)
-			strcpy(c->peer, "?");
+		strcpy(c->peer, peer);
 		conn_list_add(&n->unbound, c);
 		n->nunbound++;
-		if (xp_watch_add(n->loop, fd, EPOLLIN, tgt_read, c, &c->w) < 0 ||
-		    xp_timer_add(n->loop, vm_now_ms() + n->conf.connect_timeout_ms,
-				 tgt_preamble_timeout, c, &c->t) < 0) {
+		if (xp_watch_add(n->loop, fd, EPOLLIN, tgt_io, c, &c->w) < 0) {
 			log_err("node hop: out of memory, dropping a connection");
 			conn_release(c);
+			continue;
 		}
+		if (!n->conf.tls) {
+			tgt_start_preamble(c);
+			continue;
+		}
+		c->st = C_TGT_HANDSHAKE;
+		if (xp_tls_sess_new(n->conf.tls, fd, true, NULL, &c->tls) < 0 ||
+		    xp_timer_add(n->loop, vm_now_ms() + n->conf.handshake_timeout_ms, tgt_timeout,
+				 c, &c->t) < 0) {
+			log_err("node hop: out of memory, dropping a connection");
+			conn_release(c);
+			continue;
+		}
+		tgt_handshake(c);
 	}
 	if (r != -EAGAIN && r != -EINTR && r != -ECONNABORTED)
 		log_err("node hop: accept: %s", strerror(-r));
@@ -1075,6 +1349,7 @@ int px_source_stop(struct px_node *n, const char *key, char *err, size_t errlen)
 void px_node_foreach(struct px_node *n, px_migration_fn fn, void *arg)
 {
 	for (struct px_migration *m = n->migrations; m; m = m->next) {
+		struct px_conn_info *ci = calloc(m->conns_active ? m->conns_active : 1, sizeof(*ci));
 		struct px_migration_info mi = {
 			.key = m->key,
 			.role = m->role,
@@ -1096,15 +1371,30 @@ void px_node_foreach(struct px_node *n, px_migration_fn fn, void *arg)
 			strcpy(mi.ports[i].path, m->ports[i].path);
 		}
 		for (struct px_conn *c = m->conns; c; c = c->next) {
-			uint64_t b[2];
+			struct px_conn_info *i = ci && mi.nconns < m->conns_active ? &ci[mi.nconns++]
+										     : NULL;
+			uint64_t b[2] = { 0, 0 };
 
-			if (c->st != C_LINKED)
+			if (c->st == C_LINKED) {
+				xp_link_bytes(c->link, b);
+				mi.bytes_tx += b[0];
+				mi.bytes_rx += b[1];
+			}
+			if (!i)
 				continue;
-			xp_link_bytes(c->link, b);
-			mi.bytes_tx += b[0];
-			mi.bytes_rx += b[1];
+			i->port = c->port->id;
+			i->seq = c->seq;
+			i->state = state_names[c->st];
+			i->tls = c->tls_version[0] ? c->tls_version : NULL;
+			i->cipher = c->tls_cipher;
+			i->crypto = c->tls_crypto;
+			i->resumed = c->tls_resumed;
+			i->bytes_tx = b[0];
+			i->bytes_rx = b[1];
 		}
+		mi.conns = ci;
 		fn(&mi, arg);
+		free(ci);
 	}
 }
 
@@ -1273,6 +1563,8 @@ const char *px_node_advertise(const struct px_node *n)
 
 const char *px_node_data_path(const struct px_node *n)
 {
+	if (n->conf.tls)
+		return xp_tls_ktls_enabled(n->conf.tls) ? "io_uring+ktls" : "io_uring+openssl";
 	return n->conf.copy_path ? "io_uring+copy" : "io_uring+splice";
 }
 

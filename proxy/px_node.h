@@ -14,6 +14,7 @@
 #include "xp_sock.h"
 
 struct px_node;
+struct xp_tls;
 
 struct px_config {
 	struct xp_addr listen;
@@ -24,6 +25,11 @@ struct px_config {
 	bool copy_path; /* read/write instead of splice (for comparison) */
 	uint64_t order_timeout_ms;
 	uint64_t connect_timeout_ms;
+	struct xp_tls *tls; /* NULL: plain text (--no-tls); not owned, outlives the node */
+	uint64_t handshake_timeout_ms;
+	uint64_t preamble_timeout_ms;
+	unsigned int max_unauth;	  /* node-hop connections before their preamble */
+	unsigned int max_migration_conns; /* per migration and role */
 };
 
 enum px_role { PX_ROLE_SOURCE, PX_ROLE_TARGET };
@@ -31,6 +37,16 @@ enum px_role { PX_ROLE_SOURCE, PX_ROLE_TARGET };
 struct px_port_info {
 	uint32_t id;
 	char path[108];
+};
+
+struct px_conn_info {
+	uint32_t port, seq;
+	const char *state;	 /* "connecting", "handshake", ..., "linked" */
+	const char *tls;	 /* "TLSv1.3", or NULL in plain text */
+	const char *cipher;	 /* with tls */
+	const char *crypto;	 /* "user-space", "ktls", "ktls-tx" */
+	bool resumed;		 /* the TLS session was resumed from a ticket */
+	uint64_t bytes_tx, bytes_rx; /* so far, while linked */
 };
 
 struct px_migration_info {
@@ -48,6 +64,8 @@ struct px_migration_info {
 	uint64_t bytes_rx;	      /* peer -> local */
 	const char *state;	      /* "active", "failed" */
 	const char *error;	      /* the failure's reason, or NULL */
+	unsigned int nconns;	      /* conns[]: one per connection open now */
+	const struct px_conn_info *conns;
 };
 
 int px_node_new(struct xp_loop *loop, const struct px_config *conf, struct px_node **ret);
@@ -56,7 +74,7 @@ void px_node_free(struct px_node *n);
 const char *px_node_listen_str(const struct px_node *n);
 const char *px_node_advertise(const struct px_node *n);
 unsigned int px_node_threads(const struct px_node *n);
-/* "io_uring+splice" or "io_uring+copy". */
+/* "io_uring+splice", "io_uring+copy", or with TLS "io_uring+openssl" / "io_uring+ktls". */
 const char *px_node_data_path(const struct px_node *n);
 unsigned int px_node_migrations(const struct px_node *n);
 unsigned int px_node_active_conns(const struct px_node *n);

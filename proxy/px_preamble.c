@@ -115,6 +115,8 @@ const char *px_status_str(enum px_status st)
 		return "migration already failed on the target";
 	case PX_ERR_SHUTDOWN:
 		return "target daemon is shutting down";
+	case PX_ERR_LIMIT:
+		return "too many connections for this migration on the target";
 	}
 	return "unknown status";
 }

@@ -26,6 +26,7 @@ enum px_status {
 	PX_ERR_CONNECT = 6,
 	PX_ERR_FAILED = 7,
 	PX_ERR_SHUTDOWN = 8,
+	PX_ERR_LIMIT = 9, /* the migration has --max-migration-conns connections already */
 };
 
 struct px_preamble {

@@ -8,7 +8,10 @@
  * Threads talk through two single-producer rings per worker: the control thread posts ATTACH
  * and ABORT (and wakes the worker's eventfd); the worker posts finished slots back and wakes
  * the pool's eventfd. Slots are owned by the control thread while free and by their worker
- * while attached, so nothing is allocated on the data path. */
+ * while attached, so nothing is allocated on the data path.
+ *
+ * A link whose node-hop side is TLS reads and writes that side through OpenSSL with a user-space
+ * buffer per direction (xp_tls); where kTLS took the transmit side, that direction splices. */
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
@@ -17,6 +20,7 @@
 #include <semaphore.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -27,6 +31,7 @@
 #include "util.h"
 #include "xp_pool.h"
 #include "xp_sock.h"
+#include "xp_tls.h"
 
 enum { OP_INBOX = 1, OP_POLL, OP_CANCEL };
 enum { MSG_ATTACH = 1, MSG_ABORT, MSG_QUIT };
@@ -39,6 +44,15 @@ enum { MSG_ATTACH = 1, MSG_ABORT, MSG_QUIT };
 
 /* Bytes one direction may move before it yields to the other links of its worker. */
 #define PUMP_BUDGET_PIPES 4
+/* Plaintext buffered per direction of a TLS link: sixteen full records. */
+#define TLS_BUF_SIZE (256 * 1024)
+
+enum pump_kind {
+	PUMP_SPLICE, /* source -> pipe -> destination, no byte in user space */
+	PUMP_COPY,   /* read(2)/write(2) through buf */
+	PUMP_TLS_TX, /* read(2) plaintext into buf, encrypt to the node hop */
+	PUMP_TLS_RX, /* decrypt from the node hop into buf, write(2) plaintext */
+};
 
 struct spsc {
 	uint32_t *buf;
@@ -50,6 +64,9 @@ struct spsc {
 struct xp_pump {
 	struct xp_link *link;
 	unsigned int dir;
+	enum pump_kind kind;
+	enum xp_tls_want want; /* TLS: what the last call that would block waits for */
+	bool notified;	       /* TLS_TX: close_notify is out */
 	int pipe[2];  /* XP_PATH_SPLICE */
 	uint8_t *buf; /* XP_PATH_COPY: bytes held are buf[head, head + held) */
 	size_t head;
@@ -68,6 +85,7 @@ struct xp_link {
 	uint32_t idx;
 	/* set by the control thread before ATTACH */
 	int fd[2];
+	struct xp_tls_sess *tls; /* on fd[1], or NULL */
 	void *cookie;
 	/* control thread only */
 	bool abort_sent;
@@ -230,6 +248,13 @@ static void link_finalize(struct xp_worker *w, struct xp_link *l)
 			xp_close_reset(l->fd[d]);
 		l->fd[d] = -1;
 	}
+	if (l->tls) {
+		if (l->res.end == XP_END_ERROR && l->res.err_side == 1)
+			snprintf(l->res.detail, sizeof(l->res.detail), "%s",
+				 xp_tls_sess_io_error(l->tls));
+		xp_tls_sess_free(l->tls);
+		l->tls = NULL;
+	}
 	l->live = false;
 	w->nlive--;
 	/* The outbox holds one entry per slot, so this cannot fail. */
@@ -265,24 +290,74 @@ static size_t pump_room(const struct xp_pump *p)
 	return p->buf ? p->cap - p->head - p->held : p->cap - p->held;
 }
 
+/* A TLS call's result in read(2)'s terms: n >= 0, or -1 with errno. */
+static ssize_t tls_ret(ssize_t r)
+{
+	if (r >= 0)
+		return r;
+	errno = (int)-r;
+	return -1;
+}
+
 static ssize_t pump_fill(struct xp_pump *p, int src)
 {
-	if (p->buf)
+	switch (p->kind) {
+	case PUMP_SPLICE:
+		return splice(src, NULL, p->pipe[1], NULL, pump_room(p),
+			      SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+	case PUMP_TLS_RX:
+		return tls_ret(xp_tls_read(p->link->tls, p->buf + p->head + p->held, pump_room(p),
+					   &p->want));
+	default:
 		return read(src, p->buf + p->head + p->held, pump_room(p));
-	return splice(src, NULL, p->pipe[1], NULL, pump_room(p), SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+	}
 }
 
 static ssize_t pump_drain(struct xp_pump *p, int dst)
 {
 	ssize_t n;
 
-	if (!p->buf)
+	switch (p->kind) {
+	case PUMP_SPLICE:
 		return splice(p->pipe[0], NULL, dst, NULL, p->held,
 			      SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
-	n = write(dst, p->buf + p->head, p->held);
+	case PUMP_TLS_TX:
+		n = tls_ret(xp_tls_write(p->link->tls, p->buf + p->head, p->held, &p->want));
+		break;
+	default:
+		n = write(dst, p->buf + p->head, p->held);
+		break;
+	}
 	if (n > 0)
 		p->head = (size_t)n == p->held ? 0 : p->head + n;
 	return n;
+}
+
+/* The end of one direction: close_notify first on TLS, then the TCP half-close. */
+static int pump_finish(struct xp_pump *p, int dst)
+{
+	if (p->kind == PUMP_TLS_TX && !p->notified) {
+		int r = xp_tls_shutdown(p->link->tls, &p->want);
+
+		if (r < 0)
+			return r;
+		p->notified = true;
+	}
+	/* ENOTCONN: the peer is already gone; the other direction will tell. */
+	if (shutdown(dst, SHUT_WR) < 0 && errno != ENOTCONN)
+		return -errno;
+	return 0;
+}
+
+/*
+ * What a blocked call waits for: on the TLS side (a TLS_RX pump's source, a TLS_TX pump's
+ * destination) whatever OpenSSL asked for, elsewhere the plain event.
+ */
+static unsigned int wait_mask(const struct xp_pump *p, bool tls_side, unsigned int plain)
+{
+	if (!tls_side)
+		return plain;
+	return p->want == XP_TLS_WANT_WRITE ? POLLOUT : POLLIN | POLLRDHUP;
 }
 
 /*
@@ -344,10 +419,15 @@ static int pump_run(struct xp_worker *w, struct xp_pump *p, unsigned int *side)
 			}
 		}
 		if (p->eof && p->held == 0) {
-			/* ENOTCONN: the peer is already gone; the other direction will tell. */
-			if (shutdown(dst, SHUT_WR) < 0 && errno != ENOTCONN) {
+			int r = pump_finish(p, dst);
+
+			if (r == -EAGAIN) {
+				arm_poll(w, p, dst, wait_mask(p, true, POLLOUT));
+				return 0;
+			}
+			if (r < 0) {
 				*side = p->dir ^ 1;
-				return -errno;
+				return r;
 			}
 			p->done = true;
 			return 0;
@@ -362,9 +442,9 @@ static int pump_run(struct xp_worker *w, struct xp_pump *p, unsigned int *side)
 	 * slots before its byte capacity), so wait for the destination whenever bytes are held.
 	 */
 	if (p->held > 0 && dst_blocked)
-		arm_poll(w, p, dst, POLLOUT);
+		arm_poll(w, p, dst, wait_mask(p, p->kind == PUMP_TLS_TX, POLLOUT));
 	else if (src_blocked)
-		arm_poll(w, p, src, POLLIN | POLLRDHUP);
+		arm_poll(w, p, src, wait_mask(p, p->kind == PUMP_TLS_RX, POLLIN | POLLRDHUP));
 	else
 		return 1;
 	return 0;
@@ -405,14 +485,25 @@ static void run_ready(struct xp_worker *w)
 	}
 }
 
-/* Per connection, never per chunk: a pipe (splice) or a buffer (copy) for one direction. */
+static enum pump_kind pump_kind(const struct xp_link *l, unsigned int dir,
+				const struct xp_pool_conf *conf)
+{
+	if (l->tls && dir == 1)
+		return PUMP_TLS_RX;
+	/* kTLS encrypts whatever reaches the socket, spliced bytes included. */
+	if (l->tls && !xp_tls_ktls_tx(l->tls))
+		return PUMP_TLS_TX;
+	return conf->path == XP_PATH_COPY ? PUMP_COPY : PUMP_SPLICE;
+}
+
+/* Per connection, never per chunk: a pipe (splice) or a buffer for one direction. */
 static int pump_open(struct xp_pump *p, const struct xp_pool_conf *conf)
 {
 	int r;
 
-	if (conf->path == XP_PATH_COPY) {
-		p->buf = malloc(conf->pipe_size);
-		p->cap = conf->pipe_size;
+	if (p->kind != PUMP_SPLICE) {
+		p->cap = p->kind == PUMP_COPY ? conf->pipe_size : TLS_BUF_SIZE;
+		p->buf = malloc(p->cap);
 		return p->buf ? 0 : -ENOMEM;
 	}
 	if (pipe2(p->pipe, O_NONBLOCK | O_CLOEXEC) < 0)
@@ -441,7 +532,9 @@ static void link_start(struct xp_worker *w, struct xp_link *l)
 		p->held = 0;
 		p->head = 0;
 		p->buf = NULL;
-		p->eof = p->done = p->armed = p->queued = false;
+		p->eof = p->done = p->armed = p->queued = p->notified = false;
+		p->kind = pump_kind(l, d, &w->pool->conf);
+		p->want = XP_TLS_WANT_NONE;
 		p->pipe[0] = p->pipe[1] = -1;
 		atomic_store_explicit(&p->bytes, 0, memory_order_relaxed);
 		if (r == 0)
@@ -709,7 +802,8 @@ void xp_pool_reap(struct xp_pool *p)
 	}
 }
 
-int xp_pool_attach(struct xp_pool *p, int fd_a, int fd_b, void *cookie, struct xp_link **ret)
+int xp_pool_attach(struct xp_pool *p, int fd_a, int fd_b, struct xp_tls_sess *tls, void *cookie,
+		   struct xp_link **ret)
 {
 	struct xp_worker *best = NULL;
 	struct xp_link *l;
@@ -723,6 +817,7 @@ int xp_pool_attach(struct xp_pool *p, int fd_a, int fd_b, void *cookie, struct x
 	l = &best->links[best->free_slots[--best->nfree]];
 	l->fd[0] = fd_a;
 	l->fd[1] = fd_b;
+	l->tls = tls;
 	l->cookie = cookie;
 	l->abort_sent = false;
 	worker_post(best, MSG(MSG_ATTACH, l->idx));

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The data path: a pool of worker threads, one io_uring each, that carry bytes both ways between
- * two connected sockets (a "link") with splice(2) through a pipe per direction. It makes no policy
+ * two connected sockets (a "link") with splice(2) through a pipe per direction, or through
+ * OpenSSL when the node-hop side is TLS. It makes no policy
  * decisions; the control thread attaches links, may abort them, and is told when each ends. */
 #ifndef XP_POOL_H
 #define XP_POOL_H
@@ -11,6 +12,7 @@
 
 struct xp_pool;
 struct xp_link;
+struct xp_tls_sess;
 
 enum xp_path {
 	XP_PATH_SPLICE, /* splice(2) through a pipe: no byte enters user space */
@@ -36,6 +38,7 @@ struct xp_link_result {
 	int err;	      /* -errno for XP_END_ERROR */
 	int err_side;	      /* the socket that failed: 0 is fd_a, 1 is fd_b */
 	bool reset_after_eof; /* a peer reset after it had been sent all its bytes */
+	char detail[128];     /* TLS: OpenSSL's reason for an error on fd_b */
 };
 
 /* Runs on the control thread, from xp_pool_reap(). The link is gone when it returns. */
@@ -50,8 +53,13 @@ int xp_pool_event_fd(const struct xp_pool *p);
 void xp_pool_reap(struct xp_pool *p);
 unsigned int xp_pool_threads(const struct xp_pool *p);
 
-/* Hands fd_a and fd_b to a worker (ownership moves on success). -EBUSY when all slots are taken. */
-int xp_pool_attach(struct xp_pool *p, int fd_a, int fd_b, void *cookie, struct xp_link **ret);
+/*
+ * Hands fd_a and fd_b to a worker (ownership moves on success). With tls, fd_b is read and
+ * written through that session (handshake done), which the pool then owns too. -EBUSY when all
+ * slots are taken.
+ */
+int xp_pool_attach(struct xp_pool *p, int fd_a, int fd_b, struct xp_tls_sess *tls, void *cookie,
+		   struct xp_link **ret);
 /* Asks the worker to cut the link; its done callback follows. Idempotent. */
 void xp_link_abort(struct xp_link *l);
 /* Live byte counters, [0]: a to b, [1]: b to a. */

@@ -300,7 +300,7 @@ static void test_reply_round_trip(void **state)
 	uint8_t buf[PX_REPLY_LEN];
 	enum px_status st;
 
-	for (int s = PX_OK; s <= PX_ERR_SHUTDOWN; s++) {
+	for (int s = PX_OK; s <= PX_ERR_LIMIT; s++) {
 		px_reply_encode(s, buf);
 		assert_memory_equal(buf, ok_wire, 6);
 		assert_int_equal(buf[6], 0);
@@ -359,7 +359,7 @@ static void test_key_valid(void **state)
 
 static void test_status_str(void **state)
 {
-	for (int s = PX_OK; s <= PX_ERR_SHUTDOWN; s++) {
+	for (int s = PX_OK; s <= PX_ERR_LIMIT; s++) {
 		const char *str = px_status_str(s);
 
 		assert_non_null(str);
