@@ -426,6 +426,10 @@ int main(int argc, char **argv)
 				"--tls-ca (PEM), or --no-tls to carry migrations in plain text\n");
 		return 1;
 	}
+	if (!o.tls.client_cert != !o.tls.client_key) {
+		fprintf(stderr, "vmigd: --tls-client-cert and --tls-client-key go together\n");
+		return 1;
+	}
 	if (!o.no_tls) {
 		char err[300];
 

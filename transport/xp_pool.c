@@ -46,6 +46,7 @@ enum { MSG_ATTACH = 1, MSG_ABORT, MSG_QUIT };
 #define PUMP_BUDGET_PIPES 4
 /* Plaintext buffered per direction of a TLS link: sixteen full records. */
 #define TLS_BUF_SIZE (256 * 1024)
+#define TLS_RECORD   16384
 
 enum pump_kind {
 	PUMP_SPLICE, /* source -> pipe -> destination, no byte in user space */
@@ -377,11 +378,14 @@ static int pump_run(struct xp_worker *w, struct xp_pump *p, unsigned int *side)
 		ssize_t n;
 
 		src_blocked = dst_blocked = false;
-		if (!p->eof && pump_room(p) > 0) {
+		/* TLS hands out one record per read: gather several before one write(2). */
+		while (!p->eof && pump_room(p) > 0) {
 			n = pump_fill(p, src);
 			if (n > 0) {
 				p->held += n;
 				progress = true;
+				if (p->kind == PUMP_TLS_RX && pump_room(p) >= TLS_RECORD)
+					continue;
 			} else if (n == 0) {
 				p->eof = true;
 				progress = true;
@@ -400,6 +404,7 @@ static int pump_run(struct xp_worker *w, struct xp_pump *p, unsigned int *side)
 				*side = p->dir;
 				return -errno;
 			}
+			break;
 		}
 		if (p->held > 0) {
 			n = pump_drain(p, dst);
