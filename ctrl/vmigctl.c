@@ -224,6 +224,55 @@ static void list(void)
 	}
 }
 
+static bool bool_field(struct json_object *o, const char *name)
+{
+	struct json_object *v;
+
+	return json_object_object_get_ex(o, name, &v) && json_object_get_boolean(v);
+}
+
+static void print_tls(struct json_object *s)
+{
+	struct json_object *t;
+
+	if (!json_object_object_get_ex(s, "tls", &t) || !bool_field(t, "enabled")) {
+		printf("tls: off (plain text)\n");
+		return;
+	}
+	printf("tls: on, generation %s, %s, crypto %s\n", str_field(t, "generation"),
+	       str_field(t, "certificate"),
+	       bool_field(t, "ktls")		 ? "kTLS"
+	       : bool_field(t, "ktls_kernel") ? "user-space (kTLS off)"
+					      : "user-space (no kTLS in this kernel)");
+}
+
+/* One line per open connection: where it is and which TLS mode it runs in. */
+static void print_connections(struct json_object *s)
+{
+	struct json_object *migs, *conns;
+
+	if (!json_object_object_get_ex(s, "migration_list", &migs))
+		return;
+	for (size_t i = 0; i < json_object_array_length(migs); i++) {
+		struct json_object *m = json_object_array_get_idx(migs, i);
+
+		if (!json_object_object_get_ex(m, "connection_list", &conns))
+			continue;
+		for (size_t j = 0; j < json_object_array_length(conns); j++) {
+			struct json_object *c = json_object_array_get_idx(conns, j);
+
+			printf("  %s %s port=%s seq=%s %s tls=%s", str_field(m, "key"),
+			       str_field(m, "role"), str_field(c, "port"), str_field(c, "seq"),
+			       str_field(c, "state"), str_field(c, "tls"));
+			if (strcmp(str_field(c, "tls"), "off") != 0)
+				printf(" cipher=%s crypto=%s resumed=%s", str_field(c, "cipher"),
+				       str_field(c, "crypto"),
+				       bool_field(c, "resumed") ? "yes" : "no");
+			printf("\n");
+		}
+	}
+}
+
 static void status(int argc, char **argv)
 {
 	struct json_object *reply = call(request("status", NULL)), *s;
@@ -240,8 +289,13 @@ static void status(int argc, char **argv)
 	}
 	if (argc > 0)
 		die(EXIT_FAIL, "status: unexpected argument \"%s\"", argv[0]);
-	for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
-		printf("%s: %s\n", fields[i], str_field(s, fields[i]));
+	for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+		if (strcmp(fields[i], "tls") == 0)
+			print_tls(s);
+		else
+			printf("%s: %s\n", fields[i], str_field(s, fields[i]));
+	}
+	print_connections(s);
 }
 
 int main(int argc, char **argv)

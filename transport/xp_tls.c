@@ -688,7 +688,7 @@ static void sess_finish(struct xp_tls_sess *s)
 
 	if (peer)
 		name_line(peer, subj, sizeof(subj));
-	snprintf(s->desc, sizeof(s->desc), "%s %s crypto=%s resumed=%s peer=\"%s\"",
+	snprintf(s->desc, sizeof(s->desc), "tls=%s cipher=%s crypto=%s resumed=%s peer=\"%s\"",
 		 SSL_get_version(s->ssl), SSL_get_cipher_name(s->ssl),
 		 xp_tls_ktls_tx(s) && xp_tls_ktls_rx(s) ? "ktls"
 		 : xp_tls_ktls_tx(s)		       ? "ktls-tx"

@@ -98,7 +98,7 @@ bool xp_tls_pending(const struct xp_tls_sess *s);
 /* kTLS took the transmit direction: plaintext written to the socket is encrypted by the kernel. */
 bool xp_tls_ktls_tx(const struct xp_tls_sess *s);
 bool xp_tls_ktls_rx(const struct xp_tls_sess *s);
-/* "TLSv1.3 TLS_AES_256_GCM_SHA384 crypto=user-space resumed=no peer=CN=..." for logs/status. */
+/* "tls=TLSv1.3 cipher=TLS_AES_128_GCM_SHA256 crypto=user-space resumed=no peer=\"/CN=...\"". */
 const char *xp_tls_sess_describe(const struct xp_tls_sess *s);
 const char *xp_tls_sess_version(const struct xp_tls_sess *s);
 const char *xp_tls_sess_cipher(const struct xp_tls_sess *s);
