@@ -339,7 +339,8 @@ static ssize_t pump_drain(struct xp_pump *p, int dst)
 /* The end of one direction: close_notify first on TLS, then the TCP half-close. */
 static int pump_finish(struct xp_pump *p, int dst)
 {
-	if (p->kind == PUMP_TLS_TX && !p->notified) {
+	/* Also when kTLS carries this direction by splice: the alert goes through OpenSSL. */
+	if (p->dir == 0 && p->link->tls && !p->notified) {
 		int r = xp_tls_shutdown(p->link->tls, &p->want);
 
 		if (r < 0)
