@@ -176,8 +176,12 @@ static int parse_allow(struct xp_tls *t, const char *list, char *err, size_t err
 	const char *p = list;
 
 	while (*p) {
-		size_t n = strcspn(p, ",");
+		size_t n;
 
+		p += strspn(p, " \t");
+		n = strcspn(p, ",");
+		while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t'))
+			n--;
 		if (n == 1 && *p == '*') {
 			t->allow_any = true;
 		} else if (n > 0) {
@@ -190,7 +194,9 @@ static int parse_allow(struct xp_tls *t, const char *list, char *err, size_t err
 			if (!t->allow[t->nallow++])
 				return -ENOMEM;
 		}
-		p += n + (p[n] == ',');
+		p += n;
+		p += strspn(p, " \t");
+		p += *p == ',';
 	}
 	if (!t->allow_any && t->nallow == 0) {
 		snprintf(err, errlen, "--tls-allow: no names given");
@@ -325,7 +331,8 @@ static int new_session_cb(SSL *ssl, SSL_SESSION *sess)
 
 /* ---- contexts ---- */
 
-static int file_digest(struct xp_tls *t, unsigned char out[32])
+/* SHA-256 over the files' bytes; -errno with the unreadable file in *bad. */
+static int file_digest(struct xp_tls *t, unsigned char out[32], const char **bad)
 {
 	const char *files[] = { t->cert, t->key, t->client_cert, t->client_key, t->ca };
 	EVP_MD_CTX *md = EVP_MD_CTX_new();
@@ -340,6 +347,7 @@ static int file_digest(struct xp_tls *t, unsigned char out[32])
 
 		if (!f) {
 			r = -errno;
+			*bad = files[i];
 			goto out;
 		}
 		while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
@@ -399,6 +407,10 @@ static int ctx_common(SSL_CTX *ctx, const struct xp_tls *t, const char *cert, co
 		snprintf(err, errlen, "certificate %s has expired", cert);
 		return -EKEYEXPIRED;
 	}
+	if (X509_cmp_current_time(X509_get0_notBefore(SSL_CTX_get0_certificate(ctx))) > 0) {
+		snprintf(err, errlen, "certificate %s is not valid yet (check the clock)", cert);
+		return -EKEYEXPIRED;
+	}
 	return 0;
 }
 
@@ -456,12 +468,13 @@ static void describe_cert(struct xp_tls *t)
 int xp_tls_reload(struct xp_tls *t, char *err, size_t errlen)
 {
 	unsigned char digest[32];
+	const char *bad = "?";
 	SSL_CTX *srv, *cli;
 	int r;
 
-	r = file_digest(t, digest);
+	r = file_digest(t, digest, &bad);
 	if (r < 0) {
-		snprintf(err, errlen, "cannot read the certificate files: %s", strerror(-r));
+		snprintf(err, errlen, "cannot read %s: %s", bad, strerror(-r));
 		return r;
 	}
 	if (t->generation && memcmp(digest, t->digest, sizeof(digest)) == 0)
@@ -585,7 +598,7 @@ bool xp_tls_kernel_has_ktls(void)
 	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return false;
-	cached = setsockopt(fd, IPPROTO_TCP, TCP_ULP, "tls", 3) == 0 || errno != ENOENT;
+	cached = setsockopt(fd, IPPROTO_TCP, TCP_ULP, "tls", 3) == 0 || errno == ENOTCONN;
 	close(fd);
 	return cached;
 }
@@ -637,12 +650,12 @@ void xp_tls_sess_free(struct xp_tls_sess *s)
 	free(s);
 }
 
-/* A TLS alert from the peer arrives as reason SSL_AD_REASON_OFFSET + its code. */
-static bool peer_alert(struct xp_tls_sess *s, int reason)
+/* A TLS alert from the peer arrives as SSL library reason SSL_AD_REASON_OFFSET + its code. */
+static bool peer_alert(struct xp_tls_sess *s, unsigned long e)
 {
-	int alert = reason - SSL_AD_REASON_OFFSET;
+	int alert = ERR_GET_REASON(e) - SSL_AD_REASON_OFFSET;
 
-	if (alert <= 0 || alert >= 256 || alert == SSL_AD_CLOSE_NOTIFY)
+	if (ERR_GET_LIB(e) != ERR_LIB_SSL || alert <= 0 || alert >= 256 || alert == SSL_AD_CLOSE_NOTIFY)
 		return false;
 	s->refusal = XP_TLS_PEER_REFUSED;
 	snprintf(s->error, sizeof(s->error), "the peer refused us: alert \"%s\"",
@@ -674,7 +687,7 @@ static int io_fail(struct xp_tls_sess *s, int ret, int saved_errno, enum xp_tls_
 		if (!s->io_error)
 			s->io_error = "TLS error";
 		/* TLS 1.3: a server refuses our certificate after our handshake has finished. */
-		if (peer_alert(s, ERR_GET_REASON(e)))
+		if (peer_alert(s, e))
 			s->io_error = s->error;
 		ERR_clear_error();
 		return ERR_GET_REASON(e) == SSL_R_UNEXPECTED_EOF_WHILE_READING ? -EPIPE : -EPROTO;
@@ -711,6 +724,16 @@ int xp_tls_handshake(struct xp_tls_sess *s, enum xp_tls_want *want)
 		if (!peer) {
 			s->refusal = XP_TLS_NO_CERT;
 			snprintf(s->error, sizeof(s->error), "the peer sent no certificate");
+			return -EPROTO;
+		}
+		/* A resumed session skipped verification: the dates still hold. */
+		if (X509_cmp_current_time(X509_get0_notAfter(peer)) < 0) {
+			char subj[200];
+
+			name_line(peer, subj, sizeof(subj));
+			s->refusal = XP_TLS_EXPIRED;
+			snprintf(s->error, sizeof(s->error),
+				 "certificate \"%s\" has expired since this session began", subj);
 			return -EPROTO;
 		}
 		if (!cert_allowed(s->t, peer)) {
@@ -760,7 +783,7 @@ int xp_tls_handshake(struct xp_tls_sess *s, enum xp_tls_want *want)
 			ERR_clear_error();
 			return -EPROTO;
 		}
-		if (e && peer_alert(s, reason)) {
+		if (e && peer_alert(s, e)) {
 			ERR_clear_error();
 			return -EPROTO;
 		}
@@ -827,11 +850,6 @@ int xp_tls_shutdown(struct xp_tls_sess *s, enum xp_tls_want *want)
 		return 0; /* 0: ours is sent, theirs not yet seen; 1: both */
 	r = io_fail(s, r, errno, want);
 	return r == 0 ? 0 : r;
-}
-
-bool xp_tls_pending(const struct xp_tls_sess *s)
-{
-	return SSL_has_pending(s->ssl);
 }
 
 bool xp_tls_ktls_tx(const struct xp_tls_sess *s)

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 struct xp_tls;
 struct xp_tls_sess;
@@ -47,7 +48,7 @@ const char *xp_tls_refusal_token(enum xp_tls_refusal r);
 
 /* Loads the first generation. -errno, with one line for the operator in err. */
 int xp_tls_new(const struct xp_tls_conf *conf, struct xp_tls **ret, char *err, size_t errlen);
-/* Takes NULL. Sessions still open keep what they use alive. */
+/* Takes NULL. Free every session first: sessions point back to it (callbacks, allow-list). */
 void xp_tls_free(struct xp_tls *t);
 /*
  * Re-reads the files. On success new sessions use the new pair and CA, sessions already open
@@ -93,8 +94,6 @@ ssize_t xp_tls_read(struct xp_tls_sess *s, void *buf, size_t len, enum xp_tls_wa
 ssize_t xp_tls_write(struct xp_tls_sess *s, const void *buf, size_t len, enum xp_tls_want *want);
 /* Sends close_notify (half-close on TLS 1.3): 0, -EAGAIN with *want, or -errno. */
 int xp_tls_shutdown(struct xp_tls_sess *s, enum xp_tls_want *want);
-/* Plaintext already decrypted or buffered inside the session: read it before polling. */
-bool xp_tls_pending(const struct xp_tls_sess *s);
 /* kTLS took the transmit direction: plaintext written to the socket is encrypted by the kernel. */
 bool xp_tls_ktls_tx(const struct xp_tls_sess *s);
 bool xp_tls_ktls_rx(const struct xp_tls_sess *s);
