@@ -460,22 +460,13 @@ static int pump_run(struct xp_worker *w, struct xp_pump *p, unsigned int *side)
 
 static void pump_step(struct xp_worker *w, struct xp_pump *p)
 {
-	static const int one = 1, zero = 0;
 	struct xp_link *l = p->link;
 	unsigned int side = p->dir;
 	int r;
 
 	if (l->closing || p->done || p->armed)
 		return;
-	/*
-	 * TLS writes one 16 KiB record per write(2) and the node hop has TCP_NODELAY: cork the
-	 * burst so that records share full segments, and uncork when it stops.
-	 */
-	if (p->kind == PUMP_TLS_TX)
-		(void)setsockopt(l->fd[1], IPPROTO_TCP, TCP_CORK, &one, sizeof(one));
 	r = pump_run(w, p, &side);
-	if (p->kind == PUMP_TLS_TX && !l->closing)
-		(void)setsockopt(l->fd[1], IPPROTO_TCP, TCP_CORK, &zero, sizeof(zero));
 	if (r < 0) {
 		link_close(w, l, XP_END_ERROR, r, side);
 		return;
