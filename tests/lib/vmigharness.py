@@ -1,6 +1,8 @@
-"""Harness for vmigd tests, the demo and the bench: network namespaces, vmigd daemons, QEMU guest
-pairs driven over QMP, migrations through the daemons (or direct) and guest-memory comparison.
-Stdlib only. Every wait has a deadline; every resource is released by the context managers."""
+"""Harness for vmigd tests, the demo and the bench: network namespaces, vmigd daemons (plain or
+mutual TLS, with a throw-away PKI made by the openssl CLI), QEMU guest pairs driven over QMP,
+migrations through the daemons (or direct), guest-memory comparison, raw TLS probes and node-hop
+capture. Stdlib only. Every wait has a deadline; every resource is released by the context
+managers."""
 
 import atexit
 import ctypes
@@ -12,6 +14,8 @@ import re
 import shutil
 import signal
 import socket
+import ssl
+import struct
 import subprocess
 import sys
 import tempfile
@@ -184,11 +188,11 @@ def netns_prefix(ns):
     return ['ip', 'netns', 'exec', ns] if ns else []
 
 
-def netns_socket(ns, family=socket.AF_INET, type=socket.SOCK_STREAM):
+def netns_socket(ns, family=socket.AF_INET, type=socket.SOCK_STREAM, proto=0):
     """Create a socket in namespace ns (None: ours). A short-lived thread enters the namespace with
     setns(2) and creates it; sockets keep the namespace they were created in."""
     if ns is None:
-        return socket.socket(family, type)
+        return socket.socket(family, type, proto)
     result = {}
 
     def worker():
@@ -198,7 +202,7 @@ def netns_socket(ns, family=socket.AF_INET, type=socket.SOCK_STREAM):
                 if libc.setns(f.fileno(), CLONE_NEWNET) != 0:
                     err = ctypes.get_errno()
                     raise OSError(err, f'setns({ns}): {os.strerror(err)}')
-            result['sock'] = socket.socket(family, type)
+            result['sock'] = socket.socket(family, type, proto)
         except Exception as e:             # noqa: BLE001 -- handed to the caller's thread
             result['error'] = e
     thread = threading.Thread(target=worker)
@@ -251,21 +255,39 @@ def stop_process(proc, timeout=10, sig=signal.SIGTERM):
 
 class Daemon:
     """One vmigd, optionally in a network namespace, and vmigctl wrappers for its control socket.
-    vmigctl itself runs in our namespace: the control socket is a filesystem object."""
+    vmigctl itself runs in our namespace: the control socket is a filesystem object.
+    tls: None for --no-tls (the default), else what tls_paths() takes (a PKI, a CertFiles, a
+    dict of cert/key/ca paths): the daemon then starts with --tls-cert/--tls-key/--tls-ca."""
 
-    def __init__(self, vmigd, vmigctl, name, workdir, listen_addr, prefix=(), extra_args=()):
+    def __init__(self, vmigd, vmigctl, name, workdir, listen_addr, prefix=(), extra_args=(),
+                 tls=None):
         self.vmigd, self.vmigctl, self.name = vmigd, vmigctl, name
         self.listen_addr = listen_addr
         self.control = os.path.join(workdir, f'{name}.ctl')
         self.log_path = os.path.join(workdir, f'{name}.log')
         self.prefix, self.extra_args = list(prefix), list(extra_args)
+        self.tls = tls
         self.proc = None
+
+    def tls_args(self):
+        """['--no-tls'] without tls, else the --tls-* options for its files."""
+        if not self.tls:
+            return ['--no-tls']
+        paths = tls_paths(self.tls)
+        args = ['--tls-cert', paths['cert'], '--tls-key', paths['key'], '--tls-ca', paths['ca']]
+        if paths.get('client_cert'):
+            args += ['--tls-client-cert', paths['client_cert'],
+                     '--tls-client-key', paths['client_key']]
+        return args
+
+    def command(self):
+        return self.prefix + [self.vmigd, '--control', self.control, '--listen',
+                              f'{self.listen_addr}:0', *self.tls_args(), '--log-level', 'info',
+                              *self.extra_args]
 
     def start(self, timeout=15):
         """Start vmigd and wait until `vmigctl status --json` answers."""
-        cmd = self.prefix + [self.vmigd, '--control', self.control, '--listen',
-                             f'{self.listen_addr}:0', '--no-tls', '--log-level', 'info',
-                             *self.extra_args]
+        cmd = self.command()
         with open(self.log_path, 'ab') as logf:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf)
 
@@ -279,6 +301,65 @@ class Daemon:
 
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
+
+    def sighup(self):
+        """Send SIGHUP (vmigd re-reads its TLS files). `ip netns exec` execs vmigd, so the pid we
+        started is vmigd's own."""
+        if not self.alive():
+            raise HarnessError(f'{self.name}: not running, cannot send SIGHUP')
+        self.proc.send_signal(signal.SIGHUP)
+
+    def log_offset(self):
+        """The log's current size: pass it as since= to look only at lines written after now."""
+        try:
+            return os.path.getsize(self.log_path)
+        except OSError:
+            return 0
+
+    def log_since(self, since=0):
+        with open(self.log_path, 'rb') as f:
+            f.seek(since)
+            return f.read().decode(errors='replace')
+
+    def log_matches(self, pattern, since=0):
+        """re.Match objects for every log line (written at or after offset since) matching
+        pattern."""
+        rx = re.compile(pattern)
+        return [m for m in (rx.search(line) for line in self.log_since(since).splitlines()) if m]
+
+    def wait_log(self, pattern, timeout=10, since=0, what=None):
+        """Wait for a log line (at or after offset since) matching the regex; its re.Match."""
+        def find():
+            found = self.log_matches(pattern, since)
+            return found[0] if found else None
+        try:
+            return wait_until(find, timeout, what or f'{self.name}: log line /{pattern}/',
+                              interval=0.1)
+        except HarnessError as e:
+            raise HarnessError(f'{e}; last lines:\n{tail(self.log_path, 15)}') from None
+
+    def node_hop(self):
+        """(address, port) of the node-hop listener, from status."""
+        addr, _, port = self.status()['listen'].rpartition(':')
+        return addr.strip('[]'), int(port)
+
+    def tls_status(self):
+        """status's "tls" object ({} when the daemon reports none, or only a boolean)."""
+        value = self.status().get('tls')
+        return value if isinstance(value, dict) else {}
+
+    def linked(self, key, role=None, since=0):
+        """The `linked` lines about migration KEY parsed by parse_linked(), in log order."""
+        out = []
+        for line in self.log_since(since).splitlines():
+            rec = parse_linked(line)
+            if rec and rec['key'] == key and (role is None or rec['role'] == role):
+                out.append(rec)
+        return out
+
+    def connections(self, key):
+        """status's per-connection list for migration KEY (see migration_connections())."""
+        return migration_connections(self.status(), key)
 
     def stop(self, timeout=30):
         """SIGTERM and wait; returns the exit status (SIGKILL after timeout)."""
@@ -349,6 +430,595 @@ class Daemon:
         lines = self.log_text().splitlines()
         return [line for line in lines if re.search(r': (warn\w*|error):', line, re.IGNORECASE)
                 and (key is None or key in line)]
+
+
+# --------------------------------------------------------------------------------------------------
+# TLS: certificates made with the openssl CLI, installed like a Kubernetes secret, raw probes
+
+NODE_CN = 'kubevirt.io:system:node:virt-handler'
+CLIENT_CN = 'kubevirt.io:system:client:migration'
+DEFAULT_TLS_ALLOW = ['kubevirt.io:system:node:virt-handler',
+                     'kubevirt.io:system:client:virt-handler',
+                     'kubevirt.io:system:client:migration']
+CRYPTO_MODES = ('user-space', 'ktls', 'ktls-tx', 'ktls-rx')     # linked lines' crypto=
+TLS_REFUSAL_TOKENS = ('no-certificate', 'untrusted-ca', 'expired', 'not-yet-valid', 'bad-purpose',
+                      'name-not-allowed', 'peer-refused', 'protocol', 'closed', 'handshake-timeout')
+
+_OPENSSL_CNF = """\
+[req]
+distinguished_name = dn
+prompt = no
+[dn]
+CN = unused
+[v3_ca]
+basicConstraints = critical,CA:TRUE
+keyUsage = critical,keyCertSign,cRLSign
+subjectKeyIdentifier = hash
+[v3_node]
+basicConstraints = critical,CA:FALSE
+keyUsage = critical,digitalSignature,keyEncipherment
+extendedKeyUsage = serverAuth,clientAuth
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid,issuer
+[v3_serveronly]
+basicConstraints = critical,CA:FALSE
+keyUsage = critical,digitalSignature,keyEncipherment
+extendedKeyUsage = serverAuth
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid,issuer
+[v3_client]
+basicConstraints = critical,CA:FALSE
+keyUsage = critical,digitalSignature
+extendedKeyUsage = clientAuth
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid,issuer
+[ca]
+default_ca = ca_dated
+[ca_dated]
+database = {dir}/ca-db/index.txt
+new_certs_dir = {dir}/ca-db
+serial = {dir}/ca-db/serial
+default_md = sha256
+policy = policy_any
+unique_subject = no
+copy_extensions = none
+email_in_dn = no
+[policy_any]
+commonName = supplied
+"""
+
+
+@dataclasses.dataclass
+class CertFiles:
+    """One PEM certificate and its key. serial: lowercase hex without leading zeros (see
+    normalize_serial()); ca: the bundle it chains to."""
+    name: str
+    cert: str
+    key: str
+    subject: str
+    serial: str
+    ca: str = None
+
+    def paths(self, ca=None):
+        return {'cert': self.cert, 'key': self.key, 'ca': ca or self.ca}
+
+
+@dataclasses.dataclass
+class PKI:
+    """What make_pki() made. ca/ca_key: the node CA; node, node2: good node certificates (same
+    CN, different keys and serials); client (CN kubevirt.io:system:client:migration, EKU
+    clientAuth only: a source's separate client pair); other_ca and rogue (signed by it, right
+    CN); expired, not_yet_valid, badname (CN kubevirt.io:system:node:somebody-else), serveronly
+    (EKU serverAuth only): signed by the right CA."""
+    dir: str
+    ca: str
+    ca_key: str
+    node: CertFiles
+    node2: CertFiles
+    client: CertFiles
+    other_ca: str
+    other_ca_key: str
+    rogue: CertFiles
+    expired: CertFiles
+    not_yet_valid: CertFiles
+    badname: CertFiles
+    serveronly: CertFiles
+
+    def paths(self, which='node', ca=None):
+        """{'cert', 'key', 'ca'} for certificate WHICH (default: node, the right CA)."""
+        return getattr(self, which).paths(ca)
+
+
+def _openssl(*args, cwd=None):
+    proc = subprocess.run(['openssl', *args], capture_output=True, text=True, timeout=60,
+                          cwd=cwd, stdin=subprocess.DEVNULL)
+    if proc.returncode != 0:
+        raise HarnessError(f'openssl {" ".join(args)} exited {proc.returncode}: '
+                           f'{proc.stderr.strip()}')
+    return proc.stdout
+
+
+def normalize_serial(text):
+    """'0A:1b:...' / '0x0a1b' / '0A1B' -> 'a1b'."""
+    text = text.strip().lower()
+    if text.startswith('0x'):
+        text = text[2:]
+    return text.replace(':', '').lstrip('0') or '0'
+
+
+def shows_serial(text, serial):
+    """Whether text shows the (normalized) serial, in any case, with or without colons."""
+    return serial in str(text).lower().replace(':', '')
+
+
+def cert_info(path):
+    """{'subject', 'serial' (normalized), 'not_before', 'not_after'} of a PEM certificate."""
+    out = _openssl('x509', '-in', path, '-noout', '-subject', '-serial', '-startdate', '-enddate',
+                   '-nameopt', 'RFC2253')
+    info = {}
+    for line in out.splitlines():
+        name, _, value = line.partition('=')
+        info[name.strip()] = value.strip()
+    return {'subject': info.get('subject', ''), 'serial': normalize_serial(info.get('serial', '')),
+            'not_before': info.get('notBefore'), 'not_after': info.get('notAfter')}
+
+
+def _new_serial():
+    # 63 bits with the top one set: positive, and no leading zero to normalize away.
+    return f'{int.from_bytes(os.urandom(8), "big") >> 1 | 1 << 62:x}'
+
+
+def make_pki(directory, days=30):
+    """Make a PKI under directory with the openssl CLI (ECDSA P-256 keys, like KubeVirt's); about
+    a dozen openssl runs, well under a second. Returns a PKI; Skip without the openssl CLI."""
+    if shutil.which('openssl') is None:
+        raise Skip('the openssl command-line tool is not installed (it makes the test PKI)')
+    os.makedirs(os.path.join(directory, 'ca-db'), exist_ok=True)
+    cnf = os.path.join(directory, 'openssl.cnf')
+    with open(cnf, 'w') as f:
+        f.write(_OPENSSL_CNF.format(dir=directory))
+    open(os.path.join(directory, 'ca-db', 'index.txt'), 'w').close()
+
+    def key(name):
+        path = os.path.join(directory, f'{name}.key')
+        _openssl('genpkey', '-algorithm', 'EC', '-pkeyopt', 'ec_paramgen_curve:P-256',
+                 '-out', path)
+        os.chmod(path, 0o600)
+        return path
+
+    def make_ca(name, cn):
+        k = key(name)
+        crt = os.path.join(directory, f'{name}.crt')
+        _openssl('req', '-config', cnf, '-x509', '-new', '-key', k, '-subj', f'/CN={cn}',
+                 '-days', str(days), '-sha256', '-extensions', 'v3_ca', '-set_serial',
+                 '0x' + _new_serial(), '-out', crt)
+        return crt, k
+
+    def leaf(name, cn, ca, ca_key, ext='v3_node', dates=None):
+        k = key(name)
+        csr = os.path.join(directory, f'{name}.csr')
+        crt = os.path.join(directory, f'{name}.crt')
+        serial = _new_serial()
+        _openssl('req', '-config', cnf, '-new', '-key', k, '-subj', f'/CN={cn}', '-out', csr)
+        if dates is None:
+            _openssl('x509', '-req', '-in', csr, '-CA', ca, '-CAkey', ca_key, '-set_serial',
+                     '0x' + serial, '-days', str(days), '-sha256', '-extfile', cnf,
+                     '-extensions', ext, '-out', crt)
+        else:                  # openssl x509 -req of OpenSSL 3.0 cannot set the dates; ca can
+            with open(os.path.join(directory, 'ca-db', 'serial'), 'w') as f:
+                f.write(serial.upper().zfill(16) + '\n')
+            _openssl('ca', '-batch', '-config', cnf, '-name', 'ca_dated', '-cert', ca, '-keyfile',
+                     ca_key, '-in', csr, '-out', crt, '-startdate', dates[0], '-enddate',
+                     dates[1], '-extensions', ext, '-notext', '-preserveDN')
+        os.unlink(csr)
+        info = cert_info(crt)
+        if info['serial'] != serial:
+            raise HarnessError(f'{crt}: serial {info["serial"]}, meant {serial}')
+        return CertFiles(name, crt, k, info['subject'], info['serial'], ca)
+
+    ca, ca_key = make_ca('ca', f'kubevirt.io@{int(time.time())}')
+    other_ca, other_ca_key = make_ca('other-ca', 'some-other-ca@1')
+    pki = PKI(
+        dir=directory, ca=ca, ca_key=ca_key,
+        node=leaf('node', NODE_CN, ca, ca_key),
+        node2=leaf('node2', NODE_CN, ca, ca_key),
+        client=leaf('client', CLIENT_CN, ca, ca_key, ext='v3_client'),
+        other_ca=other_ca, other_ca_key=other_ca_key,
+        rogue=leaf('rogue', NODE_CN, other_ca, other_ca_key),
+        expired=leaf('expired', NODE_CN, ca, ca_key,
+                     dates=('20200101000000Z', '20200102000000Z')),
+        not_yet_valid=leaf('not-yet-valid', NODE_CN, ca, ca_key,
+                           dates=('20990101000000Z', '20990201000000Z')),
+        badname=leaf('badname', 'kubevirt.io:system:node:somebody-else', ca, ca_key),
+        serveronly=leaf('serveronly', NODE_CN, ca, ca_key, ext='v3_serveronly'))
+    return pki
+
+
+def tls_paths(tls):
+    """A dict with 'cert', 'key', 'ca' (and optionally 'client_cert', 'client_key') from a dict,
+    a PKI (its node certificate and CA), or anything with .cert, .key and .ca."""
+    if isinstance(tls, dict):
+        paths = dict(tls)
+    elif isinstance(tls, PKI):
+        paths = tls.paths('node')
+    else:
+        paths = {'cert': tls.cert, 'key': tls.key, 'ca': tls.ca}
+    for name in ('cert', 'key', 'ca'):
+        if not paths.get(name):
+            raise HarnessError(f'TLS configuration without {name}: {paths}')
+    return paths
+
+
+def atomic_write(path, data, mode=0o600):
+    """Write data (bytes or str) to a temporary file in path's directory and rename it over path,
+    so that a reader sees the old file or the new one, never a half-written one."""
+    if isinstance(data, str):
+        data = data.encode()
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=f'.{os.path.basename(path)}.')
+    try:
+        with os.fdopen(fd, 'wb') as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.rename(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _read(path):
+    with open(path, 'rb') as f:
+        return f.read()
+
+
+TLS_FILE_NAMES = {'cert': 'tls.crt', 'key': 'tls.key', 'ca': 'ca.crt'}
+
+
+def install_tls(directory, certfiles, ca, layout='files'):
+    """Copy a certificate, its key and the CA into directory as tls.crt, tls.key and ca.crt;
+    returns their paths as a dict. layout 'files': plain files. layout 'kubernetes': what the
+    kubelet makes of a secret volume, tls.crt -> ..data/tls.crt, ..data -> ..TIMESTAMP/ (a
+    directory holding the real files), so rotate_tls() can swap every file with one rename."""
+    os.makedirs(directory, exist_ok=True)
+    contents = {'cert': _read(certfiles.cert), 'key': _read(certfiles.key), 'ca': _read(ca)}
+    if layout == 'files':
+        for name, data in contents.items():
+            atomic_write(os.path.join(directory, TLS_FILE_NAMES[name]), data)
+    elif layout == 'kubernetes':
+        _kube_swap(directory, contents)
+        for name in TLS_FILE_NAMES.values():
+            link = os.path.join(directory, name)
+            if not os.path.islink(link):
+                os.symlink(os.path.join('..data', name), link)
+    else:
+        raise HarnessError(f'unknown TLS file layout {layout!r}')
+    return {name: os.path.join(directory, TLS_FILE_NAMES[name]) for name in contents}
+
+
+def _kube_swap(directory, contents):
+    """The kubelet's AtomicWriter: the files in a new ..TIMESTAMP directory, a ..data_tmp symlink
+    to it renamed over ..data, then the old directory removed."""
+    stamp = tempfile.mkdtemp(dir=directory, prefix=time.strftime('..%Y_%m_%d_%H_%M_%S.'))
+    for name, data in contents.items():
+        with open(os.path.join(stamp, TLS_FILE_NAMES[name]), 'wb') as f:
+            f.write(data)
+    data_link = os.path.join(directory, '..data')
+    old = os.readlink(data_link) if os.path.islink(data_link) else None
+    tmp_link = os.path.join(directory, '..data_tmp')
+    if os.path.lexists(tmp_link):
+        os.unlink(tmp_link)
+    os.symlink(os.path.basename(stamp), tmp_link)
+    os.rename(tmp_link, data_link)
+    if old:
+        shutil.rmtree(os.path.join(directory, old), ignore_errors=True)
+
+
+def rotate_tls(directory, certfiles=None, ca=None, layout='files', key_data=None,
+               cert_data=None):
+    """Replace what install_tls() put in directory, the way a secret update does: with layout
+    'files' each changed file is written to a temporary file and renamed over the old one (the
+    key first, then the certificate, then the CA); with 'kubernetes' all of them at once with one
+    rename of ..data. certfiles: new certificate and key (None: keep them); ca: a new CA file;
+    key_data/cert_data: raw contents instead (e.g. garbage)."""
+    contents = {name: _read(os.path.join(directory, TLS_FILE_NAMES[name]))
+                for name in ('cert', 'key', 'ca')}
+    new = {}
+    if certfiles is not None:
+        new['key'], new['cert'] = _read(certfiles.key), _read(certfiles.cert)
+    if key_data is not None:
+        new['key'] = key_data if isinstance(key_data, bytes) else key_data.encode()
+    if cert_data is not None:
+        new['cert'] = cert_data if isinstance(cert_data, bytes) else cert_data.encode()
+    if ca is not None:
+        new['ca'] = _read(ca)
+    if layout == 'kubernetes':
+        contents.update(new)
+        _kube_swap(directory, contents)
+    else:
+        for name in ('key', 'cert', 'ca'):
+            if name in new:
+                atomic_write(os.path.join(directory, TLS_FILE_NAMES[name]), new[name])
+
+
+_LINKED_RE = re.compile(r'migration (\S+) role=(\w+): port (\d+) connection (\d+) linked (.*)$')
+_FIELD_RE = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S+)')
+
+
+def parse_linked(line):
+    """A `migration KEY role=R: port P connection S linked tls=... cipher=... crypto=...
+    resumed=yes|no peer="..."` line as a dict (key, role, port, seq, the k=v fields with quotes
+    removed, and line); None for any other line."""
+    m = _LINKED_RE.search(line)
+    if not m:
+        return None
+    rec = {'key': m.group(1), 'role': m.group(2), 'port': int(m.group(3)),
+           'seq': int(m.group(4)), 'line': line}
+    for name, value in _FIELD_RE.findall(m.group(5)):
+        if value.startswith('"') and value.endswith('"') and len(value) >= 2:
+            value = value[1:-1]
+        rec[name] = value
+    return rec
+
+
+def migration_connections(status, key):
+    """The per-connection list of migration KEY in a status object: "connection_list" of its
+    entry in "migration_list" (port, seq, state, tls, cipher, crypto, resumed, bytes_tx,
+    bytes_rx). None if the key is not there, [] if the entry has no such list."""
+    for entry in status.get('migration_list') or []:
+        if entry.get('key') == key:
+            value = entry.get('connection_list')
+            return value if isinstance(value, list) else []
+    return None
+
+
+@dataclasses.dataclass
+class TLSProbe:
+    """What tls_connect() saw. outcome: 'connect-failed', 'handshake-failed' (the client's side
+    failed: the server's alert or close arrived first), 'alert' (the server sent an alert after
+    the client's side of the handshake was done: TLS 1.3 reports a refused client certificate
+    this way), 'closed' (EOF or reset, no alert), 'reply' (bytes came back) or 'open' (nothing
+    within the wait). seconds: from the TCP connect until that outcome."""
+    outcome: str
+    detail: str = ''
+    handshake: bool = False
+    version: str = None
+    cipher: str = None
+    reply: bytes = b''
+    seconds: float = 0.0
+    server_der: bytes = b''     # the certificate the server presented (DER), once shaken hands
+
+    @property
+    def server_serial(self):
+        """The normalized serial of the server's certificate, or None."""
+        if not self.server_der:
+            return None
+        proc = subprocess.run(['openssl', 'x509', '-inform', 'DER', '-noout', '-serial'],
+                              input=self.server_der, capture_output=True, timeout=30)
+        out = proc.stdout.decode(errors='replace').strip()
+        return normalize_serial(out.partition('=')[2]) if proc.returncode == 0 else None
+
+    @property
+    def refused(self):
+        return self.outcome in ('handshake-failed', 'alert', 'closed')
+
+    def __str__(self):
+        extra = f' {self.version}' if self.version else ''
+        extra += f' reply={self.reply.hex()}' if self.reply else ''
+        return f'{self.outcome} after {self.seconds:.2f}s{extra}' + \
+            (f' ({self.detail})' if self.detail else '')
+
+
+def tls_client_context(cert=None, key=None, ca=None):
+    """A TLS client context: present cert/key if given; verify the server against ca if given
+    (chain only, no host name: KubeVirt's nodes check the CN, not the address)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    if ca:
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        ctx.load_verify_locations(ca)
+    else:
+        ctx.verify_mode = ssl.CERT_NONE
+    if cert:
+        ctx.load_cert_chain(cert, key)
+    return ctx
+
+
+def tls_connect(ns, address, port, cert=None, key=None, ca=None, send=b'', wait=1.0,
+                read=8, timeout=5.0):
+    """Open a TLS connection to a node-hop listener from namespace ns (None: ours) with the given
+    client certificate (None: none) and CA, send `send` once the handshake is done, then wait up
+    to `wait` seconds for `read` reply bytes, an alert or a close. Returns a TLSProbe."""
+    started = time.monotonic()
+    raw = netns_socket(ns)
+    sock = raw
+    probe = TLSProbe('open')
+    try:
+        raw.settimeout(timeout)
+        try:
+            raw.connect((address, port))
+        except OSError as e:
+            return TLSProbe('connect-failed', str(e), seconds=time.monotonic() - started)
+        ctx = tls_client_context(cert, key, ca)
+        sock = ctx.wrap_socket(raw, do_handshake_on_connect=False)
+        sock.settimeout(timeout)
+        try:
+            sock.do_handshake()
+        except (ssl.SSLError, OSError) as e:
+            return TLSProbe('handshake-failed', _tls_error(e),
+                            seconds=time.monotonic() - started)
+        probe.handshake, probe.version, probe.cipher = True, sock.version(), sock.cipher()[0]
+        probe.server_der = sock.getpeercert(binary_form=True) or b''
+        if send:
+            try:
+                sock.sendall(send)
+            except (ssl.SSLError, OSError) as e:
+                probe.outcome, probe.detail = _classify(e)
+                probe.seconds = time.monotonic() - started
+                return probe
+        deadline = time.monotonic() + wait
+        while len(probe.reply) < read:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            sock.settimeout(remaining)
+            try:
+                chunk = sock.recv(read - len(probe.reply))
+            except socket.timeout:
+                break
+            except (ssl.SSLError, OSError) as e:
+                probe.outcome, probe.detail = _classify(e)
+                break
+            if not chunk:
+                probe.outcome = 'closed'
+                break
+            probe.reply += chunk
+        if probe.outcome == 'open' and probe.reply:
+            probe.outcome = 'reply'
+        probe.seconds = time.monotonic() - started
+        return probe
+    finally:
+        sock.close()
+
+
+def _tls_error(e):
+    return getattr(e, 'reason', None) or str(e)
+
+
+def _classify(e):
+    if isinstance(e, ssl.SSLEOFError) or isinstance(e, (ConnectionResetError, BrokenPipeError)):
+        return 'closed', _tls_error(e)
+    if isinstance(e, ssl.SSLError) and 'ALERT' in str(getattr(e, 'reason', '') or e).upper():
+        return 'alert', _tls_error(e)
+    if isinstance(e, ssl.SSLError):
+        return 'closed', _tls_error(e)
+    return 'closed', str(e)
+
+
+PREAMBLE_MAGIC, REPLY_MAGIC = 0x564D4750, 0x564D4752
+REPLY_OK, REPLY_UNKNOWN_KEY = 0, 3
+
+
+def node_hop_preamble(key, port=DEFAULT_PORT_ID, seq=0):
+    """A version-1 node-hop preamble (doc/interfaces.md)."""
+    key = key.encode()
+    return struct.pack('>IHHIIHH', PREAMBLE_MAGIC, 1, 0, port, seq, len(key), 0) + key
+
+
+def reply_status(data):
+    """The status of an 8-byte VMGR reply, or None if data is not one."""
+    if len(data) != 8:
+        return None
+    magic, version, status = struct.unpack('>IHH', data)
+    return status if magic == REPLY_MAGIC and version == 1 else None
+
+
+def probe_tls_accepted(ns, address, port, cert=None, key=None, ca=None):
+    """Connect with this client certificate and send a preamble for a key nobody started: an
+    authorised peer gets the VMGR "unknown key" reply over TLS (proof that the session works
+    end to end); a refused one gets an alert or a close. (accepted, TLSProbe)."""
+    probe = tls_connect(ns, address, port, cert, key, ca,
+                        send=node_hop_preamble('tls-probe-no-such-key'), wait=5)
+    return reply_status(probe.reply) == REPLY_UNKNOWN_KEY, probe
+
+
+def wait_closed(sock, timeout):
+    """Read from a plain socket until EOF or reset; seconds it took, or None if still open at the
+    deadline. Bytes the peer sends are discarded."""
+    started = time.monotonic()
+    deadline = started + timeout
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return None
+        sock.settimeout(remaining)
+        try:
+            chunk = sock.recv(4096)
+        except socket.timeout:
+            continue
+        except OSError:
+            return time.monotonic() - started
+        if not chunk:
+            return time.monotonic() - started
+
+
+class Sniffer:
+    """Captures the TCP payload to and from `port` on interface ifname of namespace ns (an
+    AF_PACKET socket, so root only), up to limit bytes, while the with-block runs: to check what
+    crosses the node hop. .payload: the bytes, segments concatenated in capture order; .packets:
+    how many segments with payload were seen. Packets the socket drops are simply missing."""
+
+    ETH_P_ALL, ETH_P_IP = 0x0003, 0x0800
+
+    def __init__(self, ns, ifname, port, limit=2 << 20):
+        self.ns, self.ifname, self.port, self.limit = ns, ifname, port, limit
+        self.payload, self.packets = bytearray(), 0
+        self._sock = self._thread = None
+        self._stop = threading.Event()
+
+    def __enter__(self):
+        self._sock = netns_socket(self.ns, socket.AF_PACKET, socket.SOCK_RAW,
+                                  socket.htons(self.ETH_P_ALL))
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 << 20)
+        self._sock.bind((self.ifname, self.ETH_P_ALL))
+        self._sock.settimeout(0.1)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(5)
+        self._sock.close()
+
+    def _run(self):
+        buf = bytearray(1 << 18)
+        view = memoryview(buf)
+        while not self._stop.is_set() and len(self.payload) < self.limit:
+            try:
+                n = self._sock.recv_into(buf)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            if n < 34 or struct.unpack_from('>H', buf, 12)[0] != self.ETH_P_IP:
+                continue
+            ihl = (buf[14] & 0x0F) * 4
+            if buf[23] != 6:                              # not TCP
+                continue
+            total = struct.unpack_from('>H', buf, 16)[0] or (n - 14)
+            end = min(n, 14 + total)
+            tcp = 14 + ihl
+            if end < tcp + 20:
+                continue
+            sport, dport = struct.unpack_from('>HH', buf, tcp)
+            if self.port not in (sport, dport):
+                continue
+            data = tcp + (buf[tcp + 12] >> 4) * 4
+            if end > data:
+                self.payload += view[data:end]
+                self.packets += 1
+
+
+def ram_page_prefixes(size_mib, variant=0, width=16):
+    """The first width bytes of every 4 KiB page of the source guests' random RAM file: a
+    plain-text migration stream carries these verbatim."""
+    prefixes = set()
+    with open(random_ram_file(size_mib, variant), 'rb') as f:
+        while True:
+            chunk = f.read(8 << 20)
+            if not chunk:
+                break
+            for off in range(0, len(chunk), 4096):
+                prefixes.add(chunk[off:off + width])
+    return prefixes
+
+
+def plaintext_hits(payload, prefixes, width=16):
+    """How many offsets of payload start a guest page's prefix (see ram_page_prefixes())."""
+    data = bytes(payload)
+    return sum(1 for i in range(len(data) - width + 1) if data[i:i + width] in prefixes)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -441,12 +1111,14 @@ def random_ram_file(size_mib, variant=0, cache_dir=None):
 class Qemu:
     """A paused q35 guest with size_mib of RAM and no devices. role 'source' backs its RAM with a
     file of random bytes (every page non-zero; ram_variant picks the file); role 'destination' has
-    plain RAM and -incoming defer. Runs in a namespace through prefix; log in WORKDIR/NAME.log."""
+    plain RAM and -incoming defer. Runs in a namespace through prefix; log in WORKDIR/NAME.log.
+    private=True maps the source's file copy-on-write (share=off), so that a guest that is let run
+    (`cont`) does not write into the cached file other guests start from."""
 
     def __init__(self, name, role, size_mib, workdir, prefix=(), binary='qemu-system-x86_64',
-                 extra_args=(), ram_variant=0):
+                 extra_args=(), ram_variant=0, private=False):
         self.name, self.role, self.size_mib = name, role, size_mib
-        self.ram_variant = ram_variant
+        self.ram_variant, self.private = ram_variant, private
         self.qmp_path = os.path.join(workdir, f'{name}.qmp')
         self.log_path = os.path.join(workdir, f'{name}.log')
         self.workdir, self.prefix = workdir, list(prefix)
@@ -457,7 +1129,8 @@ class Qemu:
         size = f'{self.size_mib}M'
         if self.role == 'source':
             backend = (f'memory-backend-file,id=mem0,size={size},'
-                       f'mem-path={random_ram_file(self.size_mib, self.ram_variant)},share=on')
+                       f'mem-path={random_ram_file(self.size_mib, self.ram_variant)},'
+                       f'share={"off" if self.private else "on"}')
         else:
             backend = f'memory-backend-ram,id=mem0,size={size}'
         cmd = [self.binary, '-name', self.name, '-machine', 'q35,memory-backend=mem0', '-m', size,
@@ -677,17 +1350,30 @@ class Testbed:
     the tails of all logs are printed first."""
 
     def __init__(self, vmigd=None, vmigctl=None, loopback=False, daemon_args=(),
-                 source_args=(), target_args=(), qemu='qemu-system-x86_64'):
+                 source_args=(), target_args=(), qemu='qemu-system-x86_64', tls=None,
+                 source_tls=None, target_tls=None, tls_layout='files'):
+        """tls (or source_tls/target_tls for one side): None for --no-tls; True makes a PKI
+        under WORKDIR/pki (tb.pki) and uses it as a PKI does: each daemon gets its own copy of
+        the node certificate, key and CA under WORKDIR/tls-source and WORKDIR/tls-target (see
+        install_tls(); tls_layout 'files' or 'kubernetes', or a dict per side), so that a test
+        can rotate one side's files; anything else tls_paths() takes is passed as it is."""
         if vmigd is None or vmigctl is None:
             vmigd, vmigctl = find_binaries()
         self.vmigd, self.vmigctl, self.qemu = vmigd, vmigctl, qemu
         self.net = NetPair(loopback)
         self.daemon_args = {'source': [*daemon_args, *source_args],
                             'target': [*daemon_args, *target_args]}
+        self.tls = {'source': source_tls if source_tls is not None else tls,
+                    'target': target_tls if target_tls is not None else tls}
+        self.tls_layout = (tls_layout if isinstance(tls_layout, dict)
+                           else {'source': tls_layout, 'target': tls_layout})
+        self.tls_dirs = {}
+        self.pki = tls if isinstance(tls, PKI) else None
         self.workdir = None
         self.source = self.target = None
+        self.extra_daemons, self.retired = [], []
         self.qemus = []
-        self._keys = self._pairs = 0
+        self._keys = self._pairs = self._replaced = 0
 
     def __enter__(self):
         if shutil.which(self.qemu) is None:
@@ -697,14 +1383,17 @@ class Testbed:
             self.net.__enter__()
             os.makedirs(self.path('src'))
             os.makedirs(self.path('dst'))
+            if any(v is True for v in self.tls.values()) and self.pki is None:
+                self.pki = make_pki(self.path('pki'))
+            tls = {side: self._daemon_tls(side) for side in ('source', 'target')}
             # Assigned before start(), so that close() stops a daemon whose start-up timed out.
             self.source = Daemon(self.vmigd, self.vmigctl, 'vmigd-source', self.workdir,
                                  self.net.source_addr, self.net.prefix('source'),
-                                 self.daemon_args['source'])
+                                 self.daemon_args['source'], tls=tls['source'])
             self.source.start()
             self.target = Daemon(self.vmigd, self.vmigctl, 'vmigd-target', self.workdir,
                                  self.net.target_addr, self.net.prefix('target'),
-                                 self.daemon_args['target'])
+                                 self.daemon_args['target'], tls=tls['target'])
             self.target.start()
         except BaseException:
             self.__exit__(*sys.exc_info())
@@ -723,7 +1412,7 @@ class Testbed:
         try:
             while self.qemus:
                 self.qemus.pop().close()
-            for d in (self.source, self.target):
+            for d in (self.source, self.target, *self.extra_daemons):
                 if d is not None:
                     d.stop(timeout=10)
         finally:
@@ -737,8 +1426,46 @@ class Testbed:
     def path(self, *names):
         return os.path.join(self.workdir, *names)
 
+    def _daemon_tls(self, side):
+        tls = self.pki if self.tls[side] is True else self.tls[side]
+        if isinstance(tls, PKI):
+            directory = self.path(f'tls-{side}')
+            self.tls_dirs[side] = directory
+            return install_tls(directory, tls.node, tls.ca, layout=self.tls_layout[side])
+        return tls
+
+    def extra_daemon(self, name, side='source', args=(), tls=None):
+        """Start one more vmigd in side's namespace (its own control socket and log, name
+        NAME); it is stopped with the testbed."""
+        addr = self.net.source_addr if side == 'source' else self.net.target_addr
+        d = Daemon(self.vmigd, self.vmigctl, name, self.workdir, addr, self.net.prefix(side),
+                   list(args), tls=tls)
+        self.extra_daemons.append(d)
+        return d.start()
+
+    def replace_daemon(self, side, args=None, tls=None, name=None):
+        """Stop side's daemon and start a new one in its place (new log NAME, default
+        vmigd-SIDE-2, ...) with args (default: the testbed's) and tls (default: the same files);
+        tb.source / tb.target then name the new one."""
+        old = self.source if side == 'source' else self.target
+        rc = old.stop()
+        if rc != 0:
+            raise HarnessError(f'{old.name} exited {rc} after SIGTERM:\n{tail(old.log_path)}')
+        self._replaced += 1
+        d = Daemon(self.vmigd, self.vmigctl, name or f'vmigd-{side}-{self._replaced + 1}',
+                   self.workdir, old.listen_addr, old.prefix,
+                   self.daemon_args[side] if args is None else list(args),
+                   tls=old.tls if tls is None else tls)
+        self.retired.append(old)
+        if side == 'source':
+            self.source = d
+        else:
+            self.target = d
+        return d.start()
+
     def dump_logs(self, lines=40):
-        files = [d.log_path for d in (self.source, self.target) if d is not None]
+        files = [d.log_path for d in (*self.retired, self.source, self.target,
+                                      *self.extra_daemons) if d is not None]
         files += [q.log_path for q in self.qemus[-2:]]
         try:
             for path in files:
@@ -751,11 +1478,12 @@ class Testbed:
         self._keys += 1
         return f'{label}-{os.getpid()}-{self._keys}'
 
-    def qemu_pair(self, size_mib, ram_variant=0):
+    def qemu_pair(self, size_mib, ram_variant=0, private=False):
         """Start a source QEMU (source namespace) and a destination QEMU (target namespace)."""
         self._pairs += 1
         pair = (Qemu(f'q{self._pairs}-src', 'source', size_mib, self.workdir,
-                     self.net.prefix('source'), self.qemu, ram_variant=ram_variant),
+                     self.net.prefix('source'), self.qemu, ram_variant=ram_variant,
+                     private=private),
                 Qemu(f'q{self._pairs}-dst', 'destination', size_mib, self.workdir,
                      self.net.prefix('target'), self.qemu))
         for q in pair:

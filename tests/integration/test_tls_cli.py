@@ -1,0 +1,235 @@
+#!/usr/bin/env python3
+"""Integration test of vmigd's TLS configuration on loopback, no QEMU: without certificates (and
+without --no-tls) the daemon refuses to start with one line, as it does with a half or broken
+configuration; with a good one it logs generation 1 and status shows the certificate and the
+allow-list; raw TLS clients show what the allow-list admits (the default, one name, "*"); a source
+with its own client pair relays bytes to a target; with --no-tls it warns."""
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
+import vmigharness as vh  # noqa: E402
+
+REFUSED = r'node hop from \S+: TLS refused \(({})\)'
+
+
+def run(vmigd, *args):
+    return subprocess.run([vmigd, *args], capture_output=True, text=True, timeout=20,
+                          stdin=subprocess.DEVNULL)
+
+
+def one_line_refusal(problems, what, proc, needle=None):
+    lines = proc.stderr.strip().splitlines()
+    if proc.returncode != 1 or len(lines) != 1 or (needle and needle not in lines[0]):
+        problems.append(f'{what}: rc={proc.returncode} stderr={proc.stderr!r}, expected rc 1 and '
+                        f'one line' + (f' naming {needle}' if needle else ''))
+    else:
+        vh.log(f'  {what}: refused: {lines[0]}')
+
+
+def start_refusals(vmigd, ctl, pki, tmp, problems):
+    garbage = os.path.join(tmp, 'garbage.key')
+    with open(garbage, 'w') as f:
+        f.write('-----BEGIN PRIVATE KEY-----\nnot a key at all\n-----END PRIVATE KEY-----\n')
+    base = ['--control', ctl, '--listen', '127.0.0.1:0']
+    one_line_refusal(problems, 'no TLS options and no --no-tls', run(vmigd, *base), '--tls-cert')
+    one_line_refusal(problems, '--tls-cert alone',
+                     run(vmigd, *base, '--tls-cert', pki.node.cert), '--tls-')
+    one_line_refusal(problems, 'certificate and a key that does not match it',
+                     run(vmigd, *base, '--tls-cert', pki.node.cert, '--tls-key', pki.node2.key,
+                         '--tls-ca', pki.ca))
+    missing = os.path.join(tmp, 'no-such-ca.crt')
+    one_line_refusal(problems, 'CA file missing',
+                     run(vmigd, *base, '--tls-cert', pki.node.cert, '--tls-key', pki.node.key,
+                         '--tls-ca', missing), missing)
+    one_line_refusal(problems, 'garbage key file',
+                     run(vmigd, *base, '--tls-cert', pki.node.cert, '--tls-key', garbage,
+                         '--tls-ca', pki.ca))
+    one_line_refusal(problems, '--tls-client-cert without --tls-client-key',
+                     run(vmigd, *base, '--tls-cert', pki.node.cert, '--tls-key', pki.node.key,
+                         '--tls-ca', pki.ca, '--tls-client-cert', pki.node2.cert))
+    p = run(vmigd, *base, '--tls-cert', pki.node.cert, '--tls-key', pki.node.key, '--tls-ca',
+            pki.ca, '-n')
+    if p.returncode != 0:
+        problems.append(f'-n with a good TLS configuration: rc={p.returncode} {p.stderr!r}')
+
+
+def check_status(d, pki, allow, problems):
+    tls = d.status().get('tls')
+    want = {'enabled': True, 'generation': 1, 'allow': allow}
+    if not isinstance(tls, dict):
+        problems.append(f'{d.name}: status "tls" is {tls!r}, expected an object')
+        return
+    for name, value in want.items():
+        if tls.get(name) != value:
+            problems.append(f'{d.name}: status tls.{name} = {tls.get(name)!r}, expected {value!r}')
+    cert = str(tls.get('certificate', ''))
+    if not vh.shows_serial(cert, pki.node.serial):
+        problems.append(f'{d.name}: status tls.certificate {cert!r} does not show serial '
+                        f'{pki.node.serial}')
+    if not isinstance(tls.get('ktls_kernel'), bool):
+        problems.append(f'{d.name}: status tls.ktls_kernel = {tls.get("ktls_kernel")!r}, '
+                        'expected a boolean')
+
+
+def expect(d, pki, name, certfiles, accepted, token, problems):
+    """A raw TLS client with certfiles (None: no certificate) against d: accepted or refused with
+    token in the log."""
+    addr, port = d.node_hop()
+    since = d.log_offset()
+    cert, key = (certfiles.cert, certfiles.key) if certfiles else (None, None)
+    ok, probe = vh.probe_tls_accepted(None, addr, port, cert, key, pki.ca)
+    where = f'{d.name} {name}'
+    if accepted:
+        if not ok:
+            problems.append(f'{where}: expected accepted (unknown-key reply), got {probe}')
+        refusals = d.log_matches(REFUSED.format(r'[\w-]+'), since)
+        if refusals:
+            problems.append(f'{where}: accepted but logged {refusals[0].group(0)}')
+    else:
+        if ok or not probe.refused:
+            problems.append(f'{where}: expected refused ({token}), got {probe}')
+        try:
+            d.wait_log(REFUSED.format(token), timeout=5, since=since)
+        except vh.HarnessError as e:
+            problems.append(f'{where}: {e}')
+    vh.log(f'  {where}: {"accepted" if ok else "refused"}: {probe}')
+
+
+def client_pair_relay(vmigd, vmigctl, pki, tmp, problems):
+    """A source with its own client pair (--tls-client-cert, CN kubevirt.io:system:client:migration,
+    clientAuth only) relays bytes both ways to a target on loopback: the target's linked line
+    names the client certificate, the source's the target's node certificate."""
+    target = vh.Daemon(vmigd, vmigctl, 'vmigd-pair-target', tmp, '127.0.0.1', tls=pki)
+    source = vh.Daemon(vmigd, vmigctl, 'vmigd-pair-source', tmp, '127.0.0.1',
+                       tls={**pki.paths('node'), 'client_cert': pki.client.cert,
+                            'client_key': pki.client.key})
+    dst_path = os.path.join(tmp, 'dst.sock')
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    key = 'pair'
+    try:
+        listener.bind(dst_path)
+        listener.listen(4)
+        listener.settimeout(10)
+        target.start()
+        source.start()
+        raw, _ = target.target_start(key, {vh.DEFAULT_PORT_ID: dst_path})
+        basedir = os.path.join(tmp, 'src')
+        os.makedirs(basedir, exist_ok=True)
+        path = source.source_start(key, raw, basedir)[0]
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.settimeout(10)
+            client.connect(path)
+            client.sendall(b'ping over TLS')
+            far, _ = listener.accept()
+            with far:
+                far.settimeout(10)
+                got = far.recv(100)
+                far.sendall(b'pong')
+                back = client.recv(100)
+        if got != b'ping over TLS' or back != b'pong':
+            problems.append(f'client pair: relayed {got!r} / {back!r}, expected ping / pong')
+        t = vh.wait_until(lambda: target.linked(key, 'target'), 5, 'the target\'s linked line')[0]
+        s = vh.wait_until(lambda: source.linked(key, 'source'), 5, 'the source\'s linked line')[0]
+        if vh.CLIENT_CN not in t.get('peer', '') or not t.get('tls', '').startswith('TLSv1.'):
+            problems.append(f'client pair: target linked line {t["line"]!r}, expected TLS and '
+                            f'peer {vh.CLIENT_CN}')
+        if vh.NODE_CN not in s.get('peer', ''):
+            problems.append(f'client pair: source linked line {s["line"]!r}, expected peer '
+                            f'{vh.NODE_CN}')
+        vh.log(f'  client pair: relayed both ways; target sees peer="{t.get("peer")}", source '
+               f'sees peer="{s.get("peer")}"')
+        source.source_stop(key)
+        target.target_stop(key)
+    except (vh.HarnessError, OSError) as e:
+        problems.append(f'client pair: {e}')
+    finally:
+        listener.close()
+        source.stop()
+        target.stop()
+
+
+def main():
+    vmigd, vmigctl = vh.find_binaries()
+    problems = []
+    with tempfile.TemporaryDirectory(prefix='vmig-tlscli-') as tmp:
+        started = time.monotonic()
+        pki = vh.make_pki(os.path.join(tmp, 'pki'))
+        vh.log(f'PKI made in {time.monotonic() - started:.2f}s')
+        start_refusals(vmigd, os.path.join(tmp, 'refused.ctl'), pki, tmp, problems)
+
+        cases = [
+            ('default allow-list', [], vh.DEFAULT_TLS_ALLOW,
+             [('node', pki.node, True, None), ('node2', pki.node2, True, None),
+              ('badname', pki.badname, False, 'name-not-allowed'),
+              ('rogue (other CA)', pki.rogue, False, 'untrusted-ca'),
+              ('expired', pki.expired, False, 'expired'),
+              ('not yet valid', pki.not_yet_valid, False, 'not-yet-valid'),
+              ('serverAuth only', pki.serveronly, False, 'bad-purpose'),
+              ('no client certificate', None, False, 'no-certificate')]),
+            ('--tls-allow somebody-else', ['--tls-allow', 'kubevirt.io:system:node:somebody-else'],
+             ['kubevirt.io:system:node:somebody-else'],
+             [('node', pki.node, False, 'name-not-allowed'), ('badname', pki.badname, True, None)]),
+            ('--tls-allow two names',
+             ['--tls-allow', 'kubevirt.io:system:node:somebody-else,' + vh.NODE_CN],
+             ['kubevirt.io:system:node:somebody-else', vh.NODE_CN],
+             [('node', pki.node, True, None), ('badname', pki.badname, True, None)]),
+            ('--tls-allow *', ['--tls-allow', '*'], ['*'],
+             [('badname', pki.badname, True, None),
+              ('rogue (other CA)', pki.rogue, False, 'untrusted-ca')]),
+        ]
+        for n, (label, args, allow, probes) in enumerate(cases, 1):
+            vh.log(f'daemon {n}: {label}')
+            d = vh.Daemon(vmigd, vmigctl, f'vmigd-{n}', tmp, '127.0.0.1', extra_args=args,
+                          tls=pki)
+            try:
+                d.start()
+                m = d.wait_log(r'TLS: generation 1: certificate "([^"]*)" serial ([0-9A-Fa-f:]+)',
+                               timeout=5)
+                if vh.normalize_serial(m.group(2)) != pki.node.serial:
+                    problems.append(f'{d.name}: generation 1 line shows serial {m.group(2)}, '
+                                    f'expected {pki.node.serial}')
+                if vh.NODE_CN not in m.group(1):
+                    problems.append(f'{d.name}: generation 1 line shows subject {m.group(1)!r}')
+                check_status(d, pki, allow, problems)
+                for name, certfiles, accepted, token in probes:
+                    expect(d, pki, name, certfiles, accepted, token, problems)
+                if not d.alive():
+                    problems.append(f'{d.name}: exited during the probes')
+                rc = d.stop()
+                if rc != 0:
+                    problems.append(f'{d.name}: exited {rc} after SIGTERM')
+            except vh.HarnessError as e:
+                problems.append(f'{d.name}: {e}')
+            finally:
+                d.stop()
+
+        vh.log('a source with its own client pair')
+        client_pair_relay(vmigd, vmigctl, pki, tmp, problems)
+
+        d = vh.Daemon(vmigd, vmigctl, 'vmigd-plain', tmp, '127.0.0.1')
+        try:
+            d.start()
+            if not d.log_matches(r'(?i)warn.*(--no-tls|plain text)'):
+                problems.append('--no-tls: no warning about plain text in the log')
+            tls = d.status().get('tls')
+            if not (tls is False or (isinstance(tls, dict) and tls.get('enabled') is False)):
+                problems.append(f'--no-tls: status "tls" is {tls!r}, expected false or '
+                                '{"enabled": false, ...}')
+        finally:
+            d.stop()
+        if problems:
+            for path in sorted(os.listdir(tmp)):
+                if path.endswith('.log'):
+                    vh.log(f'--- {path}\n{vh.tail(os.path.join(tmp, path), 30)}')
+    if problems:
+        raise vh.HarnessError(f'{len(problems)} problem(s):\n  ' + '\n  '.join(problems))
+
+
+if __name__ == '__main__':
+    vh.run_main(main)
