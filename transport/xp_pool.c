@@ -49,6 +49,8 @@ enum { MSG_ATTACH = 1, MSG_ABORT, MSG_QUIT };
 /* Plaintext buffered per direction of a TLS link: sixteen full records. */
 #define TLS_BUF_SIZE (256 * 1024)
 #define TLS_RECORD   16384
+/* Ciphertext written per write(2): sixteen records and their headers. */
+#define TLS_BATCH_SIZE (16 * (TLS_RECORD + 256))
 
 enum pump_kind {
 	PUMP_SPLICE, /* source -> pipe -> destination, no byte in user space */
@@ -316,6 +318,42 @@ static ssize_t pump_fill(struct xp_pump *p, int src)
 	}
 }
 
+/* Ciphertext a TLS_TX pump has made but not yet written to the socket. */
+static size_t pump_unsent(const struct xp_pump *p)
+{
+	return p->kind == PUMP_TLS_TX ? xp_tls_unsent(p->link->tls) : 0;
+}
+
+/*
+ * TLS transmit: encrypt held plaintext into the session's batch, full records, and write the
+ * batch out in one write(2), until the socket is full or nothing is held. Returns plaintext
+ * taken, 0 when it only emptied the batch, or -1 with errno.
+ */
+static ssize_t tls_tx_drain(struct xp_pump *p)
+{
+	struct xp_tls_sess *s = p->link->tls;
+	size_t head = p->head, held = p->held, took = 0;
+	ssize_t n = 0;
+	int r;
+
+	while ((r = xp_tls_flush(s, &p->want)) == 0 && held > 0) {
+		while (held > 0 && (n = xp_tls_write(s, p->buf + head, held, &p->want)) > 0) {
+			head += (size_t)n;
+			held -= (size_t)n;
+			took += (size_t)n;
+		}
+		if (n < 0 && n != -EAGAIN) {
+			r = (int)n;
+			break;
+		}
+	}
+	p->head = held == 0 ? 0 : head;
+	if (took > 0 || r == 0)
+		return (ssize_t)took;
+	errno = -r;
+	return -1;
+}
+
 static ssize_t pump_drain(struct xp_pump *p, int dst)
 {
 	ssize_t n;
@@ -325,8 +363,7 @@ static ssize_t pump_drain(struct xp_pump *p, int dst)
 		return splice(p->pipe[0], NULL, dst, NULL, p->held,
 			      SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
 	case PUMP_TLS_TX:
-		n = tls_ret(xp_tls_write(p->link->tls, p->buf + p->head, p->held, &p->want));
-		break;
+		return tls_tx_drain(p);
 	default:
 		n = write(dst, p->buf + p->head, p->held);
 		break;
@@ -339,13 +376,23 @@ static ssize_t pump_drain(struct xp_pump *p, int dst)
 /* The end of one direction: close_notify first on TLS, then the TCP half-close. */
 static int pump_finish(struct xp_pump *p, int dst)
 {
-	/* Also when kTLS carries this direction by splice: the alert goes through OpenSSL. */
-	if (p->dir == 0 && p->link->tls && !p->notified) {
-		int r = xp_tls_shutdown(p->link->tls, &p->want);
+	struct xp_tls_sess *s = p->link->tls;
+	int r;
 
+	/* Also when kTLS carries this direction by splice: the alert goes through OpenSSL. */
+	while (p->dir == 0 && s) {
+		if (!p->notified) {
+			r = xp_tls_shutdown(s, &p->want);
+			/* A full batch makes room by flushing; a full socket waits. */
+			if (r < 0 && (r != -EAGAIN || !xp_tls_unsent(s)))
+				return r;
+			p->notified = r == 0;
+		}
+		r = xp_tls_flush(s, &p->want);
 		if (r < 0)
 			return r;
-		p->notified = true;
+		if (p->notified)
+			break;
 	}
 	/* ENOTCONN: the peer is already gone; the other direction will tell. */
 	if (shutdown(dst, SHUT_WR) < 0 && errno != ENOTCONN)
@@ -409,9 +456,12 @@ static int pump_run(struct xp_worker *w, struct xp_pump *p, unsigned int *side)
 			}
 			break;
 		}
-		if (p->held > 0) {
+		if (p->held > 0 || pump_unsent(p) > 0) {
 			n = pump_drain(p, dst);
-			if (n > 0) {
+			if (n == 0) {
+				/* TLS: only the batch went out. */
+				progress = true;
+			} else if (n > 0) {
 				p->held -= n;
 				moved += n;
 				atomic_store_explicit(
@@ -449,7 +499,7 @@ static int pump_run(struct xp_worker *w, struct xp_pump *p, unsigned int *side)
 	 * A full pipe also answers EAGAIN on the source side (socket data can fill the pipe's
 	 * slots before its byte capacity), so wait for the destination whenever bytes are held.
 	 */
-	if (p->held > 0 && dst_blocked)
+	if ((p->held > 0 || pump_unsent(p) > 0) && dst_blocked)
 		arm_poll(w, p, dst, wait_mask(p, p->kind == PUMP_TLS_TX, POLLOUT));
 	else if (src_blocked)
 		arm_poll(w, p, src, wait_mask(p, p->kind == PUMP_TLS_RX, POLLIN | POLLRDHUP));
@@ -467,6 +517,15 @@ static void pump_step(struct xp_worker *w, struct xp_pump *p)
 	if (l->closing || p->done || p->armed)
 		return;
 	r = pump_run(w, p, &side);
+	/*
+	 * Reading can make TLS answer the peer (an alert, a key update): that goes out now. The
+	 * transmit pump flushes it too, but it may be parked on the local socket.
+	 */
+	if (r >= 0 && p->kind == PUMP_TLS_RX && xp_tls_unsent(l->tls) > 0) {
+		enum xp_tls_want want;
+
+		(void)xp_tls_flush(l->tls, &want);
+	}
 	if (r < 0) {
 		link_close(w, l, XP_END_ERROR, r, side);
 		return;
@@ -543,6 +602,8 @@ static void link_start(struct xp_worker *w, struct xp_link *l)
 		p->eof = p->done = p->armed = p->queued = p->notified = false;
 		p->kind = pump_kind(l, d, &w->pool->conf);
 		p->want = XP_TLS_WANT_NONE;
+		if (r == 0 && p->kind == PUMP_TLS_TX)
+			r = xp_tls_sess_batch(l->tls, TLS_BATCH_SIZE);
 		p->pipe[0] = p->pipe[1] = -1;
 		atomic_store_explicit(&p->bytes, 0, memory_order_relaxed);
 		if (r == 0)

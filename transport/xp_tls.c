@@ -57,6 +57,10 @@ struct xp_tls {
 struct xp_tls_sess {
 	struct xp_tls *t;
 	SSL *ssl;
+	int fd;
+	/* xp_tls_sess_batch(): records wait in batch[off, len) for one write(2) */
+	uint8_t *batch;
+	size_t batch_cap, batch_off, batch_len;
 	bool server;
 	unsigned int generation;
 	char peer[80];
@@ -67,11 +71,22 @@ struct xp_tls_sess {
 };
 
 static int sess_idx = -1;
+static BIO_METHOD *batch_method;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static int batch_write(BIO *b, const char *data, size_t len, size_t *written);
+static long batch_ctrl(BIO *b, int cmd, long num, void *ptr);
+static int batch_create(BIO *b);
 
 static void init_once(void)
 {
 	sess_idx = SSL_get_ex_new_index(0, NULL, NULL, NULL, NULL);
+	batch_method = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "vmigd batch");
+	if (batch_method) {
+		BIO_meth_set_write_ex(batch_method, batch_write);
+		BIO_meth_set_ctrl(batch_method, batch_ctrl);
+		BIO_meth_set_create(batch_method, batch_create);
+	}
 }
 
 const char *xp_tls_refusal_token(enum xp_tls_refusal r)
@@ -613,6 +628,7 @@ int xp_tls_sess_new(struct xp_tls *t, int fd, bool server, const char *peer,
 	if (!s)
 		return -ENOMEM;
 	s->t = t;
+	s->fd = fd;
 	s->server = server;
 	s->generation = t->generation;
 	s->ssl = SSL_new(server ? t->srv : t->cli);
@@ -647,7 +663,100 @@ void xp_tls_sess_free(struct xp_tls_sess *s)
 		SSL_set_ex_data(s->ssl, sess_idx, NULL);
 		SSL_free(s->ssl);
 	}
+	free(s->batch);
 	free(s);
+}
+
+/* ---- batched writes ---- */
+
+static int batch_create(BIO *b)
+{
+	BIO_set_init(b, 1);
+	return 1;
+}
+
+/* Takes what fits; OpenSSL keeps the rest of a record and retries after xp_tls_flush(). */
+static int batch_write(BIO *b, const char *data, size_t len, size_t *written)
+{
+	struct xp_tls_sess *s = BIO_get_data(b);
+	size_t n;
+
+	BIO_clear_retry_flags(b);
+	n = s->batch_cap - s->batch_len;
+	if (n == 0) {
+		BIO_set_retry_write(b);
+		return 0;
+	}
+	if (n > len)
+		n = len;
+	memcpy(s->batch + s->batch_len, data, n);
+	s->batch_len += n;
+	*written = n;
+	return 1;
+}
+
+static long batch_ctrl(BIO *b, int cmd, long num, void *ptr)
+{
+	struct xp_tls_sess *s = BIO_get_data(b);
+
+	switch (cmd) {
+	case BIO_CTRL_FLUSH:
+		return 1; /* xp_tls_flush() is the caller's */
+	case BIO_CTRL_WPENDING:
+	case BIO_CTRL_PENDING:
+		return (long)(s->batch_len - s->batch_off);
+	default:
+		return 0;
+	}
+}
+
+int xp_tls_sess_batch(struct xp_tls_sess *s, size_t cap)
+{
+	BIO *b;
+
+	if (xp_tls_ktls_tx(s) || s->batch)
+		return 0;
+	if (!batch_method)
+		return -ENOMEM;
+	s->batch = malloc(cap);
+	b = BIO_new(batch_method);
+	if (!s->batch || !b) {
+		BIO_free(b);
+		free(s->batch);
+		s->batch = NULL;
+		return -ENOMEM;
+	}
+	BIO_set_data(b, s);
+	s->batch_cap = cap;
+	s->batch_off = s->batch_len = 0;
+	SSL_set0_wbio(s->ssl, b);
+	return 0;
+}
+
+size_t xp_tls_unsent(const struct xp_tls_sess *s)
+{
+	return s->batch_len - s->batch_off;
+}
+
+int xp_tls_flush(struct xp_tls_sess *s, enum xp_tls_want *want)
+{
+	while (s->batch_off < s->batch_len) {
+		ssize_t k = write(s->fd, s->batch + s->batch_off, s->batch_len - s->batch_off);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0 && errno == EAGAIN) {
+			*want = XP_TLS_WANT_WRITE;
+			return -EAGAIN;
+		}
+		if (k < 0) {
+			s->io_error = strerror(errno);
+			return -errno;
+		}
+		s->batch_off += (size_t)k;
+	}
+	s->batch_off = s->batch_len = 0;
+	return 0;
 }
 
 /* A TLS alert from the peer arrives as SSL library reason SSL_AD_REASON_OFFSET + its code. */

@@ -92,7 +92,17 @@ const char *xp_tls_sess_error(const struct xp_tls_sess *s);
  */
 ssize_t xp_tls_read(struct xp_tls_sess *s, void *buf, size_t len, enum xp_tls_want *want);
 ssize_t xp_tls_write(struct xp_tls_sess *s, const void *buf, size_t len, enum xp_tls_want *want);
-/* Sends close_notify (half-close on TLS 1.3): 0, -EAGAIN with *want, or -errno. */
+/*
+ * From now on (after the handshake), records wait in a cap-byte buffer and leave in one
+ * write(2) per xp_tls_flush() instead of one per record. Not with kTLS transmit (a no-op then).
+ */
+int xp_tls_sess_batch(struct xp_tls_sess *s, size_t cap);
+/* Ciphertext waiting in the batch. */
+size_t xp_tls_unsent(const struct xp_tls_sess *s);
+/* Writes the batch out: 0 when empty, -EAGAIN with *want, or -errno. */
+int xp_tls_flush(struct xp_tls_sess *s, enum xp_tls_want *want);
+/* Sends close_notify (half-close on TLS 1.3): 0, -EAGAIN with *want, or -errno. With a batch,
+ * the alert waits there for xp_tls_flush(). */
 int xp_tls_shutdown(struct xp_tls_sess *s, enum xp_tls_want *want);
 /* kTLS took the transmit direction: plaintext written to the socket is encrypted by the kernel. */
 bool xp_tls_ktls_tx(const struct xp_tls_sess *s);
