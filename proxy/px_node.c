@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -59,6 +60,7 @@ struct px_conn {
 	int lfd; /* local unix socket */
 	int rfd; /* node-hop TCP socket */
 	struct xp_tls_sess *tls; /* until linked; the pool owns it after */
+	bool graceful;		 /* a refused handshake: let our alert reach the peer */
 	char tls_version[16];	 /* empty: plain text */
 	char tls_cipher[48];
 	char tls_crypto[16];
@@ -155,6 +157,20 @@ static void migration_finish(struct px_migration *m);
 static void migration_fail(struct px_migration *m, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
+/*
+ * Closes after a refused handshake so that the TLS alert already written reaches the peer: a
+ * close with unread bytes would reset the connection and drop it.
+ */
+static void close_gently(int fd)
+{
+	char buf[4096];
+
+	(void)shutdown(fd, SHUT_WR);
+	for (int i = 0; i < 16 && recv(fd, buf, sizeof(buf), MSG_DONTWAIT) > 0; i++)
+		;
+	close(fd);
+}
+
 /* Frees a connection that is not (or no longer) carried by the pool. */
 static void conn_free(struct px_conn *c)
 {
@@ -164,7 +180,10 @@ static void conn_free(struct px_conn *c)
 	xp_timer_del(c->t);
 	if (c->st != C_LINKED) {
 		xp_tls_sess_free(c->tls);
-		xp_close_reset(c->rfd);
+		if (c->graceful)
+			close_gently(c->rfd);
+		else
+			xp_close_reset(c->rfd);
 		if (c->lfd >= 0)
 			close(c->lfd);
 	}
@@ -444,9 +463,14 @@ static void src_handshake(struct px_conn *c)
 		return;
 	}
 	if (r < 0) {
-		src_error(c, "TLS refused (%s): %s",
-			  xp_tls_refusal_token(xp_tls_sess_refusal(c->tls)),
-			  xp_tls_sess_error(c->tls));
+		enum xp_tls_refusal why = xp_tls_sess_refusal(c->tls);
+
+		c->graceful = true;
+		src_error(c, "TLS refused (%s): %s%s", xp_tls_refusal_token(why),
+			  xp_tls_sess_error(c->tls),
+			  why == XP_TLS_CLOSED ? " (is the target over its --max-unauthenticated, "
+						 "shutting down, or not speaking TLS?)"
+					       : "");
 		return;
 	}
 	conn_tls_done(c);
@@ -862,6 +886,7 @@ static void tgt_handshake(struct px_conn *c)
 		log_warn("node hop from %s: TLS refused (%s): %s", c->peer,
 			 xp_tls_refusal_token(xp_tls_sess_refusal(c->tls)),
 			 xp_tls_sess_error(c->tls));
+		c->graceful = true;
 		conn_release(c);
 		return;
 	}
