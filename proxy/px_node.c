@@ -97,6 +97,7 @@ struct px_migration {
 	struct px_conn *conns;
 	unsigned int conns_total, conns_active, conns_failed, conns_cut, conns_reordered;
 	uint64_t bytes[2];
+	uint64_t undelivered; /* dropped because the local side had closed (see pool_done) */
 	bool failed, stopping;
 	unsigned int guard; /* >0 while a teardown walks the connections */
 	char error[200];
@@ -315,6 +316,7 @@ static void pool_done(void *cookie, const struct xp_link_result *res, void *arg)
 
 	m->bytes[0] += res->bytes[0];
 	m->bytes[1] += res->bytes[1];
+	m->undelivered += res->undelivered;
 	if (res->end == XP_END_ERROR) {
 		m->conns_failed++;
 		log_err("migration %s role=%s: port %u connection %u failed after %llu/%llu bytes "
@@ -324,6 +326,12 @@ static void pool_done(void *cookie, const struct xp_link_result *res, void *arg)
 			strerror(-res->err), res->err_side == 0 ? "local" : "node-hop",
 			res->detail[0] ? ": TLS: " : "", res->detail);
 	} else {
+		if (res->undelivered)
+			log_info("migration %s role=%s: port %u connection %u: the local side closed "
+				 "after its end of stream with %llu bytes from the peer not read "
+				 "(QEMU's destination ends multifd channels so)",
+				 m->key, role_str(m->role), c->port->id, c->seq,
+				 (unsigned long long)res->undelivered);
 		log_debug("migration %s: port %u connection %u ended (%s%s), %llu/%llu bytes",
 			  m->key, c->port->id, c->seq, res->end == XP_END_CLEAN ? "clean" : "cut",
 			  res->reset_after_eof ? ", peer reset after its stream ended" : "",
@@ -1051,7 +1059,7 @@ static void migration_unlink(struct px_migration **head, struct px_migration *m)
 static void migration_finish(struct px_migration *m)
 {
 	double secs = (vm_now_ms() - m->started_ms) / 1000.0;
-	char outcome[256];
+	char outcome[256], undelivered[48] = "";
 
 	if (m->failed)
 		snprintf(outcome, sizeof(outcome), "failed (%s)", m->error);
@@ -1062,11 +1070,14 @@ static void migration_finish(struct px_migration *m)
 		snprintf(outcome, sizeof(outcome), "errors on %u connections", m->conns_failed);
 	else
 		snprintf(outcome, sizeof(outcome), "ok");
-	log_info("migration %s role=%s stop conns=%u reordered=%u bytes=%llu tx=%llu rx=%llu "
+	if (m->undelivered)
+		snprintf(undelivered, sizeof(undelivered), " undelivered=%llu",
+			 (unsigned long long)m->undelivered);
+	log_info("migration %s role=%s stop conns=%u reordered=%u bytes=%llu tx=%llu rx=%llu%s "
 		 "duration=%.3fs outcome=%s",
 		 m->key, role_str(m->role), m->conns_total, m->conns_reordered,
 		 (unsigned long long)(m->bytes[0] + m->bytes[1]), (unsigned long long)m->bytes[0],
-		 (unsigned long long)m->bytes[1], secs, outcome);
+		 (unsigned long long)m->bytes[1], undelivered, secs, outcome);
 	migration_unlink(m->stopping ? &m->n->stopped : &m->n->migrations, m);
 	for (unsigned int i = 0; i < m->nports; i++) {
 		port_close(&m->ports[i]);

@@ -373,6 +373,14 @@ static ssize_t pump_drain(struct xp_pump *p, int dst)
 	return n;
 }
 
+/* Whether the local peer closed after everything it sent was read: EOF and nothing queued. */
+static bool local_peer_ended(int fd)
+{
+	char c;
+
+	return recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
 /* The end of one direction: close_notify first on TLS, then the TCP half-close. */
 static int pump_finish(struct xp_pump *p, int dst)
 {
@@ -471,6 +479,17 @@ static int pump_run(struct xp_worker *w, struct xp_pump *p, unsigned int *side)
 				progress = true;
 			} else if (n < 0 && errno == EAGAIN) {
 				dst_blocked = true;
+			} else if (n < 0 && (errno == EPIPE || errno == ECONNRESET) && p->dir == 1 &&
+				   local_peer_ended(dst)) {
+				/*
+				 * QEMU closed its socket after sending us everything it had (its
+				 * destination closes multifd channels this way once the migration
+				 * is complete): what it did not read, it did not want.
+				 */
+				l->res.undelivered += p->held;
+				p->held = 0;
+				p->eof = p->done = true;
+				return 0;
 			} else if (n < 0 && errno != EINTR) {
 				*side = p->dir ^ 1;
 				return -errno;

@@ -38,6 +38,7 @@ struct xp_link_result {
 	int err;	      /* -errno for XP_END_ERROR */
 	int err_side;	      /* the socket that failed: 0 is fd_a, 1 is fd_b */
 	bool reset_after_eof; /* a peer reset after it had been sent all its bytes */
+	uint64_t undelivered; /* dropped: the local peer had closed after its last byte */
 	char detail[128];     /* TLS: OpenSSL's reason for an error on fd_b */
 };
 
