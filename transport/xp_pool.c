@@ -621,7 +621,7 @@ static void link_start(struct xp_worker *w, struct xp_link *l)
 		p->eof = p->done = p->armed = p->queued = p->notified = false;
 		p->kind = pump_kind(l, d, &w->pool->conf);
 		p->want = XP_TLS_WANT_NONE;
-		if (r == 0 && p->kind == PUMP_TLS_TX)
+		if (r == 0 && d == 1 && l->tls)
 			r = xp_tls_sess_batch(l->tls, TLS_BATCH_SIZE);
 		p->pipe[0] = p->pipe[1] = -1;
 		atomic_store_explicit(&p->bytes, 0, memory_order_relaxed);

@@ -61,6 +61,9 @@ struct xp_tls_sess {
 	/* xp_tls_sess_batch(): records wait in batch[off, len) for one write(2) */
 	uint8_t *batch;
 	size_t batch_cap, batch_off, batch_len;
+	/* ... and records read from the socket wait in rbatch[roff, rlen) */
+	uint8_t *rbatch;
+	size_t rbatch_cap, rbatch_off, rbatch_len;
 	bool server;
 	unsigned int generation;
 	char peer[80];
@@ -75,6 +78,7 @@ static BIO_METHOD *batch_method;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static int batch_write(BIO *b, const char *data, size_t len, size_t *written);
+static int batch_read(BIO *b, char *data, size_t len, size_t *got);
 static long batch_ctrl(BIO *b, int cmd, long num, void *ptr);
 static int batch_create(BIO *b);
 
@@ -84,6 +88,7 @@ static void init_once(void)
 	batch_method = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "vmigd batch");
 	if (batch_method) {
 		BIO_meth_set_write_ex(batch_method, batch_write);
+		BIO_meth_set_read_ex(batch_method, batch_read);
 		BIO_meth_set_ctrl(batch_method, batch_ctrl);
 		BIO_meth_set_create(batch_method, batch_create);
 	}
@@ -664,6 +669,7 @@ void xp_tls_sess_free(struct xp_tls_sess *s)
 		SSL_free(s->ssl);
 	}
 	free(s->batch);
+	free(s->rbatch);
 	free(s);
 }
 
@@ -695,6 +701,41 @@ static int batch_write(BIO *b, const char *data, size_t len, size_t *written)
 	return 1;
 }
 
+/*
+ * One read(2) takes many records; OpenSSL then asks for exactly one record at a time. (Its own
+ * read-ahead moves the unread rest of its buffer to the front at every record, which cost more
+ * than the copy this makes.)
+ */
+static int batch_read(BIO *b, char *data, size_t len, size_t *got)
+{
+	struct xp_tls_sess *s = BIO_get_data(b);
+	size_t n;
+
+	BIO_clear_retry_flags(b);
+	if (s->rbatch_off == s->rbatch_len) {
+		ssize_t k;
+
+		s->rbatch_off = s->rbatch_len = 0;
+		do
+			k = read(s->fd, s->rbatch, s->rbatch_cap);
+		while (k < 0 && errno == EINTR);
+		if (k < 0 && errno == EAGAIN) {
+			BIO_set_retry_read(b);
+			return 0;
+		}
+		if (k <= 0)
+			return 0; /* end of stream, or the error in errno */
+		s->rbatch_len = (size_t)k;
+	}
+	n = s->rbatch_len - s->rbatch_off;
+	if (n > len)
+		n = len;
+	memcpy(data, s->rbatch + s->rbatch_off, n);
+	s->rbatch_off += n;
+	*got = n;
+	return 1;
+}
+
 static long batch_ctrl(BIO *b, int cmd, long num, void *ptr)
 {
 	struct xp_tls_sess *s = BIO_get_data(b);
@@ -703,8 +744,9 @@ static long batch_ctrl(BIO *b, int cmd, long num, void *ptr)
 	case BIO_CTRL_FLUSH:
 		return 1; /* xp_tls_flush() is the caller's */
 	case BIO_CTRL_WPENDING:
-	case BIO_CTRL_PENDING:
 		return (long)(s->batch_len - s->batch_off);
+	case BIO_CTRL_PENDING:
+		return (long)(s->rbatch_len - s->rbatch_off);
 	default:
 		return 0;
 	}
@@ -712,24 +754,37 @@ static long batch_ctrl(BIO *b, int cmd, long num, void *ptr)
 
 int xp_tls_sess_batch(struct xp_tls_sess *s, size_t cap)
 {
+	bool tx = !xp_tls_ktls_tx(s), rx = !xp_tls_ktls_rx(s);
 	BIO *b;
 
-	if (xp_tls_ktls_tx(s) || s->batch)
+	if (s->batch || s->rbatch || (!tx && !rx))
 		return 0;
 	if (!batch_method)
 		return -ENOMEM;
-	s->batch = malloc(cap);
 	b = BIO_new(batch_method);
-	if (!s->batch || !b) {
+	s->batch = tx ? malloc(cap) : NULL;
+	s->rbatch = rx ? malloc(cap) : NULL;
+	if (!b || (tx && !s->batch) || (rx && !s->rbatch)) {
 		BIO_free(b);
 		free(s->batch);
-		s->batch = NULL;
+		free(s->rbatch);
+		s->batch = s->rbatch = NULL;
 		return -ENOMEM;
 	}
 	BIO_set_data(b, s);
-	s->batch_cap = cap;
-	s->batch_off = s->batch_len = 0;
-	SSL_set0_wbio(s->ssl, b);
+	s->batch_cap = s->rbatch_cap = cap;
+	s->batch_off = s->batch_len = s->rbatch_off = s->rbatch_len = 0;
+	/* What OpenSSL read ahead during the handshake stays in its own buffer, read first. */
+	if (tx && rx) {
+		BIO_up_ref(b);
+		SSL_set_bio(s->ssl, b, b);
+	} else if (tx) {
+		SSL_set0_wbio(s->ssl, b);
+	} else {
+		SSL_set0_rbio(s->ssl, b);
+	}
+	if (rx)
+		SSL_set_read_ahead(s->ssl, 0);
 	return 0;
 }
 

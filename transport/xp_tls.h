@@ -94,7 +94,8 @@ ssize_t xp_tls_read(struct xp_tls_sess *s, void *buf, size_t len, enum xp_tls_wa
 ssize_t xp_tls_write(struct xp_tls_sess *s, const void *buf, size_t len, enum xp_tls_want *want);
 /*
  * From now on (after the handshake), records wait in a cap-byte buffer and leave in one
- * write(2) per xp_tls_flush() instead of one per record. Not with kTLS transmit (a no-op then).
+ * write(2) per xp_tls_flush() instead of one per record, and one read(2) takes up to cap bytes
+ * of records. Directions kTLS carries keep the socket.
  */
 int xp_tls_sess_batch(struct xp_tls_sess *s, size_t cap);
 /* Ciphertext waiting in the batch. */
