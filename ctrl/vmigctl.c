@@ -241,7 +241,7 @@ static void print_tls(struct json_object *s)
 	}
 	printf("tls: on, generation %s, %s, crypto %s\n", str_field(t, "generation"),
 	       str_field(t, "certificate"),
-	       bool_field(t, "ktls")		 ? "kTLS"
+	       bool_field(t, "ktls")	      ? "kTLS"
 	       : bool_field(t, "ktls_kernel") ? "user-space (kTLS off)"
 					      : "user-space (no kTLS in this kernel)");
 }

@@ -422,8 +422,9 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	if (!o.no_tls && (!o.tls.cert || !o.tls.key || !o.tls.ca)) {
-		fprintf(stderr, "vmigd: the node hop is TLS by default: give --tls-cert, --tls-key and "
-				"--tls-ca (PEM), or --no-tls to carry migrations in plain text\n");
+		fprintf(stderr,
+			"vmigd: the node hop is TLS by default: give --tls-cert, --tls-key and "
+			"--tls-ca (PEM), or --no-tls to carry migrations in plain text\n");
 		return 1;
 	}
 	if (!o.tls.client_cert != !o.tls.client_key) {
@@ -522,8 +523,9 @@ int main(int argc, char **argv)
 		log_info("TLS: generation %u: %s; CA %s; allow %s; resumption %s; kernel kTLS %s",
 			 xp_tls_generation(d.tls), xp_tls_describe(d.tls), o.tls.ca, allow,
 			 o.tls.resumption ? "on" : "off",
-			 xp_tls_kernel_has_ktls() ? (o.tls.ktls ? "used" : "present, off (--no-ktls)")
-						  : "absent: user-space crypto");
+			 xp_tls_kernel_has_ktls()
+				 ? (o.tls.ktls ? "used" : "present, off (--no-ktls)")
+				 : "absent: user-space crypto");
 		r = xp_fwatch_new(d.loop, files, nf, TLS_SETTLE_MS, tls_files_changed, &d,
 				  &d.tls_watch);
 		if (r < 0)

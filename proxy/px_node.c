@@ -44,10 +44,10 @@ enum conn_state {
 };
 
 static const char *const state_names[] = {
-	[C_SRC_DELAY] = "delayed",	   [C_SRC_CONNECT] = "connecting",
-	[C_SRC_HANDSHAKE] = "handshake",   [C_SRC_SEND] = "preamble",
-	[C_SRC_REPLY] = "waiting-reply",   [C_TGT_HANDSHAKE] = "handshake",
-	[C_TGT_PREAMBLE] = "preamble",	   [C_TGT_PARKED] = "parked",
+	[C_SRC_DELAY] = "delayed",	 [C_SRC_CONNECT] = "connecting",
+	[C_SRC_HANDSHAKE] = "handshake", [C_SRC_SEND] = "preamble",
+	[C_SRC_REPLY] = "waiting-reply", [C_TGT_HANDSHAKE] = "handshake",
+	[C_TGT_PREAMBLE] = "preamble",	 [C_TGT_PARKED] = "parked",
 	[C_LINKED] = "linked",
 };
 
@@ -57,8 +57,8 @@ struct px_conn {
 	struct px_port *port;
 	uint32_t seq;
 	enum conn_state st;
-	int lfd; /* local unix socket */
-	int rfd; /* node-hop TCP socket */
+	int lfd;		 /* local unix socket */
+	int rfd;		 /* node-hop TCP socket */
 	struct xp_tls_sess *tls; /* until linked; the pool owns it after */
 	bool graceful;		 /* a refused handshake: let our alert reach the peer */
 	char tls_version[16];	 /* empty: plain text */
@@ -118,7 +118,7 @@ struct px_node {
 	char advertise[PX_HOST_MAX];
 	struct px_migration *migrations;
 	struct px_migration *stopped; /* stopped, waiting for the pool to return their links */
-	struct px_conn *unbound;      /* target connections before their preamble: unauthenticated */
+	struct px_conn *unbound; /* target connections before their preamble: unauthenticated */
 	unsigned int nunbound;
 	unsigned int unauth_refused; /* since the last log line about them */
 	uint64_t unauth_logged_ms;
@@ -272,8 +272,8 @@ static void conn_tls_done(struct px_conn *c)
 	snprintf(c->tls_cipher, sizeof(c->tls_cipher), "%s", xp_tls_sess_cipher(c->tls));
 	snprintf(c->tls_crypto, sizeof(c->tls_crypto), "%s",
 		 xp_tls_ktls_tx(c->tls) && xp_tls_ktls_rx(c->tls) ? "ktls"
-		 : xp_tls_ktls_tx(c->tls)			   ? "ktls-tx"
-								   : "user-space");
+		 : xp_tls_ktls_tx(c->tls)			  ? "ktls-tx"
+								  : "user-space");
 	c->tls_resumed = xp_tls_sess_resumed(c->tls);
 }
 
@@ -327,7 +327,8 @@ static void pool_done(void *cookie, const struct xp_link_result *res, void *arg)
 			res->detail[0] ? ": TLS: " : "", res->detail);
 	} else {
 		if (res->undelivered)
-			log_info("migration %s role=%s: port %u connection %u: the local side closed "
+			log_info("migration %s role=%s: port %u connection %u: the local side "
+				 "closed "
 				 "after its end of stream with %llu bytes from the peer not read "
 				 "(QEMU's destination ends multifd channels so)",
 				 m->key, role_str(m->role), c->port->id, c->seq,
@@ -369,7 +370,8 @@ static void src_timeout(void *arg)
 
 	c->t = NULL;
 	if (c->st == C_SRC_HANDSHAKE)
-		src_error(c, "TLS refused (handshake-timeout): no complete handshake within %llu ms",
+		src_error(c,
+			  "TLS refused (handshake-timeout): no complete handshake within %llu ms",
 			  (unsigned long long)c->n->conf.handshake_timeout_ms);
 	else
 		src_error(c, c->st == C_SRC_CONNECT ? "connect timed out"
@@ -538,7 +540,6 @@ static void src_read_reply(struct px_conn *c)
 		src_error(c, "cannot hand to the data path: %s", strerror(-r));
 }
 
-
 static void src_io(struct xp_watch *w, int fd, uint32_t events, void *arg)
 {
 	struct px_conn *c = arg;
@@ -601,7 +602,8 @@ static void src_accept(struct xp_watch *w, int lfd, uint32_t events, void *arg)
 
 		if (m->conns_active >= m->n->conf.max_migration_conns) {
 			log_err("migration %s role=source: port %u connection %u refused "
-				"(migration-conn-limit): %u connections already (--max-migration-conns)",
+				"(migration-conn-limit): %u connections already "
+				"(--max-migration-conns)",
 				m->key, port->id, port->next_seq++, m->conns_active);
 			xp_close_reset(fd);
 			migration_fail(m, "more than %u connections (--max-migration-conns)",
@@ -829,9 +831,10 @@ static void tgt_read(struct px_conn *c)
 			return;
 		}
 		if (k == 0) {
-			log_warn("node hop from %s: closed after %zu bytes, before the preamble was "
-				 "complete",
-				 c->peer, c->len);
+			log_warn(
+				"node hop from %s: closed after %zu bytes, before the preamble was "
+				"complete",
+				c->peer, c->len);
 			conn_release(c);
 			return;
 		}
@@ -922,7 +925,8 @@ static bool tgt_admit(struct px_node *n, int fd, const char *peer)
 	n->unauth_refused++;
 	if (now - n->unauth_logged_ms >= 1000) {
 		log_warn("node hop from %s: refused (too-many-unauthenticated): %u connections are "
-			 "still authenticating (--max-unauthenticated %u); %u refused since the last "
+			 "still authenticating (--max-unauthenticated %u); %u refused since the "
+			 "last "
 			 "such line",
 			 peer, n->nunbound, n->conf.max_unauth, n->unauth_refused);
 		n->unauth_refused = 0;
@@ -1385,7 +1389,8 @@ int px_source_stop(struct px_node *n, const char *key, char *err, size_t errlen)
 void px_node_foreach(struct px_node *n, px_migration_fn fn, void *arg)
 {
 	for (struct px_migration *m = n->migrations; m; m = m->next) {
-		struct px_conn_info *ci = calloc(m->conns_active ? m->conns_active : 1, sizeof(*ci));
+		struct px_conn_info *ci =
+			calloc(m->conns_active ? m->conns_active : 1, sizeof(*ci));
 		struct px_migration_info mi = {
 			.key = m->key,
 			.role = m->role,
@@ -1407,8 +1412,8 @@ void px_node_foreach(struct px_node *n, px_migration_fn fn, void *arg)
 			strcpy(mi.ports[i].path, m->ports[i].path);
 		}
 		for (struct px_conn *c = m->conns; c; c = c->next) {
-			struct px_conn_info *i = ci && mi.nconns < m->conns_active ? &ci[mi.nconns++]
-										     : NULL;
+			struct px_conn_info *i =
+				ci && mi.nconns < m->conns_active ? &ci[mi.nconns++] : NULL;
 			uint64_t b[2] = { 0, 0 };
 
 			if (c->st == C_LINKED) {

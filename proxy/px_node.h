@@ -41,11 +41,11 @@ struct px_port_info {
 
 struct px_conn_info {
 	uint32_t port, seq;
-	const char *state;	 /* "connecting", "handshake", ..., "linked" */
-	const char *tls;	 /* "TLSv1.3", or NULL in plain text */
-	const char *cipher;	 /* with tls */
-	const char *crypto;	 /* "user-space", "ktls", "ktls-tx" */
-	bool resumed;		 /* the TLS session was resumed from a ticket */
+	const char *state;	     /* "connecting", "handshake", ..., "linked" */
+	const char *tls;	     /* "TLSv1.3", or NULL in plain text */
+	const char *cipher;	     /* with tls */
+	const char *crypto;	     /* "user-space", "ktls", "ktls-tx" */
+	bool resumed;		     /* the TLS session was resumed from a ticket */
 	uint64_t bytes_tx, bytes_rx; /* so far, while linked */
 };
 

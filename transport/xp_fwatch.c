@@ -14,8 +14,8 @@
 #include "xp_fwatch.h"
 
 #define FWATCH_MAX 8
-#define DIR_EVENTS                                                                               \
-	(IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_CREATE | IN_DELETE | IN_ATTRIB |       \
+#define DIR_EVENTS                                                                                 \
+	(IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_CREATE | IN_DELETE | IN_ATTRIB |        \
 	 IN_DELETE_SELF | IN_MOVE_SELF)
 
 struct xp_fwatch {

@@ -15,8 +15,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <semaphore.h>
@@ -71,9 +69,9 @@ struct xp_pump {
 	unsigned int dir;
 	enum pump_kind kind;
 	enum xp_tls_want want; /* TLS: what the last call that would block waits for */
-	bool notified;	       /* TLS_TX: close_notify is out */
-	int pipe[2];  /* XP_PATH_SPLICE */
-	uint8_t *buf; /* XP_PATH_COPY: bytes held are buf[head, head + held) */
+	bool notified;	       /* TLS, direction 0: close_notify is out */
+	int pipe[2];	       /* XP_PATH_SPLICE */
+	uint8_t *buf;	       /* XP_PATH_COPY: bytes held are buf[head, head + held) */
 	size_t head;
 	size_t cap;
 	size_t held;
@@ -479,8 +477,8 @@ static int pump_run(struct xp_worker *w, struct xp_pump *p, unsigned int *side)
 				progress = true;
 			} else if (n < 0 && errno == EAGAIN) {
 				dst_blocked = true;
-			} else if (n < 0 && (errno == EPIPE || errno == ECONNRESET) && p->dir == 1 &&
-				   local_peer_ended(dst)) {
+			} else if (n < 0 && (errno == EPIPE || errno == ECONNRESET) &&
+				   p->dir == 1 && local_peer_ended(dst)) {
 				/*
 				 * QEMU closed its socket after sending us everything it had (its
 				 * destination closes multifd channels this way once the migration

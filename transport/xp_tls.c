@@ -25,14 +25,15 @@
 #endif
 
 /* TLS 1.2 suites: ECDHE and AEAD only. TLS 1.3 suites are all AEAD; AES-128 first (faster). */
-#define CIPHERS_12 "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:" \
-		   "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:"   \
-		   "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305"
+#define CIPHERS_12                                                                                 \
+	"ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:"                               \
+	"ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:"                               \
+	"ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305"
 #define CIPHERS_13 "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256"
 #define GROUPS	   "X25519:P-256:P-384"
 /* With read-ahead, one read(2) takes this many bytes of records. */
-#define READ_BUFFER (128 * 1024)
-#define CACHE_PEERS 32
+#define READ_BUFFER    (128 * 1024)
+#define CACHE_PEERS    32
 #define SESSION_ID_CTX "vmigd-node-hop"
 
 struct cache_entry {
@@ -170,7 +171,7 @@ static bool cert_allowed(const struct xp_tls *t, X509 *x)
 	sans = X509_get_ext_d2i(x, NID_subject_alt_name, NULL, NULL);
 	for (int k = 0; sans && !ok && k < sk_GENERAL_NAME_num(sans); k++) {
 		GENERAL_NAME *g = sk_GENERAL_NAME_value(sans, k);
-		ASN1_STRING *d = g->type == GEN_DNS ? g->d.dNSName
+		ASN1_STRING *d = g->type == GEN_DNS   ? g->d.dNSName
 				 : g->type == GEN_URI ? g->d.uniformResourceIdentifier
 						      : NULL;
 
@@ -270,8 +271,9 @@ static int verify_cb(int ok, X509_STORE_CTX *ctx)
 				 "certificate \"%s\" (chain depth %d) expired on %s", subj, depth,
 				 when);
 		} else {
-			snprintf(s->error, sizeof(s->error), "certificate \"%s\" (chain depth %d): %s",
-				 subj, depth, X509_verify_cert_error_string(e));
+			snprintf(s->error, sizeof(s->error),
+				 "certificate \"%s\" (chain depth %d): %s", subj, depth,
+				 X509_verify_cert_error_string(e));
 		}
 		return 0;
 	}
@@ -819,7 +821,8 @@ static bool peer_alert(struct xp_tls_sess *s, unsigned long e)
 {
 	int alert = ERR_GET_REASON(e) - SSL_AD_REASON_OFFSET;
 
-	if (ERR_GET_LIB(e) != ERR_LIB_SSL || alert <= 0 || alert >= 256 || alert == SSL_AD_CLOSE_NOTIFY)
+	if (ERR_GET_LIB(e) != ERR_LIB_SSL || alert <= 0 || alert >= 256 ||
+	    alert == SSL_AD_CLOSE_NOTIFY)
 		return false;
 	s->refusal = XP_TLS_PEER_REFUSED;
 	snprintf(s->error, sizeof(s->error), "the peer refused us: alert \"%s\"",
@@ -868,8 +871,8 @@ static void sess_finish(struct xp_tls_sess *s)
 	snprintf(s->desc, sizeof(s->desc), "tls=%s cipher=%s crypto=%s resumed=%s peer=\"%s\"",
 		 SSL_get_version(s->ssl), SSL_get_cipher_name(s->ssl),
 		 xp_tls_ktls_tx(s) && xp_tls_ktls_rx(s) ? "ktls"
-		 : xp_tls_ktls_tx(s)		       ? "ktls-tx"
-						       : "user-space",
+		 : xp_tls_ktls_tx(s)			? "ktls-tx"
+							: "user-space",
 		 SSL_session_reused(s->ssl) ? "yes" : "no", subj);
 }
 

@@ -13,16 +13,17 @@
 struct xp_tls;
 struct xp_tls_sess;
 
-/* The KubeVirt handler names, accepted when no allow-list is given (kubevirt-migration-proxy §1.7). */
-#define XP_TLS_DEFAULT_ALLOW                                                                      \
-	"kubevirt.io:system:node:virt-handler,kubevirt.io:system:client:virt-handler,"            \
+/* The KubeVirt handler names, accepted when no allow-list is given (kubevirt-migration-proxy §1.7).
+ */
+#define XP_TLS_DEFAULT_ALLOW                                                                       \
+	"kubevirt.io:system:node:virt-handler,kubevirt.io:system:client:virt-handler,"             \
 	"kubevirt.io:system:client:migration"
 #define XP_TLS_ALLOW_MAX 16
 
 struct xp_tls_conf {
-	const char *cert, *key; /* PEM: what this node presents as a server */
+	const char *cert, *key;		      /* PEM: what this node presents as a server */
 	const char *client_cert, *client_key; /* as a client; NULL: the same pair */
-	const char *ca;				/* PEM bundle the peer must chain to */
+	const char *ca;			      /* PEM bundle the peer must chain to */
 	/* Comma-separated CN/SAN names a peer certificate must carry; "*": any name. */
 	const char *allow;
 	bool resumption; /* client: offer tickets from earlier connections to the same peer */
@@ -32,15 +33,15 @@ struct xp_tls_conf {
 /* Why a handshake failed, from this side's point of view. */
 enum xp_tls_refusal {
 	XP_TLS_OK,
-	XP_TLS_NO_CERT,	       /* the peer sent no certificate */
-	XP_TLS_UNTRUSTED,      /* its chain does not end at our CA */
-	XP_TLS_EXPIRED,	       /* a certificate in its chain has expired */
-	XP_TLS_NOT_YET_VALID,  /* ... or is not valid yet */
-	XP_TLS_BAD_PURPOSE,    /* not usable as a TLS client/server certificate */
-	XP_TLS_NAME,	       /* signed by our CA, but neither CN nor SAN is in the allow-list */
-	XP_TLS_PEER_REFUSED,   /* the peer sent an alert: it refused us */
-	XP_TLS_PROTOCOL,       /* no common version/cipher, not TLS at all, truncated */
-	XP_TLS_CLOSED,	       /* the peer closed the connection during the handshake */
+	XP_TLS_NO_CERT,	      /* the peer sent no certificate */
+	XP_TLS_UNTRUSTED,     /* its chain does not end at our CA */
+	XP_TLS_EXPIRED,	      /* a certificate in its chain has expired */
+	XP_TLS_NOT_YET_VALID, /* ... or is not valid yet */
+	XP_TLS_BAD_PURPOSE,   /* not usable as a TLS client/server certificate */
+	XP_TLS_NAME,	      /* signed by our CA, but neither CN nor SAN is in the allow-list */
+	XP_TLS_PEER_REFUSED,  /* the peer sent an alert: it refused us */
+	XP_TLS_PROTOCOL,      /* no common version/cipher, not TLS at all, truncated */
+	XP_TLS_CLOSED,	      /* the peer closed the connection during the handshake */
 };
 
 /* "no-certificate", "untrusted-ca", "expired", ...: stable tokens for logs and tests. */
