@@ -409,6 +409,12 @@ static int ctx_common(SSL_CTX *ctx, const struct xp_tls *t, const char *cert, co
 		return -EINVAL;
 	}
 	if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1) {
+		if (ERR_GET_REASON(ERR_peek_last_error()) == X509_R_KEY_VALUES_MISMATCH) {
+			ERR_clear_error();
+			snprintf(err, errlen, "private key %s does not belong to certificate %s",
+				 key, cert);
+			return -EINVAL;
+		}
 		ssl_error_line(e, sizeof(e));
 		snprintf(err, errlen, "private key %s: %s", key, e);
 		return -EINVAL;
