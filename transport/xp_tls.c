@@ -69,7 +69,7 @@ struct xp_tls_sess {
 	unsigned int generation;
 	char peer[80];
 	enum xp_tls_refusal refusal;
-	char error[320];
+	char error[448];
 	char desc[256];
 	const char *io_error;
 };
@@ -283,8 +283,8 @@ static int verify_cb(int ok, X509_STORE_CTX *ctx)
 		allow_list_line(s->t, allow, sizeof(allow));
 		s->refusal = XP_TLS_NAME;
 		snprintf(s->error, sizeof(s->error),
-			 "certificate \"%s\" is signed by our CA but neither its CN nor a SAN is "
-			 "allowed (allowed: %s)",
+			 "certificate \"%.100s\" is signed by our CA but neither its CN nor a SAN "
+			 "is allowed (allowed: %.150s)",
 			 subj, allow);
 		X509_STORE_CTX_set_error(ctx, X509_V_ERR_APPLICATION_VERIFICATION);
 		return 0;
@@ -487,8 +487,8 @@ static void describe_cert(struct xp_tls *t)
 	if (hex)
 		snprintf(serial, sizeof(serial), "%s", hex);
 	time_line(X509_get0_notAfter(x), when, sizeof(when));
-	snprintf(t->desc, sizeof(t->desc), "certificate \"%s\" serial %s expires %s", subj, serial,
-		 when);
+	snprintf(t->desc, sizeof(t->desc), "certificate \"%.180s\" serial %.64s expires %.40s",
+		 subj, serial, when);
 	OPENSSL_free(hex);
 	BN_free(bn);
 }
@@ -784,7 +784,7 @@ int xp_tls_sess_batch(struct xp_tls_sess *s, size_t cap)
 	s->batch_off = s->batch_len = s->rbatch_off = s->rbatch_len = 0;
 	/* What OpenSSL read ahead during the handshake stays in its own buffer, read first. */
 	if (tx && rx) {
-		BIO_up_ref(b);
+		/* The same new BIO both ways: SSL_set_bio() takes our one reference. */
 		SSL_set_bio(s->ssl, b, b);
 	} else if (tx) {
 		SSL_set0_wbio(s->ssl, b);
