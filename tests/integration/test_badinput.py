@@ -48,28 +48,6 @@ def read_until_close(sock, deadline):
         data += chunk
 
 
-class Checks:
-    """Collects probe outcomes; fails the test at the end with every failed probe listed."""
-
-    def __init__(self):
-        self.failures, self.count, self.lock = [], 0, threading.Lock()
-
-    def run(self, name, fn, *args):
-        try:
-            detail = fn(*args)
-        except Exception as e:             # noqa: BLE001 -- a failed probe, recorded
-            detail = f'FAILED: {e}'
-            with self.lock:
-                self.failures.append(f'{name}: {e}')
-        with self.lock:
-            self.count += 1
-        vh.log(f'  {name}: {detail}')
-
-    def finish(self):
-        if self.failures:
-            raise vh.HarnessError(f'{len(self.failures)} of {self.count} probes failed:\n  '
-                                  + '\n  '.join(self.failures))
-
 
 # ---- node hop ------------------------------------------------------------------------------------
 
@@ -304,7 +282,7 @@ def answers(daemon):
 
 def main():
     binaries = vh.find_binaries()
-    checks = Checks()
+    checks = vh.Checks('probes')
     with vh.Testbed(*binaries, target_args=['--connect-timeout', str(CONNECT_TIMEOUT_MS)]) as tb:
         src, dst = tb.qemu_pair(MIGRATION_MIB)
         m = tb.start_migration(src, dst, tb.new_key('live'), MIGRATION_CHANNELS,

@@ -14,7 +14,6 @@ import os
 import select
 import socket
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
@@ -33,28 +32,6 @@ FLOOD = 8                                   # silent connections at once, over M
 TIMEOUT_WINDOW = (HANDSHAKE_MS / 1000 - 0.2, HANDSHAKE_MS / 1000 + 2.0)   # "closed within"
 TARGET_REFUSED = r'node hop from \S+: TLS refused \({}\)'
 
-
-class Checks:
-    """Collects case outcomes; the test fails at the end with every failed case listed."""
-
-    def __init__(self):
-        self.failures, self.count, self.lock = [], 0, threading.Lock()
-
-    def run(self, name, fn, *args):
-        try:
-            detail = fn(*args)
-        except Exception as e:             # noqa: BLE001 -- a failed case, recorded
-            detail = f'FAILED: {e}'
-            with self.lock:
-                self.failures.append(f'{name}: {e}')
-        with self.lock:
-            self.count += 1
-        vh.log(f'  {name}: {detail}')
-
-    def finish(self):
-        if self.failures:
-            raise vh.HarnessError(f'{len(self.failures)} of {self.count} cases failed:\n  '
-                                  + '\n  '.join(self.failures))
 
 
 # ---- target-side probes --------------------------------------------------------------------------
@@ -328,7 +305,7 @@ def after_limit(tb):
 # ---- main ----------------------------------------------------------------------------------------
 
 def main():
-    checks = Checks()
+    checks = vh.Checks('cases')
     with vh.Testbed(tls=True, target_args=TARGET_ARGS) as tb:
         pki = tb.pki
         src, dst = tb.qemu_pair(LIVE_MIB)

@@ -1343,6 +1343,31 @@ def verify_memory(src, dst):
 # Testbed: all of the above wired together
 
 
+class Checks:
+    """Collects the outcomes of many small checks (probes, refusal cases) so that a test runs them
+    all and then fails once, listing every one that failed. run() may be called from threads."""
+
+    def __init__(self, noun='checks'):
+        self.noun = noun
+        self.failures, self.count, self.lock = [], 0, threading.Lock()
+
+    def run(self, name, fn, *args):
+        try:
+            detail = fn(*args)
+        except Exception as e:             # noqa: BLE001 -- a failed check, recorded
+            detail = f'FAILED: {e}'
+            with self.lock:
+                self.failures.append(f'{name}: {e}')
+        with self.lock:
+            self.count += 1
+        log(f'  {name}: {detail}')
+
+    def finish(self):
+        if self.failures:
+            raise HarnessError(f'{len(self.failures)} of {self.count} {self.noun} failed:\n  '
+                               + '\n  '.join(self.failures))
+
+
 class Testbed:
     """A NetPair, a work directory and two vmigd ("source" in the source namespace, "target" in the
     target namespace), plus QEMU pairs started on demand. On leaving the block everything is
