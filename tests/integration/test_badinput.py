@@ -263,14 +263,6 @@ def vmigctl_probes(checks, tb, live):
 
 # ---- main ----------------------------------------------------------------------------------------
 
-def still_in_flight(m):
-    status = m.status()
-    if status != 'active':
-        raise vh.HarnessError(f'the migration is {status}: the probes did not all run while it was '
-                              'in flight')
-    return 'yes'
-
-
 def answers(daemon):
     if not daemon.alive():
         raise vh.HarnessError(f'exited with status {daemon.proc.returncode}')
@@ -299,7 +291,7 @@ def main():
         vmigctl_probes(checks, tb, m)
         flood.join()
 
-        checks.run('migration still in flight after the probes', still_in_flight, m)
+        checks.run('migration still in flight after the probes', vh.still_in_flight, m)
         for daemon in (tb.source, tb.target):
             checks.run(f'{daemon.name} alive and answering', answers, daemon)
         checks.finish()

@@ -178,14 +178,6 @@ def unauthenticated_flood(tb, addr, port):
             f'{len(lines)} too-many-unauthenticated lines')
 
 
-def still_in_flight(m):
-    status = m.status()
-    if status != 'active':
-        raise vh.HarnessError(f'the migration is {status}: the probes did not all run while it was '
-                              'in flight')
-    return 'yes'
-
-
 def alive(daemon):
     if not daemon.alive():
         raise vh.HarnessError(f'exited with status {daemon.proc.returncode}')
@@ -332,7 +324,7 @@ def main():
         checks.run('    TLS, then 10 preamble bytes', no_preamble, tb, addr, port, 10)
         checks.run(f'(g) {FLOOD} silent clients at once', unauthenticated_flood, tb, addr, port)
         checks.run('good node certificate after the flood', accepted_cert, tb, addr, port)
-        checks.run('live migration still in flight after the probes', still_in_flight, m)
+        checks.run('live migration still in flight after the probes', vh.still_in_flight, m)
         for daemon in (tb.source, tb.target):
             checks.run(f'{daemon.name} alive', alive, daemon)
         checks.run('live migration', finish_ok, tb, m, src, dst, 'the in-flight migration')

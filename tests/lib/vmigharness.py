@@ -1343,6 +1343,16 @@ def verify_memory(src, dst):
 # Testbed: all of the above wired together
 
 
+def still_in_flight(m):
+    """A Checks case: the DaemonMigration m is still active, so what ran before it ran while a
+    migration was in flight."""
+    status = m.status()
+    if status != 'active':
+        raise HarnessError(f'the migration is {status}: the probes did not all run while it was '
+                           'in flight')
+    return 'yes'
+
+
 class Checks:
     """Collects the outcomes of many small checks (probes, refusal cases) so that a test runs them
     all and then fails once, listing every one that failed. run() may be called from threads."""
