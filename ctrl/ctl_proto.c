@@ -6,9 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ctl_proto.h"
+#include "units.h"
 #include "xp_tls.h"
 #include "util.h"
 #include "vmigd-config.h"
@@ -20,6 +22,9 @@ static const char *const op_names[] = {
 	[CTL_SOURCE_STOP] = "source-stop",
 	[CTL_LIST] = "list",
 	[CTL_STATUS] = "status",
+	[CTL_BANDWIDTH] = "bandwidth",
+	[CTL_NODE_BANDWIDTH] = "node-bandwidth",
+	[CTL_METRICS] = "metrics",
 };
 
 static int __attribute__((format(printf, 3, 4))) bad(char *err, size_t errlen, const char *fmt, ...)
@@ -79,6 +84,29 @@ static int parse_sockets(struct json_object *o, struct ctl_request *req, char *e
 		strcpy(p->path, path);
 		req->nports++;
 	}
+	return 0;
+}
+
+/* "bandwidth": a JSON integer, bytes/s from 0 (no cap) to VM_RATE_MAX; optional unless said. */
+static int parse_bandwidth(struct json_object *o, bool required, struct ctl_request *req, char *err,
+			   size_t errlen)
+{
+	struct json_object *v;
+
+	if (!json_object_object_get_ex(o, "bandwidth", &v)) {
+		if (required)
+			return bad(err, errlen, "missing \"bandwidth\" (bytes/s, 0 for no cap)");
+		return 0;
+	}
+	if (!json_object_is_type(v, json_type_int))
+		return bad(err, errlen,
+			   "\"bandwidth\" must be an integer number of bytes/s (0 for no cap)");
+	if (json_object_get_int64(v) < 0)
+		return bad(err, errlen, "\"bandwidth\" must not be negative (0 for no cap)");
+	if (json_object_get_uint64(v) > VM_RATE_MAX)
+		return bad(err, errlen, "\"bandwidth\" is over the largest rate, %llu bytes/s",
+			   VM_RATE_MAX);
+	req->bandwidth = json_object_get_uint64(v);
 	return 0;
 }
 
@@ -170,12 +198,17 @@ int ctl_request_parse(const char *text, size_t len, struct ctl_request *ret, cha
 	}
 	req->op = r;
 	r = 0;
-	if (req->op != CTL_LIST && req->op != CTL_STATUS)
+	if (req->op != CTL_LIST && req->op != CTL_STATUS && req->op != CTL_NODE_BANDWIDTH &&
+	    req->op != CTL_METRICS)
 		r = parse_key(o, req, err, errlen);
 	if (r == 0 && req->op == CTL_TARGET_START)
 		r = parse_sockets(o, req, err, errlen);
 	if (r == 0 && req->op == CTL_SOURCE_START)
 		r = parse_source(o, req, err, errlen);
+	if (r == 0 && (req->op == CTL_TARGET_START || req->op == CTL_SOURCE_START ||
+		       req->op == CTL_BANDWIDTH || req->op == CTL_NODE_BANDWIDTH))
+		r = parse_bandwidth(o, req->op == CTL_BANDWIDTH || req->op == CTL_NODE_BANDWIDTH,
+				    req, err, errlen);
 	if (r == 0)
 		*ret = *req;
 out:
@@ -222,15 +255,34 @@ static struct json_object *ok_reply(void)
 
 static struct json_object *conn_list(const struct px_migration_info *mi);
 
+static struct json_object *u64(uint64_t v)
+{
+	return json_object_new_uint64(v);
+}
+
+static struct json_object *rates_object(const struct px_rates *r)
+{
+	struct json_object *o = json_object_new_object();
+
+	json_object_object_add(o, "tx_1s", u64(r->tx_1s));
+	json_object_object_add(o, "tx_10s", u64(r->tx_10s));
+	json_object_object_add(o, "rx_1s", u64(r->rx_1s));
+	json_object_object_add(o, "rx_10s", u64(r->rx_10s));
+	return o;
+}
+
+static const char *role_str(enum px_role r)
+{
+	return r == PX_ROLE_SOURCE ? "source" : "target";
+}
+
 static void add_migration(const struct px_migration_info *mi, void *arg)
 {
 	struct json_object *a = arg, *o = json_object_new_object(),
 			   *ports = json_object_new_array();
 
 	json_object_object_add(o, "key", json_object_new_string(mi->key));
-	json_object_object_add(
-		o, "role",
-		json_object_new_string(mi->role == PX_ROLE_SOURCE ? "source" : "target"));
+	json_object_object_add(o, "role", json_object_new_string(role_str(mi->role)));
 	for (unsigned int i = 0; i < mi->nports; i++) {
 		struct json_object *p = json_object_new_object();
 
@@ -253,6 +305,9 @@ static void add_migration(const struct px_migration_info *mi, void *arg)
 			       json_object_new_int(mi->conns_reordered));
 	json_object_object_add(o, "bytes_tx", json_object_new_int64(mi->bytes_tx));
 	json_object_object_add(o, "bytes_rx", json_object_new_int64(mi->bytes_rx));
+	json_object_object_add(o, "cap", u64(mi->cap));
+	json_object_object_add(o, "limit", u64(mi->limit));
+	json_object_object_add(o, "rate", rates_object(&mi->rate));
 	json_object_object_add(o, "connection_list", conn_list(mi));
 	json_object_array_add(a, o);
 }
@@ -303,6 +358,7 @@ static struct json_object *tls_object(const struct ctl_daemon_info *d)
 static struct json_object *status_object(struct px_node *n, const struct ctl_daemon_info *d)
 {
 	struct json_object *s = json_object_new_object(), *migs = json_object_new_array();
+	struct px_node_info ni;
 
 	json_object_object_add(s, "version", json_object_new_string(VMIGD_VERSION));
 	json_object_object_add(s, "pid", json_object_new_int(getpid()));
@@ -317,9 +373,174 @@ static struct json_object *status_object(struct px_node *n, const struct ctl_dae
 	json_object_object_add(s, "migrations", json_object_new_int(px_node_migrations(n)));
 	json_object_object_add(s, "connections_active",
 			       json_object_new_int(px_node_active_conns(n)));
+	px_node_info(n, &ni);
+	json_object_object_add(s, "bandwidth", u64(ni.bandwidth));
+	json_object_object_add(s, "shaper", json_object_new_string(px_shaper_str(ni.shaper)));
+	json_object_object_add(s, "inspect", json_object_new_boolean(ni.inspect));
+	if (d->metrics)
+		json_object_object_add(s, "metrics", json_object_new_string(d->metrics));
 	px_node_foreach(n, add_migration, migs);
 	json_object_object_add(s, "migration_list", migs);
 	return s;
+}
+
+/* The metrics reply: what the inspector made of a migration's connections, summed. */
+static struct json_object *insp_summary_object(const struct px_insp_summary *s)
+{
+	struct json_object *o = json_object_new_object(), *ch = json_object_new_object();
+
+	json_object_object_add(ch, "main", json_object_new_int(s->main));
+	json_object_object_add(ch, "multifd", json_object_new_int(s->multifd));
+	json_object_object_add(ch, "other", json_object_new_int(s->other));
+	json_object_object_add(o, "channels", ch);
+	json_object_object_add(o, "bytes_only", json_object_new_int(s->bytes_only));
+	json_object_object_add(o, "reason",
+			       s->reason[0] ? json_object_new_string(s->reason) : NULL);
+	json_object_object_add(o, "stream_version", u64(s->stream_version));
+	json_object_object_add(o, "machine", json_object_new_string(s->machine));
+	json_object_object_add(o, "page_size", u64(s->page_size));
+	json_object_object_add(o, "pages", u64(s->pages));
+	json_object_object_add(o, "zero_pages", u64(s->zero_pages));
+	json_object_object_add(o, "packets", u64(s->packets));
+	json_object_object_add(o, "syncs", u64(s->syncs));
+	json_object_object_add(o, "passes", u64(s->passes));
+	json_object_object_add(o, "dirty_known", json_object_new_boolean(s->dirty_known));
+	json_object_object_add(o, "dirty_pages_per_pass",
+			       s->dirty_known ? u64(s->dirty_pages_per_pass) : NULL);
+	json_object_object_add(o, "dirty_rate", s->dirty_known ? u64(s->dirty_rate) : NULL);
+	json_object_object_add(o, "switchover", json_object_new_boolean(s->switchover));
+	return o;
+}
+
+static struct json_object *insp_stats_object(const struct px_insp_stats *s)
+{
+	struct json_object *o = json_object_new_object();
+
+	json_object_object_add(o, "kind", json_object_new_string(px_insp_kind_str(s->kind)));
+	json_object_object_add(o, "bytes_only", json_object_new_boolean(s->bytes_only));
+	json_object_object_add(o, "reason",
+			       s->reason[0] ? json_object_new_string(s->reason) : NULL);
+	json_object_object_add(o, "stream_version", u64(s->stream_version));
+	json_object_object_add(o, "machine", json_object_new_string(s->machine));
+	json_object_object_add(o, "channel_id", json_object_new_int(s->channel_id));
+	json_object_object_add(o, "page_size", u64(s->page_size));
+	json_object_object_add(o, "bytes", u64(s->bytes));
+	json_object_object_add(o, "pages", u64(s->pages));
+	json_object_object_add(o, "zero_pages", u64(s->zero_pages));
+	json_object_object_add(o, "packets", u64(s->packets));
+	json_object_object_add(o, "syncs", u64(s->syncs));
+	json_object_object_add(o, "sync_bytes_last", u64(s->sync_bytes_last));
+	json_object_object_add(o, "passes", u64(s->passes));
+	json_object_object_add(o, "pass_pages_last", u64(s->pass_pages_last));
+	json_object_object_add(o, "pass_ms_last", u64(s->pass_ms_last));
+	json_object_object_add(o, "switchover", json_object_new_boolean(s->switchover));
+	return o;
+}
+
+static struct json_object *metrics_conn(const struct px_conn_info *c)
+{
+	struct json_object *o = json_object_new_object();
+
+	json_object_object_add(o, "port", u64(c->port));
+	json_object_object_add(o, "seq", u64(c->seq));
+	json_object_object_add(o, "state", json_object_new_string(c->state));
+	json_object_object_add(o, "tls", json_object_new_string(c->tls ? c->tls : "off"));
+	if (c->tls) {
+		json_object_object_add(o, "cipher", json_object_new_string(c->cipher));
+		json_object_object_add(o, "crypto", json_object_new_string(c->crypto));
+		json_object_object_add(o, "resumed", json_object_new_boolean(c->resumed));
+	}
+	json_object_object_add(o, "bytes_tx", u64(c->bytes_tx));
+	json_object_object_add(o, "bytes_rx", u64(c->bytes_rx));
+	json_object_object_add(o, "rates", rates_object(&c->rate));
+	json_object_object_add(o, "shaped_ms", u64(c->shaped_ms));
+	json_object_object_add(o, "pacing", u64(c->pacing));
+	json_object_object_add(o, "inspect", c->inspected ? insp_stats_object(&c->insp) : NULL);
+	return o;
+}
+
+struct metrics_walk {
+	struct json_object *migs;
+	uint64_t now_ms;
+	double now_unix; /* CLOCK_REALTIME at now_ms */
+};
+
+static void add_metrics_migration(const struct px_migration_info *mi, void *arg)
+{
+	struct metrics_walk *w = arg;
+	struct json_object *o = json_object_new_object(), *c = json_object_new_object(),
+			   *ports = json_object_new_array(), *conns = json_object_new_array();
+	double age = w->now_ms > mi->started_ms ? (w->now_ms - mi->started_ms) / 1000.0 : 0;
+
+	json_object_object_add(o, "key", json_object_new_string(mi->key));
+	json_object_object_add(o, "role", json_object_new_string(role_str(mi->role)));
+	json_object_object_add(o, "state", json_object_new_string(mi->state));
+	if (mi->error)
+		json_object_object_add(o, "error", json_object_new_string(mi->error));
+	if (mi->peer)
+		json_object_object_add(o, "peer", json_object_new_string(mi->peer));
+	json_object_object_add(o, "started_unix", json_object_new_double(w->now_unix - age));
+	json_object_object_add(o, "duration_s", json_object_new_double(age));
+	json_object_object_add(o, "bytes_tx", u64(mi->bytes_tx));
+	json_object_object_add(o, "bytes_rx", u64(mi->bytes_rx));
+	json_object_object_add(o, "rates", rates_object(&mi->rate));
+	json_object_object_add(c, "active", json_object_new_int(mi->conns_active));
+	json_object_object_add(c, "total", json_object_new_int(mi->conns_total));
+	json_object_object_add(c, "failed", json_object_new_int(mi->conns_failed));
+	json_object_object_add(c, "reordered", json_object_new_int(mi->conns_reordered));
+	json_object_object_add(o, "conns", c);
+	json_object_object_add(o, "cap", u64(mi->cap));
+	json_object_object_add(o, "limit", u64(mi->limit));
+	json_object_object_add(o, "cap_lifted", json_object_new_boolean(mi->cap_lifted));
+	json_object_object_add(o, "shaped_ms", u64(mi->shaped_ms));
+	json_object_object_add(o, "mode", json_object_new_string(mi->mode ? mi->mode : "plain"));
+	json_object_object_add(o, "inspect", mi->inspected ? insp_summary_object(&mi->insp) : NULL);
+	for (unsigned int i = 0; i < mi->nports; i++) {
+		const struct px_port_info *pi = &mi->ports[i];
+		struct json_object *p = json_object_new_object(), *pc = json_object_new_object();
+
+		json_object_object_add(p, "id", u64(pi->id));
+		json_object_object_add(p, "socket", json_object_new_string(pi->path));
+		json_object_object_add(p, "bytes_tx", u64(pi->bytes_tx));
+		json_object_object_add(p, "bytes_rx", u64(pi->bytes_rx));
+		json_object_object_add(p, "rates", rates_object(&pi->rate));
+		json_object_object_add(pc, "active", json_object_new_int(pi->conns_active));
+		json_object_object_add(pc, "total", json_object_new_int(pi->conns_total));
+		json_object_object_add(p, "conns", pc);
+		json_object_array_add(ports, p);
+	}
+	json_object_object_add(o, "ports", ports);
+	for (unsigned int i = 0; i < mi->nconns; i++)
+		json_object_array_add(conns, metrics_conn(&mi->conns[i]));
+	json_object_object_add(o, "connections", conns);
+	json_object_array_add(w->migs, o);
+}
+
+/* {"ok":true,"node":{...},"migrations":[...]}: everything px_node_info() and the walk give. */
+static struct json_object *metrics_reply(struct px_node *n)
+{
+	struct metrics_walk w = { .migs = json_object_new_array(), .now_ms = vm_now_ms() };
+	struct json_object *o = ok_reply(), *node = json_object_new_object();
+	struct px_node_info ni;
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	w.now_unix = ts.tv_sec + ts.tv_nsec / 1e9;
+	px_node_info(n, &ni);
+	json_object_object_add(node, "bandwidth", u64(ni.bandwidth));
+	json_object_object_add(node, "shaper", json_object_new_string(px_shaper_str(ni.shaper)));
+	json_object_object_add(node, "inspect", json_object_new_boolean(ni.inspect));
+	json_object_object_add(node, "bytes_tx", u64(ni.bytes_tx));
+	json_object_object_add(node, "bytes_rx", u64(ni.bytes_rx));
+	json_object_object_add(node, "rates", rates_object(&ni.rate));
+	json_object_object_add(node, "migrations", json_object_new_int(ni.migrations));
+	json_object_object_add(node, "conns_active", json_object_new_int(ni.conns_active));
+	json_object_object_add(node, "conns_total", u64(ni.conns_total));
+	json_object_object_add(node, "time_unix", json_object_new_double(w.now_unix));
+	json_object_object_add(o, "node", node);
+	px_node_foreach(n, add_metrics_migration, &w);
+	json_object_object_add(o, "migrations", w.migs);
+	return o;
 }
 
 char *ctl_execute(struct px_node *n, const struct ctl_daemon_info *d, const struct ctl_request *req)
@@ -332,15 +553,16 @@ char *ctl_execute(struct px_node *n, const struct ctl_daemon_info *d, const stru
 
 	switch (req->op) {
 	case CTL_TARGET_START:
-		r = px_target_start(n, req->key, req->nports, req->ports, &t, err, sizeof(err));
+		r = px_target_start(n, req->key, req->nports, req->ports, req->bandwidth, &t, err,
+				    sizeof(err));
 		if (r < 0)
 			break;
 		o = ok_reply();
 		json_object_object_add(o, "target", px_target_to_json(&t));
 		return reply_text(o);
 	case CTL_SOURCE_START:
-		r = px_source_start(n, &req->target, req->dir, req->delay_first_ms, socks, err,
-				    sizeof(err));
+		r = px_source_start(n, &req->target, req->dir, req->delay_first_ms, req->bandwidth,
+				    socks, err, sizeof(err));
 		if (r < 0)
 			break;
 		o = ok_reply();
@@ -366,6 +588,16 @@ char *ctl_execute(struct px_node *n, const struct ctl_daemon_info *d, const stru
 		o = ok_reply();
 		json_object_object_add(o, "status", status_object(n, d));
 		return reply_text(o);
+	case CTL_BANDWIDTH:
+		r = px_migration_set_cap(n, req->key, req->bandwidth, err, sizeof(err));
+		if (r < 0)
+			break;
+		return reply_text(ok_reply());
+	case CTL_NODE_BANDWIDTH:
+		px_node_set_bandwidth(n, req->bandwidth);
+		return reply_text(ok_reply());
+	case CTL_METRICS:
+		return reply_text(metrics_reply(n));
 	}
 	return ctl_error_reply(err);
 }

@@ -20,6 +20,9 @@ enum ctl_op {
 	CTL_SOURCE_STOP,
 	CTL_LIST,
 	CTL_STATUS,
+	CTL_BANDWIDTH,
+	CTL_NODE_BANDWIDTH,
+	CTL_METRICS,
 };
 
 struct ctl_request {
@@ -30,6 +33,8 @@ struct ctl_request {
 	struct px_target_info target; /* source-start */
 	char dir[CTL_DIR_MAX];
 	unsigned int delay_first_ms;
+	/* bytes/s, 0: none. target-start, source-start (optional), bandwidth, node-bandwidth */
+	uint64_t bandwidth;
 };
 
 struct xp_tls;
@@ -39,6 +44,7 @@ struct ctl_daemon_info {
 	uint64_t started_ms;
 	struct xp_tls *tls; /* NULL: --no-tls */
 	const char *control_path;
+	const char *metrics; /* the HTTP endpoint's ADDR:PORT, NULL without --metrics */
 };
 
 /* 0, or -EINVAL with one line for the operator in err. *req is filled only on success. */

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 /* vmigctl(8): a thin client of vmigd's control socket. It builds one JSON request, prints the
- * reply in the form the command promises, and turns errors into one line on stderr. */
+ * reply in the form the command promises, and turns errors into one line on stderr; `top` repeats
+ * the metrics request to draw a live view. */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <json-c/json.h>
@@ -10,8 +12,10 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "units.h"
 #include "vmigd-config.h"
 
 #define REPLY_MAX (4 << 20)
@@ -33,11 +37,19 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: vmigctl [-c PATH] target start KEY --socket PORTID=UNIXPATH [--socket "
 		"...]\n"
+		"                         [--bandwidth RATE]\n"
 		"       vmigctl [-c PATH] target stop KEY\n"
-		"       vmigctl [-c PATH] source start KEY --target JSON --dir BASEDIR\n"
+		"       vmigctl [-c PATH] source start KEY --target JSON --dir BASEDIR "
+		"[--bandwidth RATE]\n"
 		"       vmigctl [-c PATH] source stop KEY\n"
+		"       vmigctl [-c PATH] bandwidth KEY RATE\n"
+		"       vmigctl [-c PATH] node-bandwidth RATE\n"
 		"       vmigctl [-c PATH] list\n"
 		"       vmigctl [-c PATH] status [--json]\n"
+		"       vmigctl [-c PATH] metrics [--json]\n"
+		"       vmigctl [-c PATH] top [--interval SECONDS] [--count N]\n"
+		"RATE: bytes/s with K, M, G, T (powers of 1000) or Ki, Mi, Gi, Ti (of 1024), bits\n"
+		"with a unit ending in bit or bps (1Gbit), or none.\n"
 		"The control socket defaults to $VMIGD_CONTROL or %s. See vmigctl(8).\n",
 		VMIGD_DEFAULT_CONTROL);
 }
@@ -104,6 +116,7 @@ static struct json_object *call(struct json_object *req)
 	buf[len] = '\0';
 	reply = json_tokener_parse(buf);
 	free(buf);
+	json_object_put(reply_obj); /* top calls again and again */
 	reply_obj = reply;
 	if (!reply || !json_object_object_get_ex(reply, "ok", &ok))
 		die(EXIT_FAIL, "vmigd sent no valid reply");
@@ -120,11 +133,41 @@ static struct json_object *request(const char *op, const char *key)
 {
 	struct json_object *o = json_object_new_object();
 
+	json_object_put(request_obj);
 	request_obj = o;
 	json_object_object_add(o, "op", json_object_new_string(op));
 	if (key)
 		json_object_object_add(o, "key", json_object_new_string(key));
 	return o;
+}
+
+/* RATE as vmigd takes it: an integer of bytes/s, from what the operator wrote. */
+static uint64_t rate_arg(const char *what, const char *s)
+{
+	uint64_t v;
+
+	if (vm_parse_rate(s, &v) < 0)
+		die(EXIT_FAIL,
+		    "%s: expected a rate such as 1Gbit, 500MB, 64Mi or none (vmigctl(8): RATE "
+		    "UNITS), got \"%s\"",
+		    what, s);
+	return v;
+}
+
+/* --bandwidth RATE or --bandwidth=RATE at argv[*i]: true when it was one (and adds it). */
+static bool bandwidth_opt(struct json_object *req, int argc, char **argv, int *i)
+{
+	const char *v = NULL;
+
+	if (strcmp(argv[*i], "--bandwidth") == 0 && *i + 1 < argc)
+		v = argv[++*i];
+	else if (strncmp(argv[*i], "--bandwidth=", 12) == 0)
+		v = argv[*i] + 12;
+	else
+		return false;
+	json_object_object_add(req, "bandwidth",
+			       json_object_new_uint64(rate_arg("--bandwidth", v)));
+	return true;
 }
 
 static void target_start(const char *key, int argc, char **argv)
@@ -136,6 +179,8 @@ static void target_start(const char *key, int argc, char **argv)
 		const char *spec = NULL;
 		char copy[4096], *eq;
 
+		if (bandwidth_opt(req, argc, argv, &i))
+			continue;
 		if (strcmp(argv[i], "--socket") == 0 && i + 1 < argc)
 			spec = argv[++i];
 		else if (strncmp(argv[i], "--socket=", 9) == 0)
@@ -173,7 +218,7 @@ static void source_start(const char *key, int argc, char **argv)
 			dir = argv[++i];
 		else if (strcmp(argv[i], "--test-delay-first") == 0 && i + 1 < argc)
 			delay = strtol(argv[++i], NULL, 10);
-		else
+		else if (!bandwidth_opt(req, argc, argv, &i))
 			die(EXIT_FAIL, "source start: unexpected argument \"%s\"", argv[i]);
 	}
 	if (!target || !dir)
@@ -197,7 +242,8 @@ static const char *str_field(struct json_object *o, const char *name)
 {
 	struct json_object *v;
 
-	return json_object_object_get_ex(o, name, &v) ? json_object_get_string(v) : "-";
+	/* "-" for a field left out or null, so that printf never sees NULL. */
+	return o && json_object_object_get_ex(o, name, &v) && v ? json_object_get_string(v) : "-";
 }
 
 static void list(void)
@@ -228,7 +274,22 @@ static bool bool_field(struct json_object *o, const char *name)
 {
 	struct json_object *v;
 
-	return json_object_object_get_ex(o, name, &v) && json_object_get_boolean(v);
+	return o && json_object_object_get_ex(o, name, &v) && json_object_get_boolean(v);
+}
+
+/* 0 when missing: the figures are counters, rates and caps, where 0 reads as none. */
+static uint64_t u64_field(struct json_object *o, const char *name)
+{
+	struct json_object *v;
+
+	return o && json_object_object_get_ex(o, name, &v) ? json_object_get_uint64(v) : 0;
+}
+
+static double double_field(struct json_object *o, const char *name)
+{
+	struct json_object *v;
+
+	return o && json_object_object_get_ex(o, name, &v) ? json_object_get_double(v) : 0;
 }
 
 static void print_tls(struct json_object *s)
@@ -276,6 +337,7 @@ static void print_connections(struct json_object *s)
 static void status(int argc, char **argv)
 {
 	struct json_object *reply = call(request("status", NULL)), *s;
+	char rate[32];
 	static const char *const fields[] = {
 		"version",   "pid",	"control", "listen",	 "advertise",	      "tls",
 		"data_path", "threads", "uptime",  "migrations", "connections_active"
@@ -295,7 +357,260 @@ static void status(int argc, char **argv)
 		else
 			printf("%s: %s\n", fields[i], str_field(s, fields[i]));
 	}
+	printf("bandwidth: %s\n", vm_format_rate(u64_field(s, "bandwidth"), rate, sizeof(rate)));
+	printf("shaper: %s\n", str_field(s, "shaper"));
+	printf("inspect: %s\n", bool_field(s, "inspect") ? "on" : "off");
+	if (json_object_object_get_ex(s, "metrics", NULL))
+		printf("metrics: http://%s/metrics\n", str_field(s, "metrics"));
 	print_connections(s);
+}
+
+static void set_bandwidth(const char *key, const char *rate)
+{
+	struct json_object *req = request(key ? "bandwidth" : "node-bandwidth", key);
+
+	json_object_object_add(req, "bandwidth", json_object_new_uint64(rate_arg("RATE", rate)));
+	call(req);
+}
+
+static struct json_object *obj_field(struct json_object *o, const char *name)
+{
+	struct json_object *v;
+
+	if (!o || !json_object_object_get_ex(o, name, &v) ||
+	    !json_object_is_type(v, json_type_object))
+		return NULL;
+	return v;
+}
+
+/* A measured rate: "0 B/s" when idle (vm_format_rate's 0 is a cap's "unlimited"). */
+static char *speed(uint64_t v, char *buf, size_t len)
+{
+	if (v == 0) {
+		snprintf(buf, len, "0 B/s");
+		return buf;
+	}
+	return vm_format_rate(v, buf, len);
+}
+
+static void print_rates(const char *indent, struct json_object *r)
+{
+	char a[32], b[32], c[32], d[32];
+
+	printf("%srate: tx %s (1s) %s (10s), rx %s (1s) %s (10s)\n", indent,
+	       speed(u64_field(r, "tx_1s"), a, sizeof(a)),
+	       speed(u64_field(r, "tx_10s"), b, sizeof(b)),
+	       speed(u64_field(r, "rx_1s"), c, sizeof(c)),
+	       speed(u64_field(r, "rx_10s"), d, sizeof(d)));
+}
+
+static void print_inspect(struct json_object *in)
+{
+	struct json_object *ch = obj_field(in, "channels");
+	char a[32];
+
+	if (!in) {
+		printf("  inspect: off\n");
+		return;
+	}
+	printf("  inspect: stream v%" PRIu64 ", machine %s, channels %" PRIu64 " main + %" PRIu64
+	       " multifd",
+	       u64_field(in, "stream_version"),
+	       *str_field(in, "machine") ? str_field(in, "machine") : "-", u64_field(ch, "main"),
+	       u64_field(ch, "multifd"));
+	if (u64_field(ch, "other"))
+		printf(" + %" PRIu64 " other", u64_field(ch, "other"));
+	printf("\n  pages: %" PRIu64 " (zero %" PRIu64 "), sync points %" PRIu64 ", pass %" PRIu64,
+	       u64_field(in, "pages"), u64_field(in, "zero_pages"), u64_field(in, "syncs"),
+	       u64_field(in, "passes"));
+	if (bool_field(in, "dirty_known"))
+		printf(", dirty %s (%" PRIu64 " pages/pass)",
+		       speed(u64_field(in, "dirty_rate"), a, sizeof(a)),
+		       u64_field(in, "dirty_pages_per_pass"));
+	else
+		printf(", dirty -");
+	if (bool_field(in, "switchover"))
+		printf(", switchover");
+	printf("\n");
+	if (u64_field(in, "bytes_only"))
+		printf("  bytes only on %" PRIu64 " channel(s): %s\n", u64_field(in, "bytes_only"),
+		       str_field(in, "reason"));
+}
+
+static void print_migration(struct json_object *m)
+{
+	struct json_object *ports, *c = obj_field(m, "conns");
+	char a[32], b[32], tx[32], rx[32];
+
+	printf("%s %s %s, mode %s, running %.1f s", str_field(m, "key"), str_field(m, "role"),
+	       str_field(m, "state"), str_field(m, "mode"), double_field(m, "duration_s"));
+	if (json_object_object_get_ex(m, "peer", NULL))
+		printf(", peer %s", str_field(m, "peer"));
+	printf("\n");
+	if (json_object_object_get_ex(m, "error", NULL))
+		printf("  error: %s\n", str_field(m, "error"));
+	printf("  sent %s, received %s\n", vm_format_bytes(u64_field(m, "bytes_tx"), a, sizeof(a)),
+	       vm_format_bytes(u64_field(m, "bytes_rx"), b, sizeof(b)));
+	print_rates("  ", obj_field(m, "rates"));
+	printf("  cap %s, limit %s%s, shaped %.1f s\n",
+	       vm_format_rate(u64_field(m, "cap"), a, sizeof(a)),
+	       vm_format_rate(u64_field(m, "limit"), b, sizeof(b)),
+	       bool_field(m, "cap_lifted") ? " (lifted at switchover)" : "",
+	       u64_field(m, "shaped_ms") / 1000.0);
+	printf("  connections: %" PRIu64 " active, %" PRIu64 " total, %" PRIu64 " failed\n",
+	       u64_field(c, "active"), u64_field(c, "total"), u64_field(c, "failed"));
+	print_inspect(obj_field(m, "inspect"));
+	if (!json_object_object_get_ex(m, "ports", &ports))
+		return;
+	for (size_t i = 0; i < json_object_array_length(ports); i++) {
+		struct json_object *p = json_object_array_get_idx(ports, i), *r;
+
+		r = obj_field(p, "rates");
+		printf("  port %s: sent %s, received %s, tx %s, rx %s (1s), %" PRIu64
+		       " connections active\n",
+		       str_field(p, "id"), vm_format_bytes(u64_field(p, "bytes_tx"), a, sizeof(a)),
+		       vm_format_bytes(u64_field(p, "bytes_rx"), b, sizeof(b)),
+		       speed(u64_field(r, "tx_1s"), tx, sizeof(tx)),
+		       speed(u64_field(r, "rx_1s"), rx, sizeof(rx)),
+		       u64_field(obj_field(p, "conns"), "active"));
+	}
+}
+
+static void metrics(int argc, char **argv)
+{
+	struct json_object *reply, *node, *migs;
+	bool json = argc == 1 && strcmp(argv[0], "--json") == 0;
+	char a[32], b[32];
+
+	if (argc > 0 && !json)
+		die(EXIT_FAIL, "metrics: unexpected argument \"%s\"", argv[0]);
+	reply = call(request("metrics", NULL));
+	if (json) {
+		printf("%s\n", json_object_to_json_string_ext(
+				       reply, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED));
+		return;
+	}
+	node = obj_field(reply, "node");
+	if (!node || !json_object_object_get_ex(reply, "migrations", &migs))
+		die(EXIT_FAIL, "vmigd sent no metrics");
+	printf("node: cap %s, shaper %s, inspect %s\n",
+	       vm_format_rate(u64_field(node, "bandwidth"), a, sizeof(a)),
+	       str_field(node, "shaper"), bool_field(node, "inspect") ? "on" : "off");
+	printf("  sent %s, received %s\n",
+	       vm_format_bytes(u64_field(node, "bytes_tx"), a, sizeof(a)),
+	       vm_format_bytes(u64_field(node, "bytes_rx"), b, sizeof(b)));
+	print_rates("  ", obj_field(node, "rates"));
+	printf("  migrations: %" PRIu64 ", connections %" PRIu64 " active, %" PRIu64 " total\n",
+	       u64_field(node, "migrations"), u64_field(node, "conns_active"),
+	       u64_field(node, "conns_total"));
+	for (size_t i = 0; i < json_object_array_length(migs); i++) {
+		printf("\n");
+		print_migration(json_object_array_get_idx(migs, i));
+	}
+}
+
+#define BAR_WIDTH 20
+
+/*
+ * There is no total to measure progress against yet, so the bar shows activity: the rate against
+ * the migration's limit, or without one, its share of the node's rate in the same direction.
+ */
+static void bar(char *buf, uint64_t rate, uint64_t limit, uint64_t node_rate)
+{
+	uint64_t ref = limit ? limit : node_rate;
+	unsigned int fill = ref ? (rate >= ref ? BAR_WIDTH : rate * BAR_WIDTH / ref) : 0;
+
+	if (rate && !fill)
+		fill = 1; /* moving, however little */
+	buf[0] = '[';
+	for (unsigned int i = 0; i < BAR_WIDTH; i++)
+		buf[1 + i] = i < fill ? '#' : '.';
+	buf[BAR_WIDTH + 1] = ']';
+	buf[BAR_WIDTH + 2] = '\0';
+}
+
+static void top_frame(struct json_object *reply, double interval)
+{
+	struct json_object *node = obj_field(reply, "node"), *migs, *nr = obj_field(node, "rates");
+	char a[32], b[32], c[32];
+
+	if (!node || !json_object_object_get_ex(reply, "migrations", &migs))
+		die(EXIT_FAIL, "vmigd sent no metrics");
+	printf("vmigd: node cap %s, tx %s, rx %s, %" PRIu64 " migrations, %" PRIu64
+	       " connections (every %g s)\n",
+	       vm_format_rate(u64_field(node, "bandwidth"), a, sizeof(a)),
+	       speed(u64_field(nr, "tx_1s"), b, sizeof(b)),
+	       speed(u64_field(nr, "rx_1s"), c, sizeof(c)), u64_field(node, "migrations"),
+	       u64_field(node, "conns_active"), interval);
+	printf("%-20s %-6s %-22s %-11s %-12s %-25s %-12s %4s %s\n", "KEY", "ROLE", "ACTIVITY",
+	       "BYTES", "RATE", "CAP / LIMIT", "DIRTY", "PASS", "ETA");
+	for (size_t i = 0; i < json_object_array_length(migs); i++) {
+		struct json_object *m = json_object_array_get_idx(migs, i), *in;
+		struct json_object *r = obj_field(m, "rates");
+		bool src = strcmp(str_field(m, "role"), "source") == 0;
+		uint64_t rate = u64_field(r, src ? "tx_1s" : "rx_1s");
+		char bars[BAR_WIDTH + 3], caps[64], dirty[32] = "-", pass[24] = "-";
+
+		bar(bars, rate, u64_field(m, "limit"), u64_field(nr, src ? "tx_1s" : "rx_1s"));
+		snprintf(caps, sizeof(caps), "%s / %s",
+			 vm_format_rate(u64_field(m, "cap"), a, sizeof(a)),
+			 vm_format_rate(u64_field(m, "limit"), b, sizeof(b)));
+		in = obj_field(m, "inspect");
+		if (in && bool_field(in, "dirty_known"))
+			speed(u64_field(in, "dirty_rate"), dirty, sizeof(dirty));
+		if (in && u64_field(in, "passes"))
+			snprintf(pass, sizeof(pass), "%" PRIu64, u64_field(in, "passes"));
+		printf("%-20.20s %-6s %s %-11s %-12s %-25s %-12s %4s %s\n", str_field(m, "key"),
+		       str_field(m, "role"), bars,
+		       vm_format_bytes(u64_field(m, src ? "bytes_tx" : "bytes_rx"), a, sizeof(a)),
+		       speed(rate, b, sizeof(b)), caps, dirty, pass,
+		       strcmp(str_field(m, "state"), "failed") == 0 ? "failed" : "-");
+	}
+	fflush(stdout);
+}
+
+static void top(int argc, char **argv)
+{
+	bool tty = isatty(STDOUT_FILENO);
+	double interval = 1;
+	unsigned long count = 0; /* 0: until interrupted */
+	char *end;
+
+	for (int i = 0; i < argc; i++) {
+		if (strcmp(argv[i], "--interval") == 0 && i + 1 < argc) {
+			interval = strtod(argv[++i], &end);
+			if (*end || !(interval >= 0.1 && interval <= 3600))
+				die(EXIT_FAIL,
+				    "--interval: expected seconds from 0.1 to 3600, got "
+				    "\"%s\"",
+				    argv[i]);
+		} else if (strcmp(argv[i], "--count") == 0 && i + 1 < argc) {
+			count = strtoul(argv[++i], &end, 10);
+			if (*end || argv[i][0] == '-' || count < 1)
+				die(EXIT_FAIL,
+				    "--count: expected a number of frames from 1, got "
+				    "\"%s\"",
+				    argv[i]);
+		} else {
+			die(EXIT_FAIL, "top: unexpected argument \"%s\"", argv[i]);
+		}
+	}
+	for (unsigned long n = 0; count == 0 || n < count; n++) {
+		struct timespec ts = { (time_t)interval,
+				       (long)((interval - (time_t)interval) * 1e9) };
+		struct json_object *reply;
+
+		if (n > 0)
+			while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+				;
+		reply = call(request("metrics", NULL));
+		/* On a terminal each frame replaces the last; piped, frames follow each other. */
+		if (tty)
+			printf("\033[H\033[2J");
+		else if (n > 0)
+			printf("\n");
+		top_frame(reply, interval);
+	}
 }
 
 int main(int argc, char **argv)
@@ -337,6 +652,18 @@ int main(int argc, char **argv)
 		return 0;
 	} else if (argc >= 1 && strcmp(argv[0], "status") == 0) {
 		status(argc - 1, argv + 1);
+		return 0;
+	} else if (argc == 3 && strcmp(argv[0], "bandwidth") == 0) {
+		set_bandwidth(argv[1], argv[2]);
+		return 0;
+	} else if (argc == 2 && strcmp(argv[0], "node-bandwidth") == 0) {
+		set_bandwidth(NULL, argv[1]);
+		return 0;
+	} else if (argc >= 1 && strcmp(argv[0], "metrics") == 0) {
+		metrics(argc - 1, argv + 1);
+		return 0;
+	} else if (argc >= 1 && strcmp(argv[0], "top") == 0) {
+		top(argc - 1, argv + 1);
 		return 0;
 	}
 	usage(stderr);

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /* vmigd(8): the per-node migration transport daemon. Parses options (command line and
  * --config), loads TLS, starts the node (listener, data-path workers) and the control socket, and
- * runs the control loop until SIGTERM/SIGINT, when it drains and exits 0. SIGHUP reloads TLS. */
+ * the metrics endpoint, and runs the control loop until SIGTERM/SIGINT, when it drains and exits 0.
+ * SIGHUP reloads TLS. */
 #include <errno.h>
 #include <getopt.h>
 #include <pthread.h>
@@ -13,9 +14,11 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include "ctl_metrics.h"
 #include "ctl_server.h"
 #include "log.h"
 #include "px_node.h"
+#include "units.h"
 #include "util.h"
 #include "vmigd-config.h"
 #include "xp_fwatch.h"
@@ -42,6 +45,11 @@ struct options {
 	unsigned long pipe_size;
 	unsigned long slots;
 	bool copy_path;
+	uint64_t node_bandwidth;
+	enum px_shaper shaper;
+	bool no_inspect;
+	bool keep_cap_at_switchover;
+	const char *metrics;
 	enum vm_log_level log_level;
 	bool check_only;
 };
@@ -52,6 +60,7 @@ struct daemon {
 	struct xp_fwatch *tls_watch;
 	struct px_node *node;
 	struct ctl_server *ctl;
+	struct ctl_metrics_server *metrics;
 	struct ctl_daemon_info info;
 	unsigned int drain_timeout_s;
 	bool draining;
@@ -74,6 +83,11 @@ static const struct option long_opts[] = {
 	{ "preamble-timeout", required_argument, NULL, 1010 },
 	{ "max-unauthenticated", required_argument, NULL, 1011 },
 	{ "max-migration-conns", required_argument, NULL, 1012 },
+	{ "node-bandwidth", required_argument, NULL, 1013 },
+	{ "shaper", required_argument, NULL, 1014 },
+	{ "no-inspect", no_argument, NULL, 1015 },
+	{ "keep-cap-at-switchover", no_argument, NULL, 1016 },
+	{ "metrics", required_argument, NULL, 1017 },
 	{ "threads", required_argument, NULL, 't' },
 	{ "order-timeout", required_argument, NULL, 'O' },
 	{ "connect-timeout", required_argument, NULL, 'C' },
@@ -100,6 +114,8 @@ static void usage(FILE *f)
 		"             [--threads N] [--order-timeout MS] [--connect-timeout MS]\n"
 		"             [--drain-timeout S] [--pipe-size BYTES] [--max-connections N]\n"
 		"             [--data-path splice|copy]\n"
+		"             [--node-bandwidth RATE] [--shaper bucket|pacing] [--no-inspect]\n"
+		"             [--keep-cap-at-switchover] [--metrics ADDR:PORT]\n"
 		"             [--log-level error|warning|info|debug] [--config FILE] [-n]\n"
 		"Carries QEMU live-migration connections between nodes. See vmigd(8).\n");
 }
@@ -273,6 +289,34 @@ static int parse_options(int argc, char **argv, struct options *o)
 			}
 			o->copy_path = strcmp(optarg, "copy") == 0;
 			break;
+		case 1013:
+			if (vm_parse_rate(optarg, &o->node_bandwidth) < 0) {
+				fprintf(stderr,
+					"vmigd: --node-bandwidth: expected a rate such as 1Gbit, "
+					"500MB, 64Mi or none (vmigd(8): RATE UNITS), got \"%s\"\n",
+					optarg);
+				return -EINVAL;
+			}
+			break;
+		case 1014:
+			if (strcmp(optarg, "bucket") == 0) {
+				o->shaper = PX_SHAPE_BUCKET;
+			} else if (strcmp(optarg, "pacing") == 0) {
+				o->shaper = PX_SHAPE_PACING;
+			} else {
+				fprintf(stderr, "vmigd: --shaper: use bucket or pacing\n");
+				return -EINVAL;
+			}
+			break;
+		case 1015:
+			o->no_inspect = true;
+			break;
+		case 1016:
+			o->keep_cap_at_switchover = true;
+			break;
+		case 1017:
+			o->metrics = optarg;
+			break;
 		case 'L':
 			if (vm_log_level_parse(optarg, &o->log_level) < 0) {
 				fprintf(stderr,
@@ -383,8 +427,11 @@ int main(int argc, char **argv)
 		.preamble_timeout_ms = 5000,
 		.max_unauth = 64,
 		.max_migration_conns = 64,
+		.shaper = PX_SHAPE_BUCKET,
 	};
 	struct px_config pc = { 0 };
+	struct xp_addr metrics_addr;
+	char rate[32];
 	struct daemon d = { 0 };
 	char *args[MAX_CONFIG_ARGS + 256];
 	struct xp_watch *sigw = NULL;
@@ -456,6 +503,13 @@ int main(int argc, char **argv)
 		}
 		strcpy(pc.advertise, o.advertise);
 	}
+	if (o.metrics && xp_addr_parse(o.metrics, 1, &metrics_addr) < 0) {
+		fprintf(stderr,
+			"vmigd: --metrics: expected ADDR:PORT (numeric; IPv6 as [ADDR]:PORT), got "
+			"\"%s\"\n",
+			o.metrics);
+		return 1;
+	}
 	if (xp_unix_path_ok(o.control) < 0) {
 		fprintf(stderr, "vmigd: --control: path too long or empty: \"%s\"\n", o.control);
 		return 1;
@@ -476,6 +530,10 @@ int main(int argc, char **argv)
 	pc.preamble_timeout_ms = o.preamble_timeout_ms;
 	pc.max_unauth = o.max_unauth;
 	pc.max_migration_conns = o.max_migration_conns;
+	pc.node_bandwidth = o.node_bandwidth;
+	pc.shaper = o.shaper;
+	pc.inspect = !o.no_inspect;
+	pc.keep_cap_at_switchover = o.keep_cap_at_switchover;
 	d.drain_timeout_s = o.drain_timeout_s;
 	d.info.started_ms = vm_now_ms();
 	d.info.tls = d.tls;
@@ -506,6 +564,18 @@ int main(int argc, char **argv)
 	if (r < 0) {
 		log_err("cannot create control socket %s: %s", o.control, strerror(-r));
 		goto out;
+	}
+	if (o.metrics) {
+		char err[300];
+
+		r = ctl_metrics_server_new(d.loop, d.node, &metrics_addr, &d.metrics, err,
+					   sizeof(err));
+		if (r < 0) {
+			log_err("metrics: %s", err);
+			goto out;
+		}
+		d.info.metrics = ctl_metrics_server_addr(d.metrics);
+		log_info("metrics: serving http://%s/metrics", d.info.metrics);
 	}
 	sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 	if (sfd < 0 || xp_watch_add(d.loop, sfd, EPOLLIN, on_signal, &d, &sigw) < 0) {
@@ -538,6 +608,9 @@ int main(int argc, char **argv)
 	log_info("vmigd %s started: listen=%s advertise=%s control=%s threads=%u data_path=%s",
 		 VMIGD_VERSION, px_node_listen_str(d.node), px_node_advertise(d.node), o.control,
 		 px_node_threads(d.node), px_node_data_path(d.node));
+	log_info("bandwidth: node cap %s, shaper %s, inspection %s, caps %s at switchover",
+		 vm_format_rate(o.node_bandwidth, rate, sizeof(rate)), px_shaper_str(o.shaper),
+		 o.no_inspect ? "off" : "on", o.keep_cap_at_switchover ? "kept" : "lifted");
 	r = xp_loop_run(d.loop);
 	if (r < 0)
 		log_err("event loop: %s", strerror(-r));
@@ -547,6 +620,7 @@ out:
 	xp_watch_del(sigw);
 	if (sfd >= 0)
 		close(sfd);
+	ctl_metrics_server_free(d.metrics);
 	ctl_server_free(d.ctl);
 	xp_fwatch_free(d.tls_watch);
 	/* The node's links hold TLS sessions: free it first. */

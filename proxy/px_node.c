@@ -14,9 +14,14 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "px_inspect.h"
 #include "px_node.h"
 #include "px_order.h"
+#include "px_share.h"
+#include "rate.h"
+#include "units.h"
 #include "util.h"
+#include "xp_bucket.h"
 #include "xp_pool.h"
 #include "xp_tls.h"
 
@@ -30,6 +35,12 @@
  * listeners right then (KubeVirt's StopSourceListener closes only the listener).
  */
 #define STOP_GRACE_MS 5000
+/* Rate meters, node-cap shares and pacing are brought up to date this often. */
+#define TICK_MS 100
+/* A migration not held back by its cap may grow by this much before its next share. */
+#define SHARE_GROWTH_NUM 5
+#define SHARE_GROWTH_DEN 4
+#define SHARE_FLOOR	 (1024 * 1024)
 
 enum conn_state {
 	C_SRC_DELAY,	 /* held back on purpose (--test-delay-first) */
@@ -71,6 +82,9 @@ struct px_conn {
 	size_t len, off;
 	struct xp_link *link;
 	char peer[80];
+	struct px_insp *insp; /* the QEMU stream's direction, once linked (--no-inspect: NULL) */
+	struct vm_rate rate[2];
+	uint64_t pacing; /* SO_MAX_PACING_RATE last asked for */
 	struct px_conn *prev, *next;
 };
 
@@ -82,6 +96,9 @@ struct px_port {
 	struct xp_watch *w;
 	uint32_t next_seq;	/* source: next sequence number to hand out */
 	struct px_order *order; /* target */
+	uint64_t bytes[2];	/* of its ended connections */
+	unsigned int conns_total;
+	struct vm_rate rate[2];
 };
 
 struct px_migration {
@@ -101,6 +118,14 @@ struct px_migration {
 	bool failed, stopping;
 	unsigned int guard; /* >0 while a teardown walks the connections */
 	char error[200];
+	uint64_t cap;		   /* bytes/s; 0: none */
+	uint64_t limit;		   /* what the bucket (or pacing) holds it to now; 0: none */
+	bool cap_lifted;	   /* switchover seen: the cap no longer applies */
+	struct xp_bucket *bucket;  /* its direction to the peer, all connections */
+	uint64_t held_seen;	   /* xp_bucket_held() at the last tick */
+	uint64_t shaped_ns_done;   /* of ended connections */
+	struct px_insp_summary insp_done; /* counters of ended connections */
+	struct vm_rate rate[2];
 	struct xp_timer *order_timer;
 	struct xp_timer *stop_timer;
 	struct px_migration *next;
@@ -123,6 +148,11 @@ struct px_node {
 	unsigned int unauth_refused; /* since the last log line about them */
 	uint64_t unauth_logged_ms;
 	bool draining;
+	struct xp_bucket *bucket; /* the node cap (rate 0: none) */
+	struct xp_timer *tick;
+	uint64_t bytes_done[2];	  /* of ended connections */
+	uint64_t conns_total;
+	struct vm_rate rate[2];
 	struct xp_timer *drain_timer;
 	void (*drain_done)(void *arg);
 	void *drain_arg;
@@ -188,6 +218,7 @@ static void conn_free(struct px_conn *c)
 		if (c->lfd >= 0)
 			close(c->lfd);
 	}
+	px_insp_free(c->insp);
 	if (m) {
 		conn_list_del(&m->conns, c);
 		m->conns_active--;
@@ -287,6 +318,7 @@ static void set_nodelay(int fd)
 
 static int conn_link(struct px_conn *c)
 {
+	struct xp_link_opts o = { 0 };
 	int r;
 
 	xp_watch_del(c->w);
@@ -294,11 +326,29 @@ static int conn_link(struct px_conn *c)
 	c->w = NULL;
 	c->t = NULL;
 	set_nodelay(c->rfd);
-	r = xp_pool_attach(c->n->pool, c->lfd, c->rfd, c->tls, c, &c->link);
-	if (r < 0)
+	o.tls = c->tls;
+	o.cookie = c;
+	if (c->n->conf.shaper == PX_SHAPE_BUCKET) {
+		o.bucket[0] = c->m->bucket;
+		o.bucket[1] = c->n->bucket;
+	}
+	/* The QEMU stream: from the local socket on a source, from the node hop on a target. */
+	if (c->n->conf.inspect && px_insp_new(NULL, &c->insp) == 0) {
+		unsigned int d = c->m->role == PX_ROLE_SOURCE ? 0 : 1;
+
+		o.tap_ops[d] = &px_insp_tap_ops;
+		o.tap_ctx[d] = c->insp;
+	}
+	r = xp_pool_attach(c->n->pool, c->lfd, c->rfd, &o, &c->link);
+	if (r < 0) {
+		px_insp_free(c->insp);
+		c->insp = NULL;
 		return r;
+	}
 	c->st = C_LINKED;
 	c->m->conns_total++;
+	c->port->conns_total++;
+	c->n->conns_total++;
 	if (c->tls)
 		log_info("migration %s role=%s: port %u connection %u linked %s", c->m->key,
 			 role_str(c->m->role), c->port->id, c->seq, xp_tls_sess_describe(c->tls));
@@ -309,6 +359,52 @@ static int conn_link(struct px_conn *c)
 	return 0;
 }
 
+/*
+ * Adds one connection's inspector figures to a migration's. live: the connection is still carried,
+ * so its pass figures count towards the dirty-rate estimate; ended ones only add their counters.
+ */
+static void insp_fold(struct px_insp_summary *sum, const struct px_insp_stats *st, bool live)
+{
+	switch (st->kind) {
+	case PX_INSP_MAIN:
+		sum->main++;
+		sum->stream_version = st->stream_version;
+		if (st->machine[0])
+			snprintf(sum->machine, sizeof(sum->machine), "%s", st->machine);
+		break;
+	case PX_INSP_MULTIFD:
+		sum->multifd++;
+		break;
+	case PX_INSP_OTHER:
+		sum->other++;
+		break;
+	default:
+		break;
+	}
+	/* Parsing stops at switchover on purpose: device state has no framing to follow. */
+	if (st->bytes_only && !st->switchover) {
+		if (!sum->bytes_only++)
+			snprintf(sum->reason, sizeof(sum->reason), "%s", st->reason);
+	}
+	if (st->page_size)
+		sum->page_size = st->page_size;
+	sum->pages += st->pages;
+	sum->zero_pages += st->zero_pages;
+	sum->packets += st->packets;
+	sum->syncs += st->syncs;
+	if (st->passes > sum->passes)
+		sum->passes = st->passes;
+	sum->switchover |= st->switchover;
+	/* passes counts passes begun: from 3 on, the last completed one was a dirty-page pass. */
+	if (live && st->passes >= 3 && st->pass_ms_last > 0) {
+		uint64_t bytes = st->pass_pages_last * (st->page_size ? st->page_size : 4096);
+
+		sum->dirty_known = true;
+		sum->dirty_pages_per_pass += st->pass_pages_last;
+		sum->dirty_rate += bytes * 1000 / st->pass_ms_last;
+	}
+}
+
 static void pool_done(void *cookie, const struct xp_link_result *res, void *arg)
 {
 	struct px_conn *c = cookie;
@@ -316,6 +412,17 @@ static void pool_done(void *cookie, const struct xp_link_result *res, void *arg)
 
 	m->bytes[0] += res->bytes[0];
 	m->bytes[1] += res->bytes[1];
+	c->port->bytes[0] += res->bytes[0];
+	c->port->bytes[1] += res->bytes[1];
+	m->n->bytes_done[0] += res->bytes[0];
+	m->n->bytes_done[1] += res->bytes[1];
+	m->shaped_ns_done += res->shaped_ns;
+	if (c->insp) {
+		struct px_insp_stats st;
+
+		px_insp_read(c->insp, &st);
+		insp_fold(&m->insp_done, &st, false);
+	}
 	m->undelivered += res->undelivered;
 	if (res->end == XP_END_ERROR) {
 		m->conns_failed++;
@@ -1089,6 +1196,7 @@ static void migration_finish(struct px_migration *m)
 	}
 	xp_timer_del(m->order_timer);
 	xp_timer_del(m->stop_timer);
+	xp_bucket_free(m->bucket);
 	free(m);
 }
 
@@ -1124,6 +1232,244 @@ static void migration_stop(struct px_migration *m)
 	migration_maybe_finish(m);
 }
 
+/* ---- caps: buckets or pacing, node shares ---- */
+
+static const char *cap_note(uint64_t cap)
+{
+	static char buf[64];
+	char r[32];
+
+	if (!cap)
+		return "";
+	snprintf(buf, sizeof(buf), " cap=%s", vm_format_rate(cap, r, sizeof(r)));
+	return buf;
+}
+
+/* Pacing: the migration's limit split max-min fairly among its linked connections. */
+static void migration_pace(struct px_migration *m)
+{
+	struct px_share_in in[64];
+	uint64_t out[64];
+	struct px_conn *cs[64];
+	unsigned int k = 0;
+
+	for (struct px_conn *c = m->conns; c && k < ARRAY_SIZE(cs); c = c->next) {
+		uint64_t r;
+
+		if (c->st != C_LINKED)
+			continue;
+		r = vm_rate_get(&c->rate[0], 1000);
+		cs[k] = c;
+		in[k].cap = 0;
+		/* Held back: it sends at 90 % of its pace or more. */
+		in[k].demand = c->pacing && r * 10 >= c->pacing * 9
+				       ? UINT64_MAX
+				       : (r * SHARE_GROWTH_NUM / SHARE_GROWTH_DEN > SHARE_FLOOR
+						  ? r * SHARE_GROWTH_NUM / SHARE_GROWTH_DEN
+						  : SHARE_FLOOR);
+		k++;
+	}
+	if (m->limit && k)
+		px_share(m->limit, k, in, out);
+	for (unsigned int i = 0; i < k; i++) {
+		uint64_t pace = m->limit ? out[i] : 0;
+
+		if (pace != cs[i]->pacing) {
+			cs[i]->pacing = pace;
+			xp_link_set_pacing(cs[i]->link, pace);
+		}
+	}
+}
+
+static void migration_apply_limit(struct px_migration *m, uint64_t limit)
+{
+	m->limit = limit;
+	if (m->n->conf.shaper == PX_SHAPE_BUCKET) {
+		if (xp_bucket_rate(m->bucket) != limit)
+			xp_bucket_set_rate(m->bucket, limit);
+	} else {
+		migration_pace(m);
+	}
+}
+
+/*
+ * Every migration's limit: its own cap, or with a node cap its max-min fair share of it. A
+ * migration is taken to want more than it sends while its bucket held it back since the last
+ * tick (pacing: while it sends at 90 % of its limit); otherwise it gets what it sent plus room
+ * to grow.
+ */
+static void node_share(struct px_node *n)
+{
+	uint64_t total = n->conf.node_bandwidth;
+	struct px_share_in *in = NULL;
+	uint64_t *out = NULL;
+	unsigned int k = 0, i = 0;
+
+	for (int l = 0; l < 2; l++)
+		for (struct px_migration *m = l ? n->stopped : n->migrations; m; m = m->next)
+			k++;
+	if (total && k) {
+		in = calloc(k, sizeof(*in));
+		out = calloc(k, sizeof(*out));
+		if (!in || !out) {
+			/* Keep the limits of the last tick; the node bucket still holds the sum. */
+			free(in);
+			free(out);
+			return;
+		}
+	}
+	for (int l = 0; l < 2; l++) {
+		for (struct px_migration *m = l ? n->stopped : n->migrations; m; m = m->next) {
+			uint64_t held = xp_bucket_held(m->bucket), r = vm_rate_get(&m->rate[0], 1000);
+			bool wants_more = n->conf.shaper == PX_SHAPE_BUCKET
+						  ? held != m->held_seen
+						  : m->limit && r * 10 >= m->limit * 9;
+
+			m->held_seen = held;
+			if (!total)
+				continue;
+			in[i].cap = m->cap_lifted ? 0 : m->cap;
+			in[i].demand = wants_more ? UINT64_MAX
+						  : (r * SHARE_GROWTH_NUM / SHARE_GROWTH_DEN > SHARE_FLOOR
+							     ? r * SHARE_GROWTH_NUM / SHARE_GROWTH_DEN
+							     : SHARE_FLOOR);
+			i++;
+		}
+	}
+	if (total && k)
+		px_share(total, k, in, out);
+	i = 0;
+	for (int l = 0; l < 2; l++) {
+		for (struct px_migration *m = l ? n->stopped : n->migrations; m; m = m->next) {
+			uint64_t own = m->cap_lifted ? 0 : m->cap;
+
+			migration_apply_limit(m, total ? out[i++] : own);
+		}
+	}
+	free(in);
+	free(out);
+}
+
+static void migration_set_cap(struct px_migration *m, uint64_t cap)
+{
+	m->cap = cap;
+	if (!m->n->conf.node_bandwidth)
+		migration_apply_limit(m, m->cap_lifted ? 0 : cap);
+}
+
+int px_migration_set_cap(struct px_node *n, const char *key, uint64_t cap, char *err,
+			 size_t errlen)
+{
+	unsigned int found = 0;
+	char r[32];
+
+	for (struct px_migration *m = n->migrations; m; m = m->next) {
+		if (strcmp(m->key, key))
+			continue;
+		migration_set_cap(m, cap);
+		log_info("migration %s role=%s: cap %s%s", key, role_str(m->role),
+			 vm_format_rate(cap, r, sizeof(r)),
+			 m->cap_lifted ? " (applies no more: switchover was seen)" : "");
+		found++;
+	}
+	if (!found) {
+		snprintf(err, errlen, "unknown migration %.130s", key);
+		return -ENOENT;
+	}
+	/* Shares move at once, not at the next tick. */
+	if (n->conf.node_bandwidth)
+		node_share(n);
+	return 0;
+}
+
+void px_node_set_bandwidth(struct px_node *n, uint64_t rate)
+{
+	char r[32];
+
+	n->conf.node_bandwidth = rate;
+	if (n->conf.shaper == PX_SHAPE_BUCKET)
+		xp_bucket_set_rate(n->bucket, rate);
+	log_info("node cap %s (%s)", vm_format_rate(rate, r, sizeof(r)),
+		 px_shaper_str(n->conf.shaper));
+	node_share(n);
+}
+
+const char *px_shaper_str(enum px_shaper sh)
+{
+	return sh == PX_SHAPE_PACING ? "pacing" : "bucket";
+}
+
+/* Brings a migration's meters up to date; adds its live bytes to node[]. */
+static void migration_sample(struct px_migration *m, uint64_t now, uint64_t node[2])
+{
+	uint64_t mb[2] = { m->bytes[0], m->bytes[1] };
+	uint64_t pb[PX_PORTS_MAX][2];
+
+	for (unsigned int i = 0; i < m->nports; i++) {
+		pb[i][0] = m->ports[i].bytes[0];
+		pb[i][1] = m->ports[i].bytes[1];
+	}
+	for (struct px_conn *c = m->conns; c; c = c->next) {
+		unsigned int pi = (unsigned int)(c->port - m->ports);
+		uint64_t b[2];
+
+		if (c->st != C_LINKED)
+			continue;
+		xp_link_bytes(c->link, b);
+		for (int d = 0; d < 2; d++) {
+			vm_rate_sample(&c->rate[d], now, b[d]);
+			mb[d] += b[d];
+			pb[pi][d] += b[d];
+			node[d] += b[d];
+		}
+		if (c->insp && !m->cap_lifted && !m->n->conf.keep_cap_at_switchover &&
+		    m->role == PX_ROLE_SOURCE) {
+			struct px_insp_stats st;
+
+			px_insp_read(c->insp, &st);
+			if (st.switchover) {
+				/*
+				 * QEMU lifts its own limit here: the guest is stopped, and every
+				 * byte still to go adds to its downtime.
+				 */
+				m->cap_lifted = true;
+				if (m->cap || m->n->conf.node_bandwidth)
+					log_info("migration %s role=source: switchover seen in the "
+						 "stream; its cap is lifted for the final copy",
+						 m->key);
+				if (!m->n->conf.node_bandwidth)
+					migration_apply_limit(m, 0);
+			}
+		}
+	}
+	for (int d = 0; d < 2; d++) {
+		vm_rate_sample(&m->rate[d], now, mb[d]);
+		for (unsigned int i = 0; i < m->nports; i++)
+			vm_rate_sample(&m->ports[i].rate[d], now, pb[i][d]);
+	}
+}
+
+static void node_tick(void *arg)
+{
+	struct px_node *n = arg;
+	uint64_t now = vm_now_ms(), b[2] = { n->bytes_done[0], n->bytes_done[1] };
+
+	n->tick = NULL;
+	for (int l = 0; l < 2; l++)
+		for (struct px_migration *m = l ? n->stopped : n->migrations; m; m = m->next)
+			migration_sample(m, now, b);
+	for (int d = 0; d < 2; d++)
+		vm_rate_sample(&n->rate[d], now, b[d]);
+	if (n->conf.node_bandwidth)
+		node_share(n);
+	else if (n->conf.shaper == PX_SHAPE_PACING)
+		for (struct px_migration *m = n->migrations; m; m = m->next)
+			if (m->limit)
+				migration_pace(m);
+	/* Without a timer the meters stand still; that is all that is lost. */
+	(void)xp_timer_add(n->loop, now + TICK_MS, node_tick, n, &n->tick);
+}
+
 static struct px_migration *migration_new(struct px_node *n, const char *key, enum px_role role)
 {
 	struct px_migration *m = calloc(1, sizeof(*m));
@@ -1138,7 +1484,18 @@ static struct px_migration *migration_new(struct px_node *n, const char *key, en
 		m->ports[i].m = m;
 		m->ports[i].lfd = -1;
 	}
+	if (xp_bucket_new(0, &m->bucket) < 0) {
+		free(m);
+		return NULL;
+	}
 	return m;
+}
+
+/* A migration that never started: nothing was linked, nothing to log. */
+static void migration_discard(struct px_migration *m)
+{
+	xp_bucket_free(m->bucket);
+	free(m);
 }
 
 static int check_key(struct px_node *n, const char *key, enum px_role role, char *err,
@@ -1215,8 +1572,8 @@ static int check_ports(unsigned int nports, const uint32_t *ids, char *err, size
 }
 
 int px_target_start(struct px_node *n, const char *key, unsigned int nports,
-		    const struct px_port_info *ports, struct px_target_info *out, char *err,
-		    size_t errlen)
+		    const struct px_port_info *ports, uint64_t cap, struct px_target_info *out,
+		    char *err, size_t errlen)
 {
 	struct px_target_info t = { 0 };
 	struct px_migration *m;
@@ -1241,6 +1598,7 @@ int px_target_start(struct px_node *n, const char *key, unsigned int nports,
 	if (!m)
 		goto fail_nomem;
 	m->nports = nports;
+	migration_set_cap(m, cap);
 	for (unsigned int i = 0; i < nports; i++) {
 		struct px_port *p = &m->ports[i];
 		size_t used = strlen(list);
@@ -1260,14 +1618,14 @@ int px_target_start(struct px_node *n, const char *key, unsigned int nports,
 	t.nports = nports;
 	m->next = n->migrations;
 	n->migrations = m;
-	log_info("migration %s role=target start ports=%s", key, list);
+	log_info("migration %s role=target start ports=%s%s", key, list, cap_note(cap));
 	*out = t;
 	return 0;
 
 fail_free:
 	for (unsigned int i = 0; i < nports; i++)
 		px_order_free(m->ports[i].order);
-	free(m);
+	migration_discard(m);
 fail_nomem:
 	snprintf(err, errlen, "out of memory");
 	return -ENOMEM;
@@ -1282,7 +1640,8 @@ static int make_socket_path(const char *dir, const char *key, uint32_t port, cha
 }
 
 int px_source_start(struct px_node *n, const struct px_target_info *t, const char *dir,
-		    unsigned int delay_first_ms, struct px_port_info *out, char *err, size_t errlen)
+		    unsigned int delay_first_ms, uint64_t cap, struct px_port_info *out, char *err,
+		    size_t errlen)
 {
 	char sub[4096];
 	struct px_migration *m;
@@ -1322,6 +1681,7 @@ int px_source_start(struct px_node *n, const struct px_target_info *t, const cha
 	xp_addr_format(&m->peer, m->peer_str, sizeof(m->peer_str));
 	m->delay_first_ms = delay_first_ms;
 	m->nports = t->nports;
+	migration_set_cap(m, cap);
 	for (unsigned int i = 0; i < t->nports; i++) {
 		struct px_port *p = &m->ports[i];
 
@@ -1350,15 +1710,15 @@ int px_source_start(struct px_node *n, const struct px_target_info *t, const cha
 	}
 	m->next = n->migrations;
 	n->migrations = m;
-	log_info("migration %s role=source start ports=%u%s target=%s sockets=%s%s", t->key,
+	log_info("migration %s role=source start ports=%u%s target=%s sockets=%s%s%s", t->key,
 		 m->ports[0].id, m->nports > 1 ? ",..." : "", m->peer_str, m->ports[0].path,
-		 m->nports > 1 ? ",..." : "");
+		 m->nports > 1 ? ",..." : "", cap_note(cap));
 	return 0;
 
 fail:
 	for (unsigned int i = 0; i < m->nports; i++)
 		port_close(&m->ports[i]);
-	free(m);
+	migration_discard(m);
 	return r;
 }
 
@@ -1386,6 +1746,14 @@ int px_source_stop(struct px_node *n, const char *key, char *err, size_t errlen)
 	return stop_role(n, key, PX_ROLE_SOURCE, err, errlen);
 }
 
+static void rates_of(const struct vm_rate r[2], struct px_rates *out)
+{
+	out->tx_1s = vm_rate_get(&r[0], 1000);
+	out->tx_10s = vm_rate_get(&r[0], 10000);
+	out->rx_1s = vm_rate_get(&r[1], 1000);
+	out->rx_10s = vm_rate_get(&r[1], 10000);
+}
+
 void px_node_foreach(struct px_node *n, px_migration_fn fn, void *arg)
 {
 	for (struct px_migration *m = n->migrations; m; m = m->next) {
@@ -1405,21 +1773,48 @@ void px_node_foreach(struct px_node *n, px_migration_fn fn, void *arg)
 			.bytes_rx = m->bytes[1],
 			.state = m->failed ? "failed" : "active",
 			.error = m->failed ? m->error : NULL,
+			.cap = m->cap,
+			.limit = m->limit,
+			.cap_lifted = m->cap_lifted,
+			.mode = n->conf.tls ? "tls" : "plain",
+			.inspected = n->conf.inspect,
+			.insp = m->insp_done,
 		};
+		uint64_t shaped_ns = m->shaped_ns_done;
 
+		rates_of(m->rate, &mi.rate);
 		for (unsigned int i = 0; i < m->nports; i++) {
-			mi.ports[i].id = m->ports[i].id;
-			strcpy(mi.ports[i].path, m->ports[i].path);
+			struct px_port_info *pi = &mi.ports[i];
+
+			pi->id = m->ports[i].id;
+			strcpy(pi->path, m->ports[i].path);
+			pi->bytes_tx = m->ports[i].bytes[0];
+			pi->bytes_rx = m->ports[i].bytes[1];
+			pi->conns_total = m->ports[i].conns_total;
+			rates_of(m->ports[i].rate, &pi->rate);
 		}
 		for (struct px_conn *c = m->conns; c; c = c->next) {
 			struct px_conn_info *i =
 				ci && mi.nconns < m->conns_active ? &ci[mi.nconns++] : NULL;
-			uint64_t b[2] = { 0, 0 };
+			struct px_port_info *pi = &mi.ports[c->port - m->ports];
+			uint64_t b[2] = { 0, 0 }, sn = 0;
+			struct px_insp_stats st;
 
+			pi->conns_active++;
 			if (c->st == C_LINKED) {
 				xp_link_bytes(c->link, b);
+				sn = xp_link_shaped_ns(c->link);
+				shaped_ns += sn;
 				mi.bytes_tx += b[0];
 				mi.bytes_rx += b[1];
+				pi->bytes_tx += b[0];
+				pi->bytes_rx += b[1];
+			}
+			if (!strncmp(c->tls_crypto, "ktls", 4))
+				mi.mode = "ktls";
+			if (c->insp) {
+				px_insp_read(c->insp, &st);
+				insp_fold(&mi.insp, &st, true);
 			}
 			if (!i)
 				continue;
@@ -1432,11 +1827,48 @@ void px_node_foreach(struct px_node *n, px_migration_fn fn, void *arg)
 			i->resumed = c->tls_resumed;
 			i->bytes_tx = b[0];
 			i->bytes_rx = b[1];
+			rates_of(c->rate, &i->rate);
+			i->shaped_ms = sn / 1000000;
+			i->pacing = c->pacing;
+			i->inspected = c->insp != NULL;
+			if (c->insp)
+				i->insp = st;
 		}
+		mi.shaped_ms = shaped_ns / 1000000;
 		mi.conns = ci;
 		fn(&mi, arg);
 		free(ci);
 	}
+}
+
+void px_node_info(struct px_node *n, struct px_node_info *out)
+{
+	struct px_node_info ni = {
+		.bandwidth = n->conf.node_bandwidth,
+		.shaper = n->conf.shaper,
+		.inspect = n->conf.inspect,
+		.bytes_tx = n->bytes_done[0],
+		.bytes_rx = n->bytes_done[1],
+		.conns_total = n->conns_total,
+	};
+
+	for (int l = 0; l < 2; l++) {
+		for (struct px_migration *m = l ? n->stopped : n->migrations; m; m = m->next) {
+			ni.migrations += !l;
+			ni.conns_active += m->conns_active;
+			for (struct px_conn *c = m->conns; c; c = c->next) {
+				uint64_t b[2];
+
+				if (c->st != C_LINKED)
+					continue;
+				xp_link_bytes(c->link, b);
+				ni.bytes_tx += b[0];
+				ni.bytes_rx += b[1];
+			}
+		}
+	}
+	rates_of(n->rate, &ni.rate);
+	*out = ni;
 }
 
 /* ---- node ---- */
@@ -1517,6 +1949,9 @@ int px_node_new(struct xp_loop *loop, const struct px_config *conf, struct px_no
 	n->loop = loop;
 	n->conf = *conf;
 	n->lfd = -1;
+	r = xp_bucket_new(conf->shaper == PX_SHAPE_BUCKET ? conf->node_bandwidth : 0, &n->bucket);
+	if (r < 0)
+		goto fail;
 	r = xp_pool_new(&pc, pool_done, n, &n->pool);
 	if (r < 0) {
 		log_err("cannot start %u data-path workers (io_uring): %s", conf->threads,
@@ -1546,6 +1981,9 @@ int px_node_new(struct xp_loop *loop, const struct px_config *conf, struct px_no
 		log_warn("no non-loopback address found; advertising 127.0.0.1 (use --advertise)");
 		strcpy(n->advertise, "127.0.0.1");
 	}
+	r = xp_timer_add(loop, vm_now_ms() + TICK_MS, node_tick, n, &n->tick);
+	if (r < 0)
+		goto fail;
 	*ret = n;
 	return 0;
 
@@ -1586,9 +2024,11 @@ void px_node_free(struct px_node *n)
 		}
 	}
 	xp_timer_del(n->drain_timer);
+	xp_timer_del(n->tick);
 	xp_watch_del(n->lw);
 	if (n->lfd >= 0)
 		close(n->lfd);
+	xp_bucket_free(n->bucket);
 	free(n);
 }
 

@@ -9,12 +9,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "px_inspect.h"
 #include "px_target.h"
 #include "xp_loop.h"
 #include "xp_sock.h"
 
 struct px_node;
 struct xp_tls;
+
+/* How a cap is enforced on the wire (doc/design.md, "Bandwidth caps"). */
+enum px_shaper {
+	PX_SHAPE_BUCKET, /* token buckets in the data path: per migration and per node */
+	PX_SHAPE_PACING, /* SO_MAX_PACING_RATE per node-hop socket, the cap split among them */
+};
 
 struct px_config {
 	struct xp_addr listen;
@@ -30,6 +37,31 @@ struct px_config {
 	uint64_t preamble_timeout_ms;
 	unsigned int max_unauth;	  /* node-hop connections before their preamble */
 	unsigned int max_migration_conns; /* per migration and role */
+	uint64_t node_bandwidth;	  /* bytes/s this node sends, all migrations; 0: no cap */
+	enum px_shaper shaper;
+	bool inspect;		 /* read the QEMU stream as it passes (px_inspect) */
+	bool keep_cap_at_switchover; /* else a migration's cap is lifted once its VM stopped */
+};
+
+/* Bytes/s over the last second and the last ten, each way. */
+struct px_rates {
+	uint64_t tx_1s, tx_10s, rx_1s, rx_10s;
+};
+
+/* What the inspector found on a migration's connections, summed (live and ended). */
+struct px_insp_summary {
+	unsigned int main, multifd, other; /* channels of each kind */
+	unsigned int bytes_only;	   /* channels where parsing stopped */
+	char reason[PX_INSP_REASON_MAX];   /* the first such channel's reason, unless switchover */
+	uint32_t stream_version;
+	char machine[PX_INSP_MACHINE_MAX];
+	uint32_t page_size;
+	uint64_t pages, zero_pages, packets, syncs;
+	uint64_t passes;	       /* the most any channel began */
+	bool dirty_known;	       /* a pass after the first one completed */
+	uint64_t dirty_pages_per_pass; /* pages of the last completed pass, all channels */
+	uint64_t dirty_rate;	       /* bytes/s: those pages over that pass's duration */
+	bool switchover;
 };
 
 enum px_role { PX_ROLE_SOURCE, PX_ROLE_TARGET };
@@ -37,6 +69,10 @@ enum px_role { PX_ROLE_SOURCE, PX_ROLE_TARGET };
 struct px_port_info {
 	uint32_t id;
 	char path[108];
+	/* filled by px_node_foreach() */
+	uint64_t bytes_tx, bytes_rx;
+	struct px_rates rate;
+	unsigned int conns_active, conns_total;
 };
 
 struct px_conn_info {
@@ -47,6 +83,11 @@ struct px_conn_info {
 	const char *crypto;	     /* "user-space", "ktls", "ktls-tx" */
 	bool resumed;		     /* the TLS session was resumed from a ticket */
 	uint64_t bytes_tx, bytes_rx; /* so far, while linked */
+	struct px_rates rate;
+	uint64_t shaped_ms;	 /* time it waited for tokens */
+	uint64_t pacing;	 /* SO_MAX_PACING_RATE set on it, bytes/s; 0: none */
+	bool inspected;		 /* insp is valid */
+	struct px_insp_stats insp;
 };
 
 struct px_migration_info {
@@ -66,6 +107,24 @@ struct px_migration_info {
 	const char *error;	      /* the failure's reason, or NULL */
 	unsigned int nconns;	      /* conns[]: one per connection open now */
 	const struct px_conn_info *conns;
+	struct px_rates rate;
+	uint64_t cap;		/* bytes/s set for this migration; 0: none */
+	uint64_t limit;		/* what it may send now: cap, node share, or 0 (none) */
+	bool cap_lifted;	/* at switchover */
+	uint64_t shaped_ms;	/* time its connections waited for tokens, summed */
+	const char *mode;	/* "plain", "tls", "ktls" (any connection with kTLS) */
+	bool inspected;
+	struct px_insp_summary insp;
+};
+
+struct px_node_info {
+	uint64_t bandwidth; /* node cap, bytes/s; 0: none */
+	enum px_shaper shaper;
+	bool inspect;
+	uint64_t bytes_tx, bytes_rx; /* all migrations since start */
+	struct px_rates rate;
+	unsigned int migrations, conns_active;
+	uint64_t conns_total;
 };
 
 int px_node_new(struct xp_loop *loop, const struct px_config *conf, struct px_node **ret);
@@ -79,15 +138,22 @@ const char *px_node_data_path(const struct px_node *n);
 unsigned int px_node_migrations(const struct px_node *n);
 unsigned int px_node_active_conns(const struct px_node *n);
 
-/* All return 0 or -errno with one line for the operator in err. */
+/* All return 0 or -errno with one line for the operator in err. cap: bytes/s, 0: none. */
 int px_target_start(struct px_node *n, const char *key, unsigned int nports,
-		    const struct px_port_info *ports, struct px_target_info *out, char *err,
-		    size_t errlen);
+		    const struct px_port_info *ports, uint64_t cap, struct px_target_info *out,
+		    char *err, size_t errlen);
 int px_target_stop(struct px_node *n, const char *key, char *err, size_t errlen);
 /* out receives the created socket paths, in the order of t->ports. */
 int px_source_start(struct px_node *n, const struct px_target_info *t, const char *dir,
-		    unsigned int delay_first_ms, struct px_port_info *out, char *err,
+		    unsigned int delay_first_ms, uint64_t cap, struct px_port_info *out, char *err,
 		    size_t errlen);
+/* Changes a running migration's cap, in every role this node has it in; 0 lifts it. */
+int px_migration_set_cap(struct px_node *n, const char *key, uint64_t cap, char *err,
+			 size_t errlen);
+/* Changes the node's cap; 0 lifts it. */
+void px_node_set_bandwidth(struct px_node *n, uint64_t rate);
+void px_node_info(struct px_node *n, struct px_node_info *out);
+const char *px_shaper_str(enum px_shaper s);
 int px_source_stop(struct px_node *n, const char *key, char *err, size_t errlen);
 
 typedef void (*px_migration_fn)(const struct px_migration_info *mi, void *arg);

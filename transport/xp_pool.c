@@ -29,12 +29,13 @@
 
 #include "log.h"
 #include "util.h"
+#include "xp_bucket.h"
 #include "xp_pool.h"
 #include "xp_sock.h"
 #include "xp_tls.h"
 
-enum { OP_INBOX = 1, OP_POLL, OP_CANCEL };
-enum { MSG_ATTACH = 1, MSG_ABORT, MSG_QUIT };
+enum { OP_INBOX = 1, OP_POLL, OP_CANCEL, OP_TIMER };
+enum { MSG_ATTACH = 1, MSG_ABORT, MSG_QUIT, MSG_PACE };
 
 #define UD(op, dir, idx) ((uint64_t)(op) << 56 | (uint64_t)(dir) << 48 | (uint64_t)(idx))
 #define UD_OP(ud)	 ((unsigned int)((ud) >> 56))
@@ -49,6 +50,10 @@ enum { MSG_ATTACH = 1, MSG_ABORT, MSG_QUIT };
 #define TLS_RECORD   16384
 /* Ciphertext written per write(2): sixteen records and their headers. */
 #define TLS_BATCH_SIZE (16 * (TLS_RECORD + 256))
+/* The most a tap is shown at once where bytes are spliced (MSG_PEEK into this buffer). */
+#define TAP_PEEK_MAX (64 * 1024)
+/* A shaped direction never sleeps longer than this, so a raised cap is seen at once. */
+#define SHAPE_WAIT_MAX_NS (20 * 1000000ull)
 
 enum pump_kind {
 	PUMP_SPLICE, /* source -> pipe -> destination, no byte in user space */
@@ -77,10 +82,22 @@ struct xp_pump {
 	size_t held;
 	bool eof;    /* the source reached end of stream */
 	bool done;   /* eof, pipe drained, destination half-closed */
-	bool armed;  /* a POLL_ADD is in flight */
+	bool armed;  /* a POLL_ADD or a TIMEOUT is in flight */
+	bool timer;  /* ... and it is the TIMEOUT: waiting for tokens */
 	bool queued; /* on the worker's ready list */
 	struct xp_pump *next;
 	_Atomic uint64_t bytes;
+	/* shaping (direction 0 only) */
+	struct xp_bucket *bucket[2];
+	bool shaped;
+	struct __kernel_timespec ts;
+	_Atomic uint64_t shaped_ns;
+	/* the tap */
+	const struct xp_tap_ops *tap;
+	void *tap_ctx;
+	uint8_t *peek;	  /* SPLICE: bytes shown with MSG_PEEK */
+	size_t tap_seen;  /* bytes shown to the tap, not yet moved */
+	uint64_t tap_skip; /* after those, bytes it lets pass unseen */
 };
 
 struct xp_link {
@@ -90,6 +107,9 @@ struct xp_link {
 	int fd[2];
 	struct xp_tls_sess *tls; /* on fd[1], or NULL */
 	void *cookie;
+	struct xp_link_opts opts;
+	_Atomic uint64_t pace_rate;
+	_Atomic bool pace_posted;
 	/* control thread only */
 	bool abort_sent;
 	/* worker only */
@@ -200,6 +220,22 @@ static void arm_poll(struct xp_worker *w, struct xp_pump *p, int fd, unsigned in
 	p->link->inflight++;
 }
 
+/* Waits for tokens: a one-shot relative TIMEOUT; its completion runs the pump again. */
+static void arm_timer(struct xp_worker *w, struct xp_pump *p, uint64_t ns)
+{
+	struct io_uring_sqe *sqe = get_sqe(w);
+
+	if (ns > SHAPE_WAIT_MAX_NS)
+		ns = SHAPE_WAIT_MAX_NS;
+	p->ts.tv_sec = (long long)(ns / 1000000000ull);
+	p->ts.tv_nsec = (long long)(ns % 1000000000ull);
+	io_uring_prep_timeout(sqe, &p->ts, 0, 0);
+	io_uring_sqe_set_data64(sqe, UD(OP_TIMER, p->dir, p->link->idx));
+	p->armed = p->timer = true;
+	p->link->inflight++;
+	atomic_fetch_add_explicit(&p->shaped_ns, ns, memory_order_relaxed);
+}
+
 static void ready_push(struct xp_worker *w, struct xp_pump *p)
 {
 	if (p->queued)
@@ -238,6 +274,8 @@ static void link_finalize(struct xp_worker *w, struct xp_link *l)
 		struct xp_pump *p = &l->p[d];
 
 		l->res.bytes[d] = atomic_load_explicit(&p->bytes, memory_order_relaxed);
+		if (d == 0)
+			l->res.shaped_ns = atomic_load_explicit(&p->shaped_ns, memory_order_relaxed);
 		if (p->pipe[0] >= 0) {
 			close(p->pipe[0]);
 			close(p->pipe[1]);
@@ -245,6 +283,8 @@ static void link_finalize(struct xp_worker *w, struct xp_link *l)
 		}
 		free(p->buf);
 		p->buf = NULL;
+		free(p->peek);
+		p->peek = NULL;
 		if (clean)
 			close(l->fd[d]);
 		else
@@ -279,7 +319,10 @@ static void link_close(struct xp_worker *w, struct xp_link *l, enum xp_link_end 
 		if (l->p[d].armed) {
 			struct io_uring_sqe *sqe = get_sqe(w);
 
-			io_uring_prep_poll_remove(sqe, UD(OP_POLL, d, l->idx));
+			if (l->p[d].timer)
+				io_uring_prep_timeout_remove(sqe, UD(OP_TIMER, d, l->idx), 0);
+			else
+				io_uring_prep_poll_remove(sqe, UD(OP_POLL, d, l->idx));
 			io_uring_sqe_set_data64(sqe, UD(OP_CANCEL, d, l->idx));
 		}
 	}
@@ -302,17 +345,65 @@ static ssize_t tls_ret(ssize_t r)
 	return -1;
 }
 
-static ssize_t pump_fill(struct xp_pump *p, int src)
+/* Takes at most len bytes from the source. */
+static ssize_t pump_fill(struct xp_pump *p, int src, size_t len)
 {
 	switch (p->kind) {
 	case PUMP_SPLICE:
-		return splice(src, NULL, p->pipe[1], NULL, pump_room(p),
-			      SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+		return splice(src, NULL, p->pipe[1], NULL, len, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
 	case PUMP_TLS_RX:
-		return tls_ret(xp_tls_read(p->link->tls, p->buf + p->head + p->held, pump_room(p),
-					   &p->want));
+		return tls_ret(xp_tls_read(p->link->tls, p->buf + p->head + p->held, len, &p->want));
 	default:
-		return read(src, p->buf + p->head + p->held, pump_room(p));
+		return read(src, p->buf + p->head + p->held, len);
+	}
+}
+
+/*
+ * Splice and a tap: the tap sees what it asks to see through MSG_PEEK (the bytes stay queued on
+ * the socket) and lets the rest pass unseen. Returns how much the next fill may take (> 0), or a
+ * peek's result in read(2)'s terms (0: end of stream; -1: errno) when nothing may be taken yet.
+ */
+static ssize_t tap_plan_splice(struct xp_pump *p, int src, size_t len)
+{
+	size_t want = 0;
+	ssize_t n;
+
+	if (p->tap_seen == 0 && p->tap_skip == 0) {
+		p->tap_skip = p->tap->plan(p->tap_ctx, &want);
+		if (p->tap_skip == 0) {
+			if (want > TAP_PEEK_MAX)
+				want = TAP_PEEK_MAX;
+			if (want > len)
+				want = len;
+			n = recv(src, p->peek, want ? want : 1, MSG_PEEK | MSG_DONTWAIT);
+			if (n <= 0)
+				return n;
+			p->tap->feed(p->tap_ctx, p->peek, (size_t)n);
+			p->tap_seen = (size_t)n;
+			/* Page data right after a header goes in the same splice. */
+			p->tap_skip = p->tap->plan(p->tap_ctx, &want);
+		}
+	}
+	/* tap_skip is UINT64_MAX once the tap has stopped looking: the sum must not wrap. */
+	if (p->tap_skip < len && p->tap_seen + p->tap_skip < len)
+		len = p->tap_seen + p->tap_skip;
+	return (ssize_t)len;
+}
+
+/* After a fill of n bytes: what the tap saw moves on, what it did not see is counted. */
+static void tap_filled(struct xp_pump *p, const uint8_t *at, size_t n)
+{
+	size_t seen;
+
+	if (p->kind != PUMP_SPLICE) {
+		p->tap->feed(p->tap_ctx, at, n);
+		return;
+	}
+	seen = n < p->tap_seen ? n : p->tap_seen;
+	p->tap_seen -= seen;
+	if (n > seen) {
+		p->tap->feed(p->tap_ctx, NULL, n - seen);
+		p->tap_skip -= n - seen;
 	}
 }
 
@@ -427,17 +518,36 @@ static int pump_run(struct xp_worker *w, struct xp_pump *p, unsigned int *side)
 	struct xp_link *l = p->link;
 	int src = l->fd[p->dir], dst = l->fd[p->dir ^ 1];
 	size_t moved = 0, budget = PUMP_BUDGET_PIPES * p->cap;
-	bool src_blocked = false, dst_blocked = false;
+	bool src_blocked = false, dst_blocked = false, throttled = false;
+	uint64_t wait_ns = 0;
 
 	while (moved < budget) {
 		bool progress = false;
 		ssize_t n;
 
-		src_blocked = dst_blocked = false;
+		src_blocked = dst_blocked = throttled = false;
 		/* TLS hands out one record per read: gather several before one write(2). */
 		while (!p->eof && pump_room(p) > 0) {
-			n = pump_fill(p, src);
+			size_t len = pump_room(p), grant = 0;
+			uint8_t *at = p->buf ? p->buf + p->head + p->held : NULL;
+
+			if (p->shaped) {
+				grant = xp_bucket_take(p->bucket, len, vm_now_ns(), &wait_ns);
+				if (grant == 0) {
+					throttled = true;
+					break;
+				}
+				len = grant;
+			}
+			n = p->tap && p->kind == PUMP_SPLICE ? tap_plan_splice(p, src, len)
+							     : (ssize_t)len;
+			if (n > 0)
+				n = pump_fill(p, src, (size_t)n);
+			if (grant > (n > 0 ? (size_t)n : 0))
+				xp_bucket_refund(p->bucket, grant - (n > 0 ? (size_t)n : 0));
 			if (n > 0) {
+				if (p->tap)
+					tap_filled(p, at, (size_t)n);
 				p->held += n;
 				progress = true;
 				if (p->kind == PUMP_TLS_RX && pump_room(p) >= TLS_RECORD)
@@ -520,6 +630,8 @@ static int pump_run(struct xp_worker *w, struct xp_pump *p, unsigned int *side)
 		arm_poll(w, p, dst, wait_mask(p, p->kind == PUMP_TLS_TX, POLLOUT));
 	else if (src_blocked)
 		arm_poll(w, p, src, wait_mask(p, p->kind == PUMP_TLS_RX, POLLIN | POLLRDHUP));
+	else if (throttled)
+		arm_timer(w, p, wait_ns);
 	else
 		return 1;
 	return 0;
@@ -616,7 +728,16 @@ static void link_start(struct xp_worker *w, struct xp_link *l)
 		p->held = 0;
 		p->head = 0;
 		p->buf = NULL;
-		p->eof = p->done = p->armed = p->queued = p->notified = false;
+		p->eof = p->done = p->armed = p->timer = p->queued = p->notified = false;
+		p->bucket[0] = d == 0 ? l->opts.bucket[0] : NULL;
+		p->bucket[1] = d == 0 ? l->opts.bucket[1] : NULL;
+		p->shaped = p->bucket[0] || p->bucket[1];
+		atomic_store_explicit(&p->shaped_ns, 0, memory_order_relaxed);
+		p->tap = l->opts.tap_ops[d];
+		p->tap_ctx = l->opts.tap_ctx[d];
+		p->tap_seen = 0;
+		p->tap_skip = 0;
+		p->peek = NULL;
 		p->kind = pump_kind(l, d, &w->pool->conf);
 		p->want = XP_TLS_WANT_NONE;
 		if (r == 0 && d == 1 && l->tls)
@@ -625,6 +746,8 @@ static void link_start(struct xp_worker *w, struct xp_link *l)
 		atomic_store_explicit(&p->bytes, 0, memory_order_relaxed);
 		if (r == 0)
 			r = pump_open(p, &w->pool->conf);
+		if (r == 0 && p->tap && p->kind == PUMP_SPLICE && !(p->peek = malloc(TAP_PEEK_MAX)))
+			r = -ENOMEM;
 	}
 	if (r < 0) {
 		link_close(w, l, XP_END_ERROR, r, 0);
@@ -632,6 +755,15 @@ static void link_start(struct xp_worker *w, struct xp_link *l)
 	}
 	ready_push(w, &l->p[0]);
 	ready_push(w, &l->p[1]);
+}
+
+static void link_apply_pacing(struct xp_link *l)
+{
+	uint64_t rate = atomic_load(&l->pace_rate);
+	unsigned long v = rate ? (unsigned long)rate : ~0UL;
+
+	/* Best effort: a socket that refuses keeps its pace; the bytes still flow. */
+	(void)setsockopt(l->fd[1], SOL_SOCKET, SO_MAX_PACING_RATE, &v, sizeof(v));
 }
 
 static void handle_inbox(struct xp_worker *w)
@@ -649,6 +781,11 @@ static void handle_inbox(struct xp_worker *w)
 			/* A link that already ended is not live any more: nothing to cut. */
 			if (l->live)
 				link_close(w, l, XP_END_ABORTED, -ECONNABORTED, 0);
+			break;
+		case MSG_PACE:
+			atomic_store(&l->pace_posted, false);
+			if (l->live && !l->closing)
+				link_apply_pacing(l);
 			break;
 		case MSG_QUIT:
 			w->quit = true;
@@ -673,9 +810,10 @@ static void handle_cqe(struct xp_worker *w, const struct io_uring_cqe *cqe)
 			arm_inbox(w);
 		return;
 	case OP_POLL:
+	case OP_TIMER:
 		l = &w->links[UD_IDX(ud)];
 		p = &l->p[UD_DIR(ud)];
-		p->armed = false;
+		p->armed = p->timer = false;
 		l->inflight--;
 		if (l->closing) {
 			if (l->inflight == 0)
@@ -683,7 +821,8 @@ static void handle_cqe(struct xp_worker *w, const struct io_uring_cqe *cqe)
 			return;
 		}
 		/* POLLERR and POLLHUP come back as events; the splice reports the actual error. */
-		if (cqe->res < 0 && cqe->res != -ECANCELED) {
+		if (cqe->res < 0 && cqe->res != -ECANCELED &&
+		    !(UD_OP(ud) == OP_TIMER && cqe->res == -ETIME)) {
 			link_close(w, l, XP_END_ERROR, cqe->res, p->dir);
 			return;
 		}
@@ -767,7 +906,7 @@ static int worker_init(struct xp_pool *pool, struct xp_worker *w, unsigned int i
 	w->free_slots = calloc(slots, sizeof(*w->free_slots));
 	if (!w->links || !w->free_slots)
 		return -ENOMEM;
-	r = spsc_init(&w->inbox, 2 * slots + 2);
+	r = spsc_init(&w->inbox, 3 * slots + 2);
 	if (r < 0)
 		return r;
 	r = spsc_init(&w->outbox, slots);
@@ -790,7 +929,10 @@ static int worker_init(struct xp_pool *pool, struct xp_worker *w, unsigned int i
 
 static void worker_post(struct xp_worker *w, uint32_t msg)
 {
-	/* The inbox holds two messages per slot plus QUIT, the most that can be outstanding. */
+	/*
+	 * The inbox holds three messages per slot plus QUIT, the most that can be outstanding:
+	 * ATTACH, ABORT and one PACE each.
+	 */
 	spsc_push(&w->inbox, msg);
 	eventfd_write(w->inbox_fd, 1);
 }
@@ -888,7 +1030,7 @@ void xp_pool_reap(struct xp_pool *p)
 	}
 }
 
-int xp_pool_attach(struct xp_pool *p, int fd_a, int fd_b, struct xp_tls_sess *tls, void *cookie,
+int xp_pool_attach(struct xp_pool *p, int fd_a, int fd_b, const struct xp_link_opts *o,
 		   struct xp_link **ret)
 {
 	struct xp_worker *best = NULL;
@@ -903,9 +1045,12 @@ int xp_pool_attach(struct xp_pool *p, int fd_a, int fd_b, struct xp_tls_sess *tl
 	l = &best->links[best->free_slots[--best->nfree]];
 	l->fd[0] = fd_a;
 	l->fd[1] = fd_b;
-	l->tls = tls;
-	l->cookie = cookie;
+	l->opts = *o;
+	l->tls = o->tls;
+	l->cookie = o->cookie;
 	l->abort_sent = false;
+	atomic_store_explicit(&l->pace_rate, 0, memory_order_relaxed);
+	atomic_store(&l->pace_posted, false);
 	worker_post(best, MSG(MSG_ATTACH, l->idx));
 	*ret = l;
 	return 0;
@@ -923,4 +1068,18 @@ void xp_link_bytes(const struct xp_link *l, uint64_t out[2])
 {
 	for (int d = 0; d < 2; d++)
 		out[d] = atomic_load_explicit(&l->p[d].bytes, memory_order_relaxed);
+}
+
+void xp_link_set_pacing(struct xp_link *l, uint64_t rate)
+{
+	atomic_store(&l->pace_rate, rate);
+	/* At most one PACE in the inbox per link; it reads the newest rate when it runs. */
+	if (l->abort_sent || atomic_exchange(&l->pace_posted, true))
+		return;
+	worker_post(l->w, MSG(MSG_PACE, l->idx));
+}
+
+uint64_t xp_link_shaped_ns(const struct xp_link *l)
+{
+	return atomic_load_explicit(&l->p[0].shaped_ns, memory_order_relaxed);
 }

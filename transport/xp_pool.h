@@ -13,6 +13,7 @@
 struct xp_pool;
 struct xp_link;
 struct xp_tls_sess;
+struct xp_bucket;
 
 enum xp_path {
 	XP_PATH_SPLICE, /* splice(2) through a pipe: no byte enters user space */
@@ -39,7 +40,33 @@ struct xp_link_result {
 	int err_side;	      /* the socket that failed: 0 is fd_a, 1 is fd_b */
 	bool reset_after_eof; /* a peer reset after it had been sent all its bytes */
 	uint64_t undelivered; /* dropped: the local peer had closed after its last byte */
+	uint64_t shaped_ns;   /* direction a to b waited this long for its buckets */
 	char detail[128];     /* TLS: OpenSSL's reason for an error on fd_b */
+};
+
+/*
+ * A passive observer of one direction's bytes (the stream inspector). Called on the worker, in
+ * stream order; it can neither change nor hold back a byte. Where bytes never enter user space
+ * (splice), the worker shows it the bytes it asks to see with MSG_PEEK and passes the rest unseen.
+ */
+struct xp_tap_ops {
+	/* How many of the next bytes may pass unseen; 0: show them, *want of them at once (>= 1). */
+	uint64_t (*plan)(void *ctx, size_t *want);
+	/* The next len bytes; buf NULL when they passed unseen (len <= the last plan()). */
+	void (*feed)(void *ctx, const uint8_t *buf, size_t len);
+};
+
+/* What a link carries besides its two sockets. */
+struct xp_link_opts {
+	struct xp_tls_sess *tls; /* fd_b is TLS (handshake done); the pool owns it after attach */
+	void *cookie;		 /* handed back to the done callback */
+	/*
+	 * Direction a to b takes its bytes from every bucket here before it reads them (NULL: not
+	 * shaped). Buckets must outlive the link.
+	 */
+	struct xp_bucket *bucket[2];
+	const struct xp_tap_ops *tap_ops[2]; /* per direction, or NULL */
+	void *tap_ctx[2];		     /* must outlive the link */
 };
 
 /* Runs on the control thread, from xp_pool_reap(). The link is gone when it returns. */
@@ -55,15 +82,21 @@ void xp_pool_reap(struct xp_pool *p);
 unsigned int xp_pool_threads(const struct xp_pool *p);
 
 /*
- * Hands fd_a and fd_b to a worker (ownership moves on success). With tls, fd_b is read and
- * written through that session (handshake done), which the pool then owns too. -EBUSY when all
- * slots are taken.
+ * Hands fd_a and fd_b to a worker (ownership moves on success). With o->tls, fd_b is read and
+ * written through that session, which the pool then owns too. -EBUSY when all slots are taken.
  */
-int xp_pool_attach(struct xp_pool *p, int fd_a, int fd_b, struct xp_tls_sess *tls, void *cookie,
+int xp_pool_attach(struct xp_pool *p, int fd_a, int fd_b, const struct xp_link_opts *o,
 		   struct xp_link **ret);
 /* Asks the worker to cut the link; its done callback follows. Idempotent. */
 void xp_link_abort(struct xp_link *l);
 /* Live byte counters, [0]: a to b, [1]: b to a. */
 void xp_link_bytes(const struct xp_link *l, uint64_t out[2]);
+/*
+ * Sets SO_MAX_PACING_RATE (bytes/s, 0: none) on fd_b from the worker, so that TCP paces what the
+ * link sends; the kernel's internal pacing needs no fq qdisc.
+ */
+void xp_link_set_pacing(struct xp_link *l, uint64_t rate);
+/* Time direction a to b has spent waiting for its buckets so far, in ns. */
+uint64_t xp_link_shaped_ns(const struct xp_link *l);
 
 #endif

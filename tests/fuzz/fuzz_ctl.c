@@ -8,6 +8,7 @@
 
 #include "ctl_proto.h"
 #include "fuzz.h"
+#include "units.h"
 
 static void check_target(const struct ctl_request *req)
 {
@@ -31,13 +32,22 @@ static void check_target(const struct ctl_request *req)
 static void check_accepted(const struct ctl_request *req, size_t size)
 {
 	FUZZ_CHECK(size <= CTL_REQUEST_MAX);
+	FUZZ_CHECK(req->bandwidth <= VM_RATE_MAX);
 	switch (req->op) {
 	case CTL_LIST:
 	case CTL_STATUS:
+	case CTL_METRICS:
+		FUZZ_CHECK(req->bandwidth == 0);
+		return;
+	case CTL_NODE_BANDWIDTH:
+		return;
+	case CTL_BANDWIDTH:
+		FUZZ_CHECK(px_key_valid(req->key));
 		return;
 	case CTL_TARGET_STOP:
 	case CTL_SOURCE_STOP:
 		FUZZ_CHECK(px_key_valid(req->key));
+		FUZZ_CHECK(req->bandwidth == 0);
 		return;
 	case CTL_TARGET_START:
 		FUZZ_CHECK(px_key_valid(req->key));
@@ -71,15 +81,29 @@ static void check_string(struct json_object *o, const char *name, const char *go
 static void check_exact(const uint8_t *data, size_t size, const struct ctl_request *req)
 {
 	struct json_tokener *tok = json_tokener_new();
-	struct json_object *o, *socks;
+	struct json_object *o, *socks, *bw;
 	unsigned int i = 0;
 
 	FUZZ_CHECK(tok != NULL);
 	o = json_tokener_parse_ex(tok, (const char *)data, size);
 	json_tokener_free(tok);
 	FUZZ_CHECK(o != NULL && json_object_is_type(o, json_type_object));
-	if (req->op != CTL_LIST && req->op != CTL_STATUS)
+	if (req->op != CTL_LIST && req->op != CTL_STATUS && req->op != CTL_METRICS &&
+	    req->op != CTL_NODE_BANDWIDTH)
 		check_string(o, "key", req->key);
+	/* A bandwidth taken is the JSON integer as written; one left out is 0. */
+	if (req->op == CTL_BANDWIDTH || req->op == CTL_NODE_BANDWIDTH)
+		FUZZ_CHECK(json_object_object_get_ex(o, "bandwidth", &bw));
+	if (req->op == CTL_TARGET_START || req->op == CTL_SOURCE_START ||
+	    req->op == CTL_BANDWIDTH || req->op == CTL_NODE_BANDWIDTH) {
+		if (json_object_object_get_ex(o, "bandwidth", &bw)) {
+			FUZZ_CHECK(json_object_is_type(bw, json_type_int));
+			FUZZ_CHECK(json_object_get_int64(bw) >= 0);
+			FUZZ_CHECK(json_object_get_uint64(bw) == req->bandwidth);
+		} else {
+			FUZZ_CHECK(req->bandwidth == 0);
+		}
+	}
 	if (req->op == CTL_SOURCE_START)
 		check_string(o, "dir", req->dir);
 	if (req->op == CTL_TARGET_START) {

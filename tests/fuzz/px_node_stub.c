@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-/* Stand-ins for the px_node functions that ctl_execute() calls, so that the clang fuzz build of
- * ctl_proto.c links without the data path. fuzz_ctl only parses: reaching any of these is a bug. */
+/* Stand-ins for the px_node (and xp_tls) functions that ctl_execute() calls, so that the clang
+ * fuzz build of ctl_proto.c links without the data path. fuzz_ctl only parses: reaching any of
+ * these is a bug. */
 #include "fuzz.h"
 #include "px_node.h"
+#include "xp_tls.h"
 
 #define UNREACHED(what)                                                                            \
 	do {                                                                                       \
@@ -41,8 +43,8 @@ unsigned int px_node_active_conns(const struct px_node *n)
 }
 
 int px_target_start(struct px_node *n, const char *key, unsigned int nports,
-		    const struct px_port_info *ports, struct px_target_info *out, char *err,
-		    size_t errlen)
+		    const struct px_port_info *ports, uint64_t cap, struct px_target_info *out,
+		    char *err, size_t errlen)
 {
 	UNREACHED("px_target_start");
 }
@@ -53,7 +55,8 @@ int px_target_stop(struct px_node *n, const char *key, char *err, size_t errlen)
 }
 
 int px_source_start(struct px_node *n, const struct px_target_info *t, const char *dir,
-		    unsigned int delay_first_ms, struct px_port_info *out, char *err, size_t errlen)
+		    unsigned int delay_first_ms, uint64_t cap, struct px_port_info *out, char *err,
+		    size_t errlen)
 {
 	UNREACHED("px_source_start");
 }
@@ -66,4 +69,56 @@ int px_source_stop(struct px_node *n, const char *key, char *err, size_t errlen)
 void px_node_foreach(struct px_node *n, px_migration_fn fn, void *arg)
 {
 	UNREACHED("px_node_foreach");
+}
+
+int px_migration_set_cap(struct px_node *n, const char *key, uint64_t cap, char *err, size_t errlen)
+{
+	UNREACHED("px_migration_set_cap");
+}
+
+void px_node_set_bandwidth(struct px_node *n, uint64_t rate)
+{
+	UNREACHED("px_node_set_bandwidth");
+}
+
+void px_node_info(struct px_node *n, struct px_node_info *out)
+{
+	UNREACHED("px_node_info");
+}
+
+const char *px_shaper_str(enum px_shaper s)
+{
+	UNREACHED("px_shaper_str");
+}
+
+/* px_inspect.c is not linked either: the metrics reply names channel kinds with this. */
+const char *px_insp_kind_str(enum px_insp_kind k)
+{
+	UNREACHED("px_insp_kind_str");
+}
+
+/* status describes TLS; xp_tls.c would bring OpenSSL into a parse-only fuzzer. */
+unsigned int xp_tls_generation(const struct xp_tls *t)
+{
+	UNREACHED("xp_tls_generation");
+}
+
+const char *xp_tls_describe(const struct xp_tls *t)
+{
+	UNREACHED("xp_tls_describe");
+}
+
+const char *xp_tls_allow_list(const struct xp_tls *t, unsigned int i)
+{
+	UNREACHED("xp_tls_allow_list");
+}
+
+bool xp_tls_ktls_enabled(const struct xp_tls *t)
+{
+	UNREACHED("xp_tls_ktls_enabled");
+}
+
+bool xp_tls_kernel_has_ktls(void)
+{
+	UNREACHED("xp_tls_kernel_has_ktls");
 }

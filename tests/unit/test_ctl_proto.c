@@ -14,6 +14,7 @@
 #include <json-c/json.h>
 
 #include "ctl_proto.h"
+#include "units.h"
 
 /* The target JSON that `target start` prints, for source-start requests. */
 #define TARGET_JSON(key)                                                                           \
@@ -273,6 +274,8 @@ static void test_op(void **state)
 	check_reject("{\"op\":\"list \"}");
 	check_reject("{\"op\":\"target_start\",\"key\":\"vm\",\"sockets\":{\"1\":\"/a\"}}");
 	check_reject("{\"op\":\"migrate\"}");
+	check_reject("{\"op\":\"Metrics\"}");
+	check_reject("{\"op\":\"node_bandwidth\",\"bandwidth\":1}");
 	check_reject("{\"OP\":\"list\"}");
 }
 
@@ -421,6 +424,114 @@ static void test_source_start_key_message(void **state)
 	/* Names both keys, so the operator sees which paste went wrong. */
 	assert_non_null(strstr(err, "alpha"));
 	assert_non_null(strstr(err, "beta"));
+	free(req);
+}
+
+static void test_start_bandwidth(void **state)
+{
+	struct ctl_request *req;
+
+	req = parse_ok(TS "\"sockets\":{\"1\":\"/a\"},\"bandwidth\":67108864}");
+	assert_int_equal(req->op, CTL_TARGET_START);
+	assert_int_equal(req->bandwidth, 67108864);
+	free(req);
+	/* Optional: no cap when left out, or 0. */
+	req = parse_ok(TS "\"sockets\":{\"1\":\"/a\"}}");
+	assert_int_equal(req->bandwidth, 0);
+	free(req);
+	req = parse_ok(TS "\"sockets\":{\"1\":\"/a\"},\"bandwidth\":0}");
+	assert_int_equal(req->bandwidth, 0);
+	free(req);
+	req = parse_ok(SS
+		       "\"target\":" TARGET_JSON("vm") ",\"dir\":\"/b\",\"bandwidth\":125000000}");
+	assert_int_equal(req->op, CTL_SOURCE_START);
+	assert_int_equal(req->bandwidth, 125000000);
+	free(req);
+	req = parse_ok(SS "\"target\":" TARGET_JSON("vm") ",\"dir\":\"/b\"}");
+	assert_int_equal(req->bandwidth, 0);
+	free(req);
+	/* Ops without a cap ignore the field, as any other extra field. */
+	req = parse_ok("{\"op\":\"target-stop\",\"key\":\"vm\",\"bandwidth\":5}");
+	assert_int_equal(req->bandwidth, 0);
+	free(req);
+}
+
+static void test_bandwidth_ops(void **state)
+{
+	struct ctl_request *req;
+	char text[256];
+
+	req = parse_ok("{\"op\":\"bandwidth\",\"key\":\"vm-1\",\"bandwidth\":500000000}");
+	assert_int_equal(req->op, CTL_BANDWIDTH);
+	assert_string_equal(req->key, "vm-1");
+	assert_int_equal(req->bandwidth, 500000000);
+	free(req);
+	/* 0 lifts the cap. */
+	req = parse_ok("{\"op\":\"bandwidth\",\"key\":\"vm-1\",\"bandwidth\":0}");
+	assert_int_equal(req->bandwidth, 0);
+	free(req);
+	snprintf(text, sizeof(text), "{\"op\":\"node-bandwidth\",\"bandwidth\":%llu}", VM_RATE_MAX);
+	req = parse_ok(text);
+	assert_int_equal(req->op, CTL_NODE_BANDWIDTH);
+	assert_true(req->bandwidth == VM_RATE_MAX);
+	free(req);
+	req = parse_ok("{\"op\":\"node-bandwidth\",\"bandwidth\":0}");
+	assert_int_equal(req->bandwidth, 0);
+	free(req);
+	req = parse_ok("{\"op\":\"metrics\"}\n");
+	assert_int_equal(req->op, CTL_METRICS);
+	free(req);
+}
+
+static void test_bandwidth_bad(void **state)
+{
+	static const char *const values[] = {
+		"-1",
+		"-67108864",
+		"\"64Mi\"",
+		"\"67108864\"",
+		"1.5",
+		"1e9",
+		"67108864.0",
+		"null",
+		"true",
+		"[1]",
+		"{}",
+		"1000000000000001",
+		"9223372036854775807",
+		"18446744073709551615",
+		"99999999999999999999999",
+	};
+	static const char *const heads[] = {
+		"{\"op\":\"bandwidth\",\"key\":\"vm\",\"bandwidth\":",
+		"{\"op\":\"node-bandwidth\",\"bandwidth\":",
+		TS "\"sockets\":{\"1\":\"/a\"},\"bandwidth\":",
+		SS "\"target\":" TARGET_JSON("vm") ",\"dir\":\"/b\",\"bandwidth\":",
+	};
+	struct ctl_request *req = malloc(sizeof(*req));
+	char text[1024], err[512];
+	int bad = 0;
+
+	assert_non_null(req);
+	for (size_t h = 0; h < sizeof(heads) / sizeof(heads[0]); h++)
+		for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
+			snprintf(text, sizeof(text), "%s%s}", heads[h], values[i]);
+			bad += try_reject_len(text, strlen(text), text) < 0;
+			/* The message names the field. */
+			if (parse(text, req, err, sizeof(err)) == -EINVAL &&
+			    !strstr(err, "bandwidth")) {
+				print_error("%s: message does not name the field: %s\n", text, err);
+				bad++;
+			}
+		}
+	assert_int_equal(bad, 0);
+	/* Required where it is the point of the request. */
+	check_reject("{\"op\":\"bandwidth\",\"key\":\"vm\"}");
+	check_reject("{\"op\":\"node-bandwidth\"}");
+	/* bandwidth takes a valid key. */
+	check_reject("{\"op\":\"bandwidth\",\"bandwidth\":1}");
+	check_reject("{\"op\":\"bandwidth\",\"key\":\"a b\",\"bandwidth\":1}");
+	check_reject("{\"op\":\"bandwidth\",\"key\":7,\"bandwidth\":1}");
 	free(req);
 }
 
@@ -582,6 +693,9 @@ int main(void)
 		cmocka_unit_test(test_sockets),
 		cmocka_unit_test(test_source_start_bad),
 		cmocka_unit_test(test_source_start_key_message),
+		cmocka_unit_test(test_start_bandwidth),
+		cmocka_unit_test(test_bandwidth_ops),
+		cmocka_unit_test(test_bandwidth_bad),
 		cmocka_unit_test(test_too_large),
 		cmocka_unit_test(test_err_small_buffer),
 		cmocka_unit_test(test_err_one_line_with_newlines_in_input),

@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Metrics export for Prometheus: a snapshot of the node's figures, its rendering in the text
+ * exposition format 0.0.4 (pure), and the HTTP endpoint serving it from the control loop. The
+ * control protocol's JSON `metrics` reply is ctl_proto's, not this. */
+#ifndef CTL_METRICS_H
+#define CTL_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "px_node.h"
+#include "xp_loop.h"
+#include "xp_sock.h"
+
+#define CTL_METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
+
+/* The node's figures at one moment, owning copies of what px_node_foreach() only lends. */
+struct ctl_metrics_snapshot {
+	struct px_node_info node;
+	unsigned int nmigs;
+	struct px_migration_info *migs; /* strings and conns[] belong to the snapshot */
+	uint64_t now_ms;		/* vm_now_ms() when taken */
+	double now_unix;		/* CLOCK_REALTIME at the same moment, seconds */
+};
+
+/* Runs on the control loop's thread. 0 or -ENOMEM; *ret written only on success. */
+int ctl_metrics_snapshot_take(struct px_node *n, struct ctl_metrics_snapshot **ret);
+/* For snapshots from ctl_metrics_snapshot_take() only. Takes NULL. */
+void ctl_metrics_snapshot_free(struct ctl_metrics_snapshot *s);
+
+/*
+ * The text exposition of s, malloc'd and NUL-terminated, its length in *len. Depends on nothing
+ * but s: tests build s by hand. 0 or -ENOMEM; *ret and *len written only on success.
+ */
+int ctl_metrics_render(const struct ctl_metrics_snapshot *s, char **ret, size_t *len);
+
+struct ctl_metrics_server;
+
+/*
+ * Serves GET /metrics on addr (port 0: a free one), from loop, reading n on each request. 0, or
+ * -errno with one line for the operator in err. The server does not own n; free it first.
+ */
+int ctl_metrics_server_new(struct xp_loop *loop, struct px_node *n, const struct xp_addr *addr,
+			   struct ctl_metrics_server **ret, char *err, size_t errlen);
+/* Takes NULL. */
+void ctl_metrics_server_free(struct ctl_metrics_server *s);
+/* The address bound, "ADDR:PORT" ("[ADDR]:PORT" for IPv6). */
+const char *ctl_metrics_server_addr(const struct ctl_metrics_server *s);
+
+#endif
