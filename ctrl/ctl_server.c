@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -61,9 +62,15 @@ static void client_reply(struct ctl_client *c, const char *reply)
 	size_t len = strlen(reply), off = 0;
 	int fl = fcntl(c->fd, F_GETFL);
 
-	/* The reply is at most a few KiB; a client that does not read it loses it. */
+	struct timeval tv = { .tv_sec = 1 };
+
+	/*
+	 * Replies are a few KiB (metrics: some tens), within the socket buffer. A client that does
+	 * not read loses its reply after a second rather than stall the control loop.
+	 */
 	if (fl >= 0)
 		fcntl(c->fd, F_SETFL, fl & ~O_NONBLOCK);
+	(void)setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	while (off < len) {
 		ssize_t k = send(c->fd, reply + off, len - off, MSG_NOSIGNAL);
 
