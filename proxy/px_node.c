@@ -123,6 +123,9 @@ struct px_migration {
 	bool cap_lifted;	   /* switchover seen: the cap no longer applies */
 	struct xp_bucket *bucket;  /* its direction to the peer, all connections */
 	uint64_t held_seen;	   /* xp_bucket_held() at the last tick */
+	double pace_gain;	   /* pacing: sum of paces over the limit, corrected once a second */
+	uint64_t pace_limit;	   /* the limit pace_gain was last corrected for */
+	uint64_t pace_next_ms;	   /* when to correct it next */
 	uint64_t shaped_ns_done;   /* of ended connections */
 	struct px_insp_summary insp_done; /* counters of ended connections */
 	struct vm_rate rate[2];
@@ -1246,31 +1249,53 @@ static const char *cap_note(uint64_t cap)
 }
 
 /* Pacing: the migration's limit split max-min fairly among its linked connections. */
+/*
+ * Pacing: the migration's limit split max-min fairly among its linked connections. Per-socket
+ * paces leave unused what a channel does not send (QEMU hands pages to whichever channel is
+ * free, and the main channel carries little), so the sum of paces is the limit times a gain that
+ * is corrected once a second from what the migration delivered, while it presses against its
+ * limit. The kernel also counts headers against a pace; the gain absorbs that too.
+ */
 static void migration_pace(struct px_migration *m)
 {
 	struct px_share_in in[64];
-	uint64_t out[64];
+	uint64_t out[64], now = vm_now_ms(), r = vm_rate_get(&m->rate[0], 1000);
 	struct px_conn *cs[64];
 	unsigned int k = 0;
 
+	if (m->pace_gain == 0)
+		m->pace_gain = 1.0;
+	if (m->limit != m->pace_limit) {
+		/* The last second's rate belongs to the old limit: wait for one at the new one. */
+		m->pace_limit = m->limit;
+		m->pace_next_ms = now + 1500;
+	} else if (m->limit && now >= m->pace_next_ms) {
+		m->pace_next_ms = now + 1000;
+		if (r * 10 >= m->limit * 7) {
+			double g = m->pace_gain * (1.0 + 0.5 * ((double)m->limit / (double)r - 1.0));
+
+			m->pace_gain = g < 0.5 ? 0.5 : g > 2.0 ? 2.0 : g;
+		}
+	}
+
 	for (struct px_conn *c = m->conns; c && k < ARRAY_SIZE(cs); c = c->next) {
-		uint64_t r;
+		uint64_t cr;
 
 		if (c->st != C_LINKED)
 			continue;
-		r = vm_rate_get(&c->rate[0], 1000);
+		cr = vm_rate_get(&c->rate[0], 1000);
 		cs[k] = c;
 		in[k].cap = 0;
 		/* Held back: it sends at 90 % of its pace or more. */
-		in[k].demand = c->pacing && r * 10 >= c->pacing * 9
+		in[k].demand = c->pacing && cr * 10 >= c->pacing * 9
 				       ? UINT64_MAX
-				       : (r * SHARE_GROWTH_NUM / SHARE_GROWTH_DEN > SHARE_FLOOR
-						  ? r * SHARE_GROWTH_NUM / SHARE_GROWTH_DEN
+				       : (cr * SHARE_GROWTH_NUM / SHARE_GROWTH_DEN > SHARE_FLOOR
+						  ? cr * SHARE_GROWTH_NUM / SHARE_GROWTH_DEN
 						  : SHARE_FLOOR);
 		k++;
 	}
 	if (m->limit && k)
-		px_share(m->limit, k, in, out);
+		px_share((uint64_t)((double)m->limit * m->pace_gain), k, in, out);
 	for (unsigned int i = 0; i < k; i++) {
 		uint64_t pace = m->limit ? out[i] : 0;
 

@@ -384,26 +384,58 @@ class Daemon:
         """`vmigctl list` as a list of field lists (KEY ROLE PORTS CONNS BYTES)."""
         return [line.split() for line in self.ctl_ok('list').splitlines() if line.strip()]
 
-    def target_start(self, key, sockets):
-        """sockets: {portid: unix path}. Returns (JSON text exactly as printed, parsed dict)."""
+    def target_start(self, key, sockets, bandwidth=None):
+        """sockets: {portid: unix path}; bandwidth: a RATE for --bandwidth (None: no option).
+        Returns (JSON text exactly as printed, parsed dict)."""
         args = []
         for portid, path in sockets.items():
             args += ['--socket', f'{portid}={path}']
+        if bandwidth is not None:
+            args += ['--bandwidth', str(bandwidth)]
         raw = self.ctl_ok('target', 'start', key, *args).strip()
         return raw, json.loads(raw)
 
     def target_stop(self, key):
         self.ctl_ok('target', 'stop', key)
 
-    def source_start(self, key, target_json, basedir, delay_first_ms=None):
-        """Returns the unix socket paths the daemon created, in the order of the target's ports."""
+    def source_start(self, key, target_json, basedir, delay_first_ms=None, bandwidth=None):
+        """Returns the unix socket paths the daemon created, in the order of the target's ports.
+        bandwidth: a RATE for --bandwidth (None: no option)."""
         args = ['source', 'start', key, '--target', target_json, '--dir', basedir]
         if delay_first_ms is not None:
             args += ['--test-delay-first', str(delay_first_ms)]
+        if bandwidth is not None:
+            args += ['--bandwidth', str(bandwidth)]
         return self.ctl_ok(*args).split()
 
     def source_stop(self, key):
         self.ctl_ok('source', 'stop', key)
+
+    def set_bandwidth(self, key, rate):
+        """`vmigctl bandwidth KEY RATE`: change a running migration's cap."""
+        self.ctl_ok('bandwidth', key, str(rate))
+
+    def set_node_bandwidth(self, rate):
+        """`vmigctl node-bandwidth RATE`: change the node cap."""
+        self.ctl_ok('node-bandwidth', str(rate))
+
+    def metrics(self):
+        """`vmigctl metrics --json`, parsed: {'ok', 'node': {...}, 'migrations': [...]}."""
+        return json.loads(self.ctl_ok('metrics', '--json'))
+
+    def migration_metrics(self, key, metrics=None):
+        """The metrics object of migration KEY (from metrics, default a fresh `metrics --json`),
+        or None if the daemon does not list it."""
+        metrics = self.metrics() if metrics is None else metrics
+        for m in metrics.get('migrations') or []:
+            if m.get('key') == key:
+                return m
+        return None
+
+    def metrics_url(self):
+        """http://ADDR:PORT/metrics from status's "metrics" (vmigd --metrics), or None."""
+        addr = self.status().get('metrics')
+        return f'http://{addr}/metrics' if addr else None
 
     def log_text(self):
         with open(self.log_path, errors='replace') as f:
@@ -1111,14 +1143,15 @@ def random_ram_file(size_mib, variant=0, cache_dir=None):
 class Qemu:
     """A paused q35 guest with size_mib of RAM and no devices. role 'source' backs its RAM with a
     file of random bytes (every page non-zero; ram_variant picks the file); role 'destination' has
-    plain RAM and -incoming defer. Runs in a namespace through prefix; log in WORKDIR/NAME.log.
-    private=True maps the source's file copy-on-write (share=off), so that a guest that is let run
-    (`cont`) does not write into the cached file other guests start from."""
+    plain RAM (allocated at start with prealloc=True) and -incoming defer. Runs in a namespace
+    through prefix; log in WORKDIR/NAME.log. private=True maps the source's file copy-on-write
+    (share=off), so that a guest that is let run (`cont`) does not write into the cached file
+    other guests start from."""
 
     def __init__(self, name, role, size_mib, workdir, prefix=(), binary='qemu-system-x86_64',
-                 extra_args=(), ram_variant=0, private=False):
+                 extra_args=(), ram_variant=0, private=False, prealloc=False):
         self.name, self.role, self.size_mib = name, role, size_mib
-        self.ram_variant, self.private = ram_variant, private
+        self.ram_variant, self.private, self.prealloc = ram_variant, private, prealloc
         self.qmp_path = os.path.join(workdir, f'{name}.qmp')
         self.log_path = os.path.join(workdir, f'{name}.log')
         self.workdir, self.prefix = workdir, list(prefix)
@@ -1133,6 +1166,8 @@ class Qemu:
                        f'share={"off" if self.private else "on"}')
         else:
             backend = f'memory-backend-ram,id=mem0,size={size}'
+            if self.prealloc:
+                backend += ',prealloc=on'
         cmd = [self.binary, '-name', self.name, '-machine', 'q35,memory-backend=mem0', '-m', size,
                '-object', backend, '-S', '-nodefaults', '-display', 'none',
                '-qmp', f'unix:{self.qmp_path},server=on,wait=off', *self.extra_args]
@@ -1152,6 +1187,26 @@ class Qemu:
 
     def execute(self, command, arguments=None, timeout=60):
         return self.qmp.execute(command, arguments, timeout)
+
+    def warm_ram(self):
+        """Read a source's RAM file through once, so that its pages are in the page cache when
+        the migration reads them (a cold file stalls QEMU on the disk: a dent in a capped
+        rate that is not the shaper's). Seconds it took; 0 for a destination."""
+        if self.role != 'source':
+            return 0.0
+        started = time.monotonic()
+        with open(random_ram_file(self.size_mib, self.ram_variant), 'rb') as f:
+            while f.read(8 << 20):
+                pass
+        return time.monotonic() - started
+
+    def major_faults(self):
+        """QEMU's major page faults so far (pages it had to wait for the disk for), or 0."""
+        try:
+            with open(f'/proc/{self.proc.pid}/stat') as f:
+                return int(f.read().rsplit(')', 1)[1].split()[9])
+        except (OSError, ValueError, IndexError, AttributeError):
+            return 0
 
     def run_state(self):
         return self.execute('query-status')['status']
@@ -1292,15 +1347,23 @@ class DaemonMigration:
         self.src, self.dst, self.key, self.channels = src, dst, key, channels
         self.source_daemon, self.target_daemon = source_daemon, target_daemon
         self.target, self.target_raw, self.sockets = {}, '', []
-        self.started = self.src_state = None
+        self.started = self.src_state = self.info = None
 
     def status(self):
         """The source's query-migrate status ('active', 'completed', ...)."""
         return self.src.migration_info().get('status')
 
+    def wait(self, timeout=300):
+        """Wait for completion and check run states (see wait_migration()), without stopping
+        the daemons' side of it: the source's final query-migrate. finish() after it does not
+        wait again."""
+        if self.info is None:
+            self.info = wait_migration(self.src, self.dst, timeout, self.started, self.src_state)
+        return self.info
+
     def finish(self, timeout=300):
         """Wait for completion, check run states, `source stop` and `target stop`; the result."""
-        info = wait_migration(self.src, self.dst, timeout, self.started, self.src_state)
+        info = self.wait(timeout)
         self.source_daemon.source_stop(self.key)
         self.target_daemon.target_stop(self.key)
         return _result(self.key, self.channels, self.src, info, source_sockets=self.sockets,
@@ -1309,15 +1372,18 @@ class DaemonMigration:
 
 def start_via_daemons(src, dst, source_daemon, target_daemon, key, basedir, target_sock,
                       channels=0, max_bandwidth=DEFAULT_MAX_BANDWIDTH, delay_first_ms=None,
-                      port_id=DEFAULT_PORT_ID):
+                      port_id=DEFAULT_PORT_ID, bandwidth=None, target_bandwidth=None):
     """The KubeVirt-style flow: dst listens on target_sock, `target start` on the target daemon,
     `source start` with its JSON on the source daemon, src migrates to the socket that returns.
-    Returns the DaemonMigration once `migrate` is issued."""
+    bandwidth / target_bandwidth: the daemons' per-migration cap (`--bandwidth RATE` on `source
+    start` / `target start`; None: none). Returns the DaemonMigration once `migrate` is issued."""
     m = DaemonMigration(src, dst, source_daemon, target_daemon, key, channels)
     configure_migration(src, dst, channels, max_bandwidth)
     dst.execute('migrate-incoming', {'uri': f'unix:{target_sock}'})
-    m.target_raw, m.target = target_daemon.target_start(key, {port_id: target_sock})
-    m.sockets = source_daemon.source_start(key, m.target_raw, basedir, delay_first_ms)
+    m.target_raw, m.target = target_daemon.target_start(key, {port_id: target_sock},
+                                                        bandwidth=target_bandwidth)
+    m.sockets = source_daemon.source_start(key, m.target_raw, basedir, delay_first_ms,
+                                           bandwidth=bandwidth)
     if len(m.sockets) != 1:
         raise HarnessError(f'source start printed {m.sockets}, expected one socket path')
     m.src_state = src.run_state()
@@ -1337,6 +1403,347 @@ def verify_memory(src, dst):
     if a != b:
         raise HarnessError(f'guest memory differs: source {a} destination {b}')
     return a
+
+
+# --------------------------------------------------------------------------------------------------
+# Rates and metrics: sampling `vmigctl metrics --json` while migrations run, Prometheus text
+
+MIB = 1 << 20
+
+
+@dataclasses.dataclass
+class RateSample:
+    """One migration's figures at one moment. t: the daemon's time_unix (CLOCK_REALTIME, the
+    clock time.time() reads) when it counted, or for QEMU the middle of the query-migrate call
+    (bytes_tx is then ram.transferred)."""
+    t: float
+    bytes_tx: int
+    bytes_rx: int = 0
+    cap: int = 0
+    limit: int = 0
+    cap_lifted: bool = False
+    switchover: bool = False
+    conns_active: int = 0
+    faults: int = 0          # QEMU samples: its major page faults so far
+
+
+class RateWatch:
+    """Samples the `vmigctl metrics --json` of some daemons (and the source QEMUs' ram.transferred)
+    every interval seconds, in the calling thread, while migrations run; runs scheduled actions
+    (a cap change) at their times and notes when they ran. series[(daemon name, key)] and
+    qemu_series[key]: lists of RateSample in time order; events[label]: time.time() when the
+    action had returned."""
+
+    def __init__(self, daemons, qemus=None, interval=0.5):
+        self.daemons, self.qemus, self.interval = list(daemons), dict(qemus or {}), interval
+        self.series, self.qemu_series, self.events = {}, {}, {}
+        self.cpu = []                  # (time.time(), idle jiffies, all jiffies) of the host
+
+    def sample(self):
+        self.cpu.append((time.time(), *cpu_jiffies()))
+        for d in self.daemons:
+            metrics = d.metrics()
+            t = metrics['node']['time_unix']
+            for m in metrics.get('migrations') or []:
+                insp = m.get('inspect') or {}
+                self.series.setdefault((d.name, m['key']), []).append(RateSample(
+                    t, m['bytes_tx'], m['bytes_rx'], m['cap'], m['limit'],
+                    bool(m.get('cap_lifted')), bool(insp.get('switchover')),
+                    m['conns']['active']))
+        for key, q in self.qemus.items():
+            before = time.time()
+            ram = q.migration_info().get('ram') or {}
+            if 'transferred' in ram:
+                self.qemu_series.setdefault(key, []).append(
+                    RateSample((before + time.time()) / 2, ram['transferred'],
+                               faults=q.major_faults()))
+
+    def run(self, done, timeout, schedule=()):
+        """Sample until done() is true (then once more, 0.3 s later, so that the last bytes are
+        counted); schedule: (seconds after the start of run(), label, fn) to call on the way.
+        HarnessError after timeout seconds."""
+        started = time.monotonic()
+        pending = sorted(schedule, key=lambda item: item[0])
+        next_at = started
+        while True:
+            now = time.monotonic()
+            while pending and now - started >= pending[0][0]:
+                _, label, fn = pending.pop(0)
+                fn()
+                self.events[label] = time.time()
+            self.sample()
+            if done():
+                time.sleep(0.3)
+                self.sample()
+                if pending:
+                    raise HarnessError(f'the migrations ended before {pending[0][1]} '
+                                       f'({pending[0][0]:g}s after the start)')
+                return self
+            if now - started > timeout:
+                raise HarnessError(f'migrations still running after {timeout:g}s')
+            next_at += self.interval
+            time.sleep(max(0.0, next_at - time.monotonic()))
+
+    def get(self, daemon, key):
+        """The samples of KEY on daemon (a Daemon or its name)."""
+        name = daemon if isinstance(daemon, str) else daemon.name
+        samples = self.series.get((name, key))
+        if not samples:
+            raise HarnessError(f'{name} never listed migration {key} in its metrics')
+        return samples
+
+
+def cpu_jiffies():
+    """(idle + iowait, all) jiffies of all CPUs from /proc/stat; (0, 0) if unreadable."""
+    try:
+        with open('/proc/stat') as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    return sum(fields[3:5]), sum(fields)
+
+
+def cpu_idle_between(watch, start, end):
+    """The host's idle share (0..1) between the samples of watch nearest to [start, end], or
+    None: a shaper that misses its rate on a host with no idle CPU was starved, not wrong."""
+    inside = [c for c in watch.cpu if start <= c[0] <= end]
+    if len(inside) < 2 or inside[-1][2] == inside[0][2]:
+        return None
+    return (inside[-1][1] - inside[0][1]) / (inside[-1][2] - inside[0][2])
+
+
+def qemu_faults_between(watch, key, start, end):
+    """Major page faults of KEY's source QEMU within [start, end] (see RateWatch), or None."""
+    inside = [s for s in watch.qemu_series.get(key, []) if start <= s.t <= end]
+    return inside[-1].faults - inside[0].faults if len(inside) >= 2 else None
+
+
+def flow_span(samples, field='bytes_rx'):
+    """(t_first, t_last): the first sample with bytes flowing (field > 0), and the last one
+    before the flow ended (field reached its final value) or before the switchover was seen
+    or the cap lifted: the span in which the migration sent under its cap."""
+    values = [getattr(s, field) for s in samples]
+    final = values[-1]
+    first = next((i for i, v in enumerate(values) if v > 0), None)
+    if first is None:
+        raise HarnessError('no bytes flowed in any sample')
+    last = first
+    for i in range(first, len(samples)):
+        if samples[i].switchover or samples[i].cap_lifted or values[i] >= final:
+            break
+        last = i
+    return samples[first].t, samples[last].t
+
+
+def rate_between(samples, start, end, field='bytes_rx'):
+    """(bytes/s, t0, t1) between the first sample at or after start and the last at or before
+    end; HarnessError if that leaves fewer than two samples or under half a second."""
+    inside = [s for s in samples if start <= s.t <= end]
+    if len(inside) < 2 or inside[-1].t - inside[0].t < 0.5:
+        raise HarnessError(f'too few samples between {start:.2f} and {end:.2f} to measure a '
+                           f'rate ({len(inside)})')
+    a, b = inside[0], inside[-1]
+    return (getattr(b, field) - getattr(a, field)) / (b.t - a.t), a.t, b.t
+
+
+def window_rates(samples, start, end, field='bytes_rx', width=1.0):
+    """Rates (bytes/s) over consecutive windows of at least width seconds within [start, end]
+    (each from one sample to the first one width seconds later)."""
+    inside = [s for s in samples if start <= s.t <= end]
+    rates, i = [], 0
+    while i < len(inside):
+        j = next((k for k in range(i + 1, len(inside))
+                  if inside[k].t - inside[i].t >= width - 0.05), None)
+        if j is None:
+            break
+        rates.append((getattr(inside[j], field) - getattr(inside[i], field))
+                     / (inside[j].t - inside[i].t))
+        i = j
+    return rates
+
+
+def within(value, expected, tolerance):
+    """Whether value lies within +-tolerance (a fraction) of expected."""
+    return abs(value - expected) <= tolerance * expected
+
+
+def fmt_rates(rates):
+    """'50.1 49.9 ...' in MiB/s."""
+    return ' '.join(f'{r / MIB:.1f}' for r in rates)
+
+
+PROM_NAME = re.compile(r'[a-zA-Z_:][a-zA-Z0-9_:]*\Z')
+PROM_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\[\\"n])*)"')
+PROM_TYPES = ('counter', 'gauge', 'histogram', 'summary', 'untyped')
+
+
+def _prom_value(text):
+    if text in ('NaN', '+Inf', '-Inf', 'Inf'):
+        return float(text.replace('Inf', 'inf').replace('NaN', 'nan'))
+    if not re.fullmatch(r'[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?', text):
+        raise ValueError(f'not a number: {text!r}')
+    return float(text)
+
+
+def _prom_unescape(text):
+    return re.sub(r'\\([\\"n])', lambda m: '\n' if m.group(1) == 'n' else m.group(1), text)
+
+
+def parse_prometheus(text):
+    """Parse the Prometheus text exposition format (version 0.0.4) strictly. Returns (families,
+    problems): families {name: {'help', 'type', 'samples': [(labels dict, value)]}}, problems a
+    list of what breaks the format: a line that does not parse, HELP or TYPE twice or after the
+    name's first sample, a sample without TYPE, a family's samples not in one group, a label
+    twice in a sample, the same series twice, a counter below zero, no final newline."""
+    families, problems, seen_series = {}, [], set()
+    current, closed = None, set()
+    if text and not text.endswith('\n'):
+        problems.append('the text does not end with a newline')
+    for n, line in enumerate(text.split('\n')[:-1] if text.endswith('\n') else
+                             text.split('\n'), 1):
+        where = f'line {n}'
+        if not line.strip():
+            continue
+        if line.startswith('#'):
+            parts = line.split(None, 3)
+            if len(parts) >= 3 and parts[1] in ('HELP', 'TYPE'):
+                name = parts[2]
+                rest = parts[3] if len(parts) > 3 else ''
+                fam = families.setdefault(name, {'help': None, 'type': None, 'samples': []})
+                field = parts[1].lower()
+                if not PROM_NAME.match(name):
+                    problems.append(f'{where}: bad metric name {name!r}')
+                if fam[field] is not None:
+                    problems.append(f'{where}: {parts[1]} for {name} a second time')
+                if fam['samples']:
+                    problems.append(f'{where}: {parts[1]} for {name} after its samples')
+                if field == 'type' and rest not in PROM_TYPES:
+                    problems.append(f'{where}: TYPE {rest!r} for {name}')
+                fam[field] = _prom_unescape(rest) if field == 'help' else rest
+            continue
+        m = re.match(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? ([^ ]+)( -?\d+)?\Z', line)
+        # A label value may hold '}': fall back to a scan of the label block.
+        if not m:
+            m2 = re.match(r'([a-zA-Z_:][a-zA-Z0-9_:]*)\{', line)
+            if m2:
+                labels_text, pos = _prom_scan_labels(line, m2.end())
+                tail_m = re.match(r' ([^ ]+)( -?\d+)?\Z', line[pos:]) if pos else None
+                if labels_text is not None and tail_m:
+                    name, value_text = m2.group(1), tail_m.group(1)
+                    block = labels_text
+                else:
+                    problems.append(f'{where}: does not parse: {line!r}')
+                    continue
+            else:
+                problems.append(f'{where}: does not parse: {line!r}')
+                continue
+        else:
+            name, block, value_text = m.group(1), (m.group(2) or '{}')[1:-1], m.group(3)
+        labels = {}
+        if block:
+            pos = 0
+            while pos < len(block):
+                lm = PROM_LABEL.match(block, pos)
+                if not lm:
+                    problems.append(f'{where}: bad label syntax at {block[pos:]!r}')
+                    break
+                lname = lm.group(1)
+                if lname in labels:
+                    problems.append(f'{where}: label {lname} twice')
+                if lname.startswith('__'):
+                    problems.append(f'{where}: reserved label name {lname}')
+                labels[lname] = _prom_unescape(lm.group(2))
+                pos = lm.end()
+                if pos < len(block):
+                    if block[pos] != ',':
+                        problems.append(f'{where}: expected "," at {block[pos:]!r}')
+                        break
+                    pos += 1
+        try:
+            value = _prom_value(value_text)
+        except ValueError as e:
+            problems.append(f'{where}: {e}')
+            continue
+        fam = families.get(name)
+        if fam is None or fam['type'] is None:
+            problems.append(f'{where}: sample of {name} without a TYPE line before it')
+            fam = families.setdefault(name, {'help': None, 'type': None, 'samples': []})
+        if fam['help'] is None:
+            problems.append(f'{where}: sample of {name} without a HELP line before it')
+            fam['help'] = ''
+        if name != current:
+            if name in closed:
+                problems.append(f'{where}: samples of {name} not in one group')
+            if current is not None:
+                closed.add(current)
+            current = name
+        series = (name, tuple(sorted(labels.items())))
+        if series in seen_series:
+            problems.append(f'{where}: series {name}{labels} twice')
+        seen_series.add(series)
+        if fam['type'] == 'counter' and not value >= 0:
+            problems.append(f'{where}: counter {name} = {value}')
+        fam['samples'].append((labels, value))
+    return families, problems
+
+
+def _prom_scan_labels(line, pos):
+    """The text between '{' (ending at pos) and its closing '}', honouring quoted values; (text,
+    index after '}') or (None, 0)."""
+    start, quoted, i = pos, False, pos
+    while i < len(line):
+        ch = line[i]
+        if quoted and ch == '\\':
+            i += 2
+            continue
+        if ch == '"':
+            quoted = not quoted
+        elif ch == '}' and not quoted:
+            return line[start:i], i + 1
+        i += 1
+    return None, 0
+
+
+def prom_value(families, name, **labels):
+    """The value of the one sample of family name whose labels include these; HarnessError when
+    there is none or more than one."""
+    found = [v for lab, v in families.get(name, {}).get('samples', [])
+             if all(lab.get(k) == str(v2) for k, v2 in labels.items())]
+    if len(found) != 1:
+        raise HarnessError(f'{len(found)} samples of {name} with {labels}, expected one')
+    return found[0]
+
+
+def http_get(ns, url, method='GET', timeout=10):
+    """An HTTP request with curl, run in network namespace ns (None: ours). (status code,
+    {header name lowercased: value}, body text)."""
+    if shutil.which('curl') is None:
+        raise Skip('curl is not installed')
+    cmd = [*netns_prefix(ns), 'curl', '-sS', '--max-time', str(timeout)]
+    if method == 'HEAD':
+        cmd.append('-I')                   # headers only (a body would not be read)
+    else:
+        cmd += ['-D', '-', '-o', '-']
+        if method != 'GET':
+            cmd += ['-X', method]
+    proc = subprocess.run([*cmd, url], capture_output=True, timeout=timeout + 5,
+                          stdin=subprocess.DEVNULL)
+    if proc.returncode != 0:
+        raise HarnessError(f'curl {method} {url} exited {proc.returncode}: '
+                           f'{proc.stderr.decode(errors="replace").strip()}')
+    out = proc.stdout
+    head, sep, body = out.partition(b'\r\n\r\n')
+    if not sep:
+        raise HarnessError(f'curl {url}: no HTTP header in {out[:200]!r}')
+    lines = head.decode(errors='replace').split('\r\n')
+    m = re.match(r'HTTP/\d(\.\d)? (\d{3})', lines[0])
+    if not m:
+        raise HarnessError(f'curl {url}: status line {lines[0]!r}')
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(':')
+        headers[name.strip().lower()] = value.strip()
+    return int(m.group(2)), headers, body.decode(errors='replace')
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1513,17 +1920,22 @@ class Testbed:
         self._keys += 1
         return f'{label}-{os.getpid()}-{self._keys}'
 
-    def qemu_pair(self, size_mib, ram_variant=0, private=False):
-        """Start a source QEMU (source namespace) and a destination QEMU (target namespace)."""
+    def qemu_pair(self, size_mib, ram_variant=0, private=False, steady=False):
+        """Start a source QEMU (source namespace) and a destination QEMU (target namespace).
+        steady=True, for rate measurements: the destination's RAM is allocated at start
+        (prealloc=on) and the source's RAM file read into the page cache, so that neither
+        QEMU stalls on first touches or the disk while the migration runs."""
         self._pairs += 1
         pair = (Qemu(f'q{self._pairs}-src', 'source', size_mib, self.workdir,
                      self.net.prefix('source'), self.qemu, ram_variant=ram_variant,
                      private=private),
                 Qemu(f'q{self._pairs}-dst', 'destination', size_mib, self.workdir,
-                     self.net.prefix('target'), self.qemu))
+                     self.net.prefix('target'), self.qemu, prealloc=steady))
         for q in pair:
             self.qemus.append(q)
             q.start()
+        if steady:
+            pair[0].warm_ram()
         return pair
 
     def close_qemus(self, *qemus):
