@@ -98,7 +98,7 @@ size_t xp_bucket_take(struct xp_bucket *const chain[2], size_t want, uint64_t no
 		      uint64_t *wait_ns)
 {
 	struct xp_bucket *lim[2];
-	uint64_t rate[2], avail = UINT64_MAX, need, wait = 0;
+	uint64_t rate[2], avail = UINT64_MAX, need, wait = 0, min_burst = UINT64_MAX;
 	unsigned int n = 0;
 
 	for (unsigned int i = 0; i < 2; i++) {
@@ -112,14 +112,22 @@ size_t xp_bucket_take(struct xp_bucket *const chain[2], size_t want, uint64_t no
 	}
 	if (n == 0 || want == 0)
 		return want;
-	need = want < XP_BUCKET_QUANTUM ? want : XP_BUCKET_QUANTUM;
 	/* Always in chain order (migration, then node), so two takes cannot deadlock. */
 	for (unsigned int i = 0; i < n; i++) {
 		pthread_mutex_lock(&lim[i]->mu);
 		refill(lim[i], rate[i], now_ns);
 		if (lim[i]->tokens < avail)
 			avail = lim[i]->tokens;
+		if (lim[i]->burst < min_burst)
+			min_burst = lim[i]->burst;
 	}
+	/*
+	 * Wait for half a burst (5 ms of the rate) rather than a quantum: waking for every 16 KiB
+	 * cost a core at 200 MiB/s with 8 connections, while the tokens arrive all the same.
+	 */
+	need = min_burst / 2 > XP_BUCKET_QUANTUM ? min_burst / 2 : XP_BUCKET_QUANTUM;
+	if (need > want)
+		need = want;
 	if (avail >= need) {
 		if (avail > want)
 			avail = want;

@@ -10,7 +10,7 @@
 
 struct xp_bucket;
 
-/* Smallest grant worth a system call: below this a pump waits for more tokens. */
+/* Smallest grant worth a system call; a pump waits for half a burst when it can. */
 #define XP_BUCKET_QUANTUM (16 * 1024)
 /* The most a bucket holds: 10 ms of its rate, at least this. */
 #define XP_BUCKET_MIN_BURST (64 * 1024)
@@ -26,8 +26,9 @@ uint64_t xp_bucket_burst(uint64_t rate);
 
 /*
  * Takes up to want bytes from every non-NULL bucket of chain[0..1] at once. Returns the grant, or
- * 0 with *wait_ns set to when enough tokens for XP_BUCKET_QUANTUM (or want, if smaller) will be
- * there. A failed take counts as "held" on chain[0], whichever bucket was short.
+ * 0 with *wait_ns set to when enough tokens for half the smallest burst (at least
+ * XP_BUCKET_QUANTUM; want, if smaller) will be there. A failed take counts as "held" on
+ * chain[0], whichever bucket was short.
  */
 size_t xp_bucket_take(struct xp_bucket *const chain[2], size_t want, uint64_t now_ns,
 		      uint64_t *wait_ns);
