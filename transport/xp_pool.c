@@ -539,10 +539,10 @@ static int pump_run(struct xp_worker *w, struct xp_pump *p, unsigned int *side)
 				}
 				len = grant;
 			}
-			n = p->tap && p->kind == PUMP_SPLICE ? tap_plan_splice(p, src, len)
-							     : (ssize_t)len;
-			if (n > 0)
-				n = pump_fill(p, src, (size_t)n);
+			ssize_t lim = p->tap && p->kind == PUMP_SPLICE ? tap_plan_splice(p, src, len)
+								       : (ssize_t)len;
+
+			n = lim > 0 ? pump_fill(p, src, (size_t)lim) : lim;
 			if (grant > (n > 0 ? (size_t)n : 0))
 				xp_bucket_refund(p->bucket, grant - (n > 0 ? (size_t)n : 0));
 			if (n > 0) {
@@ -551,6 +551,13 @@ static int pump_run(struct xp_worker *w, struct xp_pump *p, unsigned int *side)
 				p->held += n;
 				progress = true;
 				if (p->kind == PUMP_TLS_RX && pump_room(p) >= TLS_RECORD)
+					continue;
+				/*
+				 * The tap ended the splice at a packet boundary, not the socket:
+				 * fill on, so the pipe still goes out in one piece.
+				 */
+				if (p->tap && p->kind == PUMP_SPLICE && (size_t)lim < len &&
+				    n == lim && pump_room(p) > 0)
 					continue;
 			} else if (n == 0) {
 				p->eof = true;
