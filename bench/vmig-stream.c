@@ -8,6 +8,7 @@
 #include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -31,8 +32,11 @@ struct vs_opts {
 	const char *unix_path;
 	const char *tcp; /* HOST:PORT to connect to (send) or listen on (sink) */
 	uint64_t bytes;
+	bool shared; /* send: bytes is the total, streams take 1 MiB at a time from it */
 	unsigned int streams;
 	unsigned int timeout_s;
+	const char *progress;	  /* sink: file of "MONOTONIC_S BYTES" lines, or NULL */
+	unsigned int progress_ms; /* ... one every this many ms */
 };
 
 struct vs_stream {
@@ -40,10 +44,29 @@ struct vs_stream {
 	int fd;
 	const struct vs_opts *opts;
 	const unsigned char *buf; /* shared, read-only: the sender's pre-filled random data */
-	uint64_t bytes;
+	uint64_t bytes;		  /* written by its thread only; read by the progress thread */
 	double t_end;
 	int err; /* -errno */
 };
+
+/* Bytes the sink has read, all streams: sampled by the progress thread. */
+static _Atomic uint64_t vs_sink_total;
+static _Atomic int vs_sink_done;
+/* send --shared: the bytes no stream has taken yet. */
+static _Atomic uint64_t vs_pool;
+
+/* Up to max bytes from the shared pool; 0 once it is empty. */
+static uint64_t vs_claim(uint64_t max)
+{
+	uint64_t have = atomic_load(&vs_pool), take;
+
+	do {
+		take = have < max ? have : max;
+		if (!take)
+			return 0;
+	} while (!atomic_compare_exchange_weak(&vs_pool, &have, have - take));
+	return take;
+}
 
 static double vs_now(void)
 {
@@ -56,12 +79,19 @@ static double vs_now(void)
 static void vs_usage(FILE *f)
 {
 	fprintf(f, "usage: vmig-stream send (--unix PATH | --tcp HOST:PORT) --bytes B\n"
-		   "                         [--streams N] [--timeout S]\n"
+		   "                         [--streams N] [--shared] [--timeout S]\n"
 		   "       vmig-stream sink (--unix PATH | --tcp-listen HOST:PORT)\n"
 		   "                         [--streams N] [--timeout S]\n"
-		   "B takes K, M, G, T suffixes (powers of 1024). The sink binds PATH.tmp,\n"
+		   "                         [--progress FILE [--progress-ms MS]]\n"
+		   "B takes K, M, G, T suffixes (powers of 1024): per stream, or with --shared\n"
+		   "the total, which the streams take 1 MiB at a time as each is ready for more\n"
+		   "(so they end together). The sink binds PATH.tmp,\n"
 		   "listens and renames it to PATH, so PATH appears only once it accepts.\n"
-		   "Both print one JSON line: bytes, seconds, Gbit/s, own CPU seconds.\n");
+		   "Both print one JSON line: bytes, seconds, Gbit/s, own CPU seconds, per-stream\n"
+		   "bytes and end times (CLOCK_MONOTONIC s).\n"
+		   "--progress: the sink writes \"SECONDS BYTES\" lines to FILE every MS ms\n"
+		   "(default 100) from its start to the last EOF: CLOCK_MONOTONIC seconds and the\n"
+		   "bytes read so far over all streams.\n");
 }
 
 static int vs_parse_size(const char *s, uint64_t *ret)
@@ -238,13 +268,18 @@ out_free:
 static void *vs_send_thread(void *arg)
 {
 	struct vs_stream *s = arg;
-	uint64_t left = s->opts->bytes;
+	uint64_t left = s->opts->shared ? 0 : s->opts->bytes;
 	size_t off = 0;
 	char drain[4096];
 	ssize_t n;
 
-	while (left) {
-		size_t want = VS_WRITE_SIZE - off;
+	for (;;) {
+		size_t want;
+
+		/* --shared: the next chunk from the pool, as QEMU hands pages to a free channel. */
+		if (!left && (!s->opts->shared || !(left = vs_claim(VS_WRITE_SIZE))))
+			break;
+		want = VS_WRITE_SIZE - off;
 
 		if (want > left)
 			want = left;
@@ -302,6 +337,7 @@ static void *vs_sink_thread(void *arg)
 			break;
 		}
 		s->bytes += n;
+		atomic_fetch_add_explicit(&vs_sink_total, (uint64_t)n, memory_order_relaxed);
 	}
 	free(buf);
 out:
@@ -309,6 +345,40 @@ out:
 	/* Our close is the sender's EOF: it tells the sender the data got here. */
 	close(s->fd);
 	s->fd = -1;
+	return NULL;
+}
+
+/* The sink's progress: the total read so far, every progress_ms on an absolute schedule, and
+ * once more when the last stream has ended. */
+static void *vs_progress_thread(void *arg)
+{
+	const struct vs_opts *o = arg;
+	struct timespec next;
+	FILE *f = fopen(o->progress, "we");
+
+	if (!f) {
+		fprintf(stderr, "vmig-stream: %s: %s\n", o->progress, strerror(errno));
+		return NULL;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &next);
+	for (;;) {
+		int done = atomic_load(&vs_sink_done);
+
+		fprintf(f, "%.6f %llu\n", vs_now(),
+			(unsigned long long)atomic_load_explicit(&vs_sink_total,
+								 memory_order_relaxed));
+		fflush(f);
+		if (done)
+			break;
+		next.tv_nsec += (long)o->progress_ms * 1000000L;
+		while (next.tv_nsec >= 1000000000L) {
+			next.tv_nsec -= 1000000000L;
+			next.tv_sec++;
+		}
+		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL) == EINTR)
+			;
+	}
+	fclose(f);
 	return NULL;
 }
 
@@ -338,6 +408,10 @@ static void vs_print_result(const char *mode, struct vs_stream *st, unsigned int
 	       cpu, err);
 	for (i = 0; i < n; i++)
 		printf("%s%llu", i ? "," : "", (unsigned long long)st[i].bytes);
+	/* CLOCK_MONOTONIC seconds: the start and each stream's end, to line up with --progress. */
+	printf("],\"t0\":%.6f,\"per_stream_end\":[", t0);
+	for (i = 0; i < n; i++)
+		printf("%s%.6f", i ? "," : "", st[i].t_end);
 	printf("]}\n");
 	fflush(stdout);
 }
@@ -389,6 +463,7 @@ static int vs_send(const struct vs_opts *o)
 	for (i = 0; i < o->streams; i++)
 		st[i].fd = -1;
 
+	atomic_store(&vs_pool, o->shared ? o->bytes : 0);
 	/* Connect every stream first (in order: the relay numbers them in accept order). */
 	t0 = vs_now();
 	for (i = 0; i < o->streams; i++) {
@@ -421,6 +496,8 @@ static int vs_sink(const struct vs_opts *o)
 	unsigned int i, started = 0;
 	double t0 = 0;
 	int lfd, fd, r = 0;
+	pthread_t progress;
+	bool progress_on = false;
 
 	st = calloc(o->streams, sizeof(*st));
 	if (!st)
@@ -431,6 +508,8 @@ static int vs_sink(const struct vs_opts *o)
 		fprintf(stderr, "vmig-stream: listen: %s\n", strerror(-r));
 		goto out_free;
 	}
+	if (o->progress)
+		progress_on = !pthread_create(&progress, NULL, vs_progress_thread, (void *)o);
 	fprintf(stderr, "vmig-stream: listening\n");
 	while (started < o->streams) {
 		fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
@@ -458,6 +537,10 @@ static int vs_sink(const struct vs_opts *o)
 		unlink(o->unix_path);
 	for (i = 0; i < started; i++)
 		pthread_join(st[i].thread, NULL);
+	if (progress_on) {
+		atomic_store(&vs_sink_done, 1);
+		pthread_join(progress, NULL);
+	}
 	for (i = 0; i < started && !r; i++)
 		if (st[i].err)
 			r = st[i].err;
@@ -471,7 +554,7 @@ out_free:
 
 int main(int argc, char **argv)
 {
-	struct vs_opts o = {.streams = 1, .timeout_s = 600};
+	struct vs_opts o = {.streams = 1, .timeout_s = 600, .progress_ms = 100};
 	uint64_t v;
 	int i, r;
 
@@ -491,6 +574,10 @@ int main(int argc, char **argv)
 	for (i = 2; i < argc; i++) {
 		const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
 
+		if (o.send && !strcmp(a, "--shared")) {
+			o.shared = true;
+			continue;
+		}
 		if (!val)
 			goto bad;
 		if (!strcmp(a, "--unix")) {
@@ -505,6 +592,12 @@ int main(int argc, char **argv)
 			if (vs_parse_size(val, &v) < 0 || !v || v > VS_MAX_STREAMS)
 				goto bad;
 			o.streams = v;
+		} else if (!o.send && !strcmp(a, "--progress")) {
+			o.progress = val;
+		} else if (!o.send && !strcmp(a, "--progress-ms")) {
+			if (vs_parse_size(val, &v) < 0 || !v || v > 60000)
+				goto bad;
+			o.progress_ms = v;
 		} else if (!strcmp(a, "--timeout")) {
 			if (vs_parse_size(val, &v) < 0 || v > UINT_MAX)
 				goto bad;
