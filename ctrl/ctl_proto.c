@@ -312,28 +312,32 @@ static void add_migration(const struct px_migration_info *mi, void *arg)
 	json_object_array_add(a, o);
 }
 
+/* One connection as status shows it: where it is, the mode it runs in, its bytes. */
+static struct json_object *conn_object(const struct px_conn_info *c)
+{
+	struct json_object *o = json_object_new_object();
+
+	json_object_object_add(o, "port", u64(c->port));
+	json_object_object_add(o, "seq", u64(c->seq));
+	json_object_object_add(o, "state", json_object_new_string(c->state));
+	json_object_object_add(o, "tls", json_object_new_string(c->tls ? c->tls : "off"));
+	if (c->tls) {
+		json_object_object_add(o, "cipher", json_object_new_string(c->cipher));
+		json_object_object_add(o, "crypto", json_object_new_string(c->crypto));
+		json_object_object_add(o, "resumed", json_object_new_boolean(c->resumed));
+	}
+	json_object_object_add(o, "bytes_tx", u64(c->bytes_tx));
+	json_object_object_add(o, "bytes_rx", u64(c->bytes_rx));
+	return o;
+}
+
 /* Every connection open now, with the mode it runs in. */
 static struct json_object *conn_list(const struct px_migration_info *mi)
 {
 	struct json_object *a = json_object_new_array();
 
-	for (unsigned int i = 0; i < mi->nconns; i++) {
-		const struct px_conn_info *c = &mi->conns[i];
-		struct json_object *o = json_object_new_object();
-
-		json_object_object_add(o, "port", json_object_new_int64(c->port));
-		json_object_object_add(o, "seq", json_object_new_int64(c->seq));
-		json_object_object_add(o, "state", json_object_new_string(c->state));
-		json_object_object_add(o, "tls", json_object_new_string(c->tls ? c->tls : "off"));
-		if (c->tls) {
-			json_object_object_add(o, "cipher", json_object_new_string(c->cipher));
-			json_object_object_add(o, "crypto", json_object_new_string(c->crypto));
-			json_object_object_add(o, "resumed", json_object_new_boolean(c->resumed));
-		}
-		json_object_object_add(o, "bytes_tx", json_object_new_int64(c->bytes_tx));
-		json_object_object_add(o, "bytes_rx", json_object_new_int64(c->bytes_rx));
-		json_object_array_add(a, o);
-	}
+	for (unsigned int i = 0; i < mi->nconns; i++)
+		json_object_array_add(a, conn_object(&mi->conns[i]));
 	return a;
 }
 
@@ -439,19 +443,8 @@ static struct json_object *insp_stats_object(const struct px_insp_stats *s)
 
 static struct json_object *metrics_conn(const struct px_conn_info *c)
 {
-	struct json_object *o = json_object_new_object();
+	struct json_object *o = conn_object(c);
 
-	json_object_object_add(o, "port", u64(c->port));
-	json_object_object_add(o, "seq", u64(c->seq));
-	json_object_object_add(o, "state", json_object_new_string(c->state));
-	json_object_object_add(o, "tls", json_object_new_string(c->tls ? c->tls : "off"));
-	if (c->tls) {
-		json_object_object_add(o, "cipher", json_object_new_string(c->cipher));
-		json_object_object_add(o, "crypto", json_object_new_string(c->crypto));
-		json_object_object_add(o, "resumed", json_object_new_boolean(c->resumed));
-	}
-	json_object_object_add(o, "bytes_tx", u64(c->bytes_tx));
-	json_object_object_add(o, "bytes_rx", u64(c->bytes_rx));
 	json_object_object_add(o, "rates", rates_object(&c->rate));
 	json_object_object_add(o, "shaped_ms", u64(c->shaped_ms));
 	json_object_object_add(o, "pacing", u64(c->pacing));
