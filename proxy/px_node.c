@@ -1250,6 +1250,19 @@ static const char *cap_note(uint64_t cap)
 
 /* Pacing: the migration's limit split max-min fairly among its linked connections. */
 /*
+ * What a sender is taken to want in a share: unbounded while it is held back, else what it sent
+ * in the last second plus room to grow.
+ */
+static uint64_t share_demand(bool held, uint64_t rate)
+{
+	uint64_t grow = rate * SHARE_GROWTH_NUM / SHARE_GROWTH_DEN;
+
+	if (held)
+		return UINT64_MAX;
+	return grow > SHARE_FLOOR ? grow : SHARE_FLOOR;
+}
+
+/*
  * Pacing: the migration's limit split max-min fairly among its linked connections. Per-socket
  * paces leave unused what a channel does not send (QEMU hands pages to whichever channel is
  * free, and the main channel carries little), so the sum of paces is the limit times a gain that
@@ -1287,11 +1300,7 @@ static void migration_pace(struct px_migration *m)
 		cs[k] = c;
 		in[k].cap = 0;
 		/* Held back: it sends at 90 % of its pace or more. */
-		in[k].demand = c->pacing && cr * 10 >= c->pacing * 9
-				       ? UINT64_MAX
-				       : (cr * SHARE_GROWTH_NUM / SHARE_GROWTH_DEN > SHARE_FLOOR
-						  ? cr * SHARE_GROWTH_NUM / SHARE_GROWTH_DEN
-						  : SHARE_FLOOR);
+		in[k].demand = share_demand(c->pacing && cr * 10 >= c->pacing * 9, cr);
 		k++;
 	}
 	if (m->limit && k)
@@ -1354,10 +1363,7 @@ static void node_share(struct px_node *n)
 			if (!total)
 				continue;
 			in[i].cap = m->cap_lifted ? 0 : m->cap;
-			in[i].demand = wants_more ? UINT64_MAX
-						  : (r * SHARE_GROWTH_NUM / SHARE_GROWTH_DEN > SHARE_FLOOR
-							     ? r * SHARE_GROWTH_NUM / SHARE_GROWTH_DEN
-							     : SHARE_FLOOR);
+			in[i].demand = share_demand(wants_more, r);
 			i++;
 		}
 	}
