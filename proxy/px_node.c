@@ -322,6 +322,7 @@ static void set_nodelay(int fd)
 static int conn_link(struct px_conn *c)
 {
 	struct xp_link_opts o = { 0 };
+	char tls[320];
 	int r;
 
 	xp_watch_del(c->w);
@@ -342,6 +343,8 @@ static int conn_link(struct px_conn *c)
 		o.tap_ops[d] = &px_insp_tap_ops;
 		o.tap_ctx[d] = c->insp;
 	}
+	/* Once attached, the data path owns the session and may free it at any time. */
+	snprintf(tls, sizeof(tls), "%s", c->tls ? xp_tls_sess_describe(c->tls) : "tls=off");
 	r = xp_pool_attach(c->n->pool, c->lfd, c->rfd, &o, &c->link);
 	if (r < 0) {
 		px_insp_free(c->insp);
@@ -352,13 +355,9 @@ static int conn_link(struct px_conn *c)
 	c->m->conns_total++;
 	c->port->conns_total++;
 	c->n->conns_total++;
-	if (c->tls)
-		log_info("migration %s role=%s: port %u connection %u linked %s", c->m->key,
-			 role_str(c->m->role), c->port->id, c->seq, xp_tls_sess_describe(c->tls));
-	else
-		log_info("migration %s role=%s: port %u connection %u linked tls=off", c->m->key,
-			 role_str(c->m->role), c->port->id, c->seq);
 	c->tls = NULL;
+	log_info("migration %s role=%s: port %u connection %u linked %s", c->m->key,
+		 role_str(c->m->role), c->port->id, c->seq, tls);
 	return 0;
 }
 

@@ -462,12 +462,17 @@ static ssize_t pump_drain(struct xp_pump *p, int dst)
 	return n;
 }
 
-/* Whether the local peer closed after everything it sent was read: EOF and nothing queued. */
+/*
+ * Whether the local peer closed after everything it sent was read: EOF and nothing queued. A
+ * unix socket reports a peer that closed with bytes of ours unread as one ECONNRESET, only once
+ * its queue is empty; whichever direction asks first gets it, so it counts here too.
+ */
 static bool local_peer_ended(int fd)
 {
 	char c;
+	ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
 
-	return recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+	return n == 0 || (n < 0 && errno == ECONNRESET);
 }
 
 /* The end of one direction: close_notify first on TLS, then the TCP half-close. */
@@ -564,11 +569,16 @@ static int pump_run(struct xp_worker *w, struct xp_pump *p, unsigned int *side)
 				progress = true;
 			} else if (errno == EAGAIN) {
 				src_blocked = true;
-			} else if (errno == ECONNRESET && l->p[p->dir ^ 1].done) {
+			} else if (errno == ECONNRESET &&
+				   (l->p[p->dir ^ 1].done || p->dir == 0)) {
 				/*
-				 * We had delivered everything to this peer and half-closed; it
-				 * then closed with bytes unread (QEMU's destination does this
-				 * with multifd channels at the end). That is its end of stream.
+				 * The peer closed with bytes of ours unread: that is its end of
+				 * stream. Either we had delivered everything and half-closed, or
+				 * it is the local peer, which can close at any time (QEMU's
+				 * destination ends multifd channels so, with the last packets
+				 * in its queue). A local close with nothing unread reads as a
+				 * plain EOF, so this adds no case; what the other direction
+				 * still holds becomes undelivered when it writes.
 				 */
 				p->eof = true;
 				l->res.reset_after_eof = true;
