@@ -114,10 +114,12 @@ void ctl_metrics_snapshot_free(struct ctl_metrics_snapshot *s)
 		free((char *)m->mode);
 	}
 	free(s->migs);
+	free(s->conv);
 	free(s);
 }
 
-int ctl_metrics_snapshot_take(struct px_node *n, struct ctl_metrics_snapshot **ret)
+int ctl_metrics_snapshot_take(struct px_node *n, struct cv_set *conv,
+			      struct ctl_metrics_snapshot **ret)
 {
 	struct take t = { 0 };
 	struct timespec ts;
@@ -130,6 +132,14 @@ int ctl_metrics_snapshot_take(struct px_node *n, struct ctl_metrics_snapshot **r
 	t.s->now_unix = ts.tv_sec + ts.tv_nsec / 1e9;
 	px_node_info(n, &t.s->node);
 	px_node_foreach(n, take_one, &t);
+	if (!t.err && conv && t.s->nmigs) {
+		t.s->conv = calloc(t.s->nmigs, sizeof(*t.s->conv));
+		if (!t.s->conv)
+			t.err = -ENOMEM;
+		for (unsigned int i = 0; !t.err && i < t.s->nmigs; i++)
+			if (t.s->migs[i].role == PX_ROLE_SOURCE)
+				cv_watch_report(conv, t.s->migs[i].key, &t.s->conv[i]);
+	}
 	if (t.err) {
 		ctl_metrics_snapshot_free(t.s);
 		return t.err;
@@ -658,6 +668,69 @@ static void render_migrations(struct prom *p, const struct ctl_metrics_snapshot 
 		}
 }
 
+/* The convergence module's figures, for the migrations it watches. */
+static void render_convergence(struct prom *p, const struct ctl_metrics_snapshot *s)
+{
+	static const struct {
+		const char *name, *type, *help;
+	} fam[] = {
+		{ "vmigd_convergence_actions_total", "counter",
+		  "Convergence actions taken (action: raise-cap, auto-converge, post-copy, pause, "
+		  "abort), including failed attempts." },
+		{ "vmigd_convergence_remaining_bytes", "gauge",
+		  "RAM the hypervisor still has to send." },
+		{ "vmigd_convergence_total_bytes", "gauge", "The guest's RAM, as the hypervisor "
+							   "counts it." },
+		{ "vmigd_convergence_dirty_rate_bytes_per_second", "gauge",
+		  "The dirty rate the policy last judged by (from QEMU, else the stream)." },
+		{ "vmigd_convergence_throttle_percent", "gauge",
+		  "The guest's CPU throttle from auto-converge." },
+		{ "vmigd_convergence_passes", "gauge", "Dirty-bitmap syncs so far (QEMU's passes)." },
+		{ "vmigd_convergence_info", "gauge",
+		  "Always 1; the labels give the mode, backend and state (waiting, watching, "
+		  "finished, irrecoverable)." },
+	};
+	char labels[LABELS_MAX], l2[LABELS_MAX];
+
+	if (!s->conv)
+		return;
+	for (size_t k = 0; k < ARRAY_SIZE(fam); k++)
+		for (unsigned int i = 0; i < s->nmigs; i++) {
+			const struct cv_report *r = &s->conv[i];
+			uint64_t v[] = { 0,
+					 r->job.remaining,
+					 r->job.total,
+					 r->dirty_rate,
+					 r->job.throttle_pct,
+					 r->job.dirty_syncs };
+
+			if (!r->backend)
+				continue;
+			mig_labels(&s->migs[i], labels, sizeof(labels));
+			head(p, fam[k].name, fam[k].type, fam[k].help);
+			if (k == 0) {
+				for (unsigned int a = CV_ACT_RAISE_CAP; a <= CV_ACT_ABORT; a++) {
+					snprintf(l2, sizeof(l2), "%s", labels);
+					label(l2, sizeof(l2), "action", cv_act_str(a));
+					fprintf(p->f, "%s{%s} %u\n", fam[k].name, l2, r->counts[a]);
+				}
+			} else if (k < ARRAY_SIZE(fam) - 1) {
+				if (r->have_job)
+					fprintf(p->f, "%s{%s} %" PRIu64 "\n", fam[k].name, labels,
+						v[k]);
+			} else {
+				label(labels, sizeof(labels), "mode", cv_mode_str(r->mode));
+				label(labels, sizeof(labels), "backend", r->backend);
+				label(labels, sizeof(labels), "state",
+				      r->irrecoverable ? "irrecoverable"
+				      : r->finished    ? "finished"
+				      : r->elapsed_ms < 0 ? "waiting"
+							  : "watching");
+				fprintf(p->f, "%s{%s} 1\n", fam[k].name, labels);
+			}
+		}
+}
+
 int ctl_metrics_render(const struct ctl_metrics_snapshot *s, char **ret, size_t *len)
 {
 	struct prom p = { 0 };
@@ -670,6 +743,7 @@ int ctl_metrics_render(const struct ctl_metrics_snapshot *s, char **ret, size_t 
 		return -ENOMEM;
 	render_node(&p, s);
 	render_migrations(&p, s);
+	render_convergence(&p, s);
 	bad = ferror(p.f);
 	if (fclose(p.f) != 0 || bad) {
 		free(buf);
@@ -685,6 +759,7 @@ int ctl_metrics_render(const struct ctl_metrics_snapshot *s, char **ret, size_t 
 struct ctl_metrics_server {
 	struct xp_loop *loop;
 	struct px_node *node;
+	struct cv_set *conv;
 	struct MHD_Daemon *d;
 	struct xp_watch *w;
 	struct xp_timer *t;
@@ -754,7 +829,7 @@ static enum MHD_Result on_request(void *arg, struct MHD_Connection *c, const cha
 		return reply_static(c, MHD_HTTP_METHOD_NOT_ALLOWED, "use GET /metrics\n");
 	if (strcmp(url, "/metrics") != 0)
 		return reply_static(c, MHD_HTTP_NOT_FOUND, "not found; metrics are at /metrics\n");
-	e = ctl_metrics_snapshot_take(s->node, &snap);
+	e = ctl_metrics_snapshot_take(s->node, s->conv, &snap);
 	if (e == 0) {
 		e = ctl_metrics_render(snap, &body, &len);
 		ctl_metrics_snapshot_free(snap);
@@ -801,8 +876,9 @@ static void on_ready(struct xp_watch *w, int fd, uint32_t events, void *arg)
 	run(arg);
 }
 
-int ctl_metrics_server_new(struct xp_loop *loop, struct px_node *n, const struct xp_addr *addr,
-			   struct ctl_metrics_server **ret, char *err, size_t errlen)
+int ctl_metrics_server_new(struct xp_loop *loop, struct px_node *n, struct cv_set *conv,
+			   const struct xp_addr *addr, struct ctl_metrics_server **ret, char *err,
+			   size_t errlen)
 {
 	struct ctl_metrics_server *s;
 	const union MHD_DaemonInfo *info;
@@ -823,6 +899,7 @@ int ctl_metrics_server_new(struct xp_loop *loop, struct px_node *n, const struct
 	}
 	s->loop = loop;
 	s->node = n;
+	s->conv = conv;
 	r = xp_tcp_listen(addr, 16, &fd, &bound);
 	if (r < 0) {
 		snprintf(err, errlen, "cannot listen on %s: %s", where, strerror(-r));

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cv_watch.h"
 #include "px_node.h"
 #include "xp_loop.h"
 #include "xp_sock.h"
@@ -19,12 +20,15 @@ struct ctl_metrics_snapshot {
 	struct px_node_info node;
 	unsigned int nmigs;
 	struct px_migration_info *migs; /* strings and conns[] belong to the snapshot */
+	struct cv_report *conv;		/* one per migs[], or NULL; .backend NULL: not watched */
 	uint64_t now_ms;		/* vm_now_ms() when taken */
 	double now_unix;		/* CLOCK_REALTIME at the same moment, seconds */
 };
 
-/* Runs on the control loop's thread. 0 or -ENOMEM; *ret written only on success. */
-int ctl_metrics_snapshot_take(struct px_node *n, struct ctl_metrics_snapshot **ret);
+/* Runs on the control loop's thread; conv may be NULL. 0 or -ENOMEM; *ret written only on
+ * success. */
+int ctl_metrics_snapshot_take(struct px_node *n, struct cv_set *conv,
+			      struct ctl_metrics_snapshot **ret);
 /* For snapshots from ctl_metrics_snapshot_take() only. Takes NULL. */
 void ctl_metrics_snapshot_free(struct ctl_metrics_snapshot *s);
 
@@ -40,8 +44,9 @@ struct ctl_metrics_server;
  * Serves GET /metrics on addr (port 0: a free one), from loop, reading n on each request. 0, or
  * -errno with one line for the operator in err. The server does not own n; free it first.
  */
-int ctl_metrics_server_new(struct xp_loop *loop, struct px_node *n, const struct xp_addr *addr,
-			   struct ctl_metrics_server **ret, char *err, size_t errlen);
+int ctl_metrics_server_new(struct xp_loop *loop, struct px_node *n, struct cv_set *conv,
+			   const struct xp_addr *addr, struct ctl_metrics_server **ret, char *err,
+			   size_t errlen);
 /* Takes NULL. */
 void ctl_metrics_server_free(struct ctl_metrics_server *s);
 /* The address bound, "ADDR:PORT" ("[ADDR]:PORT" for IPv6). */

@@ -142,6 +142,164 @@ static int parse_source(struct json_object *o, struct ctl_request *req, char *er
 	return 0;
 }
 
+/* A policy field: a bool, or a whole number from 0 to max. Absent leaves *v. */
+static int policy_bool(struct json_object *o, const char *name, bool *v, char *err, size_t errlen)
+{
+	struct json_object *f;
+
+	if (!json_object_object_get_ex(o, name, &f))
+		return 0;
+	if (!json_object_is_type(f, json_type_boolean))
+		return bad(err, errlen, "policy: \"%s\" must be true or false", name);
+	*v = json_object_get_boolean(f);
+	return 0;
+}
+
+static int policy_u64(struct json_object *o, const char *name, uint64_t max, uint64_t *v,
+		      char *err, size_t errlen)
+{
+	struct json_object *f;
+
+	if (!json_object_object_get_ex(o, name, &f))
+		return 0;
+	if (!json_object_is_type(f, json_type_int) || json_object_get_int64(f) < 0 ||
+	    json_object_get_uint64(f) > max)
+		return bad(err, errlen, "policy: \"%s\" must be a whole number from 0 to %llu",
+			   name, (unsigned long long)max);
+	*v = json_object_get_uint64(f);
+	return 0;
+}
+
+static const char *const policy_fields[] = {
+	"allowAutoConverge", "allowPostCopy",	"allowWorkloadDisruption", "completionTimeoutPerGiB",
+	"progressTimeout",   "bandwidth",	"maxDowntimeMs",	   "evidenceWindowMs",
+};
+
+/* KubeVirt's names; allowWorkloadDisruption follows allowPostCopy unless given (as there). */
+static int parse_policy(struct json_object *o, struct cv_policy *p, char *err, size_t errlen)
+{
+	bool disruption_given = json_object_object_get_ex(o, "allowWorkloadDisruption", NULL);
+	int r = 0;
+
+	if (!json_object_is_type(o, json_type_object))
+		return bad(err, errlen, "\"policy\" must be a JSON object");
+	json_object_object_foreach (o, name, val) {
+		unsigned int i;
+
+		(void)val;
+		for (i = 0; i < ARRAY_SIZE(policy_fields); i++)
+			if (!strcmp(name, policy_fields[i]))
+				break;
+		if (i == ARRAY_SIZE(policy_fields))
+			return bad(err, errlen,
+				   "policy: unknown field \"%.40s\" (known: allowAutoConverge, "
+				   "allowPostCopy, allowWorkloadDisruption, completionTimeoutPerGiB, "
+				   "progressTimeout, bandwidth, maxDowntimeMs, evidenceWindowMs)",
+				   name);
+	}
+	r = r ?: policy_bool(o, "allowAutoConverge", &p->allow_auto_converge, err, errlen);
+	r = r ?: policy_bool(o, "allowPostCopy", &p->allow_post_copy, err, errlen);
+	r = r ?: policy_bool(o, "allowWorkloadDisruption", &p->allow_workload_disruption, err,
+			     errlen);
+	r = r ?: policy_u64(o, "completionTimeoutPerGiB", 1000000, &p->completion_timeout_per_gib,
+			    err, errlen);
+	r = r ?: policy_u64(o, "progressTimeout", 1000000, &p->progress_timeout_s, err, errlen);
+	r = r ?: policy_u64(o, "bandwidth", VM_RATE_MAX, &p->bandwidth, err, errlen);
+	r = r ?: policy_u64(o, "maxDowntimeMs", 2000000, &p->max_downtime_ms, err, errlen);
+	r = r ?: policy_u64(o, "evidenceWindowMs", 600000, &p->window_ms, err, errlen);
+	if (r == 0 && !disruption_given)
+		p->allow_workload_disruption = p->allow_post_copy;
+	return r;
+}
+
+/*
+ * "convergence": {"mode": "predictive"|"kubevirt", "qmp": PATH | "libvirt": {"uri", "domain"},
+ * "policy": {...}}.
+ */
+static int parse_convergence(struct json_object *o, struct ctl_request *req, char *err,
+			     size_t errlen)
+{
+	struct json_object *c, *v, *lv;
+	struct cv_spec *sp = &req->conv;
+	const char *s;
+	int r;
+
+	if (!json_object_object_get_ex(o, "convergence", &c))
+		return 0;
+	if (!json_object_is_type(c, json_type_object))
+		return bad(err, errlen, "\"convergence\" must be a JSON object");
+	cv_policy_default(&sp->policy);
+	s = px_json_member_cstring(c, "mode");
+	if (json_object_object_get_ex(c, "mode", NULL)) {
+		if (!s || (strcmp(s, "predictive") && strcmp(s, "kubevirt")))
+			return bad(err, errlen,
+				   "convergence: \"mode\" must be \"predictive\" or \"kubevirt\"");
+		sp->policy.mode = strcmp(s, "kubevirt") ? CV_MODE_PREDICTIVE : CV_MODE_KUBEVIRT;
+	}
+	if (json_object_object_get_ex(c, "qmp", &v) == json_object_object_get_ex(c, "libvirt", &lv))
+		return bad(err, errlen,
+			   "convergence: give one backend, \"qmp\" (a QMP socket path) or "
+			   "\"libvirt\" ({\"domain\": NAME, \"uri\": URI})");
+	if (json_object_object_get_ex(c, "qmp", &v)) {
+		s = px_json_cstring(v);
+		if (!s || !*s || strlen(s) >= sizeof(sp->qmp))
+			return bad(err, errlen,
+				   "convergence: \"qmp\" must be a socket path of 1 to 107 bytes");
+		sp->backend = CV_BACKEND_QMP;
+		strcpy(sp->qmp, s);
+	} else {
+		const char *dom = px_json_member_cstring(lv, "domain");
+		const char *uri = px_json_member_cstring(lv, "uri");
+
+		if (!dom || !*dom || strlen(dom) >= sizeof(sp->domain))
+			return bad(err, errlen,
+				   "convergence: libvirt needs \"domain\" (a name or UUID)");
+		if (json_object_object_get_ex(lv, "uri", NULL) &&
+		    (!uri || strlen(uri) >= sizeof(sp->uri)))
+			return bad(err, errlen, "convergence: libvirt \"uri\" must be a string");
+		sp->backend = CV_BACKEND_LIBVIRT;
+		strcpy(sp->domain, dom);
+		if (uri)
+			strcpy(sp->uri, uri);
+	}
+	if (json_object_object_get_ex(c, "policy", &v)) {
+		r = parse_policy(v, &sp->policy, err, errlen);
+		if (r < 0)
+			return r;
+		sp->policy_given = true;
+	}
+	json_object_object_foreach (c, name, val) {
+		(void)val;
+		if (strcmp(name, "mode") && strcmp(name, "qmp") && strcmp(name, "libvirt") &&
+		    strcmp(name, "policy"))
+			return bad(err, errlen,
+				   "convergence: unknown field \"%.40s\" (known: mode, qmp, libvirt, "
+				   "policy)",
+				   name);
+	}
+	if (sp->policy.mode == CV_MODE_PREDICTIVE && sp->policy.window_ms == 0)
+		return bad(err, errlen, "policy: \"evidenceWindowMs\" must be at least 1");
+	req->converge = true;
+	return 0;
+}
+
+/* The policy's bandwidth and the request's are one cap: either, or both the same. */
+static int join_bandwidth(struct json_object *o, struct ctl_request *req, char *err,
+			  size_t errlen)
+{
+	struct cv_policy *p = &req->conv.policy;
+
+	if (!req->converge || !p->bandwidth)
+		return 0;
+	if (json_object_object_get_ex(o, "bandwidth", NULL) && req->bandwidth != p->bandwidth)
+		return bad(err, errlen,
+			   "\"bandwidth\" (%llu) and the policy's \"bandwidth\" (%llu) differ: "
+			   "give one",
+			   (unsigned long long)req->bandwidth, (unsigned long long)p->bandwidth);
+	req->bandwidth = p->bandwidth;
+	return 0;
+}
+
 int ctl_request_parse(const char *text, size_t len, struct ctl_request *ret, char *err,
 		      size_t errlen)
 {
@@ -209,6 +367,12 @@ int ctl_request_parse(const char *text, size_t len, struct ctl_request *ret, cha
 		       req->op == CTL_BANDWIDTH || req->op == CTL_NODE_BANDWIDTH))
 		r = parse_bandwidth(o, req->op == CTL_BANDWIDTH || req->op == CTL_NODE_BANDWIDTH,
 				    req, err, errlen);
+	if (r == 0 && req->op == CTL_SOURCE_START)
+		r = parse_convergence(o, req, err, errlen);
+	if (r == 0 && req->op == CTL_SOURCE_START)
+		r = join_bandwidth(o, req, err, errlen);
+	if (r == 0 && req->converge)
+		req->conv.policy.bandwidth = req->bandwidth;
 	if (r == 0)
 		*ret = *req;
 out:
@@ -276,10 +440,113 @@ static const char *role_str(enum px_role r)
 	return r == PX_ROLE_SOURCE ? "source" : "target";
 }
 
+static struct json_object *dbl(double v)
+{
+	return json_object_new_double(v);
+}
+
+static struct json_object *job_object(const struct cv_job *j)
+{
+	struct json_object *o = json_object_new_object();
+
+	json_object_object_add(o, "status", json_object_new_string(cv_status_str(j->status)));
+	json_object_object_add(o, "elapsed_ms", json_object_new_int64(j->elapsed_ms));
+	json_object_object_add(o, "total", u64(j->total));
+	json_object_object_add(o, "remaining", u64(j->remaining));
+	json_object_object_add(o, "transferred", u64(j->transferred));
+	json_object_object_add(o, "dirty_rate", u64(j->dirty_rate));
+	json_object_object_add(o, "dirty_syncs", u64(j->dirty_syncs));
+	json_object_object_add(o, "rate", u64(j->rate));
+	json_object_object_add(o, "expected_downtime_ms",
+			       json_object_new_int64(j->expected_downtime_ms));
+	json_object_object_add(o, "downtime_ms", json_object_new_int64(j->downtime_ms));
+	json_object_object_add(o, "throttle_pct", json_object_new_int(j->throttle_pct));
+	json_object_object_add(o, "postcopy_requests", u64(j->postcopy_requests));
+	json_object_object_add(o, "guest_running", json_object_new_boolean(j->guest_running));
+	if (j->error[0])
+		json_object_object_add(o, "error", json_object_new_string(j->error));
+	return o;
+}
+
+/* What the convergence module sees and did for one migration (status and metrics). */
+static struct json_object *convergence_object(const struct cv_report *r)
+{
+	struct json_object *o = json_object_new_object(), *p = json_object_new_object(),
+			   *acts = json_object_new_array(), *counts = json_object_new_object();
+	const struct cv_policy *pol = &r->policy;
+
+	json_object_object_add(o, "mode", json_object_new_string(cv_mode_str(r->mode)));
+	json_object_object_add(o, "backend", json_object_new_string(r->backend));
+	json_object_object_add(p, "allowAutoConverge",
+			       json_object_new_boolean(pol->allow_auto_converge));
+	json_object_object_add(p, "allowPostCopy", json_object_new_boolean(pol->allow_post_copy));
+	json_object_object_add(p, "allowWorkloadDisruption",
+			       json_object_new_boolean(pol->allow_workload_disruption));
+	json_object_object_add(p, "completionTimeoutPerGiB", u64(pol->completion_timeout_per_gib));
+	json_object_object_add(p, "progressTimeout", u64(pol->progress_timeout_s));
+	json_object_object_add(p, "bandwidth", u64(pol->bandwidth));
+	json_object_object_add(p, "maxDowntimeMs", u64(pol->max_downtime_ms));
+	json_object_object_add(p, "evidenceWindowMs", u64(pol->window_ms));
+	json_object_object_add(o, "policy", p);
+	json_object_object_add(o, "state", json_object_new_string(r->finished ? "finished"
+								  : r->elapsed_ms < 0 ? "waiting"
+										     : "watching"));
+	json_object_object_add(o, "elapsed_ms", json_object_new_int64(r->elapsed_ms));
+	json_object_object_add(o, "job", r->have_job ? job_object(&r->job) : NULL);
+	json_object_object_add(o, "dirty_rate", u64(r->dirty_rate));
+	json_object_object_add(o, "dirty_rate_from",
+			       r->dirty_from ? json_object_new_string(r->dirty_from) : NULL);
+	json_object_object_add(o, "link_rate", u64(r->link_rate));
+	for (unsigned int i = 0; i < r->nactions && i < CV_ACTIONS_MAX; i++) {
+		const struct cv_action_rec *a = &r->actions[i];
+		struct json_object *ao = json_object_new_object();
+
+		json_object_object_add(ao, "at_s", dbl(a->at_ms / 1000.0));
+		json_object_object_add(ao, "action", json_object_new_string(cv_act_str(a->act)));
+		json_object_object_add(ao, "ok", json_object_new_boolean(a->ok));
+		json_object_object_add(ao, "reason", json_object_new_string(a->reason));
+		if (!a->ok)
+			json_object_object_add(ao, "error", json_object_new_string(a->error));
+		json_object_array_add(acts, ao);
+	}
+	json_object_object_add(o, "actions", acts);
+	for (unsigned int i = CV_ACT_RAISE_CAP; i <= CV_ACT_ABORT; i++)
+		json_object_object_add(counts, cv_act_str(i), json_object_new_int(r->counts[i]));
+	json_object_object_add(o, "action_counts", counts);
+	json_object_object_add(o, "query_errors", json_object_new_int(r->query_errors));
+	if (r->query_errors)
+		json_object_object_add(o, "last_error", json_object_new_string(r->last_error));
+	if (r->outcome[0])
+		json_object_object_add(o, "outcome", json_object_new_string(r->outcome));
+	json_object_object_add(o, "irrecoverable", json_object_new_boolean(r->irrecoverable));
+	return o;
+}
+
+/* The convergence object of a source migration that has a monitor, else NULL. */
+static struct json_object *convergence_of(struct cv_set *set, const struct px_migration_info *mi)
+{
+	struct cv_report *r;
+	struct json_object *o = NULL;
+
+	if (!set || mi->role != PX_ROLE_SOURCE)
+		return NULL;
+	r = malloc(sizeof(*r));
+	if (r && cv_watch_report(set, mi->key, r))
+		o = convergence_object(r);
+	free(r);
+	return o;
+}
+
+struct status_walk {
+	struct json_object *migs;
+	struct cv_set *conv;
+};
+
 static void add_migration(const struct px_migration_info *mi, void *arg)
 {
-	struct json_object *a = arg, *o = json_object_new_object(),
-			   *ports = json_object_new_array();
+	struct status_walk *sw = arg;
+	struct json_object *a = sw->migs, *o = json_object_new_object(),
+			   *ports = json_object_new_array(), *cv;
 
 	json_object_object_add(o, "key", json_object_new_string(mi->key));
 	json_object_object_add(o, "role", json_object_new_string(role_str(mi->role)));
@@ -309,6 +576,9 @@ static void add_migration(const struct px_migration_info *mi, void *arg)
 	json_object_object_add(o, "limit", u64(mi->limit));
 	json_object_object_add(o, "rate", rates_object(&mi->rate));
 	json_object_object_add(o, "connection_list", conn_list(mi));
+	cv = convergence_of(sw->conv, mi);
+	if (cv)
+		json_object_object_add(o, "convergence", cv);
 	json_object_array_add(a, o);
 }
 
@@ -383,7 +653,7 @@ static struct json_object *status_object(struct px_node *n, const struct ctl_dae
 	json_object_object_add(s, "inspect", json_object_new_boolean(ni.inspect));
 	if (d->metrics)
 		json_object_object_add(s, "metrics", json_object_new_string(d->metrics));
-	px_node_foreach(n, add_migration, migs);
+	px_node_foreach(n, add_migration, &(struct status_walk){ .migs = migs, .conv = d->conv });
 	json_object_object_add(s, "migration_list", migs);
 	return s;
 }
@@ -454,6 +724,7 @@ static struct json_object *metrics_conn(const struct px_conn_info *c)
 
 struct metrics_walk {
 	struct json_object *migs;
+	struct cv_set *conv;
 	uint64_t now_ms;
 	double now_unix; /* CLOCK_REALTIME at now_ms */
 };
@@ -506,13 +777,16 @@ static void add_metrics_migration(const struct px_migration_info *mi, void *arg)
 	for (unsigned int i = 0; i < mi->nconns; i++)
 		json_object_array_add(conns, metrics_conn(&mi->conns[i]));
 	json_object_object_add(o, "connections", conns);
+	json_object_object_add(o, "convergence", convergence_of(w->conv, mi));
 	json_object_array_add(w->migs, o);
 }
 
 /* {"ok":true,"node":{...},"migrations":[...]}: everything px_node_info() and the walk give. */
-static struct json_object *metrics_reply(struct px_node *n)
+static struct json_object *metrics_reply(struct px_node *n, struct cv_set *conv)
 {
-	struct metrics_walk w = { .migs = json_object_new_array(), .now_ms = vm_now_ms() };
+	struct metrics_walk w = { .migs = json_object_new_array(),
+				  .conv = conv,
+				  .now_ms = vm_now_ms() };
 	struct json_object *o = ok_reply(), *node = json_object_new_object();
 	struct px_node_info ni;
 	struct timespec ts;
@@ -554,10 +828,24 @@ char *ctl_execute(struct px_node *n, const struct ctl_daemon_info *d, const stru
 		json_object_object_add(o, "target", px_target_to_json(&t));
 		return reply_text(o);
 	case CTL_SOURCE_START:
+		if (req->converge && !d->conv) {
+			snprintf(err, sizeof(err), "convergence control is not available here");
+			r = -ENOTSUP;
+			break;
+		}
+		/* The backend first: capabilities must be set before QEMU migrates. */
+		if (req->converge) {
+			r = cv_watch_start(d->conv, req->key, &req->conv, err, sizeof(err));
+			if (r < 0)
+				break;
+		}
 		r = px_source_start(n, &req->target, req->dir, req->delay_first_ms, req->bandwidth,
 				    socks, err, sizeof(err));
-		if (r < 0)
+		if (r < 0) {
+			if (req->converge)
+				cv_watch_stop(d->conv, req->key);
 			break;
+		}
 		o = ok_reply();
 		arr = json_object_new_array();
 		for (unsigned int i = 0; i < req->target.nports; i++)
@@ -570,11 +858,13 @@ char *ctl_execute(struct px_node *n, const struct ctl_daemon_info *d, const stru
 										   sizeof(err));
 		if (r < 0)
 			break;
+		if (req->op == CTL_SOURCE_STOP && d->conv)
+			cv_watch_stop(d->conv, req->key);
 		return reply_text(ok_reply());
 	case CTL_LIST:
 		o = ok_reply();
 		arr = json_object_new_array();
-		px_node_foreach(n, add_migration, arr);
+		px_node_foreach(n, add_migration, &(struct status_walk){ .migs = arr, .conv = d->conv });
 		json_object_object_add(o, "migrations", arr);
 		return reply_text(o);
 	case CTL_STATUS:
@@ -590,7 +880,7 @@ char *ctl_execute(struct px_node *n, const struct ctl_daemon_info *d, const stru
 		px_node_set_bandwidth(n, req->bandwidth);
 		return reply_text(ok_reply());
 	case CTL_METRICS:
-		return reply_text(metrics_reply(n));
+		return reply_text(metrics_reply(n, d->conv));
 	}
 	return ctl_error_reply(err);
 }

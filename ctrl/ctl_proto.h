@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cv_watch.h"
 #include "px_node.h"
 
 #define CTL_REQUEST_MAX 65536
@@ -35,6 +36,8 @@ struct ctl_request {
 	unsigned int delay_first_ms;
 	/* bytes/s, 0: none. target-start, source-start (optional), bandwidth, node-bandwidth */
 	uint64_t bandwidth;
+	bool converge; /* source-start: "convergence" was given */
+	struct cv_spec conv;
 };
 
 struct xp_tls;
@@ -45,6 +48,7 @@ struct ctl_daemon_info {
 	struct xp_tls *tls; /* NULL: --no-tls */
 	const char *control_path;
 	const char *metrics; /* the HTTP endpoint's ADDR:PORT, NULL without --metrics */
+	struct cv_set *conv; /* the convergence monitors; NULL: none (tests) */
 };
 
 /* 0, or -EINVAL with one line for the operator in err. *req is filled only on success. */

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "units.h"
+#include "util.h"
 #include "vmigd-config.h"
 
 #define REPLY_MAX (4 << 20)
@@ -41,6 +42,12 @@ static void usage(FILE *f)
 		"       vmigctl [-c PATH] target stop KEY\n"
 		"       vmigctl [-c PATH] source start KEY --target JSON --dir BASEDIR "
 		"[--bandwidth RATE]\n"
+		"                         [--qmp PATH | --libvirt-domain NAME [--libvirt-uri URI]]\n"
+		"                         [--mode predictive|kubevirt] [--policy JSON|@FILE]\n"
+		"                         [--allow-auto-converge] [--allow-post-copy]\n"
+		"                         [--allow-workload-disruption | --no-workload-disruption]\n"
+		"                         [--completion-timeout-per-gib S] [--progress-timeout S]\n"
+		"                         [--max-downtime MS] [--evidence-window MS]\n"
 		"       vmigctl [-c PATH] source stop KEY\n"
 		"       vmigctl [-c PATH] bandwidth KEY RATE\n"
 		"       vmigctl [-c PATH] node-bandwidth RATE\n"
@@ -205,22 +212,137 @@ static void target_start(const char *key, int argc, char **argv)
 	printf("%s\n", json_object_to_json_string_ext(t, JSON_C_TO_STRING_PLAIN));
 }
 
+/* --policy JSON or @FILE: KubeVirt's field names (vmigctl(8)). */
+static struct json_object *policy_arg(const char *v)
+{
+	struct json_object *p;
+	char *text = NULL;
+
+	if (v[0] == '@') {
+		FILE *f = fopen(v + 1, "r");
+		size_t n = 0;
+
+		if (!f)
+			die(EXIT_FAIL, "--policy: cannot read %s: %s", v + 1, strerror(errno));
+		text = calloc(1, 65536);
+		if (!text)
+			die(EXIT_FAIL, "out of memory");
+		n = fread(text, 1, 65535, f);
+		fclose(f);
+		text[n] = '\0';
+		v = text;
+	}
+	p = json_tokener_parse(v);
+	free(text);
+	if (!p || !json_object_is_type(p, json_type_object))
+		die(EXIT_FAIL, "--policy: expected a JSON object such as "
+			       "'{\"allowAutoConverge\":true}' or @FILE");
+	return p;
+}
+
+/* Whole seconds or milliseconds for a policy field. */
+static int64_t count_arg(const char *what, const char *v)
+{
+	char *end;
+	long long n;
+
+	errno = 0;
+	n = strtoll(v, &end, 10);
+	if (errno || end == v || *end || n < 0)
+		die(EXIT_FAIL, "%s: expected a whole number from 0, got \"%s\"", what, v);
+	return n;
+}
+
 static void source_start(const char *key, int argc, char **argv)
 {
 	struct json_object *req = request("source-start", key), *reply, *socks, *t;
-	const char *target = NULL, *dir = NULL;
+	struct json_object *conv = json_object_new_object(), *pol = NULL;
+	const char *target = NULL, *dir = NULL, *qmp = NULL, *dom = NULL, *uri = NULL;
+	const char *mode = NULL;
 	long delay = -1;
+	static const struct {
+		const char *opt, *field;
+	} flags[] = {
+		{ "--allow-auto-converge", "allowAutoConverge" },
+		{ "--allow-post-copy", "allowPostCopy" },
+		{ "--allow-workload-disruption", "allowWorkloadDisruption" },
+	}, counts[] = {
+		{ "--completion-timeout-per-gib", "completionTimeoutPerGiB" },
+		{ "--progress-timeout", "progressTimeout" },
+		{ "--max-downtime", "maxDowntimeMs" },
+		{ "--evidence-window", "evidenceWindowMs" },
+	};
+	struct json_object *over = json_object_new_object();
 
 	for (int i = 0; i < argc; i++) {
+		bool done = false;
+
+		for (size_t k = 0; k < ARRAY_SIZE(flags) && !done; k++)
+			if (strcmp(argv[i], flags[k].opt) == 0) {
+				json_object_object_add(over, flags[k].field,
+						       json_object_new_boolean(true));
+				done = true;
+			}
+		for (size_t k = 0; k < ARRAY_SIZE(counts) && !done; k++)
+			if (strcmp(argv[i], counts[k].opt) == 0 && i + 1 < argc) {
+				json_object_object_add(
+					over, counts[k].field,
+					json_object_new_int64(count_arg(counts[k].opt, argv[++i])));
+				done = true;
+			}
+		if (done)
+			continue;
 		if (strcmp(argv[i], "--target") == 0 && i + 1 < argc)
 			target = argv[++i];
 		else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc)
 			dir = argv[++i];
 		else if (strcmp(argv[i], "--test-delay-first") == 0 && i + 1 < argc)
 			delay = strtol(argv[++i], NULL, 10);
+		else if (strcmp(argv[i], "--qmp") == 0 && i + 1 < argc)
+			qmp = argv[++i];
+		else if (strcmp(argv[i], "--libvirt-domain") == 0 && i + 1 < argc)
+			dom = argv[++i];
+		else if (strcmp(argv[i], "--libvirt-uri") == 0 && i + 1 < argc)
+			uri = argv[++i];
+		else if (strcmp(argv[i], "--mode") == 0 && i + 1 < argc)
+			mode = argv[++i];
+		else if (strcmp(argv[i], "--policy") == 0 && i + 1 < argc) {
+			json_object_put(pol);
+			pol = policy_arg(argv[++i]);
+		} else if (strcmp(argv[i], "--no-workload-disruption") == 0)
+			json_object_object_add(over, "allowWorkloadDisruption",
+					       json_object_new_boolean(false));
 		else if (!bandwidth_opt(req, argc, argv, &i))
 			die(EXIT_FAIL, "source start: unexpected argument \"%s\"", argv[i]);
 	}
+	if (qmp && dom)
+		die(EXIT_FAIL, "source start: give --qmp or --libvirt-domain, not both");
+	if (!qmp && !dom && (pol || mode || uri || json_object_object_length(over)))
+		die(EXIT_FAIL, "source start: a convergence policy needs a backend: --qmp PATH (the "
+			       "source QEMU's QMP socket) or --libvirt-domain NAME");
+	if (qmp || dom) {
+		if (!pol)
+			pol = json_object_new_object();
+		json_object_object_foreach (over, name, val)
+			json_object_object_add(pol, name, json_object_get(val));
+		if (qmp) {
+			json_object_object_add(conv, "qmp", json_object_new_string(qmp));
+		} else {
+			struct json_object *lv = json_object_new_object();
+
+			json_object_object_add(lv, "domain", json_object_new_string(dom));
+			if (uri)
+				json_object_object_add(lv, "uri", json_object_new_string(uri));
+			json_object_object_add(conv, "libvirt", lv);
+		}
+		if (mode)
+			json_object_object_add(conv, "mode", json_object_new_string(mode));
+		json_object_object_add(conv, "policy", pol);
+		json_object_object_add(req, "convergence", conv);
+	} else {
+		json_object_put(conv);
+	}
+	json_object_put(over);
 	if (!target || !dir)
 		die(EXIT_FAIL, "source start: --target JSON and --dir BASEDIR are required");
 	t = json_tokener_parse(target);
@@ -334,6 +456,39 @@ static void print_connections(struct json_object *s)
 	}
 }
 
+/* Per watched migration: the mode, what it judged by, each action, the outcome. */
+static void print_convergence(struct json_object *s)
+{
+	struct json_object *migs, *cv, *acts, *job;
+
+	if (!json_object_object_get_ex(s, "migration_list", &migs))
+		return;
+	for (size_t i = 0; i < json_object_array_length(migs); i++) {
+		struct json_object *m = json_object_array_get_idx(migs, i);
+
+		if (!json_object_object_get_ex(m, "convergence", &cv))
+			continue;
+		printf("convergence %s: %s via %s, %s", str_field(m, "key"), str_field(cv, "mode"),
+		       str_field(cv, "backend"), str_field(cv, "state"));
+		if (json_object_object_get_ex(cv, "job", &job) && job)
+			printf(", QEMU %s, remaining %s of %s, pass %s, dirty %s B/s, throttle %s%%",
+			       str_field(job, "status"), str_field(job, "remaining"),
+			       str_field(job, "total"), str_field(job, "dirty_syncs"),
+			       str_field(job, "dirty_rate"), str_field(job, "throttle_pct"));
+		printf("\n");
+		if (json_object_object_get_ex(cv, "actions", &acts))
+			for (size_t j = 0; j < json_object_array_length(acts); j++) {
+				struct json_object *a = json_object_array_get_idx(acts, j);
+
+				printf("  at %s s: %s%s: %s\n", str_field(a, "at_s"),
+				       str_field(a, "action"), bool_field(a, "ok") ? "" : " (failed)",
+				       str_field(a, "reason"));
+			}
+		if (json_object_object_get_ex(cv, "outcome", NULL))
+			printf("  outcome: %s\n", str_field(cv, "outcome"));
+	}
+}
+
 static void status(int argc, char **argv)
 {
 	struct json_object *reply = call(request("status", NULL)), *s;
@@ -363,6 +518,7 @@ static void status(int argc, char **argv)
 	if (json_object_object_get_ex(s, "metrics", NULL))
 		printf("metrics: http://%s/metrics\n", str_field(s, "metrics"));
 	print_connections(s);
+	print_convergence(s);
 }
 
 static void set_bandwidth(const char *key, const char *rate)
@@ -549,7 +705,8 @@ static void top_frame(struct json_object *reply, double interval)
 		struct json_object *r = obj_field(m, "rates");
 		bool src = strcmp(str_field(m, "role"), "source") == 0;
 		uint64_t rate = u64_field(r, src ? "tx_1s" : "rx_1s");
-		char bars[BAR_WIDTH + 3], caps[64], dirty[32] = "-", pass[24] = "-";
+		char bars[BAR_WIDTH + 3], caps[64], dirty[32] = "-", pass[24] = "-", eta[32];
+		struct json_object *cv, *job;
 
 		bar(bars, rate, u64_field(m, "limit"), u64_field(nr, src ? "tx_1s" : "rx_1s"));
 		snprintf(caps, sizeof(caps), "%s / %s",
@@ -560,11 +717,45 @@ static void top_frame(struct json_object *reply, double interval)
 			speed(u64_field(in, "dirty_rate"), dirty, sizeof(dirty));
 		if (in && u64_field(in, "passes"))
 			snprintf(pass, sizeof(pass), "%" PRIu64, u64_field(in, "passes"));
+		cv = obj_field(m, "convergence");
+		job = obj_field(cv, "job");
+		snprintf(eta, sizeof(eta), "%s",
+			 strcmp(str_field(m, "state"), "failed") == 0 ? "failed" : "-");
+		if (job) {
+			/* The hypervisor knows the total: bar, dirty rate, pass and ETA from it. */
+			uint64_t total = u64_field(job, "total"), left = u64_field(job, "remaining");
+
+			if (total)
+				bar(bars, total - (left < total ? left : total), total, 0);
+			if (u64_field(cv, "dirty_rate"))
+				speed(u64_field(cv, "dirty_rate"), dirty, sizeof(dirty));
+			if (u64_field(job, "dirty_syncs"))
+				snprintf(pass, sizeof(pass), "%" PRIu64, u64_field(job, "dirty_syncs"));
+			if (strcmp(str_field(job, "status"), "active") != 0)
+				snprintf(eta, sizeof(eta), "%s", str_field(job, "status"));
+			else if (rate > u64_field(cv, "dirty_rate"))
+				/* Each pass resends what the last one's time let the guest dirty. */
+				snprintf(eta, sizeof(eta), "%.0f s",
+					 (double)left / (rate - u64_field(cv, "dirty_rate")));
+			else if (rate)
+				snprintf(eta, sizeof(eta), "never");
+		}
 		printf("%-20.20s %-6s %s %-11s %-12s %-25s %-12s %4s %s\n", str_field(m, "key"),
 		       str_field(m, "role"), bars,
 		       vm_format_bytes(u64_field(m, src ? "bytes_tx" : "bytes_rx"), a, sizeof(a)),
-		       speed(rate, b, sizeof(b)), caps, dirty, pass,
-		       strcmp(str_field(m, "state"), "failed") == 0 ? "failed" : "-");
+		       speed(rate, b, sizeof(b)), caps, dirty, pass, eta);
+		if (cv) {
+			struct json_object *acts = obj_field(cv, "actions");
+			size_t n = acts ? json_object_array_length(acts) : 0;
+			struct json_object *last = n ? json_object_array_get_idx(acts, n - 1) : NULL;
+
+			printf("%20s convergence %s: %s%s%s%s%s\n", "", str_field(cv, "mode"),
+			       last ? str_field(last, "action") : "no action",
+			       last ? " at " : "", last ? str_field(last, "at_s") : "",
+			       last ? " s: " : "", last ? str_field(last, "reason") : "");
+			if (json_object_object_get_ex(cv, "outcome", NULL))
+				printf("%20s outcome: %s\n", "", str_field(cv, "outcome"));
+		}
 	}
 	fflush(stdout);
 }

@@ -61,6 +61,7 @@ struct daemon {
 	struct px_node *node;
 	struct ctl_server *ctl;
 	struct ctl_metrics_server *metrics;
+	struct cv_set *conv;
 	struct ctl_daemon_info info;
 	unsigned int drain_timeout_s;
 	bool draining;
@@ -555,6 +556,12 @@ int main(int argc, char **argv)
 	r = px_node_new(d.loop, &pc, &d.node);
 	if (r < 0)
 		goto out;
+	r = cv_set_new(d.loop, d.node, &d.conv);
+	if (r < 0) {
+		log_err("cannot set up convergence control: %s", strerror(-r));
+		goto out;
+	}
+	d.info.conv = d.conv;
 	r = ctl_server_new(d.loop, o.control, d.node, &d.info, &holder, &d.ctl);
 	if (r == -EADDRINUSE) {
 		log_err("another vmigd (pid %d) is already running with control socket %s", holder,
@@ -568,7 +575,7 @@ int main(int argc, char **argv)
 	if (o.metrics) {
 		char err[300];
 
-		r = ctl_metrics_server_new(d.loop, d.node, &metrics_addr, &d.metrics, err,
+		r = ctl_metrics_server_new(d.loop, d.node, d.conv, &metrics_addr, &d.metrics, err,
 					   sizeof(err));
 		if (r < 0) {
 			log_err("metrics: %s", err);
@@ -623,6 +630,8 @@ out:
 	ctl_metrics_server_free(d.metrics);
 	ctl_server_free(d.ctl);
 	xp_fwatch_free(d.tls_watch);
+	/* Monitors read the node's figures: stop them first. */
+	cv_set_free(d.conv);
 	/* The node's links hold TLS sessions: free it first. */
 	px_node_free(d.node);
 	xp_tls_free(d.tls);

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-/* Stand-ins for the px_node (and xp_tls) functions that ctl_execute() calls, so that the clang
- * fuzz build of ctl_proto.c links without the data path. fuzz_ctl only parses: reaching any of
- * these is a bug. */
+/* Stand-ins for the px_node, xp_tls and cv_watch functions that ctl_execute() calls, so that
+ * the clang fuzz build of ctl_proto.c links without the data path or the convergence monitors.
+ * fuzz_ctl only parses: reaching any of these is a bug. */
+#include "cv_watch.h"
 #include "fuzz.h"
 #include "px_node.h"
 #include "xp_tls.h"
@@ -121,4 +122,20 @@ bool xp_tls_ktls_enabled(const struct xp_tls *t)
 bool xp_tls_kernel_has_ktls(void)
 {
 	UNREACHED("xp_tls_kernel_has_ktls");
+}
+
+int cv_watch_start(struct cv_set *set, const char *key, const struct cv_spec *spec, char *err,
+		   size_t errlen)
+{
+	UNREACHED("cv_watch_start");
+}
+
+void cv_watch_stop(struct cv_set *set, const char *key)
+{
+	UNREACHED("cv_watch_stop");
+}
+
+bool cv_watch_report(struct cv_set *set, const char *key, struct cv_report *out)
+{
+	UNREACHED("cv_watch_report");
 }

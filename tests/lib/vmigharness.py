@@ -398,10 +398,12 @@ class Daemon:
     def target_stop(self, key):
         self.ctl_ok('target', 'stop', key)
 
-    def source_start(self, key, target_json, basedir, delay_first_ms=None, bandwidth=None):
+    def source_start(self, key, target_json, basedir, delay_first_ms=None, bandwidth=None,
+                     extra=()):
         """Returns the unix socket paths the daemon created, in the order of the target's ports.
-        bandwidth: a RATE for --bandwidth (None: no option)."""
-        args = ['source', 'start', key, '--target', target_json, '--dir', basedir]
+        bandwidth: a RATE for --bandwidth (None: no option); extra: more vmigctl arguments
+        (convergence: --qmp PATH, --mode, the policy)."""
+        args = ['source', 'start', key, '--target', target_json, '--dir', basedir, *extra]
         if delay_first_ms is not None:
             args += ['--test-delay-first', str(delay_first_ms)]
         if bandwidth is not None:
@@ -1140,18 +1142,103 @@ def random_ram_file(size_mib, variant=0, cache_dir=None):
     return path
 
 
+GUEST_READY = re.compile(r'vmig-guest: ws=(?P<ws>\d+)MiB rate=(?P<rate>\d+MiB/s|max) '
+                         r'tsc=(?P<ghz>[\d.]+)GHz start=(?P<start>\d+)MiB mem=(?P<mem>\d+)MiB '
+                         r'report=(?P<report>\d+)ms wait=(?P<wait>\w+) ready')
+GUEST_REPORT = re.compile(r'vmig-guest: t=(?P<t_ms>\d+)ms pass=(?P<passes>\d+) '
+                          r'pages=(?P<pages>\d+) rate=(?P<rate>[\d.]+)MiB/s '
+                          r'lost=(?P<lost_ms>\d+)ms')
+
+
+@dataclasses.dataclass
+class GuestSpec:
+    """The test guest's parameters (tests/guest/README.md), passed as its -append: a working set
+    of ws_mib MiB from start_mib (None: the guest's default, 4 MiB-aligned above its image)
+    dirtied at rate_mib_s MiB/s (0: flat out), a status line every report_ms ms; wait 'hlt'
+    (default) or 'spin' between pacing slices; catchup_ms: the most pacing backlog made up
+    (None: the guest's 20 ms; small makes it CPU-bound, so that a throttle slows it); fill: write
+    the whole working set once before ready."""
+    ws_mib: int
+    rate_mib_s: int
+    start_mib: int = None
+    report_ms: int = 1000
+    wait: str = None
+    catchup_ms: int = None
+    fill: bool = False
+
+    def append(self):
+        words = [f'ws={self.ws_mib}', f'rate={self.rate_mib_s}']
+        if self.start_mib is not None:
+            words.append(f'start={self.start_mib}')
+        words.append(f'report={self.report_ms}')
+        if self.wait:
+            words.append(f'wait={self.wait}')
+        if self.catchup_ms is not None:
+            words.append(f'catchup={self.catchup_ms}')
+        if self.fill:
+            words.append('fill=1')
+        return ' '.join(words)
+
+
+@dataclasses.dataclass
+class GuestReport:
+    """One periodic status line of the test guest: ms since ready (TSC time, which stands still
+    while the VM is stopped and carries over a migration), full passes over the working set,
+    pages written since ready, the rate over the last period (MiB/s), pacing backlog dropped
+    because of stalls longer than 20 ms (ms, cumulative)."""
+    t_ms: int
+    passes: int
+    pages: int
+    rate: float
+    lost_ms: int
+
+
+def guest_binary():
+    """The test guest's ELF: $VMIG_GUEST (meson sets it; empty when the compiler cannot make
+    32-bit code), else REPO/build/tests/guest/vmig-guest.elf. Skip when there is none."""
+    path = os.environ.get('VMIG_GUEST')
+    if path is None:
+        path = os.path.join(REPO_ROOT, 'build', 'tests', 'guest', 'vmig-guest.elf')
+    if not path:
+        raise Skip('the test guest was not built: the C compiler cannot link 32-bit '
+                   'freestanding code (see tests/guest/meson.build)')
+    if not os.path.isfile(path):
+        raise Skip(f'{path} not built (ninja -C build, or set VMIG_GUEST)')
+    return path
+
+
+def parse_guest_report(line):
+    """A GuestReport from a status line, or None for any other line."""
+    m = GUEST_REPORT.search(line)
+    if not m:
+        return None
+    return GuestReport(int(m['t_ms']), int(m['passes']), int(m['pages']), float(m['rate']),
+                       int(m['lost_ms']))
+
+
 class Qemu:
     """A paused q35 guest with size_mib of RAM and no devices. role 'source' backs its RAM with a
     file of random bytes (every page non-zero; ram_variant picks the file); role 'destination' has
     plain RAM (allocated at start with prealloc=True) and -incoming defer. Runs in a namespace
     through prefix; log in WORKDIR/NAME.log. private=True maps the source's file copy-on-write
     (share=off), so that a guest that is let run (`cont`) does not write into the cached file
-    other guests start from."""
+    other guests start from.
+
+    guest (a GuestSpec, or a dict of its fields): boot the test guest (tests/guest) with
+    -kernel $VMIG_GUEST -append SPEC, its COM1 in WORKDIR/NAME.serial. Both roles get the same
+    -kernel/-append (the destination's command line must match the source's); a source's RAM is
+    then plain memory-backend-ram, so that the guest's writes dirty ordinary pages. The VM still
+    starts paused (-S): start_guest() lets it run and waits for its ready line. A destination
+    started with -S stays paused after an incoming migration (QEMU's autostart is off), so that
+    both sides' RAM can be compared before it is let run with `cont`."""
 
     def __init__(self, name, role, size_mib, workdir, prefix=(), binary='qemu-system-x86_64',
-                 extra_args=(), ram_variant=0, private=False, prealloc=False):
+                 extra_args=(), ram_variant=0, private=False, prealloc=False, guest=None):
         self.name, self.role, self.size_mib = name, role, size_mib
         self.ram_variant, self.private, self.prealloc = ram_variant, private, prealloc
+        self.guest = GuestSpec(**guest) if isinstance(guest, dict) else guest
+        self.guest_path = guest_binary() if self.guest is not None else None
+        self.serial_path = os.path.join(workdir, f'{name}.serial')
         self.qmp_path = os.path.join(workdir, f'{name}.qmp')
         self.log_path = os.path.join(workdir, f'{name}.log')
         self.workdir, self.prefix = workdir, list(prefix)
@@ -1160,7 +1247,9 @@ class Qemu:
 
     def command(self):
         size = f'{self.size_mib}M'
-        if self.role == 'source':
+        if self.role == 'source' and self.guest is not None:
+            backend = f'memory-backend-ram,id=mem0,size={size}'
+        elif self.role == 'source':
             backend = (f'memory-backend-file,id=mem0,size={size},'
                        f'mem-path={random_ram_file(self.size_mib, self.ram_variant)},'
                        f'share={"off" if self.private else "on"}')
@@ -1171,6 +1260,9 @@ class Qemu:
         cmd = [self.binary, '-name', self.name, '-machine', 'q35,memory-backend=mem0', '-m', size,
                '-object', backend, '-S', '-nodefaults', '-display', 'none',
                '-qmp', f'unix:{self.qmp_path},server=on,wait=off', *self.extra_args]
+        if self.guest is not None:
+            cmd += ['-kernel', self.guest_path, '-append', self.guest.append(),
+                    '-serial', f'file:{self.serial_path}']
         if self.role == 'destination':
             cmd += ['-incoming', 'defer']
         return self.prefix + cmd
@@ -1192,7 +1284,7 @@ class Qemu:
         """Read a source's RAM file through once, so that its pages are in the page cache when
         the migration reads them (a cold file stalls QEMU on the disk: a dent in a capped
         rate that is not the shaper's). Seconds it took; 0 for a destination."""
-        if self.role != 'source':
+        if self.role != 'source' or self.guest is not None:
             return 0.0
         started = time.monotonic()
         with open(random_ram_file(self.size_mib, self.ram_variant), 'rb') as f:
@@ -1210,6 +1302,58 @@ class Qemu:
 
     def run_state(self):
         return self.execute('query-status')['status']
+
+    def serial_lines(self):
+        """The test guest's serial output so far, one string per complete line ([] before the
+        first)."""
+        try:
+            with open(self.serial_path, 'rb') as f:
+                data = f.read().decode(errors='replace')
+        except FileNotFoundError:
+            return []
+        return [line.rstrip('\r') for line in data.split('\n')[:-1]]
+
+    def wait_serial(self, pattern, timeout=30, since=0):
+        """Wait for a serial line at index >= since matching the regex pattern (re.search);
+        (index, match). HarnessError at the deadline, when the guest printed an error line or
+        when QEMU exited."""
+        regex = re.compile(pattern)
+
+        def find():
+            lines = self.serial_lines()
+            for i in range(since, len(lines)):
+                if 'vmig-guest: error' in lines[i]:
+                    raise HarnessError(f'{self.name}: {lines[i]}')
+                m = regex.search(lines[i])
+                if m:
+                    return i, m
+            if self.proc is not None and self.proc.poll() is not None:
+                raise HarnessError(f'{self.name}: QEMU exited {self.proc.returncode}\n'
+                                   f'{tail(self.log_path)}')
+            return None
+        try:
+            return wait_until(find, timeout, f'{self.name} serial line /{pattern}/',
+                              interval=0.1)
+        except HarnessError as e:
+            raise HarnessError(f'{e}\n--- tail of {self.serial_path}\n'
+                               f'{tail(self.serial_path, 10)}') from None
+
+    def guest_reports(self, since=0):
+        """[(index, GuestReport)] of the status lines at index >= since."""
+        out = []
+        for i, line in enumerate(self.serial_lines()[since:], since):
+            r = parse_guest_report(line)
+            if r:
+                out.append((i, r))
+        return out
+
+    def start_guest(self, timeout=30):
+        """`cont` a source with a test guest and wait for its ready line; the line's match
+        (GUEST_READY: ws, rate, ghz, start, mem, report, wait)."""
+        if self.guest is None:
+            raise HarnessError(f'{self.name} has no test guest')
+        self.execute('cont')
+        return self.wait_serial(GUEST_READY.pattern, timeout)[1]
 
     def migration_info(self):
         return self.execute('query-migrate')
@@ -1297,7 +1441,8 @@ def wait_migration(src, dst, timeout, started, src_state):
     """Poll until the source reports completed (HarnessError on failed/cancelled/timeout), then
     check the run states: source 'postmigrate'; destination out of 'inmigrate' and in src_state, the
     source's state before the migration, which QEMU carries over (a never-started -S guest is
-    'prelaunch', a stopped one 'paused'). Returns the source's final query-migrate, with
+    'prelaunch', a stopped one 'paused'), except that a 'running' source leaves the destination
+    'paused' (it runs with -S: no autostart). Returns the source's final query-migrate, with
     '_elapsed' added: seconds from `started` (time.monotonic()) until completed was seen."""
     def finished():
         info = src.migration_info()
@@ -1312,8 +1457,9 @@ def wait_migration(src, dst, timeout, started, src_state):
     if info['status'] != 'completed':
         raise HarnessError(f'migration {info["status"]}: {info.get("error-desc", "")}')
     dst_state = wait_until(dst_loaded, 30, 'destination to leave run state inmigrate')
-    if dst_state != src_state:
-        raise HarnessError(f'destination run state {dst_state}, expected {src_state}')
+    expected = 'paused' if src_state == 'running' else src_state
+    if dst_state != expected:
+        raise HarnessError(f'destination run state {dst_state}, expected {expected}')
     dst_status = dst.migration_info().get('status')
     if dst_status != 'completed':
         raise HarnessError(f'destination migration status {dst_status}, expected completed')
@@ -1372,18 +1518,20 @@ class DaemonMigration:
 
 def start_via_daemons(src, dst, source_daemon, target_daemon, key, basedir, target_sock,
                       channels=0, max_bandwidth=DEFAULT_MAX_BANDWIDTH, delay_first_ms=None,
-                      port_id=DEFAULT_PORT_ID, bandwidth=None, target_bandwidth=None):
+                      port_id=DEFAULT_PORT_ID, bandwidth=None, target_bandwidth=None,
+                      source_args=()):
     """The KubeVirt-style flow: dst listens on target_sock, `target start` on the target daemon,
     `source start` with its JSON on the source daemon, src migrates to the socket that returns.
     bandwidth / target_bandwidth: the daemons' per-migration cap (`--bandwidth RATE` on `source
-    start` / `target start`; None: none). Returns the DaemonMigration once `migrate` is issued."""
+    start` / `target start`; None: none); source_args: more `source start` arguments. Returns
+    the DaemonMigration once `migrate` is issued."""
     m = DaemonMigration(src, dst, source_daemon, target_daemon, key, channels)
     configure_migration(src, dst, channels, max_bandwidth)
     dst.execute('migrate-incoming', {'uri': f'unix:{target_sock}'})
     m.target_raw, m.target = target_daemon.target_start(key, {port_id: target_sock},
                                                         bandwidth=target_bandwidth)
     m.sockets = source_daemon.source_start(key, m.target_raw, basedir, delay_first_ms,
-                                           bandwidth=bandwidth)
+                                           bandwidth=bandwidth, extra=source_args)
     if len(m.sockets) != 1:
         raise HarnessError(f'source start printed {m.sockets}, expected one socket path')
     m.src_state = src.run_state()
@@ -1909,6 +2057,7 @@ class Testbed:
         files = [d.log_path for d in (*self.retired, self.source, self.target,
                                       *self.extra_daemons) if d is not None]
         files += [q.log_path for q in self.qemus[-2:]]
+        files += [q.serial_path for q in self.qemus[-2:] if q.guest is not None]
         try:
             for path in files:
                 sys.stdout.write(f'--- tail of {path}\n{tail(path, lines)}')
@@ -1920,17 +2069,21 @@ class Testbed:
         self._keys += 1
         return f'{label}-{os.getpid()}-{self._keys}'
 
-    def qemu_pair(self, size_mib, ram_variant=0, private=False, steady=False):
+    def qemu_pair(self, size_mib, ram_variant=0, private=False, steady=False, guest=None,
+                  src_args=()):
         """Start a source QEMU (source namespace) and a destination QEMU (target namespace).
         steady=True, for rate measurements: the destination's RAM is allocated at start
         (prealloc=on) and the source's RAM file read into the page cache, so that neither
-        QEMU stalls on first touches or the disk while the migration runs."""
+        QEMU stalls on first touches or the disk while the migration runs. guest: a GuestSpec
+        (or dict) to boot the test guest on both (see Qemu); both stay paused until
+        src.start_guest(). src_args: more QEMU arguments for the source (a QMP socket of
+        vmigd's own, say)."""
         self._pairs += 1
         pair = (Qemu(f'q{self._pairs}-src', 'source', size_mib, self.workdir,
-                     self.net.prefix('source'), self.qemu, ram_variant=ram_variant,
-                     private=private),
+                     self.net.prefix('source'), self.qemu, extra_args=src_args,
+                     ram_variant=ram_variant, private=private, guest=guest),
                 Qemu(f'q{self._pairs}-dst', 'destination', size_mib, self.workdir,
-                     self.net.prefix('target'), self.qemu, prealloc=steady))
+                     self.net.prefix('target'), self.qemu, prealloc=steady, guest=guest))
         for q in pair:
             self.qemus.append(q)
             q.start()
@@ -1942,7 +2095,7 @@ class Testbed:
         for q in qemus:
             q.close()
             self.qemus.remove(q)
-            for path in (q.log_path, q.qmp_path):
+            for path in (q.log_path, q.qmp_path, q.serial_path):
                 if os.path.exists(path):
                     os.unlink(path)
 

@@ -1,0 +1,100 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The convergence policy as a pure function: from one sample of a migration's figures and the
+ * state carried since its start, what to do now (doc/design.md, "Convergence control"). */
+#ifndef CV_POLICY_H
+#define CV_POLICY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cv_backend.h"
+
+enum cv_mode {
+	CV_MODE_PREDICTIVE, /* act on evidence that pre-copy cannot converge */
+	CV_MODE_KUBEVIRT,   /* KubeVirt's legacy monitor: completion and progress timeouts */
+};
+
+/* Field names follow KubeVirt's MigrationConfiguration. */
+struct cv_policy {
+	enum cv_mode mode;
+	bool allow_auto_converge;
+	bool allow_post_copy;
+	bool allow_workload_disruption;
+	uint64_t completion_timeout_per_gib; /* s per GB of guest memory (KubeVirt rounds up to
+					      * decimal GB); 0: no completion timeout */
+	uint64_t progress_timeout_s;	     /* abort after this long without progress; 0: never */
+	uint64_t bandwidth;		     /* bytes/s, the migration's cap; 0: none */
+	uint64_t max_downtime_ms;	     /* 0: the hypervisor's default */
+	uint64_t window_ms;		     /* predictive: how long evidence must hold */
+};
+
+#define CV_DEFAULT_COMPLETION_PER_GIB 150
+#define CV_DEFAULT_PROGRESS_TIMEOUT_S 150
+#define CV_DEFAULT_WINDOW_MS	      2000
+#define CV_KUBEVIRT_POLL_MS	      400
+#define CV_PREDICTIVE_POLL_MS	      250
+
+/* KubeVirt's defaults: nothing allowed, 150 s per GB, 150 s without progress. */
+void cv_policy_default(struct cv_policy *p);
+const char *cv_mode_str(enum cv_mode m);
+
+/* One sample: the hypervisor's job and vmigd's own view of the wire. */
+struct cv_inputs {
+	int64_t now_ms; /* since monitoring began */
+	struct cv_job job;
+	bool have_job;		  /* the backend answered this time */
+	uint64_t wire_rate;	  /* bytes/s this migration sent over the last second */
+	uint64_t cap;		  /* its own cap; 0: none */
+	uint64_t limit;		  /* what it may send now (cap or node share); 0: none */
+	uint64_t node_cap;	  /* 0: none */
+	uint64_t node_rate;	  /* bytes/s all migrations on this node sent */
+	uint64_t stream_dirty_rate; /* the stream inspector's estimate; 0: unknown */
+};
+
+enum cv_act {
+	CV_ACT_NONE,
+	CV_ACT_RAISE_CAP, /* use the node's headroom */
+	CV_ACT_THROTTLE,  /* make auto-converge bite */
+	CV_ACT_POSTCOPY,
+	CV_ACT_PAUSE,
+	CV_ACT_ABORT,
+};
+
+struct cv_action {
+	enum cv_act act;
+	uint64_t cap;		       /* RAISE_CAP */
+	unsigned int throttle_initial; /* THROTTLE, percent */
+	unsigned int throttle_step;
+	char reason[256]; /* one line: why, with the figures */
+};
+
+/* Carried from one call to the next; zero it (cv_state_init) when monitoring begins. */
+struct cv_state {
+	unsigned int done;	   /* bit (1 << enum cv_act) per action taken */
+	int64_t evidence_since_ms; /* -1: pre-copy looks able to converge */
+	uint64_t syncs_at_action;  /* dirty-sync count when the last action was taken */
+	int64_t action_ms;	   /* when it was taken; -1: none yet */
+	uint64_t watermark;	   /* kubevirt: the last remaining bytes */
+	int64_t progress_ms;	   /* when remaining last went down */
+	int64_t acceptable_s;	   /* completion deadline; doubled after a pause; -1: not set */
+	uint64_t gb;		   /* guest memory, decimal GB rounded up (KubeVirt) */
+	bool postcopy, paused;
+	/* the figures behind the last evaluation, for status */
+	uint64_t dirty_rate, link_rate;
+	const char *dirty_from; /* "qemu", "stream" or NULL */
+};
+
+void cv_state_init(struct cv_state *s);
+/* Decides; also records an action in *s as taken (the caller reports if it failed). */
+void cv_decide(const struct cv_policy *p, struct cv_state *s, const struct cv_inputs *in,
+	       struct cv_action *a);
+const char *cv_act_str(enum cv_act a);
+
+/* Throttling that the predictive mode asks for first and adds at each sync. */
+#define CV_THROTTLE_INITIAL 60
+#define CV_THROTTLE_STEP    20
+/* Pre-copy counts as unable to converge while dirty >= this share of the link, percent. */
+#define CV_CONVERGE_PCT 90
+
+#endif

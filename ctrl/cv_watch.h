@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The convergence module: one monitor thread per source migration that has a hypervisor
+ * backend. It samples the job and vmigd's own figures, runs the policy and takes its actions. */
+#ifndef CV_WATCH_H
+#define CV_WATCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cv_policy.h"
+#include "px_node.h"
+#include "xp_loop.h"
+
+enum cv_backend_kind { CV_BACKEND_QMP, CV_BACKEND_LIBVIRT };
+
+/* What source start asks for. */
+struct cv_spec {
+	struct cv_policy policy;
+	enum cv_backend_kind backend;
+	char qmp[108];	   /* QMP: the source QEMU's socket (one of its own) */
+	char uri[256];	   /* libvirt: connection URI, empty for qemu:///system */
+	char domain[256];  /* libvirt: name or UUID */
+	bool policy_given; /* else cv_policy_default() with the request's bandwidth */
+};
+
+#define CV_ACTIONS_MAX 16
+
+struct cv_action_rec {
+	int64_t at_ms; /* since the migration started */
+	enum cv_act act;
+	bool ok;
+	char reason[256];
+	char error[160]; /* when !ok: the backend's reason */
+};
+
+/* A copy of one watch, for status, metrics and top. */
+struct cv_report {
+	enum cv_mode mode;
+	const char *backend; /* "qmp", "libvirt" */
+	struct cv_policy policy;
+	bool finished;	     /* the migration ended and the outcome is final */
+	bool irrecoverable;  /* post-copy failed */
+	bool have_job;
+	struct cv_job job;   /* the last sample */
+	int64_t elapsed_ms;  /* since the migration started; -1 before */
+	uint64_t dirty_rate, link_rate; /* what the policy last judged by */
+	const char *dirty_from;
+	unsigned int nactions; /* actions[] holds the first CV_ACTIONS_MAX */
+	struct cv_action_rec actions[CV_ACTIONS_MAX];
+	unsigned int counts[CV_ACT_ABORT + 1];
+	unsigned int query_errors;
+	char last_error[160];
+	char outcome[384]; /* empty while the migration runs */
+};
+
+struct cv_set;
+
+int cv_set_new(struct xp_loop *loop, struct px_node *n, struct cv_set **ret);
+/* Stops every monitor. Takes NULL. */
+void cv_set_free(struct cv_set *set);
+/*
+ * At source start, before QEMU migrates: opens the backend and prepares it (capabilities), then
+ * starts the monitor. Blocks for at most a few seconds. -errno with one line in err.
+ */
+int cv_watch_start(struct cv_set *set, const char *key, const struct cv_spec *spec, char *err,
+		   size_t errlen);
+/* At source stop: a last sample, the outcome logged, the monitor gone. No-op when not watched. */
+void cv_watch_stop(struct cv_set *set, const char *key);
+/* false when key is not watched. */
+bool cv_watch_report(struct cv_set *set, const char *key, struct cv_report *out);
+
+#endif
