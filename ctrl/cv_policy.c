@@ -104,7 +104,9 @@ static void kubevirt(const struct cv_policy *p, struct cv_state *s, const struct
 	/* 1. Never act in post-copy; 2. past the deadline, disrupt if allowed. */
 	if (s->postcopy || done(s, CV_ACT_ABORT))
 		return;
-	if (p->allow_workload_disruption && late(s, in) && !s->paused) {
+	/* A post-copy that QEMU refused is not tried again: the deadline then aborts. */
+	if (p->allow_workload_disruption && late(s, in) && !s->paused &&
+	    !done(s, CV_ACT_POSTCOPY)) {
 		snprintf(a->reason, sizeof(a->reason),
 			 "not completed after %lld s (acceptable %lld s: completionTimeoutPerGiB "
 			 "%llu x %llu GB)",

@@ -127,7 +127,7 @@ static bool final(enum cv_status s)
 }
 
 /* The outcome, once the job ended: what happened to the guest is the part that matters. */
-static void finish(struct cv_watch *w, struct cv_state *st, struct cv_job *j)
+static void finish(struct cv_watch *w, struct cv_state *st, bool saw_postcopy, struct cv_job *j)
 {
 	const struct cv_backend_ops *ops = w->b->ops;
 	struct cv_report *rep = &w->rep;
@@ -137,12 +137,12 @@ static void finish(struct cv_watch *w, struct cv_state *st, struct cv_job *j)
 
 	if (j->status == CV_ST_COMPLETED) {
 		snprintf(out, sizeof(out), "completed in %.1f s, downtime %lld ms%s%s", secs,
-			 (long long)j->downtime_ms, st->postcopy ? ", through post-copy" : "",
+			 (long long)j->downtime_ms, saw_postcopy ? ", through post-copy" : "",
 			 st->paused ? "; vmigd paused the guest, so it is paused on the destination "
 				      "until resumed"
 				    : "");
 		log_info("migration %s role=source: convergence: %s", w->key, out);
-	} else if (st->postcopy) {
+	} else if (saw_postcopy) {
 		irrecoverable = true;
 		snprintf(out, sizeof(out),
 			 "post-copy failed (%s%s%.180s): the guest's memory is split between the nodes "
@@ -214,7 +214,7 @@ static void *watch_main(void *arg)
 	unsigned int poll_ms =
 		p->mode == CV_MODE_KUBEVIRT ? CV_KUBEVIRT_POLL_MS : CV_PREDICTIVE_POLL_MS;
 	struct cv_state st;
-	bool seen = false, going = true;
+	bool seen = false, going = true, saw_postcopy = false, told_paused = false;
 
 	cv_state_init(&st);
 	while (going) {
@@ -266,9 +266,23 @@ static void *watch_main(void *arg)
 		}
 		if (!seen)
 			continue;
+		if (in.job.status == CV_ST_POSTCOPY || in.job.status == CV_ST_POSTCOPY_PAUSED)
+			saw_postcopy = true;
 		if (final(in.job.status)) {
-			finish(w, &st, &in.job);
+			finish(w, &st, saw_postcopy, &in.job);
 			break;
+		}
+		/* Post-copy that lost its connection: the guest is split until it recovers. */
+		if (in.job.status == CV_ST_POSTCOPY_PAUSED && !told_paused) {
+			told_paused = true;
+			pthread_mutex_lock(&w->lock);
+			snprintf(w->rep.outcome, sizeof(w->rep.outcome),
+				 "post-copy interrupted (%s): the guest's memory is split between the "
+				 "nodes; unless QEMU recovers it (migrate-recover), it is lost",
+				 cv_status_str(in.job.status));
+			w->rep.irrecoverable = true;
+			pthread_mutex_unlock(&w->lock);
+			log_err("migration %s role=source: convergence: %s", w->key, w->rep.outcome);
 		}
 		cv_decide(p, &st, &in, &a);
 		pthread_mutex_lock(&w->lock);
@@ -276,8 +290,15 @@ static void *watch_main(void *arg)
 		w->rep.link_rate = st.link_rate;
 		w->rep.dirty_from = st.dirty_from;
 		pthread_mutex_unlock(&w->lock);
-		if (a.act != CV_ACT_NONE)
-			record(w, &a, in.now_ms, execute(w, &a));
+		if (a.act != CV_ACT_NONE) {
+			r = execute(w, &a);
+			record(w, &a, in.now_ms, r);
+			/* A step that did not happen is not in force: the ladder goes on past it. */
+			if (r < 0 && a.act == CV_ACT_POSTCOPY)
+				st.postcopy = false;
+			if (r < 0 && a.act == CV_ACT_PAUSE)
+				st.paused = false;
+		}
 	}
 	if (!w->rep.finished) {
 		pthread_mutex_lock(&w->lock);

@@ -6,7 +6,7 @@ or, for postcopy, to a local destination QEMU.
 
 - A paused 64 MiB guest of random pages, capped at 1 MB/s so that it stays active: `prepare
   auto-converge dormant downtime=400` sets what QEMU then reports (events, auto-converge,
-  cpu-throttle 1 % + 1 %, downtime 400 ms); `query` while active (status, RAM total, rate near
+  cpu-throttle 1 % + 1 % at a 100 % trigger threshold, downtime 400 ms); `query` while active (status, RAM total, rate near
   1 MB/s, guest not running); `prepare` refused while active; `throttle`, `bandwidth`, `downtime`
   as QEMU's parameters; `resume` / `pause` as the guest's state; `watch`; `abort` -> cancelled with
   the guest still running; `bandwidth 0` -> QEMU's maximum.
@@ -15,8 +15,8 @@ or, for postcopy, to a local destination QEMU.
 - Another client on the socket: `no reply in 500 ms` within a second; QEMU quitting under
   `watch` of a second migration: `QEMU closed its QMP socket`.
 - The test guest (tests/guest) dirtying 4 MiB flat out under a 4 MB/s cap: dirty_rate and syncs
-  appear, dormant auto-converge bites at 1 % and creeps, `throttle 30 10` makes the next step
-  +10; `abort` leaves the guest running. Skipped (the rest still runs) without the guest.
+  appear, dormant auto-converge does not bite over several syncs, `throttle 30 10` makes it bite
+  at 30 % and step +10; `abort` leaves the guest running. Skipped (the rest still runs) without the guest.
 - `postcopy` on a migration to a real destination: postcopy-active, then completed."""
 
 import json
@@ -125,8 +125,9 @@ def part_paused(probe_bin, wd, check):
         check(c['events'] and c['auto-converge'] and not c['postcopy-ram'],
               f'capabilities after prepare: {c}')
         p = q.execute('query-migrate-parameters')
-        check((p['cpu-throttle-initial'], p['cpu-throttle-increment'], p['downtime-limit']) ==
-              (1, 1, 400), f'parameters after prepare: {p}')
+        check((p['cpu-throttle-initial'], p['cpu-throttle-increment'],
+               p['throttle-trigger-threshold'], p['downtime-limit']) == (1, 1, 100, 400),
+              f'parameters after prepare: {p}')
 
         q.execute('migrate-set-parameters', {'max-bandwidth': CAP_BPS})
         q.execute('migrate', {'uri': 'exec:cat > /dev/null'})
@@ -252,23 +253,25 @@ def part_guest(probe_bin, wd, check):
                 job = probe.query()
                 return job if pred(job) else None
             return f
-        job = vh.wait_until(sample(lambda j: j['throttle_pct'] >= 1 or
-                                   j['status'] != 'active'), 60, 'auto-converge to bite',
+        job = vh.wait_until(sample(lambda j: j['dirty_syncs'] >= 5 or
+                                   j['status'] != 'active'), 60, 'five dirty syncs',
                             interval=0.5)
-        vh.log(f'  dormant throttle bites: {json.dumps(job)}')
-        check(job['status'] == 'active', f'status {job["status"]} before the throttle bit')
-        check(job['dirty_rate'] > 0 and job['dirty_syncs'] >= 3,
-              f'dirty_rate {job["dirty_rate"]}, syncs {job["dirty_syncs"]}')
-        check(job['throttle_pct'] <= 3, f'dormant throttle at {job["throttle_pct"]} %')
+        vh.log(f'  dormant: {json.dumps(job)}')
+        check(job['status'] == 'active', f'status {job["status"]} during the dormant part')
+        check(job['dirty_rate'] > 0, f'dirty_rate {job["dirty_rate"]}, syncs '
+              f'{job["dirty_syncs"]}')
+        check(job['throttle_pct'] == 0, f'dormant throttle at {job["throttle_pct"]} %')
         check(job['guest_running'] is True, 'guest_running false for a running guest')
-        before = job['throttle_pct']
         probe.ok('throttle', 30, 10)
-        job = vh.wait_until(sample(lambda j: j['throttle_pct'] > before + 1 or
+        job = vh.wait_until(sample(lambda j: j['throttle_pct'] >= 30 or
+                                   j['status'] != 'active'), 30, 'the throttle to bite',
+                            interval=0.5)
+        vh.log(f'  after throttle 30 10: {json.dumps(job)}')
+        check(job['throttle_pct'] == 30, f'throttle bit at {job["throttle_pct"]} %, not 30')
+        job = vh.wait_until(sample(lambda j: j['throttle_pct'] > 30 or
                                    j['status'] != 'active'), 30, 'the throttle to step',
                             interval=0.5)
-        vh.log(f'  after throttle 30 10: {before} % -> {job["throttle_pct"]} %')
-        check(job['throttle_pct'] == before + 10,
-              f'throttle stepped {before} -> {job["throttle_pct"]}, not +10')
+        check(job['throttle_pct'] == 40, f'throttle stepped 30 -> {job["throttle_pct"]}, not +10')
         reports = len(q.guest_reports())
         jobs = probe.ok('abort', 'watch', 10, 100)
         check(jobs[-1]['status'] == 'cancelled' and jobs[-1]['guest_running'],

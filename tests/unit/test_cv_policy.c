@@ -264,6 +264,57 @@ static void test_no_job(void **state)
 	assert_int_equal(st.done, 0);
 }
 
+/* A step the hypervisor refused (the monitor clears it): the ladder goes on past it. */
+static void test_refused_step(void **state)
+{
+	struct cv_policy p;
+	struct cv_state st;
+	struct cv_inputs in = { .have_job = true };
+	struct cv_action a;
+
+	(void)state;
+	cv_policy_default(&p);
+	p.mode = CV_MODE_KUBEVIRT;
+	p.allow_post_copy = p.allow_workload_disruption = true;
+	p.completion_timeout_per_gib = 2;
+	cv_state_init(&st);
+	in.job.status = CV_ST_ACTIVE;
+	in.job.total = 256 * MI;
+	in.job.remaining = 64 * MI;
+	in.now_ms = 2400;
+	cv_decide(&p, &st, &in, &a);
+	assert_int_equal(a.act, CV_ACT_POSTCOPY);
+	st.postcopy = false; /* QEMU said no */
+	in.now_ms = 2800;
+	in.job.remaining = 63 * MI;
+	cv_decide(&p, &st, &in, &a);
+	assert_int_equal(a.act, CV_ACT_ABORT);
+
+	/* predictive: a refused post-copy moves on to pause after new evidence. */
+	cv_policy_default(&p);
+	p.allow_post_copy = p.allow_workload_disruption = true;
+	cv_state_init(&st);
+	in.job.dirty_rate = 48 * MI;
+	in.wire_rate = 32 * MI;
+	in.job.dirty_syncs = 2;
+	in.now_ms = 2000;
+	cv_decide(&p, &st, &in, &a);
+	assert_int_equal(a.act, CV_ACT_NONE);
+	in.job.dirty_syncs = 3;
+	in.now_ms = 4000;
+	cv_decide(&p, &st, &in, &a);
+	assert_int_equal(a.act, CV_ACT_POSTCOPY);
+	st.postcopy = false;
+	in.job.dirty_syncs = 4;
+	in.now_ms = 5000;
+	cv_decide(&p, &st, &in, &a);
+	assert_int_equal(a.act, CV_ACT_NONE);
+	in.now_ms = 7000;
+	in.job.remaining = 60 * MI;
+	cv_decide(&p, &st, &in, &a);
+	assert_int_equal(a.act, CV_ACT_PAUSE);
+}
+
 static void test_names(void **state)
 {
 	(void)state;
@@ -278,6 +329,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_cases),
 		cmocka_unit_test(test_no_job),
+		cmocka_unit_test(test_refused_step),
 		cmocka_unit_test(test_names),
 	};
 
