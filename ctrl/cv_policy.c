@@ -82,10 +82,19 @@ static void track_progress(struct cv_state *s, const struct cv_inputs *in)
 	s->watermark = remaining;
 }
 
-static bool stuck(const struct cv_policy *p, const struct cv_state *s, const struct cv_inputs *in)
+/* progressTimeout, in both modes: the abort and its reason. */
+static bool abort_if_stuck(const struct cv_policy *p, struct cv_state *s,
+			   const struct cv_inputs *in, struct cv_action *a)
 {
-	return p->progress_timeout_s &&
-	       in->now_ms - s->progress_ms > (int64_t)p->progress_timeout_s * 1000;
+	if (!p->progress_timeout_s ||
+	    in->now_ms - s->progress_ms <= (int64_t)p->progress_timeout_s * 1000)
+		return false;
+	snprintf(a->reason, sizeof(a->reason),
+		 "stuck: remaining %.1f MiB has not gone down for %lld s (progressTimeout %llu s)",
+		 in->job.remaining / MIB, (long long)((in->now_ms - s->progress_ms) / 1000),
+		 (unsigned long long)p->progress_timeout_s);
+	take(s, in, a, CV_ACT_ABORT);
+	return true;
 }
 
 static bool late(const struct cv_state *s, const struct cv_inputs *in)
@@ -122,22 +131,14 @@ static void kubevirt(const struct cv_policy *p, struct cv_state *s, const struct
 		return;
 	}
 	/* 3. No progress for progressTimeout; 4. past the deadline. */
-	if (stuck(p, s, in)) {
-		snprintf(a->reason, sizeof(a->reason),
-			 "stuck: remaining %.1f MiB has not gone down for %lld s (progressTimeout "
-			 "%llu s)",
-			 j->remaining / MIB, (long long)((in->now_ms - s->progress_ms) / 1000),
-			 (unsigned long long)p->progress_timeout_s);
-		take(s, in, a, CV_ACT_ABORT);
-	} else if (late(s, in)) {
-		snprintf(a->reason, sizeof(a->reason),
-			 "not completed after %lld s (acceptable %lld s: completionTimeoutPerGiB "
-			 "%llu x %llu GB)",
-			 (long long)(in->now_ms / 1000), (long long)s->acceptable_s,
-			 (unsigned long long)p->completion_timeout_per_gib,
-			 (unsigned long long)s->gb);
-		take(s, in, a, CV_ACT_ABORT);
-	}
+	if (abort_if_stuck(p, s, in, a) || !late(s, in))
+		return;
+	snprintf(a->reason, sizeof(a->reason),
+		 "not completed after %lld s (acceptable %lld s: completionTimeoutPerGiB %llu x %llu "
+		 "GB)",
+		 (long long)(in->now_ms / 1000), (long long)s->acceptable_s,
+		 (unsigned long long)p->completion_timeout_per_gib, (unsigned long long)s->gb);
+	take(s, in, a, CV_ACT_ABORT);
 }
 
 /*
@@ -195,15 +196,8 @@ static void predictive(const struct cv_policy *p, struct cv_state *s, const stru
 	}
 	hopeless = known && dirty * 100 >= link * CV_CONVERGE_PCT;
 	overdue = late(s, in);
-	if (stuck(p, s, in)) {
-		snprintf(a->reason, sizeof(a->reason),
-			 "stuck: remaining %.1f MiB has not gone down for %lld s (progressTimeout "
-			 "%llu s)",
-			 j->remaining / MIB, (long long)((in->now_ms - s->progress_ms) / 1000),
-			 (unsigned long long)p->progress_timeout_s);
-		take(s, in, a, CV_ACT_ABORT);
+	if (abort_if_stuck(p, s, in, a))
 		return;
-	}
 	if (!hopeless && !overdue) {
 		/* Unknown (no fresh sync yet) keeps the evidence; a good sample clears it. */
 		if (known)
