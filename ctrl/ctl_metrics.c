@@ -685,7 +685,8 @@ static void render_convergence(struct prom *p, const struct ctl_metrics_snapshot
 		  "The dirty rate the policy last judged by (from QEMU, else the stream)." },
 		{ "vmigd_convergence_throttle_percent", "gauge",
 		  "The guest's CPU throttle from auto-converge." },
-		{ "vmigd_convergence_passes", "gauge", "Dirty-bitmap syncs so far (QEMU's passes)." },
+		{ "vmigd_convergence_dirty_syncs", "gauge",
+		  "The hypervisor's dirty-bitmap syncs so far (QEMU's passes over RAM)." },
 		{ "vmigd_convergence_info", "gauge",
 		  "Always 1; the labels give the mode, backend and state (waiting, watching, "
 		  "finished, irrecoverable)." },
@@ -724,6 +725,7 @@ static void render_convergence(struct prom *p, const struct ctl_metrics_snapshot
 				label(labels, sizeof(labels), "state",
 				      r->irrecoverable ? "irrecoverable"
 				      : r->finished    ? "finished"
+				      : r->stopped     ? "stopped"
 				      : r->elapsed_ms < 0 ? "waiting"
 							  : "watching");
 				fprintf(p->f, "%s{%s} 1\n", fam[k].name, labels);

@@ -489,6 +489,7 @@ static struct json_object *convergence_object(const struct cv_report *r)
 	json_object_object_add(p, "evidenceWindowMs", u64(pol->window_ms));
 	json_object_object_add(o, "policy", p);
 	json_object_object_add(o, "state", json_object_new_string(r->finished ? "finished"
+								  : r->stopped	      ? "stopped"
 								  : r->elapsed_ms < 0 ? "waiting"
 										     : "watching"));
 	json_object_object_add(o, "elapsed_ms", json_object_new_int64(r->elapsed_ms));

@@ -61,6 +61,8 @@ static void take(struct cv_state *s, const struct cv_inputs *in, struct cv_actio
 		s->postcopy = true;
 	if (act == CV_ACT_PAUSE)
 		s->paused = true;
+	if (act == CV_ACT_THROTTLE)
+		s->throttling = true;
 }
 
 /* KubeVirt: ceil(memory in decimal GB) x completionTimeoutPerGiB, set once the total is known. */
@@ -239,7 +241,7 @@ static void predictive(const struct cv_policy *p, struct cv_state *s, const stru
 		return;
 	}
 	/* Auto-converge gets its grace unless QEMU's throttle is already at the top. */
-	if (done(s, CV_ACT_THROTTLE) && !done(s, CV_ACT_POSTCOPY) && !done(s, CV_ACT_PAUSE) &&
+	if (s->throttling && !done(s, CV_ACT_POSTCOPY) && !done(s, CV_ACT_PAUSE) &&
 	    j->throttle_pct < THROTTLE_TOP && in->now_ms - s->action_ms < THROTTLE_GRACE_MS)
 		return;
 	if (p->allow_post_copy && p->allow_workload_disruption && !done(s, CV_ACT_POSTCOPY)) {

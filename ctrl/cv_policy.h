@@ -41,7 +41,7 @@ const char *cv_mode_str(enum cv_mode m);
 
 /* One sample: the hypervisor's job and vmigd's own view of the wire. */
 struct cv_inputs {
-	int64_t now_ms; /* since monitoring began */
+	int64_t now_ms; /* since the migration started (the hypervisor's elapsed time) */
 	struct cv_job job;
 	bool have_job;		  /* the backend answered this time */
 	uint64_t wire_rate;	  /* bytes/s this migration sent over the last second */
@@ -79,7 +79,7 @@ struct cv_state {
 	int64_t progress_ms;	   /* when remaining last went down */
 	int64_t acceptable_s;	   /* completion deadline; doubled after a pause; -1: not set */
 	uint64_t gb;		   /* guest memory, decimal GB rounded up (KubeVirt) */
-	bool postcopy, paused;
+	bool postcopy, paused, throttling; /* in force: the caller clears one that failed */
 	/* the figures behind the last evaluation, for status */
 	uint64_t dirty_rate, link_rate;
 	const char *dirty_from; /* "qemu", "stream" or NULL */

@@ -792,17 +792,23 @@ static int qmp_prepare(struct cv_backend *b, const struct cv_setup *s, char *err
 			       json_object_new_string("events"));
 	json_object_object_add(json_object_array_get_idx(caps, 0), "state",
 			       json_object_new_boolean(1));
-	snprintf(tried, sizeof(tried), "migrate-set-capabilities events%s%s",
-		 s->auto_converge ? " auto-converge" : "", s->post_copy ? " postcopy-ram" : "");
+	snprintf(tried, sizeof(tried), "migrate-set-capabilities events auto-converge=%s%s",
+		 s->auto_converge ? "on" : "off", s->post_copy ? " postcopy-ram" : "");
+	/*
+	 * auto-converge follows the policy either way: left on from an earlier attempt, QEMU
+	 * would throttle a guest the policy does not allow throttled. postcopy-ram is only
+	 * turned on: on its own it does nothing until migrate-start-postcopy.
+	 */
 	for (int i = 0; i < 2; i++) {
 		const char *name = i == 0 ? "auto-converge" : "postcopy-ram";
+		bool on = i == 0 ? s->auto_converge : s->post_copy;
 		struct json_object *c;
 
-		if (!(i == 0 ? s->auto_converge : s->post_copy))
+		if (i == 1 && !on)
 			continue;
 		c = json_object_new_object();
 		json_object_object_add(c, "capability", json_object_new_string(name));
-		json_object_object_add(c, "state", json_object_new_boolean(1));
+		json_object_object_add(c, "state", json_object_new_boolean(on));
 		json_object_array_add(caps, c);
 	}
 	v = json_object_new_object();
@@ -826,11 +832,16 @@ static int qmp_prepare(struct cv_backend *b, const struct cv_setup *s, char *err
 	 * such syncs before each step, so a dormant throttle that fired would also delay the real
 	 * one: set_throttle() brings the threshold back to QEMU's 50 %.
 	 */
-	if (s->auto_converge && s->throttle_dormant) {
-		json_object_object_add(params, "cpu-throttle-initial", json_object_new_int64(1));
-		json_object_object_add(params, "cpu-throttle-increment", json_object_new_int64(1));
+	if (s->auto_converge) {
+		/* Else QEMU's defaults, which an earlier dormant attempt may have changed. */
+		bool d = s->throttle_dormant;
+
+		json_object_object_add(params, "cpu-throttle-initial",
+				       json_object_new_int64(d ? 1 : 20));
+		json_object_object_add(params, "cpu-throttle-increment",
+				       json_object_new_int64(d ? 1 : 10));
 		json_object_object_add(params, "throttle-trigger-threshold",
-				       json_object_new_int64(100));
+				       json_object_new_int64(d ? 100 : 50));
 	}
 	if (s->max_downtime_ms)
 		json_object_object_add(

@@ -138,9 +138,11 @@ static void finish(struct cv_watch *w, struct cv_state *st, bool saw_postcopy, s
 	if (j->status == CV_ST_COMPLETED) {
 		snprintf(out, sizeof(out), "completed in %.1f s, downtime %lld ms%s%s", secs,
 			 (long long)j->downtime_ms, saw_postcopy ? ", through post-copy" : "",
-			 st->paused ? "; vmigd paused the guest, so it is paused on the destination "
-				      "until resumed"
-				    : "");
+			 !st->paused ? ""
+			 : strcmp(ops->name, "qmp") ? "; vmigd paused the guest for it (libvirt "
+						      "resumes it on the destination)"
+			 : "; vmigd paused the guest for it, so it is paused on the destination "
+			   "until resumed (cont)");
 		log_info("migration %s role=source: convergence: %s", w->key, out);
 	} else if (saw_postcopy) {
 		irrecoverable = true;
@@ -215,6 +217,7 @@ static void *watch_main(void *arg)
 		p->mode == CV_MODE_KUBEVIRT ? CV_KUBEVIRT_POLL_MS : CV_PREDICTIVE_POLL_MS;
 	struct cv_state st;
 	bool seen = false, going = true, saw_postcopy = false, told_paused = false;
+	unsigned int failing = 0; /* query errors in a row */
 
 	cv_state_init(&st);
 	while (going) {
@@ -253,23 +256,25 @@ static void *watch_main(void *arg)
 		in.stream_dirty_rate = w->stream_dirty;
 		pthread_mutex_unlock(&w->lock);
 		if (r < 0) {
-			if (w->rep.query_errors == 1 || w->rep.query_errors == QUERY_ERRORS_MAX)
+			failing++;
+			if (failing == 1 || failing == QUERY_ERRORS_MAX)
 				log_warn("migration %s role=source: convergence: cannot query the "
 					 "migration: %s%s",
 					 w->key, w->b->ops->error(w->b),
-					 w->rep.query_errors == QUERY_ERRORS_MAX
+					 failing == QUERY_ERRORS_MAX
 						 ? "; giving up: no more convergence actions"
 						 : "");
-			if (r == -ECONNRESET || w->rep.query_errors >= QUERY_ERRORS_MAX)
+			if (r == -ECONNRESET || failing >= QUERY_ERRORS_MAX)
 				break;
 			continue;
 		}
+		failing = 0;
 		if (!seen)
 			continue;
 		if (in.job.status == CV_ST_POSTCOPY || in.job.status == CV_ST_POSTCOPY_PAUSED)
 			saw_postcopy = true;
 		if (final(in.job.status)) {
-			finish(w, &st, saw_postcopy, &in.job);
+			finish(w, &st, saw_postcopy || st.postcopy, &in.job);
 			break;
 		}
 		/* Post-copy that lost its connection: the guest is split until it recovers. */
@@ -284,6 +289,8 @@ static void *watch_main(void *arg)
 			pthread_mutex_unlock(&w->lock);
 			log_err("migration %s role=source: convergence: %s", w->key, w->rep.outcome);
 		}
+		if (!going)
+			break; /* stopping: the last sample only settles the outcome */
 		cv_decide(p, &st, &in, &a);
 		pthread_mutex_lock(&w->lock);
 		w->rep.dirty_rate = st.dirty_rate;
@@ -298,10 +305,13 @@ static void *watch_main(void *arg)
 				st.postcopy = false;
 			if (r < 0 && a.act == CV_ACT_PAUSE)
 				st.paused = false;
+			if (r < 0 && a.act == CV_ACT_THROTTLE)
+				st.throttling = false; /* libvirt cannot: no grace to wait out */
 		}
 	}
 	if (!w->rep.finished) {
 		pthread_mutex_lock(&w->lock);
+		w->rep.stopped = true;
 		snprintf(w->rep.outcome, sizeof(w->rep.outcome),
 			 "not followed to the end (%s)",
 			 w->rep.query_errors ? w->rep.last_error : "vmigd stopped watching");

@@ -40,6 +40,7 @@ struct cv_report {
 	const char *backend; /* "qmp", "libvirt" */
 	struct cv_policy policy;
 	bool finished;	     /* the migration ended and the outcome is final */
+	bool stopped;	     /* the monitor ended before that (stop, or the backend gone) */
 	bool irrecoverable;  /* post-copy failed */
 	bool have_job;
 	struct cv_job job;   /* the last sample */

@@ -1185,7 +1185,7 @@ class GuestReport:
     """One periodic status line of the test guest: ms since ready (TSC time, which stands still
     while the VM is stopped and carries over a migration), full passes over the working set,
     pages written since ready, the rate over the last period (MiB/s), pacing backlog dropped
-    because of stalls longer than 20 ms (ms, cumulative)."""
+    because of stalls longer than its catchup (20 ms unless set; ms, cumulative)."""
     t_ms: int
     passes: int
     pages: int

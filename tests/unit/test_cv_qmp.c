@@ -770,12 +770,13 @@ struct prepare_case {
 
 #define CAPS_ARGS(list) "{\"capabilities\": [" list "]}"
 #define CAP(name)	"{\"capability\": \"" name "\", \"state\": true}"
+#define CAPOFF(name)	"{\"capability\": \"" name "\", \"state\": false}"
 
 static const struct prepare_case prepare_cases[] = {
 	{ "defaults: events only",
 	  { 0 },
 	  { HANDSHAKE, EXPECT("query-migrate", NULL), OK("{}"),
-	    EXPECT("migrate-set-capabilities", CAPS_ARGS(CAP("events"))), OK("{}"), END },
+	    EXPECT("migrate-set-capabilities", CAPS_ARGS(CAP("events") ", " CAPOFF("auto-converge"))), OK("{}"), END },
 	  0,
 	  NULL },
 	{ "auto-converge dormant, downtime",
@@ -795,19 +796,23 @@ static const struct prepare_case prepare_cases[] = {
 	    EXPECT("query-migrate-capabilities", NULL), OK(CAPS("false", "false")),
 	    EXPECT("migrate-set-capabilities",
 		   CAPS_ARGS(CAP("events") ", " CAP("auto-converge") ", " CAP("postcopy-ram"))),
+	    OK("{}"),
+	    EXPECT("migrate-set-parameters",
+		   "{\"cpu-throttle-initial\": 20, \"cpu-throttle-increment\": 10, "
+		   "\"throttle-trigger-threshold\": 50}"),
 	    OK("{}"), END },
 	  0,
 	  NULL },
 	{ "dormant without auto-converge: no parameters",
 	  { .throttle_dormant = true },
 	  { HANDSHAKE, EXPECT("query-migrate", NULL), OK("{\"status\": \"failed\"}"),
-	    EXPECT("migrate-set-capabilities", CAPS_ARGS(CAP("events"))), OK("{}"), END },
+	    EXPECT("migrate-set-capabilities", CAPS_ARGS(CAP("events") ", " CAPOFF("auto-converge"))), OK("{}"), END },
 	  0,
 	  NULL },
 	{ "events in between",
 	  { .max_downtime_ms = 2000 },
 	  { HANDSHAKE, EXPECT("query-migrate", NULL), SEND(EV("RESUME")), OK("{}"),
-	    EXPECT("migrate-set-capabilities", CAPS_ARGS(CAP("events"))),
+	    EXPECT("migrate-set-capabilities", CAPS_ARGS(CAP("events") ", " CAPOFF("auto-converge"))),
 	    SEND(EV_MIGRATION("none")), OK("{}"),
 	    EXPECT("migrate-set-parameters", "{\"downtime-limit\": 2000}"), OK("{}"), END },
 	  0,
@@ -841,12 +846,12 @@ static const struct prepare_case prepare_cases[] = {
 		   CAPS_ARGS(CAP("events") ", " CAP("auto-converge") ", " CAP("postcopy-ram"))),
 	    QERR("Postcopy is not compatible with ignore-shared"), END },
 	  -EIO,
-	  "migrate-set-capabilities events auto-converge postcopy-ram: Postcopy is not "
+	  "migrate-set-capabilities events auto-converge=on postcopy-ram: Postcopy is not "
 	  "compatible with ignore-shared" },
 	{ "QEMU refuses a parameter",
 	  { .max_downtime_ms = 2000001 },
 	  { HANDSHAKE, EXPECT("query-migrate", NULL), OK("{}"),
-	    EXPECT("migrate-set-capabilities", CAPS_ARGS(CAP("events"))), OK("{}"),
+	    EXPECT("migrate-set-capabilities", CAPS_ARGS(CAP("events") ", " CAPOFF("auto-converge"))), OK("{}"),
 	    EXPECT("migrate-set-parameters", "{\"downtime-limit\": 2000001}"),
 	    QERR("Parameter 'downtime_limit' expects an integer in the range of 0 to (2000 * "
 		 "1000) ms"),
@@ -887,7 +892,7 @@ static void test_prepare_postcopy_10_1(void **state)
 		EXPECT("query-migrate", NULL),
 		OK("{}"),
 		EXPECT("migrate-set-capabilities",
-		       CAPS_ARGS(CAP("events") ", " CAP("postcopy-ram"))),
+		       CAPS_ARGS(CAP("events") ", " CAPOFF("auto-converge") ", " CAP("postcopy-ram"))),
 		OK("{}"),
 		END
 	};
