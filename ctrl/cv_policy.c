@@ -7,8 +7,12 @@
 #include "cv_policy.h"
 
 #define MIB (1024.0 * 1024.0)
-/* How long auto-converge gets before the next step, unless QEMU's throttle is at its top. */
-#define THROTTLE_GRACE_MS 10000
+/*
+ * How long auto-converge gets before the next step, unless QEMU's throttle is at its top or the
+ * deadline has passed: counted in bitmap syncs, because QEMU throttles only at a sync, after two
+ * in a row dirtied over its threshold, and steps up only after two more.
+ */
+#define THROTTLE_GRACE_SYNCS 4
 #define THROTTLE_TOP	  99
 
 void cv_policy_default(struct cv_policy *p)
@@ -240,9 +244,10 @@ static void predictive(const struct cv_policy *p, struct cv_state *s, const stru
 		take(s, in, a, CV_ACT_THROTTLE);
 		return;
 	}
-	/* Auto-converge gets its grace unless QEMU's throttle is already at the top. */
-	if (s->throttling && !done(s, CV_ACT_POSTCOPY) && !done(s, CV_ACT_PAUSE) &&
-	    j->throttle_pct < THROTTLE_TOP && in->now_ms - s->action_ms < THROTTLE_GRACE_MS)
+	/* Auto-converge gets its grace (see THROTTLE_GRACE_SYNCS). */
+	if (s->throttling && !done(s, CV_ACT_POSTCOPY) && !done(s, CV_ACT_PAUSE) && !overdue &&
+	    j->throttle_pct < THROTTLE_TOP &&
+	    j->dirty_syncs < s->syncs_at_action + THROTTLE_GRACE_SYNCS)
 		return;
 	if (p->allow_post_copy && p->allow_workload_disruption && !done(s, CV_ACT_POSTCOPY)) {
 		snprintf(a->reason, sizeof(a->reason), "%s: switch to post-copy", why);

@@ -22,6 +22,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
+import vmigconverge as vc  # noqa: E402
 import vmigharness as vh  # noqa: E402
 
 MIB = vh.MIB
@@ -32,77 +33,14 @@ ACT_WITHIN = 5.0                   # s from the evidence to the first predictive
 CATCHUP_MS = 2                     # the guest makes up little lost time: a throttle slows it
 
 
-def conv(tb, key):
-    """The source daemon's convergence object for key (status --json)."""
-    for m in tb.source.status().get('migration_list', []):
-        if m['key'] == key and m['role'] == 'source':
-            c = m.get('convergence')
-            if c is None:
-                raise vh.HarnessError(f'{key}: no convergence object in status')
-            return c
-    raise vh.HarnessError(f'{key}: not in the source daemon\'s status')
+SIZES = vc.Sizes(MEM_MIB, WS_MIB, CAP_MIB, CATCHUP_MS)
+conv = vc.conv
 
 
-def run(tb, name, rate, mode='predictive', policy=(), postcopy=False, expect='completed',
-        timeout=120, check=None):
-    """One migration of a guest dirtying `rate` MiB/s; follows QEMU's query-migrate every 0.2 s.
-    Returns a dict: status, first action (name, at_s), evidence_s, total_s, downtime_ms, the
-    convergence object, max throttle seen. check(r) runs while both QEMUs are still up."""
-    key = tb.new_key(name)
-    vqmp = os.path.join(tb.workdir, f'{key}-vmigd.qmp')
-    src, dst = tb.qemu_pair(MEM_MIB, guest=vh.GuestSpec(WS_MIB, rate, catchup_ms=CATCHUP_MS,
-                                                            fill=True),
-                            src_args=['-qmp', f'unix:{vqmp},server=on,wait=off'])
-    try:
-        src.start_guest()
-        if postcopy:
-            dst.execute('migrate-set-capabilities',
-                        {'capabilities': [{'capability': 'postcopy-ram', 'state': True}]})
-        args = ['--qmp', vqmp, '--mode', mode, *policy]
-        m = tb.start_migration(src, dst, key, 0, bandwidth=f'{CAP_MIB}Mi', source_args=args,
-                               max_bandwidth=1 << 40)
-        started = m.started
-        evidence = None
-        throttle = 0
-        seen = set()
-        while True:
-            info = src.migration_info()
-            st = info.get('status')
-            seen.add(st)
-            ram = info.get('ram', {})
-            throttle = max(throttle, info.get('cpu-throttle-percentage', 0))
-            if (evidence is None and ram.get('dirty-sync-count', 0) >= 2 and
-                    ram.get('dirty-pages-rate', 0) * ram.get('page-size', 4096)
-                    >= 0.9 * CAP_MIB * MIB):
-                evidence = time.monotonic() - started
-            if st in ('completed', 'failed', 'cancelled'):
-                break
-            if time.monotonic() - started > timeout:
-                raise vh.HarnessError(f'{key}: still {st} after {timeout}s')
-            time.sleep(0.2)
-        total = time.monotonic() - started
-        if st != expect:
-            raise vh.HarnessError(f'{key}: QEMU says {st} ({info.get("error-desc", "")}), '
-                                  f'expected {expect}; convergence: {conv(tb, key)}')
-        c = vh.wait_until(lambda: (lambda c: c if c.get('state') == 'finished' else None)(
-            conv(tb, key)), 10, f'{key}: the convergence outcome')
-        acts = c.get('actions', [])
-        out = {'key': key, 'status': st, 'total_s': total, 'evidence_s': evidence,
-               'downtime_ms': info.get('downtime'), 'conv': c, 'throttle': throttle,
-               'seen': seen, 'first': (acts[0]['action'], acts[0]['at_s']) if acts else None,
-               'src': src, 'dst': dst}
-        if st == 'completed':
-            vh.verify_memory(src, dst)
-        if check:
-            check(out)
-        return out
-    finally:
-        for stop in (tb.source.source_stop, tb.target.target_stop):
-            try:
-                stop(key)
-            except vh.HarnessError as e:
-                vh.log(f'    {e}')
-        tb.close_qemus(src, dst)
+def run(tb, *args, **kw):
+    """vmigconverge.run() at this test's sizes (tests/lib/vmigconverge.py, shared with
+    bench/vmig-bench converge)."""
+    return vc.run(tb, *args, sizes=SIZES, **kw)
 
 
 def line(r):

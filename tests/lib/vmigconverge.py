@@ -1,0 +1,121 @@
+"""One migration of the test guest (tests/guest) through the testbed's two vmigd, the source
+daemon following it on a QMP socket of its own (`source start --qmp PATH --mode M ...`): what
+tests/integration/test_converge.py checks and what `bench/vmig-bench converge` measures.
+
+The guest dirties a working set of ws_mib MiB at a set rate (catchup_ms small: it makes up little
+lost time, so that a throttle slows it); the migration is capped at cap_mib MiB/s by the daemons
+(`--bandwidth`), QEMU's own max-bandwidth is out of the way, no multifd (QEMU 7.2 cannot combine it
+with post-copy). The caller's side polls QEMU's query-migrate every `poll` s on the harness's QMP
+socket; times are seconds from the `migrate` command."""
+
+import dataclasses
+import os
+import time
+
+import vmigharness as vh
+
+
+@dataclasses.dataclass
+class Sizes:
+    """Guest memory, working set and cap (MiB, MiB, MiB/s); catchup_ms as GuestSpec's."""
+    mem_mib: int = 256
+    ws_mib: int = 64
+    cap_mib: int = 16
+    catchup_ms: int = 2
+
+
+def conv(tb, key):
+    """The source daemon's convergence object for key (status --json)."""
+    for m in tb.source.status().get('migration_list', []):
+        if m['key'] == key and m['role'] == 'source':
+            c = m.get('convergence')
+            if c is None:
+                raise vh.HarnessError(f'{key}: no convergence object in status')
+            return c
+    raise vh.HarnessError(f'{key}: not in the source daemon\'s status')
+
+
+def run(tb, name, rate, mode='predictive', policy=(), postcopy=False, expect='completed',
+        timeout=120, check=None, sizes=None, verify=True, poll=0.2, on_migrate=None):
+    """One migration of a guest dirtying `rate` MiB/s; follows QEMU's query-migrate every `poll` s.
+    Returns a dict: status, first action (name, at_s), evidence_s (the first sample with QEMU's
+    dirty-sync-count >= 2 and its dirty rate >= 0.9 x the cap), total_s, downtime_ms, the
+    convergence object, max throttle seen and when QEMU first throttled (throttle_s), when
+    post-copy was first seen (postcopy_s), the statuses seen, a timeline of the samples in which
+    status, sync count or throttle changed (t, status, dirty-sync-count, dirty MiB/s, remaining
+    MiB, throttle %), QEMU's last query-migrate (info). expect: the final status QEMU must reach
+    (None: any). verify: compare both sides' memory after a completed migration.
+    on_migrate(src, dst) runs just after `migrate`; check(r) while both QEMUs are still up."""
+    s = sizes or Sizes()
+    key = tb.new_key(name)
+    vqmp = os.path.join(tb.workdir, f'{key}-vmigd.qmp')
+    src, dst = tb.qemu_pair(s.mem_mib, guest=vh.GuestSpec(s.ws_mib, rate, catchup_ms=s.catchup_ms,
+                                                          fill=True),
+                            src_args=['-qmp', f'unix:{vqmp},server=on,wait=off'])
+    try:
+        src.start_guest()
+        if postcopy:
+            dst.execute('migrate-set-capabilities',
+                        {'capabilities': [{'capability': 'postcopy-ram', 'state': True}]})
+        args = ['--qmp', vqmp, '--mode', mode, *policy]
+        m = tb.start_migration(src, dst, key, 0, bandwidth=f'{s.cap_mib}Mi', source_args=args,
+                               max_bandwidth=1 << 40)
+        started = m.started
+        if on_migrate:
+            on_migrate(src, dst)
+        evidence = throttle_s = postcopy_s = None
+        throttle = 0
+        seen = set()
+        timeline, last = [], None
+        while True:
+            info = src.migration_info()
+            now = time.monotonic() - started
+            st = info.get('status')
+            seen.add(st)
+            ram = info.get('ram', {})
+            page = ram.get('page-size', 4096)
+            thr = info.get('cpu-throttle-percentage', 0)
+            throttle = max(throttle, thr)
+            if thr and throttle_s is None:
+                throttle_s = now
+            if st == 'postcopy-active' and postcopy_s is None:
+                postcopy_s = now
+            syncs = ram.get('dirty-sync-count', 0)
+            dirty = ram.get('dirty-pages-rate', 0) * page
+            if evidence is None and syncs >= 2 and dirty >= 0.9 * s.cap_mib * vh.MIB:
+                evidence = now
+            mark = (st, syncs, thr)
+            if mark != last:
+                last = mark
+                timeline.append((round(now, 2), st, syncs, round(dirty / vh.MIB, 1),
+                                 round(ram.get('remaining', 0) / vh.MIB, 1), thr))
+            if st in ('completed', 'failed', 'cancelled'):
+                break
+            if now > timeout:
+                raise vh.HarnessError(f'{key}: still {st} after {timeout}s')
+            time.sleep(poll)
+        total = time.monotonic() - started
+        if expect is not None and st != expect:
+            raise vh.HarnessError(f'{key}: QEMU says {st} ({info.get("error-desc", "")}), '
+                                  f'expected {expect}; convergence: {conv(tb, key)}')
+        c = vh.wait_until(lambda: (lambda c: c if c.get('state') == 'finished' else None)(
+            conv(tb, key)), 10, f'{key}: the convergence outcome')
+        acts = c.get('actions', [])
+        out = {'key': key, 'status': st, 'total_s': total, 'evidence_s': evidence,
+               'downtime_ms': info.get('downtime'), 'conv': c, 'throttle': throttle,
+               'throttle_s': throttle_s, 'postcopy_s': postcopy_s, 'seen': seen,
+               'timeline': timeline, 'info': info,
+               'first': (acts[0]['action'], acts[0]['at_s']) if acts else None,
+               'src': src, 'dst': dst}
+        if st == 'completed' and verify:
+            vh.verify_memory(src, dst)
+        if check:
+            check(out)
+        return out
+    finally:
+        for stop in (tb.source.source_stop, tb.target.target_stop):
+            try:
+                stop(key)
+            except vh.HarnessError as e:
+                vh.log(f'    {e}')
+        tb.close_qemus(src, dst)
