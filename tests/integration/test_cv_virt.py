@@ -25,7 +25,20 @@ its own. Migrations go from one libvirtd to the other over a unix socket (virsh 
   the completed job; the guest runs on the destination;
 - migration 3 (back, --postcopy): start_postcopy switches it to post-copy (postcopy-active
   samples where the 50 ms poll catches them; page requests logged) and it completes.
-About 30 s with libvirt's QEMU capabilities cached (/var/tmp/vmig-libvirt-cache; the first run
+Then end to end, through a vmigd daemon ($VMIGD, $VMIGCTL; skipped with a note when not built)
+whose monitor (ctrl/cv_watch.c) follows the libvirt migration: `target start` with an unused
+socket gives it a target, `source start --libvirt-domain --libvirt-uri` + the policy before
+`virsh migrate`; no bytes pass through vmigd (the libvirtds migrate directly), so the predictive
+policy's link is libvirt's memory_bps. At 16 MiB/s:
+- migration 4 (predictive, nothing allowed): vmigd aborts it within 5 s of the evidence (a
+  sample of an independent poller with dirty_syncs >= 2 and the dirty rate >= 90 % of the
+  rate), "cannot converge: dirty X MiB/s >= link Y MiB/s" in status and log, link_rate
+  libvirt's rate; virsh migrate fails, cancelled; the outcome says the guest runs on the
+  source, and it does (domstate; its serial goes on);
+- migration 5 (kubevirt, completionTimeoutPerGiB 3 for a 1 GB guest, post-copy allowed, virsh
+  migrate --postcopy): vmigd starts post-copy just after the 3 s deadline and it completes
+  ("through post-copy"); the guest runs on the destination.
+About 45 s with libvirt's QEMU capabilities cached (/var/tmp/vmig-libvirt-cache; the first run
 probes them, about 8 s more)."""
 
 import json
@@ -43,6 +56,9 @@ import virtbed as vb  # noqa: E402
 MIB = 1 << 20
 DOM = 'vmig-cv'
 BANDWIDTH_MIB = 32
+DAEMON_BANDWIDTH_MIB = 16       # the end-to-end migrations: half the guest's 32 MiB/s
+ACT_WITHIN = 5.0                # s from the evidence to vmigd's predictive abort
+KUBEVIRT_PER_GIB = 3            # s: 256 MiB rounds up to 1 GB, so a 3 s deadline
 UNLIMITED_MIB = (2**63 - 1) // MIB          # libvirt's QEMU_DOMAIN_MIG_BANDWIDTH_MAX
 CACHE_DIR = '/var/tmp/vmig-libvirt-cache'
 THROTTLE_MSG = 'libvirt has no call to change auto-converge throttling during a migration'
@@ -115,9 +131,9 @@ def fmt(q):
 class Migration:
     """virsh migrate --live in the background, from src to dst over a unix socket."""
 
-    def __init__(self, src, dst, sock, *extra):
+    def __init__(self, src, dst, sock, *extra, bandwidth=BANDWIDTH_MIB):
         self.argv = ['virsh', '-q', '-c', src.uri, 'migrate', '--live', DOM, dst.uri,
-                     '--migrateuri', f'unix://{sock}', '--bandwidth', str(BANDWIDTH_MIB), *extra]
+                     '--migrateuri', f'unix://{sock}', '--bandwidth', str(bandwidth), *extra]
         self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True)
 
@@ -356,6 +372,197 @@ def test_postcopy(drive, a, b, work):
         mig.kill()
 
 
+# ---- end to end: vmigd's monitor (ctrl/cv_watch.c) driving the libvirt backend ----
+
+def conv_of(d, key):
+    """The daemon's convergence object for source migration key (status --json)."""
+    for m in d.status().get('migration_list', []):
+        if m['key'] == key and m['role'] == 'source':
+            if m.get('convergence') is None:
+                raise vh.HarnessError(f'{key}: no convergence object in status: {m}')
+            return m['convergence']
+    raise vh.HarnessError(f'{key}: not in the daemon\'s status')
+
+
+def watch(d, key, lv, work, *policy):
+    """target start with a socket nobody uses (the libvirtds migrate directly), then source
+    start with the libvirt backend and the policy; the convergence object right after."""
+    target, _ = d.target_start(key, {1: os.path.join(work, f'{key}-unused.sock')})
+    srcdir = os.path.join(work, f'{key}-src')
+    os.makedirs(srcdir, exist_ok=True)
+    d.source_start(key, target, srcdir,
+                   extra=['--libvirt-domain', DOM, '--libvirt-uri', lv.uri, *policy])
+    c = conv_of(d, key)
+    vh.log(f'  watching: mode {c["mode"]}, backend {c["backend"]}, state {c["state"]}, '
+           f'policy {c["policy"]}')
+    check(c['backend'] == 'libvirt' and c['state'] == 'waiting',
+          'source start --libvirt-domain: a libvirt monitor, waiting for the migration')
+    return c
+
+
+def unwatch(d, key):
+    for stop in (d.source_stop, d.target_stop):
+        try:
+            stop(key)
+        except vh.HarnessError as e:
+            vh.log(f'  {e}')
+
+
+def finished(d, key, timeout):
+    return vh.wait_until(lambda: (lambda c: c if c['state'] == 'finished' else None)(
+        conv_of(d, key)), timeout, f'{key}: the convergence outcome', 0.2)
+
+
+def stop_poller(proc):
+    """The samples of a background cv-virt-drive watch, which is killed (it runs too long)."""
+    if proc.poll() is None:
+        proc.kill()
+    out, err = proc.communicate()
+    return queries(parse(out, err))
+
+
+def serial_reports(path):
+    try:
+        with open(path, errors='replace') as f:
+            return [line for line in f if line.startswith('vmig-guest: t=')]
+    except OSError:
+        return []
+
+
+def test_daemon_abort(drive, d, a, b, work, serial):
+    vh.log(f'migration 4: vmigd, predictive, nothing allowed, {DAEMON_BANDWIDTH_MIB} MiB/s: abort')
+    key = 'cv-virt-abort'
+    since = d.log_offset()
+    watch(d, key, a, work)
+    poller = drive.start(a.uri, DOM, 'watch', 40, 200)
+    time.sleep(0.3)
+    mig = Migration(a, b, os.path.join(work, 'mig4.sock'), bandwidth=DAEMON_BANDWIDTH_MIB)
+    try:
+        c = finished(d, key, 40)
+        done = time.monotonic()
+        code, msg = mig.wait(20)
+        samples = stop_poller(poller)
+        active = [q for q in samples if q['status'] == 'active' and q['total']]
+        shown = [q for i, q in enumerate(active) if i % 5 == 0 or q is active[-1]]
+        for q in shown:
+            vh.log(f'  {fmt(q)}')
+        vh.log(f'  virsh migrate: {code} {msg}')
+        acts = c['actions']
+        for x in acts:
+            vh.log(f'  action at {x["at_s"]:.1f} s: {x["action"]} ok={x["ok"]}: {x["reason"]}')
+        vh.log(f'  outcome: {c.get("outcome")}')
+        vh.log(f'  dirty {c["dirty_rate"] / MIB:.1f} MiB/s ({c["dirty_rate_from"]}), link '
+               f'{c["link_rate"] / MIB:.1f} MiB/s, query errors {c["query_errors"]}')
+        check(code != 0 and 'canceled by client' in msg, 'virsh migrate fails, cancelled')
+        check([x['action'] for x in acts] == ['abort'] and acts[0]['ok'],
+              'vmigd took one action, the abort, and it worked')
+        reason = acts[0]['reason']
+        check('cannot converge: dirty' in reason and 'link' in reason,
+              'its reason: "cannot converge: dirty ... >= link ..."')
+        # vmigd carried nothing: its wire rate is 0, so the link is libvirt's memory_bps.
+        m = [x for x in d.status()['migration_list'] if x['key'] == key and
+             x['role'] == 'source'][0]
+        vh.log(f'  vmigd carried: connections {m.get("connections")}, bytes_tx '
+               f'{m.get("bytes_tx")}')
+        lo, hi = 0.7 * DAEMON_BANDWIDTH_MIB * MIB, 1.3 * DAEMON_BANDWIDTH_MIB * MIB
+        check(lo <= c['link_rate'] <= hi and c['dirty_rate_from'] == 'qemu',
+              f'link {c["link_rate"] / MIB:.1f} MiB/s: libvirt\'s rate at the '
+              f'{DAEMON_BANDWIDTH_MIB} MiB/s limit (no bytes through vmigd), dirty rate QEMU\'s')
+        evidence = [q for q in active if q['dirty_syncs'] >= 2 and q['rate'] and
+                    q['dirty_rate'] * 100 >= 90 * q['rate']]
+        check(evidence, 'the poller saw the evidence (dirty rate >= 90 % of the rate, '
+              'syncs >= 2)')
+        ev = evidence[0]['elapsed_ms'] / 1000.0
+        lag = acts[0]['at_s'] - ev
+        check(lag <= ACT_WITHIN, f'abort at {acts[0]["at_s"]:.1f} s, {lag:.1f} s after the '
+              f'evidence at {ev:.1f} s (within {ACT_WITHIN:g} s)')
+        check('aborted by vmigd: cannot converge' in c.get('outcome', '') and
+              'the guest is running on the source' in c['outcome'],
+              'the outcome: aborted by vmigd, the guest is running on the source')
+        d.wait_log(rf'migration {key} role=source: convergence \(predictive\) at [\d.]+ s: '
+                   rf'abort: cannot converge: dirty', timeout=5, since=since)
+        vh.log('  ok: the abort and its reason in the daemon\'s log')
+        d.wait_log(rf'migration {key} role=source: convergence: aborted by vmigd.*the guest is '
+                   rf'running on the source', timeout=5, since=since)
+        vh.log('  ok: the outcome in the daemon\'s log')
+        state = a.domstate(DOM)
+        check(state.startswith('running'), f'the domain still runs on the source ({state})')
+        # b keeps the definition of migration 3's source (shut off, migrated).
+        there = b.virsh('domstate', DOM, check=False).stdout.strip()
+        check(not there.startswith('running') and not there.startswith('paused'),
+              f'and not on the destination ({there or "undefined"})')
+        if serial:
+            n = len(serial_reports(serial))
+            vh.wait_until(lambda: len(serial_reports(serial)) > n, 5,
+                          'a new status line on the guest\'s serial after the abort', 0.2)
+            vh.log(f'  ok: the guest goes on (serial: {serial_reports(serial)[-1].strip()}), '
+                   f'{time.monotonic() - done:.1f} s after the outcome')
+    finally:
+        mig.kill()
+        if poller.poll() is None:
+            poller.kill()
+            poller.communicate()
+        unwatch(d, key)
+
+
+def test_daemon_postcopy(d, a, b, work):
+    vh.log(f'migration 5: vmigd, kubevirt, completionTimeoutPerGiB {KUBEVIRT_PER_GIB}, post-copy '
+           f'allowed, {DAEMON_BANDWIDTH_MIB} MiB/s: post-copy at the deadline')
+    key = 'cv-virt-postcopy'
+    since = d.log_offset()
+    watch(d, key, a, work, '--mode', 'kubevirt', '--completion-timeout-per-gib',
+          str(KUBEVIRT_PER_GIB), '--allow-post-copy')
+    mig = Migration(a, b, os.path.join(work, 'mig5.sock'), '--postcopy', '--persistent',
+                    bandwidth=DAEMON_BANDWIDTH_MIB)
+    try:
+        c = finished(d, key, 40)
+        code, msg = mig.wait(30)
+        acts = c['actions']
+        for x in acts:
+            vh.log(f'  action at {x["at_s"]:.1f} s: {x["action"]} ok={x["ok"]}: {x["reason"]}')
+        vh.log(f'  outcome: {c.get("outcome")}')
+        check(code == 0, f'virsh migrate --postcopy completed ({msg!r})')
+        check([x['action'] for x in acts] == ['post-copy'] and acts[0]['ok'],
+              'vmigd took one action, post-copy, and it worked')
+        at = acts[0]['at_s']
+        check(KUBEVIRT_PER_GIB <= at <= KUBEVIRT_PER_GIB + 1.5 and
+              'not completed after' in acts[0]['reason'],
+              f'at {at:.1f} s, just after the {KUBEVIRT_PER_GIB} s deadline (1 GB x '
+              f'{KUBEVIRT_PER_GIB} s)')
+        check(c.get('outcome', '').startswith('completed in') and
+              'through post-copy' in c['outcome'] and not c['irrecoverable'],
+              'the outcome: completed, through post-copy')
+        d.wait_log(rf'migration {key} role=source: convergence \(kubevirt\) at [\d.]+ s: '
+                   rf'post-copy: not completed after', timeout=5, since=since)
+        vh.log('  ok: post-copy and its reason in the daemon\'s log')
+        check(a.domstate(DOM) == 'shut off (migrated)', 'source domain: shut off (migrated)')
+        state = b.domstate(DOM)
+        check(state.startswith('running'), f'the guest runs on the destination ({state})')
+    finally:
+        mig.kill()
+        unwatch(d, key)
+
+
+def test_daemon(drive, a, b, work, serial):
+    try:
+        vmigd, vmigctl = vh.find_binaries()
+    except vh.Skip as e:
+        vh.log(f'note: no end-to-end cases through vmigd: {e}')
+        return
+    d = vh.Daemon(vmigd, vmigctl, 'vmigd', work, '127.0.0.1')
+    d.start()
+    try:
+        test_daemon_abort(drive, d, a, b, work, serial)
+        test_daemon_postcopy(d, a, b, work)
+        problems = [line for line in d.problem_lines()
+                    if 'convergence' not in line and 'plain text (--no-tls)' not in line]
+        check(not problems, f'no other warnings or errors in the daemon\'s log {problems}')
+    finally:
+        rc = d.stop()
+        vh.log(f'  vmigd exited {rc}; log {d.log_path}')
+    check(rc == 0, 'vmigd stopped cleanly')
+
+
 def main():
     vb.check_possible()
     drive = Drive(find_drive())
@@ -379,9 +586,9 @@ def main():
                 vb.Libvirtd(os.path.join(work, 'b'), 'b', CACHE_DIR) as b:
             vh.log(f'two libvirtds up in {time.monotonic() - t0:.1f} s')
             xml = os.path.join(work, 'dom.xml')
+            serial = os.path.join(work, 'serial.log')
             with open(xml, 'w') as f:
-                f.write(vb.domain_xml(DOM, kernel, cmdline, 256,
-                                      serial_log=os.path.join(work, 'serial.log')))
+                f.write(vb.domain_xml(DOM, kernel, cmdline, 256, serial_log=serial))
             a.virsh('define', xml)
             a.virsh('start', DOM)
             test_open_errors(drive, a)
@@ -389,6 +596,7 @@ def main():
             test_abort(drive, a, b, work)
             test_complete(drive, a, b, work)
             test_postcopy(drive, a, b, work)
+            test_daemon(drive, a, b, work, serial if cmdline else None)
         ok = True
     finally:
         vh.log(f'{time.monotonic() - t0:.1f} s')
