@@ -14,7 +14,10 @@ cannot combine it with post-copy), downtime limit 300 ms.
 - predictive, 24 MiB/s, nothing allowed: aborts within the window with "cannot converge: dirty X
   MiB/s >= link Y MiB/s" in status and log; the source guest still runs (its serial goes on);
 - kubevirt mode, completionTimeoutPerGiB 10 (1 GB: a 10 s deadline): nothing at 4 MiB/s; with
-  post-copy allowed, post-copy just after 10 s; with nothing allowed, abort just after 10 s.
+  post-copy allowed, post-copy just after 10 s; with nothing allowed, abort just after 10 s;
+- predictive, 24 MiB/s, nothing allowed, but the source daemon has a 40 MiB/s node cap: the
+  first step raises the migration's cap into the node's headroom (vmigd's own and QEMU's), and
+  the migration completes with no other action.
 Each line reports the time to the first action, the total time and QEMU's downtime."""
 
 import os
@@ -29,6 +32,7 @@ MIB = vh.MIB
 MEM_MIB, WS_MIB, CAP_MIB = 256, 64, 16
 LOW, HIGH = 4, 24                  # MiB/s the guest dirties
 KUBEVIRT_PER_GIB = 10              # s: 256 MiB rounds up to 1 GB, so a 10 s deadline
+NODE_CAP = '40Mi'                  # the headroom scenario's node cap
 ACT_WITHIN = 5.0                   # s from the evidence to the first predictive action
 CATCHUP_MS = 2                     # the guest makes up little lost time: a throttle slows it
 
@@ -136,6 +140,17 @@ def guest_lives(tb, r, reason):
     src.wait_serial(r'vmig-guest: t=', timeout=5, since=n)
 
 
+def headroom(tb):
+    r = run(tb, 'headroom', HIGH)
+    expect_actions(r, ['raise-cap'])
+    act = r['conv']['actions'][0]
+    if 'node headroom' not in act['reason']:
+        raise vh.HarnessError(f'{r["key"]}: reason "{act["reason"]}"')
+    tb.source.wait_log(rf'migration {r["key"]} role=source: convergence .*raise-cap: ', timeout=5)
+    within(r)
+    return line(r) + f'; {act["reason"].split(": ")[-1]}'
+
+
 def main():
     vh.guest_binary()
     started = time.monotonic()
@@ -153,6 +168,9 @@ def main():
                    kv + ['--allow-post-copy'])
         checks.run('kubevirt, above the cap, nothing allowed', abort, tb, 'kubevirt', kv,
                    'not completed after')
+        tb.replace_daemon('source', args=['--node-bandwidth', NODE_CAP],
+                          name='vmigd-source-nodecap')
+        checks.run('predictive, above the cap, node headroom', headroom, tb)
         tb.stop_daemons()
     vh.log(f'{checks.count} scenarios in {time.monotonic() - started:.1f}s')
     checks.finish()
