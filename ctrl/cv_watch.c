@@ -31,8 +31,8 @@ struct cv_watch {
 	pthread_mutex_t lock; /* guards everything below */
 	pthread_cond_t wake;
 	bool quit;
-	/* from the loop */
-	uint64_t wire_rate, cap, limit, node_cap, node_rate, stream_dirty;
+	/* from the loop: vmigd's own figures (the cv_inputs fields after job) */
+	struct cv_inputs px;
 	unsigned int px_conns; /* connections vmigd carried for it so far */
 	/* to the loop */
 	uint64_t want_cap;
@@ -56,12 +56,6 @@ static int64_t mono_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static const char *mib(uint64_t rate, char *buf, size_t len)
-{
-	snprintf(buf, len, "%.1f MiB/s", rate / MIB);
-	return buf;
 }
 
 /* ---- the monitor thread ---- */
@@ -221,14 +215,17 @@ static void *watch_main(void *arg)
 
 	cv_state_init(&st);
 	while (going) {
-		struct cv_inputs in = { 0 };
+		struct cv_inputs in;
 		struct cv_action a;
+		struct cv_job job = { 0 };
 		int r;
 
 		going = nap(w, poll_ms);
-		r = w->b->ops->query(w->b, &in.job);
-		in.have_job = r == 0;
+		r = w->b->ops->query(w->b, &job);
 		pthread_mutex_lock(&w->lock);
+		in = w->px;
+		in.job = job;
+		in.have_job = r == 0;
 		if (r == 0) {
 			w->rep.have_job = true;
 			w->rep.job = in.job;
@@ -248,12 +245,6 @@ static void *watch_main(void *arg)
 		}
 		in.now_ms = seen ? mono_ms() - w->started_ms : 0;
 		w->rep.elapsed_ms = seen ? in.now_ms : -1;
-		in.wire_rate = w->wire_rate;
-		in.cap = w->cap;
-		in.limit = w->limit;
-		in.node_cap = w->node_cap;
-		in.node_rate = w->node_rate;
-		in.stream_dirty_rate = w->stream_dirty;
 		pthread_mutex_unlock(&w->lock);
 		if (r < 0) {
 			failing++;
@@ -333,13 +324,15 @@ static void take_figures(const struct px_migration_info *mi, void *arg)
 			continue;
 		pthread_mutex_lock(&w->lock);
 		w->px_conns = mi->conns_total;
-		w->wire_rate = mi->rate.tx_1s;
-		w->cap = mi->cap;
-		w->limit = mi->limit;
-		w->stream_dirty = mi->insp.dirty_known ? mi->insp.dirty_rate : 0;
+		w->px.wire_rate = mi->rate.tx_1s;
+		w->px.cap = mi->cap;
+		w->px.limit = mi->limit;
+		w->px.stream_dirty_rate = mi->insp.dirty_known ? mi->insp.dirty_rate : 0;
 		pthread_mutex_unlock(&w->lock);
 	}
 }
+
+static void arm(struct cv_set *set);
 
 static void publish(void *arg)
 {
@@ -354,27 +347,27 @@ static void publish(void *arg)
 		bool apply;
 
 		pthread_mutex_lock(&w->lock);
-		w->node_cap = ni.bandwidth;
-		w->node_rate = ni.rate.tx_1s;
+		w->px.node_cap = ni.bandwidth;
+		w->px.node_rate = ni.rate.tx_1s;
 		apply = w->want_cap_set;
 		if (apply)
 			cap = w->want_cap;
 		w->want_cap_set = false;
 		pthread_mutex_unlock(&w->lock);
 		if (apply) {
-			char err[200], r1[32];
+			char err[200];
 
 			if (px_migration_set_cap(set->node, w->key, cap, err, sizeof(err)) < 0)
 				log_err("migration %s role=source: convergence: cannot raise the cap "
-					"to %s: %s",
-					w->key, mib(cap, r1, sizeof(r1)), err);
+					"to %.1f MiB/s: %s",
+					w->key, cap / MIB, err);
 		}
 	}
-	if (set->watches &&
-	    xp_timer_add(set->loop, vm_now_ms() + PUBLISH_MS, publish, set, &set->timer) < 0)
-		log_err("convergence: cannot arm the figures timer: out of memory");
+	if (set->watches)
+		arm(set);
 }
 
+/* The figures timer runs while something is watched. */
 static void arm(struct cv_set *set)
 {
 	if (!set->timer &&

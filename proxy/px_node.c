@@ -1247,7 +1247,6 @@ static const char *cap_note(uint64_t cap)
 	return buf;
 }
 
-/* Pacing: the migration's limit split max-min fairly among its linked connections. */
 /*
  * What a sender is taken to want in a share: unbounded while it is held back, else what it sent
  * in the last second plus room to grow.
@@ -1275,8 +1274,6 @@ static void migration_pace(struct px_migration *m)
 	struct px_conn *cs[64];
 	unsigned int k = 0;
 
-	if (m->pace_gain == 0)
-		m->pace_gain = 1.0;
 	if (m->limit != m->pace_limit) {
 		/* The last second's rate belongs to the old limit: wait for one at the new one. */
 		m->pace_limit = m->limit;
@@ -1510,6 +1507,7 @@ static struct px_migration *migration_new(struct px_node *n, const char *key, en
 	strcpy(m->key, key);
 	m->role = role;
 	m->started_ms = vm_now_ms();
+	m->pace_gain = 1.0;
 	for (unsigned int i = 0; i < PX_PORTS_MAX; i++) {
 		m->ports[i].m = m;
 		m->ports[i].lfd = -1;
