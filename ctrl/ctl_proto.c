@@ -445,29 +445,6 @@ static struct json_object *dbl(double v)
 	return json_object_new_double(v);
 }
 
-static struct json_object *job_object(const struct cv_job *j)
-{
-	struct json_object *o = json_object_new_object();
-
-	json_object_object_add(o, "status", json_object_new_string(cv_status_str(j->status)));
-	json_object_object_add(o, "elapsed_ms", json_object_new_int64(j->elapsed_ms));
-	json_object_object_add(o, "total", u64(j->total));
-	json_object_object_add(o, "remaining", u64(j->remaining));
-	json_object_object_add(o, "transferred", u64(j->transferred));
-	json_object_object_add(o, "dirty_rate", u64(j->dirty_rate));
-	json_object_object_add(o, "dirty_syncs", u64(j->dirty_syncs));
-	json_object_object_add(o, "rate", u64(j->rate));
-	json_object_object_add(o, "expected_downtime_ms",
-			       json_object_new_int64(j->expected_downtime_ms));
-	json_object_object_add(o, "downtime_ms", json_object_new_int64(j->downtime_ms));
-	json_object_object_add(o, "throttle_pct", json_object_new_int(j->throttle_pct));
-	json_object_object_add(o, "postcopy_requests", u64(j->postcopy_requests));
-	json_object_object_add(o, "guest_running", json_object_new_boolean(j->guest_running));
-	if (j->error[0])
-		json_object_object_add(o, "error", json_object_new_string(j->error));
-	return o;
-}
-
 /* What the convergence module sees and did for one migration (status and metrics). */
 static struct json_object *convergence_object(const struct cv_report *r)
 {
@@ -493,7 +470,7 @@ static struct json_object *convergence_object(const struct cv_report *r)
 								  : r->elapsed_ms < 0 ? "waiting"
 										     : "watching"));
 	json_object_object_add(o, "elapsed_ms", json_object_new_int64(r->elapsed_ms));
-	json_object_object_add(o, "job", r->have_job ? job_object(&r->job) : NULL);
+	json_object_object_add(o, "job", r->have_job ? cv_job_json(&r->job) : NULL);
 	json_object_object_add(o, "dirty_rate", u64(r->dirty_rate));
 	json_object_object_add(o, "dirty_rate_from",
 			       r->dirty_from ? json_object_new_string(r->dirty_from) : NULL);

@@ -99,4 +99,8 @@ bool cv_virt_available(void);
 
 const char *cv_status_str(enum cv_status s);
 
+struct json_object;
+/* The job as a new JSON object (json-c), for status and the tools; NULL only on ENOMEM. */
+struct json_object *cv_job_json(const struct cv_job *j);
+
 #endif

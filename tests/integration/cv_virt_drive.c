@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <json-c/json.h>
 
 #include "cv_backend.h"
 
@@ -59,6 +60,7 @@ static void result(const char *cmd, int rc, const char *err)
 
 static int query(struct cv_backend *b)
 {
+	struct json_object *o;
 	struct cv_job j;
 	int rc = b->ops->query(b, &j);
 
@@ -66,18 +68,15 @@ static int query(struct cv_backend *b)
 		result("query", rc, b->ops->error(b));
 		return rc;
 	}
-	printf("{\"cmd\":\"query\",\"t_ms\":%lld,\"rc\":0,\"status\":\"%s\",\"elapsed_ms\":%" PRId64
-	       ",\"total\":%" PRIu64 ",\"remaining\":%" PRIu64 ",\"transferred\":%" PRIu64
-	       ",\"dirty_rate\":%" PRIu64 ",\"dirty_syncs\":%" PRIu64 ",\"rate\":%" PRIu64
-	       ",\"expected_downtime_ms\":%" PRId64 ",\"downtime_ms\":%" PRId64
-	       ",\"throttle_pct\":%u,\"postcopy_requests\":%" PRIu64 ",\"guest_running\":%s,"
-	       "\"error\":",
-	       now_ms(), cv_status_str(j.status), j.elapsed_ms, j.total, j.remaining, j.transferred,
-	       j.dirty_rate, j.dirty_syncs, j.rate, j.expected_downtime_ms, j.downtime_ms,
-	       j.throttle_pct, j.postcopy_requests, j.guest_running ? "true" : "false");
-	json_str(j.error);
-	printf("}\n");
+	o = cv_job_json(&j);
+	json_object_object_add(o, "cmd", json_object_new_string("query"));
+	json_object_object_add(o, "t_ms", json_object_new_int64(now_ms()));
+	json_object_object_add(o, "rc", json_object_new_int(0));
+	if (!j.error[0])
+		json_object_object_add(o, "error", json_object_new_string(""));
+	printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
 	fflush(stdout);
+	json_object_put(o);
 	return 0;
 }
 

@@ -79,26 +79,13 @@ static void sleep_ms(uint64_t ms)
 
 static void print_job(const struct cv_job *j, int64_t t_ms)
 {
-	struct json_object *o = json_object_new_object();
+	struct json_object *o = cv_job_json(j);
 
 	if (t_ms >= 0)
 		json_object_object_add(o, "t_ms", json_object_new_int64(t_ms));
-	json_object_object_add(o, "status", json_object_new_string(cv_status_str(j->status)));
-	json_object_object_add(o, "elapsed_ms", json_object_new_int64(j->elapsed_ms));
-	json_object_object_add(o, "total", json_object_new_uint64(j->total));
-	json_object_object_add(o, "remaining", json_object_new_uint64(j->remaining));
-	json_object_object_add(o, "transferred", json_object_new_uint64(j->transferred));
-	json_object_object_add(o, "dirty_rate", json_object_new_uint64(j->dirty_rate));
-	json_object_object_add(o, "dirty_syncs", json_object_new_uint64(j->dirty_syncs));
-	json_object_object_add(o, "rate", json_object_new_uint64(j->rate));
-	json_object_object_add(o, "expected_downtime_ms",
-			       json_object_new_int64(j->expected_downtime_ms));
-	json_object_object_add(o, "downtime_ms", json_object_new_int64(j->downtime_ms));
-	json_object_object_add(o, "throttle_pct", json_object_new_int64(j->throttle_pct));
-	json_object_object_add(o, "postcopy_requests",
-			       json_object_new_uint64(j->postcopy_requests));
-	json_object_object_add(o, "guest_running", json_object_new_boolean(j->guest_running));
-	json_object_object_add(o, "error", json_object_new_string(j->error));
+	/* Always there, empty when unset: tests read it without a default. */
+	if (!j->error[0])
+		json_object_object_add(o, "error", json_object_new_string(""));
 	printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
 	fflush(stdout);
 	json_object_put(o);
