@@ -535,6 +535,92 @@ static void test_bandwidth_bad(void **state)
 	free(req);
 }
 
+/* source-start's "convergence": the backend, the mode and KubeVirt's policy fields. */
+#define CV_HEAD SS "\"target\":" TARGET_JSON("vm") ",\"dir\":\"/b\",\"convergence\":"
+
+static void test_convergence(void **state)
+{
+	struct ctl_request *req;
+
+	/* Without it: no monitor. */
+	req = parse_ok(SS "\"target\":" TARGET_JSON("vm") ",\"dir\":\"/b\"}");
+	assert_false(req->converge);
+	free(req);
+	/* QMP with the defaults: predictive, nothing allowed, KubeVirt's timeouts. */
+	req = parse_ok(CV_HEAD "{\"qmp\":\"/run/vm.qmp\"}}");
+	assert_true(req->converge);
+	assert_int_equal(req->conv.backend, CV_BACKEND_QMP);
+	assert_string_equal(req->conv.qmp, "/run/vm.qmp");
+	assert_int_equal(req->conv.policy.mode, CV_MODE_PREDICTIVE);
+	assert_false(req->conv.policy.allow_auto_converge);
+	assert_false(req->conv.policy.allow_post_copy);
+	assert_false(req->conv.policy.allow_workload_disruption);
+	assert_int_equal(req->conv.policy.completion_timeout_per_gib, 150);
+	assert_int_equal(req->conv.policy.progress_timeout_s, 150);
+	assert_int_equal(req->conv.policy.window_ms, 2000);
+	free(req);
+	/* libvirt, kubevirt mode; allowWorkloadDisruption follows allowPostCopy unless given. */
+	req = parse_ok(CV_HEAD "{\"libvirt\":{\"domain\":\"vm1\",\"uri\":\"qemu:///system\"},"
+			       "\"mode\":\"kubevirt\",\"policy\":{\"allowPostCopy\":true,"
+			       "\"completionTimeoutPerGiB\":10,\"progressTimeout\":0,"
+			       "\"maxDowntimeMs\":900}}}");
+	assert_int_equal(req->conv.backend, CV_BACKEND_LIBVIRT);
+	assert_string_equal(req->conv.domain, "vm1");
+	assert_string_equal(req->conv.uri, "qemu:///system");
+	assert_int_equal(req->conv.policy.mode, CV_MODE_KUBEVIRT);
+	assert_true(req->conv.policy.allow_post_copy);
+	assert_true(req->conv.policy.allow_workload_disruption);
+	assert_int_equal(req->conv.policy.completion_timeout_per_gib, 10);
+	assert_int_equal(req->conv.policy.progress_timeout_s, 0);
+	assert_int_equal(req->conv.policy.max_downtime_ms, 900);
+	free(req);
+	req = parse_ok(CV_HEAD "{\"qmp\":\"/q\",\"policy\":{\"allowPostCopy\":true,"
+			       "\"allowWorkloadDisruption\":false}}}");
+	assert_false(req->conv.policy.allow_workload_disruption);
+	free(req);
+	/* The policy's bandwidth is the request's cap, given either way. */
+	req = parse_ok(CV_HEAD "{\"qmp\":\"/q\",\"policy\":{\"bandwidth\":16777216}}}");
+	assert_int_equal(req->bandwidth, 16777216);
+	assert_int_equal(req->conv.policy.bandwidth, 16777216);
+	free(req);
+	req = parse_ok(SS "\"target\":" TARGET_JSON("vm") ",\"dir\":\"/b\",\"bandwidth\":1000,"
+			  "\"convergence\":{\"qmp\":\"/q\"}}");
+	assert_int_equal(req->conv.policy.bandwidth, 1000);
+	free(req);
+}
+
+static void test_convergence_bad(void **state)
+{
+	static const char *const bad[] = {
+		CV_HEAD "\"qmp\"}",
+		CV_HEAD "{}}",
+		CV_HEAD "{\"qmp\":\"/q\",\"libvirt\":{\"domain\":\"d\"}}}",
+		CV_HEAD "{\"qmp\":\"\"}}",
+		CV_HEAD "{\"qmp\":7}}",
+		CV_HEAD "{\"libvirt\":{}}}",
+		CV_HEAD "{\"libvirt\":{\"domain\":\"d\",\"uri\":5}}}",
+		CV_HEAD "{\"libvirt\":\"d\"}}",
+		CV_HEAD "{\"qmp\":\"/q\",\"mode\":\"fast\"}}",
+		CV_HEAD "{\"qmp\":\"/q\",\"mode\":1}}",
+		CV_HEAD "{\"qmp\":\"/q\",\"extra\":1}}",
+		CV_HEAD "{\"qmp\":\"/q\",\"policy\":[]}}",
+		CV_HEAD "{\"qmp\":\"/q\",\"policy\":{\"allowAutoConverge\":\"yes\"}}}",
+		CV_HEAD "{\"qmp\":\"/q\",\"policy\":{\"allowAutoconverge\":true}}}",
+		CV_HEAD "{\"qmp\":\"/q\",\"policy\":{\"progressTimeout\":-1}}}",
+		CV_HEAD "{\"qmp\":\"/q\",\"policy\":{\"progressTimeout\":1.5}}}",
+		CV_HEAD "{\"qmp\":\"/q\",\"policy\":{\"maxDowntimeMs\":2000001}}}",
+		CV_HEAD "{\"qmp\":\"/q\",\"policy\":{\"evidenceWindowMs\":0}}}",
+		CV_HEAD "{\"qmp\":\"/q\",\"policy\":{\"bandwidth\":\"64Mi\"}}}",
+		SS "\"target\":" TARGET_JSON("vm") ",\"dir\":\"/b\",\"bandwidth\":1000,"
+		   "\"convergence\":{\"qmp\":\"/q\",\"policy\":{\"bandwidth\":2000}}}",
+	};
+	int failed = 0;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		failed += try_reject_len(bad[i], strlen(bad[i]), bad[i]) < 0;
+	assert_int_equal(failed, 0);
+}
+
 static char *big_request(size_t len)
 {
 	static const char head[] = "{\"op\":\"list\",\"pad\":\"";
@@ -692,6 +778,8 @@ int main(void)
 		cmocka_unit_test(test_key),
 		cmocka_unit_test(test_sockets),
 		cmocka_unit_test(test_source_start_bad),
+		cmocka_unit_test(test_convergence),
+		cmocka_unit_test(test_convergence_bad),
 		cmocka_unit_test(test_source_start_key_message),
 		cmocka_unit_test(test_start_bandwidth),
 		cmocka_unit_test(test_bandwidth_ops),
