@@ -9,6 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ctl_json.h"
+#include "ctl_portmap.h"
 #include "ctl_proto.h"
 #include "units.h"
 #include "xp_tls.h"
@@ -49,7 +51,7 @@ static int parse_key(struct json_object *o, struct ctl_request *req, char *err, 
 {
 	const char *key;
 
-	key = px_json_member_cstring(o, "key");
+	key = ctl_json_member_cstring(o, "key");
 	if (!key)
 		return bad(err, errlen, "missing or bad \"key\" (a string)");
 	if (!px_key_valid(key))
@@ -75,7 +77,7 @@ static int parse_sockets(struct json_object *o, struct ctl_request *req, char *e
 
 		if (px_port_parse(name, &p->id) < 0)
 			return bad(err, errlen, "bad port id \"%.20s\": use 0 to 65535", name);
-		path = px_json_cstring(val);
+		path = ctl_json_cstring(val);
 		if (!path)
 			return bad(err, errlen, "the path for port %.20s is not a string", name);
 		if (strlen(path) >= sizeof(p->path))
@@ -118,7 +120,7 @@ static int parse_source(struct json_object *o, struct ctl_request *req, char *er
 
 	if (!json_object_object_get_ex(o, "target", &t))
 		return bad(err, errlen, "missing \"target\" (the JSON that target start printed)");
-	r = px_target_from_json(t, &req->target, err, errlen);
+	r = ctl_portmap_from_json(t, &req->target, err, errlen);
 	if (r < 0)
 		return r;
 	if (strcmp(req->target.key, req->key) != 0) {
@@ -126,7 +128,7 @@ static int parse_source(struct json_object *o, struct ctl_request *req, char *er
 			 req->target.key, req->key);
 		return -EINVAL;
 	}
-	dir = px_json_member_cstring(o, "dir");
+	dir = ctl_json_member_cstring(o, "dir");
 	if (!dir)
 		return bad(err, errlen, "missing \"dir\" (the base directory)");
 	if (strlen(dir) >= sizeof(req->dir))
@@ -229,7 +231,7 @@ static int parse_convergence(struct json_object *o, struct ctl_request *req, cha
 	if (!json_object_is_type(c, json_type_object))
 		return bad(err, errlen, "\"convergence\" must be a JSON object");
 	cv_policy_default(&sp->policy);
-	s = px_json_member_cstring(c, "mode");
+	s = ctl_json_member_cstring(c, "mode");
 	if (json_object_object_get_ex(c, "mode", NULL)) {
 		if (!s || (strcmp(s, "predictive") && strcmp(s, "kubevirt")))
 			return bad(err, errlen,
@@ -241,15 +243,15 @@ static int parse_convergence(struct json_object *o, struct ctl_request *req, cha
 			   "convergence: give one backend, \"qmp\" (a QMP socket path) or "
 			   "\"libvirt\" ({\"domain\": NAME, \"uri\": URI})");
 	if (json_object_object_get_ex(c, "qmp", &v)) {
-		s = px_json_cstring(v);
+		s = ctl_json_cstring(v);
 		if (!s || !*s || strlen(s) >= sizeof(sp->qmp))
 			return bad(err, errlen,
 				   "convergence: \"qmp\" must be a socket path of 1 to 107 bytes");
 		sp->backend = CV_BACKEND_QMP;
 		strcpy(sp->qmp, s);
 	} else {
-		const char *dom = px_json_member_cstring(lv, "domain");
-		const char *uri = px_json_member_cstring(lv, "uri");
+		const char *dom = ctl_json_member_cstring(lv, "domain");
+		const char *uri = ctl_json_member_cstring(lv, "uri");
 
 		if (!dom || !*dom || strlen(dom) >= sizeof(sp->domain))
 			return bad(err, errlen,
@@ -342,7 +344,7 @@ int ctl_request_parse(const char *text, size_t len, struct ctl_request *ret, cha
 		bad(err, errlen, "request is not a JSON object");
 		goto out;
 	}
-	op = px_json_member_cstring(o, "op");
+	op = ctl_json_member_cstring(o, "op");
 	if (!op) {
 		bad(err, errlen, "missing or bad \"op\"");
 		goto out;
@@ -791,7 +793,7 @@ static struct json_object *metrics_reply(struct px_node *n, struct cv_set *conv)
 char *ctl_execute(struct px_node *n, const struct ctl_daemon_info *d, const struct ctl_request *req)
 {
 	struct px_port_info socks[PX_PORTS_MAX];
-	struct px_target_info t;
+	struct px_portmap t;
 	struct json_object *o, *arr;
 	char err[512];
 	int r = 0;
@@ -803,7 +805,7 @@ char *ctl_execute(struct px_node *n, const struct ctl_daemon_info *d, const stru
 		if (r < 0)
 			break;
 		o = ok_reply();
-		json_object_object_add(o, "target", px_target_to_json(&t));
+		json_object_object_add(o, "target", ctl_portmap_to_json(&t));
 		return reply_text(o);
 	case CTL_SOURCE_START:
 		if (req->converge && !d->conv) {

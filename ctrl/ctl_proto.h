@@ -31,7 +31,7 @@ struct ctl_request {
 	char key[PX_KEY_MAX + 1];
 	unsigned int nports; /* target-start */
 	struct px_port_info ports[PX_PORTS_MAX];
-	struct px_target_info target; /* source-start */
+	struct px_portmap target; /* source-start */
 	char dir[CTL_DIR_MAX];
 	unsigned int delay_first_ms;
 	/* bytes/s, 0: none. target-start, source-start (optional), bandwidth, node-bandwidth */

@@ -1600,10 +1600,10 @@ static int check_ports(unsigned int nports, const uint32_t *ids, char *err, size
 }
 
 int px_target_start(struct px_node *n, const char *key, unsigned int nports,
-		    const struct px_port_info *ports, uint64_t cap, struct px_target_info *out,
+		    const struct px_port_info *ports, uint64_t cap, struct px_portmap *out,
 		    char *err, size_t errlen)
 {
-	struct px_target_info t = { 0 };
+	struct px_portmap t = { 0 };
 	struct px_migration *m;
 	uint32_t ids[PX_PORTS_MAX] = { 0 };
 	char list[PX_PORTS_MAX * 120] = "";
@@ -1667,7 +1667,7 @@ static int make_socket_path(const char *dir, const char *key, uint32_t port, cha
 	return r < (int)len ? 0 : -ENAMETOOLONG;
 }
 
-int px_source_start(struct px_node *n, const struct px_target_info *t, const char *dir,
+int px_source_start(struct px_node *n, const struct px_portmap *t, const char *dir,
 		    unsigned int delay_first_ms, uint64_t cap, struct px_port_info *out, char *err,
 		    size_t errlen)
 {

@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #include "px_inspect.h"
-#include "px_target.h"
+#include "px_portmap.h"
 #include "xp_loop.h"
 #include "xp_sock.h"
 
@@ -140,11 +140,11 @@ unsigned int px_node_active_conns(const struct px_node *n);
 
 /* All return 0 or -errno with one line for the operator in err. cap: bytes/s, 0: none. */
 int px_target_start(struct px_node *n, const char *key, unsigned int nports,
-		    const struct px_port_info *ports, uint64_t cap, struct px_target_info *out,
+		    const struct px_port_info *ports, uint64_t cap, struct px_portmap *out,
 		    char *err, size_t errlen);
 int px_target_stop(struct px_node *n, const char *key, char *err, size_t errlen);
 /* out receives the created socket paths, in the order of t->ports. */
-int px_source_start(struct px_node *n, const struct px_target_info *t, const char *dir,
+int px_source_start(struct px_node *n, const struct px_portmap *t, const char *dir,
 		    unsigned int delay_first_ms, uint64_t cap, struct px_port_info *out, char *err,
 		    size_t errlen);
 /* Changes a running migration's cap, in every role this node has it in; 0 lifts it. */

@@ -12,7 +12,7 @@
 
 static void check_target(const struct ctl_request *req)
 {
-	const struct px_target_info *t = &req->target;
+	const struct px_portmap *t = &req->target;
 	unsigned char addr[16];
 
 	FUZZ_CHECK(strcmp(t->key, req->key) == 0);

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-/* libFuzzer target for the target port map: bytes -> json_tokener -> px_target_from_json().
+/* libFuzzer target for the target port map: bytes -> json_tokener -> ctl_portmap_from_json().
  * What is accepted must be valid by the contract and survive a round trip through the text. */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -7,9 +7,10 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "px_target.h"
+#include "ctl_json.h"
+#include "ctl_portmap.h"
 
-static void check_valid(const struct px_target_info *t)
+static void check_valid(const struct px_portmap *t)
 {
 	unsigned char addr[16];
 
@@ -26,10 +27,10 @@ static void check_valid(const struct px_target_info *t)
 	}
 }
 
-static void check_round_trip(const struct px_target_info *t)
+static void check_round_trip(const struct px_portmap *t)
 {
-	struct json_object *o = px_target_to_json(t), *back;
-	struct px_target_info u;
+	struct json_object *o = ctl_portmap_to_json(t), *back;
+	struct px_portmap u;
 	char err[256];
 	const char *text;
 
@@ -38,7 +39,7 @@ static void check_round_trip(const struct px_target_info *t)
 	FUZZ_CHECK(text != NULL && strchr(text, '\n') == NULL);
 	back = json_tokener_parse(text);
 	FUZZ_CHECK(back != NULL);
-	FUZZ_CHECK(px_target_from_json(back, &u, err, sizeof(err)) == 0);
+	FUZZ_CHECK(ctl_portmap_from_json(back, &u, err, sizeof(err)) == 0);
 	FUZZ_CHECK(strcmp(u.key, t->key) == 0);
 	FUZZ_CHECK(strcmp(u.address, t->address) == 0);
 	FUZZ_CHECK(u.port == t->port);
@@ -51,7 +52,7 @@ static void check_round_trip(const struct px_target_info *t)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct json_tokener *tok = json_tokener_new();
-	struct px_target_info t, canary;
+	struct px_portmap t, canary;
 	struct json_object *o;
 	char err[256];
 	int r;
@@ -59,11 +60,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	FUZZ_CHECK(tok != NULL);
 	o = json_tokener_parse_ex(tok, (const char *)data, size);
 	json_tokener_free(tok);
-	/* NULL (not JSON) is one of the inputs px_target_from_json must refuse. */
+	/* NULL (not JSON) is one of the inputs ctl_portmap_from_json must refuse. */
 	memset(&t, 0x5a, sizeof(t));
 	canary = t;
 	memset(err, 0, sizeof(err));
-	r = px_target_from_json(o, &t, err, sizeof(err));
+	r = ctl_portmap_from_json(o, &t, err, sizeof(err));
 	if (r == 0) {
 		struct json_object *v;
 

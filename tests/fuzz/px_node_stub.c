@@ -44,7 +44,7 @@ unsigned int px_node_active_conns(const struct px_node *n)
 }
 
 int px_target_start(struct px_node *n, const char *key, unsigned int nports,
-		    const struct px_port_info *ports, uint64_t cap, struct px_target_info *out,
+		    const struct px_port_info *ports, uint64_t cap, struct px_portmap *out,
 		    char *err, size_t errlen)
 {
 	UNREACHED("px_target_start");
@@ -55,7 +55,7 @@ int px_target_stop(struct px_node *n, const char *key, char *err, size_t errlen)
 	UNREACHED("px_target_stop");
 }
 
-int px_source_start(struct px_node *n, const struct px_target_info *t, const char *dir,
+int px_source_start(struct px_node *n, const struct px_portmap *t, const char *dir,
 		    unsigned int delay_first_ms, uint64_t cap, struct px_port_info *out, char *err,
 		    size_t errlen)
 {

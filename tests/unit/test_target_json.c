@@ -12,12 +12,13 @@
 
 #include <cmocka.h>
 
-#include "px_target.h"
+#include "ctl_json.h"
+#include "ctl_portmap.h"
 
-static void round_trip(const struct px_target_info *in)
+static void round_trip(const struct px_portmap *in)
 {
-	struct json_object *o = px_target_to_json(in), *back;
-	struct px_target_info out;
+	struct json_object *o = ctl_portmap_to_json(in), *back;
+	struct px_portmap out;
 	char err[256] = "";
 	const char *text;
 
@@ -29,7 +30,7 @@ static void round_trip(const struct px_target_info *in)
 	back = json_tokener_parse(text);
 	assert_non_null(back);
 	memset(&out, 0x5a, sizeof(out));
-	assert_int_equal(px_target_from_json(back, &out, err, sizeof(err)), 0);
+	assert_int_equal(ctl_portmap_from_json(back, &out, err, sizeof(err)), 0);
 	assert_string_equal(out.key, in->key);
 	assert_string_equal(out.address, in->address);
 	assert_int_equal(out.port, in->port);
@@ -42,7 +43,7 @@ static void round_trip(const struct px_target_info *in)
 
 static void test_round_trip(void **state)
 {
-	struct px_target_info t = {.key = "vm-1",
+	struct px_portmap t = {.key = "vm-1",
 				   .address = "198.18.0.2",
 				   .port = 40123,
 				   .nports = 1,
@@ -78,12 +79,12 @@ static void test_round_trip(void **state)
 
 static void test_to_json_fields(void **state)
 {
-	struct px_target_info t = {.key = "KEY",
+	struct px_portmap t = {.key = "KEY",
 				   .address = "198.18.0.2",
 				   .port = 40123,
 				   .nports = 2,
 				   .ports = {0, 49152}};
-	struct json_object *o = px_target_to_json(&t);
+	struct json_object *o = ctl_portmap_to_json(&t);
 
 	assert_non_null(o);
 	/* The exact text of doc/interfaces.md's example. */
@@ -100,13 +101,13 @@ static void test_to_json_fields(void **state)
 /* 0 when o is refused as it should be, else prints why and returns -1. */
 static int try_reject_obj(struct json_object *o, const char *text)
 {
-	struct px_target_info out, canary;
+	struct px_portmap out, canary;
 	char err[256];
 
 	memset(err, 0, sizeof(err));
 	memset(&out, 0x77, sizeof(out));
 	canary = out;
-	if (px_target_from_json(o, &out, err, sizeof(err)) != -EINVAL)
+	if (ctl_portmap_from_json(o, &out, err, sizeof(err)) != -EINVAL)
 		print_error("accepted: %s\n", text);
 	else if (strlen(err) == 0)
 		print_error("no message for: %s\n", text);
@@ -141,11 +142,11 @@ static void check_reject(const char *text)
 static void check_accept(const char *text)
 {
 	struct json_object *o = json_tokener_parse(text);
-	struct px_target_info out;
+	struct px_portmap out;
 	char err[256] = "";
 
 	assert_non_null(o);
-	if (px_target_from_json(o, &out, err, sizeof(err)) != 0)
+	if (ctl_portmap_from_json(o, &out, err, sizeof(err)) != 0)
 		fail_msg("refused (%s): %s", err, text);
 	json_object_put(o);
 }
@@ -153,11 +154,11 @@ static void check_accept(const char *text)
 static void test_valid_baseline(void **state)
 {
 	struct json_object *o = json_tokener_parse(VALID);
-	struct px_target_info out;
+	struct px_portmap out;
 	char err[256] = "";
 
 	assert_non_null(o);
-	assert_int_equal(px_target_from_json(o, &out, err, sizeof(err)), 0);
+	assert_int_equal(ctl_portmap_from_json(o, &out, err, sizeof(err)), 0);
 	assert_string_equal(out.key, "vm-1");
 	assert_string_equal(out.address, "198.18.0.2");
 	assert_int_equal(out.port, 40123);
@@ -200,10 +201,10 @@ static void test_version_message(void **state)
 {
 	struct json_object *o =
 		json_tokener_parse("{\"version\":2,\"key\":\"vm-1\"," VALID_TAIL "}");
-	struct px_target_info out;
+	struct px_portmap out;
 	char err[256] = "";
 
-	assert_int_equal(px_target_from_json(o, &out, err, sizeof(err)), -EINVAL);
+	assert_int_equal(ctl_portmap_from_json(o, &out, err, sizeof(err)), -EINVAL);
 	/* Says what is wrong: the version. */
 	assert_non_null(strstr(err, "version"));
 	json_object_put(o);

@@ -1,15 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
-/* Target port map <-> JSON. The source validates all of it before creating any socket, so a
+/* The port map <-> JSON. The source validates all of it before creating any socket, so a
  * bad or truncated paste fails cleanly at `source start`, not mid-migration. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "px_target.h"
+#include "ctl_json.h"
+#include "ctl_portmap.h"
 #include "xp_sock.h"
 
-struct json_object *px_target_to_json(const struct px_target_info *t)
+struct json_object *ctl_portmap_to_json(const struct px_portmap *t)
 {
 	struct json_object *o = json_object_new_object(), *ports = json_object_new_array();
 
@@ -18,7 +19,7 @@ struct json_object *px_target_to_json(const struct px_target_info *t)
 		json_object_put(ports);
 		return NULL;
 	}
-	json_object_object_add(o, "version", json_object_new_int(PX_TARGET_VERSION));
+	json_object_object_add(o, "version", json_object_new_int(CTL_PORTMAP_VERSION));
 	json_object_object_add(o, "key", json_object_new_string(t->key));
 	json_object_object_add(o, "address", json_object_new_string(t->address));
 	json_object_object_add(o, "port", json_object_new_int(t->port));
@@ -32,24 +33,6 @@ static int fail(char *err, size_t errlen, const char *msg)
 {
 	snprintf(err, errlen, "invalid target JSON: %s", msg);
 	return -EINVAL;
-}
-
-/* A JSON string may hold NUL; a C string would silently end there, so refuse it. */
-const char *px_json_cstring(struct json_object *v)
-{
-	const char *s;
-
-	if (!json_object_is_type(v, json_type_string))
-		return NULL;
-	s = json_object_get_string(v);
-	return strlen(s) == (size_t)json_object_get_string_len(v) ? s : NULL;
-}
-
-const char *px_json_member_cstring(struct json_object *o, const char *name)
-{
-	struct json_object *v;
-
-	return json_object_object_get_ex(o, name, &v) ? px_json_cstring(v) : NULL;
 }
 
 static int get_uint(struct json_object *o, const char *name, unsigned int max, unsigned int *ret)
@@ -66,9 +49,9 @@ static int get_uint(struct json_object *o, const char *name, unsigned int max, u
 	return 0;
 }
 
-int px_target_from_json(struct json_object *o, struct px_target_info *ret, char *err, size_t errlen)
+int ctl_portmap_from_json(struct json_object *o, struct px_portmap *ret, char *err, size_t errlen)
 {
-	struct px_target_info t;
+	struct px_portmap t;
 	struct json_object *ports;
 	struct xp_addr a;
 	unsigned int version;
@@ -79,13 +62,13 @@ int px_target_from_json(struct json_object *o, struct px_target_info *ret, char 
 		return fail(err, errlen, "not a JSON object");
 	if (get_uint(o, "version", 65535, &version) < 0)
 		return fail(err, errlen, "missing or bad \"version\"");
-	if (version != PX_TARGET_VERSION)
+	if (version != CTL_PORTMAP_VERSION)
 		return fail(err, errlen, "unsupported \"version\" (this vmigd speaks 1)");
-	s = px_json_member_cstring(o, "key");
+	s = ctl_json_member_cstring(o, "key");
 	if (!s || !px_key_valid(s))
 		return fail(err, errlen, "missing or bad \"key\"");
 	strcpy(t.key, s);
-	s = px_json_member_cstring(o, "address");
+	s = ctl_json_member_cstring(o, "address");
 	if (!s)
 		return fail(err, errlen, "missing \"address\"");
 	if (strlen(s) >= sizeof(t.address) || xp_addr_from_host(s, 1, &a) < 0)
@@ -114,22 +97,5 @@ int px_target_from_json(struct json_object *o, struct px_target_info *ret, char 
 				return fail(err, errlen, "a logical port is listed twice");
 	}
 	*ret = t;
-	return 0;
-}
-
-int px_port_parse(const char *s, uint32_t *ret)
-{
-	uint32_t n = 0;
-
-	if (!*s || strlen(s) > 5)
-		return -EINVAL;
-	for (; *s; s++) {
-		if (*s < '0' || *s > '9')
-			return -EINVAL;
-		n = n * 10 + (*s - '0');
-	}
-	if (n > PX_PORT_MAX)
-		return -EINVAL;
-	*ret = n;
 	return 0;
 }

@@ -1,0 +1,26 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The port map a target hands to its source: where its node-hop listener is and which logical
+ * ports it serves. Plain data; its JSON form (what `vmigctl target start` prints) is ctrl's
+ * business (ctrl/ctl_portmap.h). */
+#ifndef PX_PORTMAP_H
+#define PX_PORTMAP_H
+
+#include <stdint.h>
+
+#include "px_preamble.h"
+
+#define PX_PORTS_MAX 8
+#define PX_HOST_MAX  64
+
+struct px_portmap {
+	char key[PX_KEY_MAX + 1];
+	char address[PX_HOST_MAX]; /* numeric IPv4 or IPv6 address, no brackets */
+	unsigned int port;	   /* node-hop TCP port */
+	unsigned int nports;
+	uint32_t ports[PX_PORTS_MAX]; /* logical ports */
+};
+
+/* Parses a logical port id ("49152"): 0 or -EINVAL; *ret written only on success. */
+int px_port_parse(const char *s, uint32_t *ret);
+
+#endif
