@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* A node's migrations: target listeners (node-hop TCP in, ordered connects to local unix
  * sockets) and source listeners (unix sockets in, node-hop TCP out with a preamble). Owns the
- * node-hop listener and the data-path pool; runs on the control thread's loop. */
+ * node-hop listener and reaches sockets, TLS and the data path only through transport's ops
+ * table (xp_io.h); runs on the control thread's loop. */
 #ifndef PX_NODE_H
 #define PX_NODE_H
 
@@ -11,6 +12,7 @@
 
 #include "px_inspect.h"
 #include "px_portmap.h"
+#include "xp_io.h"
 #include "xp_loop.h"
 #include "xp_sock.h"
 
@@ -39,7 +41,7 @@ struct px_config {
 	unsigned int max_migration_conns; /* per migration and role */
 	uint64_t node_bandwidth;	  /* bytes/s this node sends, all migrations; 0: no cap */
 	enum px_shaper shaper;
-	bool inspect;		 /* read the QEMU stream as it passes (px_inspect) */
+	bool inspect;		     /* read the QEMU stream as it passes (px_inspect) */
 	bool keep_cap_at_switchover; /* else a migration's cap is lifted once its VM stopped */
 };
 
@@ -84,9 +86,9 @@ struct px_conn_info {
 	bool resumed;		     /* the TLS session was resumed from a ticket */
 	uint64_t bytes_tx, bytes_rx; /* so far, while linked */
 	struct px_rates rate;
-	uint64_t shaped_ms;	 /* time it waited for tokens */
-	uint64_t pacing;	 /* SO_MAX_PACING_RATE set on it, bytes/s; 0: none */
-	bool inspected;		 /* insp is valid */
+	uint64_t shaped_ms; /* time it waited for tokens */
+	uint64_t pacing;    /* SO_MAX_PACING_RATE set on it, bytes/s; 0: none */
+	bool inspected;	    /* insp is valid */
 	struct px_insp_stats insp;
 };
 
@@ -108,11 +110,11 @@ struct px_migration_info {
 	unsigned int nconns;	      /* conns[]: one per connection open now */
 	const struct px_conn_info *conns;
 	struct px_rates rate;
-	uint64_t cap;		/* bytes/s set for this migration; 0: none */
-	uint64_t limit;		/* what it may send now: cap, node share, or 0 (none) */
-	bool cap_lifted;	/* at switchover */
-	uint64_t shaped_ms;	/* time its connections waited for tokens, summed */
-	const char *mode;	/* "plain", "tls", "ktls" (any connection with kTLS) */
+	uint64_t cap;	    /* bytes/s set for this migration; 0: none */
+	uint64_t limit;	    /* what it may send now: cap, node share, or 0 (none) */
+	bool cap_lifted;    /* at switchover */
+	uint64_t shaped_ms; /* time its connections waited for tokens, summed */
+	const char *mode;   /* "plain", "tls", "ktls" (any connection with kTLS) */
 	bool inspected;
 	struct px_insp_summary insp;
 };
@@ -127,7 +129,11 @@ struct px_node_info {
 	uint64_t conns_total;
 };
 
+/* On the real transport: sockets, OpenSSL (conf->tls) and an io_uring pool, run from loop. */
 int px_node_new(struct xp_loop *loop, const struct px_config *conf, struct px_node **ret);
+/* On a transport of the caller's (tests): io and its context outlive the node. */
+int px_node_new_io(const struct xp_io_ops *io, void *ioc, const struct px_config *conf,
+		   struct px_node **ret);
 /* Aborts whatever is left. Takes NULL. */
 void px_node_free(struct px_node *n);
 const char *px_node_listen_str(const struct px_node *n);

@@ -1,0 +1,168 @@
+// SPDX-License-Identifier: Apache-2.0
+/* Connections of either role: their lists, freeing one that is still being set up, handing a
+ * finished one to the data path (with its caps and the stream inspector) and taking it back when
+ * its link ends. The roles' set-up steps are in px_source.c and px_target.c. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "px_private.h"
+
+const char *px_role_str(enum px_role r)
+{
+	return r == PX_ROLE_SOURCE ? "source" : "target";
+}
+
+void px_conn_list_add(struct px_conn **head, struct px_conn *c)
+{
+	c->prev = NULL;
+	c->next = *head;
+	if (*head)
+		(*head)->prev = c;
+	*head = c;
+}
+
+void px_conn_list_del(struct px_conn **head, struct px_conn *c)
+{
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		*head = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	c->prev = c->next = NULL;
+}
+
+void px_conn_free(struct px_conn *c)
+{
+	struct px_migration *m = c->m;
+	struct px_node *n = c->n;
+
+	IO(n, watch_del, c->w);
+	IO(n, timer_del, c->t);
+	if (c->st != C_LINKED) {
+		IO(n, close, c->hop);
+		IO(n, close_fd, c->lfd, false);
+	}
+	px_insp_free(c->insp);
+	if (m) {
+		px_conn_list_del(&m->conns, c);
+		m->conns_active--;
+	} else {
+		px_conn_list_del(&n->unbound, c);
+		n->nunbound--;
+	}
+	free(c);
+}
+
+void px_conn_release(struct px_conn *c)
+{
+	struct px_migration *m = c->m;
+	struct px_node *n = c->n;
+
+	px_conn_free(c);
+	if (m)
+		px_migration_maybe_finish(m);
+	px_node_check_drained(n);
+}
+
+/* A fresh connection's send buffer is empty, so a failure means the peer is gone; callers
+ * refusing a connection need not care. */
+int px_conn_reply(struct px_conn *c, enum px_status st)
+{
+	uint8_t r[PX_REPLY_LEN];
+	uint32_t ev;
+	ssize_t k;
+
+	px_reply_encode(st, r);
+	k = IO(c->n, write, c->hop, r, sizeof(r), &ev);
+	if (k < 0)
+		return k == -EAGAIN ? -EIO : (int)k;
+	return k == sizeof(r) ? 0 : -EIO;
+}
+
+int px_conn_link(struct px_conn *c)
+{
+	struct px_node *n = c->n;
+	struct xp_link_opts o = { 0 };
+	int r;
+
+	IO(n, watch_del, c->w);
+	IO(n, timer_del, c->t);
+	c->w = NULL;
+	c->t = NULL;
+	o.cookie = c;
+	if (n->conf.shaper == PX_SHAPE_BUCKET) {
+		o.bucket[0] = c->m->bucket;
+		o.bucket[1] = n->bucket;
+	}
+	/* The QEMU stream: from the local socket on a source, from the node hop on a target. */
+	if (n->conf.inspect && px_insp_new(NULL, &c->insp) == 0) {
+		unsigned int d = c->m->role == PX_ROLE_SOURCE ? 0 : 1;
+
+		o.tap_ops[d] = &px_insp_tap_ops;
+		o.tap_ctx[d] = c->insp;
+	}
+	/* The description was taken at the handshake: once attached, the data path owns the
+	 * session and may free it at any time. */
+	r = IO(n, attach, c->lfd, c->hop, &o, &c->link);
+	if (r < 0) {
+		px_insp_free(c->insp);
+		c->insp = NULL;
+		return r;
+	}
+	c->st = C_LINKED;
+	c->hop = NULL;
+	c->lfd = -1;
+	c->m->conns_total++;
+	c->port->conns_total++;
+	n->conns_total++;
+	log_info("migration %s role=%s: port %u connection %u linked %s", c->m->key,
+		 px_role_str(c->m->role), c->port->id, c->seq,
+		 c->tls.describe[0] ? c->tls.describe : "tls=off");
+	return 0;
+}
+
+void px_conn_done(void *cookie, const struct xp_link_result *res, void *arg)
+{
+	struct px_conn *c = cookie;
+	struct px_migration *m = c->m;
+
+	m->bytes[0] += res->bytes[0];
+	m->bytes[1] += res->bytes[1];
+	c->port->bytes[0] += res->bytes[0];
+	c->port->bytes[1] += res->bytes[1];
+	m->n->bytes_done[0] += res->bytes[0];
+	m->n->bytes_done[1] += res->bytes[1];
+	m->shaped_ns_done += res->shaped_ns;
+	if (c->insp) {
+		struct px_insp_stats st;
+
+		px_insp_read(c->insp, &st);
+		px_insp_fold(&m->insp_done, &st, false);
+	}
+	m->undelivered += res->undelivered;
+	if (res->end == XP_END_ERROR) {
+		m->conns_failed++;
+		log_err("migration %s role=%s: port %u connection %u failed after %llu/%llu bytes "
+			"(tx/rx): %s on the %s side%s%s",
+			m->key, px_role_str(m->role), c->port->id, c->seq,
+			(unsigned long long)res->bytes[0], (unsigned long long)res->bytes[1],
+			strerror(-res->err), res->err_side == 0 ? "local" : "node-hop",
+			res->detail[0] ? ": TLS: " : "", res->detail);
+	} else {
+		if (res->undelivered)
+			log_info("migration %s role=%s: port %u connection %u: the local side "
+				 "closed after its end of stream with %llu bytes from the peer not "
+				 "read (QEMU's destination ends multifd channels so)",
+				 m->key, px_role_str(m->role), c->port->id, c->seq,
+				 (unsigned long long)res->undelivered);
+		log_debug("migration %s: port %u connection %u ended (%s%s), %llu/%llu bytes",
+			  m->key, c->port->id, c->seq, res->end == XP_END_CLEAN ? "clean" : "cut",
+			  res->reset_after_eof ? ", peer reset after its stream ended" : "",
+			  (unsigned long long)res->bytes[0], (unsigned long long)res->bytes[1]);
+	}
+	px_conn_release(c);
+}

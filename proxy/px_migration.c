@@ -1,0 +1,279 @@
+// SPDX-License-Identifier: Apache-2.0
+/* A migration's lifecycle, either role: checks of what starts it, failure, stop with its grace
+ * period, and the one stop line logged once the data path has returned every link. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "px_private.h"
+#include "units.h"
+
+struct px_migration *px_migration_new(struct px_node *n, const char *key, enum px_role role)
+{
+	struct px_migration *m = calloc(1, sizeof(*m));
+
+	if (!m)
+		return NULL;
+	m->n = n;
+	strcpy(m->key, key);
+	m->role = role;
+	m->started_ms = px_now(n);
+	m->pace_gain = 1.0;
+	for (unsigned int i = 0; i < PX_PORTS_MAX; i++) {
+		m->ports[i].m = m;
+		m->ports[i].lfd = -1;
+	}
+	if (xp_bucket_new(0, &m->bucket) < 0) {
+		free(m);
+		return NULL;
+	}
+	return m;
+}
+
+void px_migration_discard(struct px_migration *m)
+{
+	xp_bucket_free(m->bucket);
+	free(m);
+}
+
+struct px_migration *px_migration_find(struct px_node *n, const char *key, enum px_role role)
+{
+	for (struct px_migration *m = n->migrations; m; m = m->next)
+		if (m->role == role && strcmp(m->key, key) == 0)
+			return m;
+	return NULL;
+}
+
+int px_check_key(struct px_node *n, const char *key, enum px_role role, char *err, size_t errlen)
+{
+	if (!px_key_valid(key)) {
+		snprintf(err, errlen,
+			 "invalid key \"%.40s\": use 1 to %d characters of A-Z a-z 0-9 . _ -", key,
+			 PX_KEY_MAX);
+		return -EINVAL;
+	}
+	if (n->draining) {
+		snprintf(err, errlen, "vmigd is shutting down");
+		return -ESHUTDOWN;
+	}
+	if (px_migration_find(n, key, role)) {
+		snprintf(err, errlen, "migration %s already has a %s listener", key,
+			 px_role_str(role));
+		return -EEXIST;
+	}
+	return 0;
+}
+
+static int check_dir_of(const char *path, char *err, size_t errlen)
+{
+	char dir[sizeof(((struct px_port_info *)0)->path)];
+	char *slash;
+	struct stat st;
+
+	snprintf(dir, sizeof(dir), "%s", path);
+	slash = strrchr(dir, '/');
+	if (!slash)
+		return 0;
+	if (slash == dir)
+		slash[1] = '\0';
+	else
+		*slash = '\0';
+	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+		snprintf(err, errlen, "directory %s does not exist", dir);
+		return -ENOENT;
+	}
+	return 0;
+}
+
+int px_check_path(const char *path, char *err, size_t errlen)
+{
+	int r = xp_unix_path_ok(path);
+
+	if (r == -ENAMETOOLONG) {
+		snprintf(err, errlen, "socket path too long (at most %zu bytes): %.60s...",
+			 sizeof(((struct px_port_info *)0)->path) - 1, path);
+		return r;
+	}
+	if (r < 0 || path[0] != '/') {
+		snprintf(err, errlen, "socket path must be absolute: \"%.60s\"", path);
+		return -EINVAL;
+	}
+	return check_dir_of(path, err, errlen);
+}
+
+int px_check_ports(unsigned int nports, const uint32_t *ids, char *err, size_t errlen)
+{
+	if (nports == 0 || nports > PX_PORTS_MAX) {
+		snprintf(err, errlen, "give 1 to %d ports", PX_PORTS_MAX);
+		return -EINVAL;
+	}
+	for (unsigned int i = 0; i < nports; i++)
+		for (unsigned int j = 0; j < i; j++)
+			if (ids[i] == ids[j]) {
+				snprintf(err, errlen, "port %u is given twice", ids[i]);
+				return -EINVAL;
+			}
+	return 0;
+}
+
+/* Parked connections belong to their order, which drops them itself. */
+static void cut_conns(struct px_migration *m, bool links)
+{
+	struct px_conn *c = m->conns, *next;
+
+	for (; c; c = next) {
+		next = c->next;
+		if (c->st == C_LINKED) {
+			if (links) {
+				m->conns_cut++;
+				IO(m->n, link_abort, c->link);
+			}
+		} else if (c->st != C_TGT_PARKED) {
+			px_conn_free(c);
+		}
+	}
+}
+
+/*
+ * Fails every port's ordering (parked connections are answered and dropped) and cuts the
+ * connections; guarded, so the record outlives the walk even when its last connection goes.
+ */
+void px_migration_cut(struct px_migration *m, bool links)
+{
+	m->guard++;
+	for (unsigned int i = 0; i < m->nports; i++)
+		if (m->ports[i].order)
+			px_order_fail(m->ports[i].order);
+	cut_conns(m, links);
+	m->guard--;
+}
+
+void px_migration_fail(struct px_migration *m, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (m->failed)
+		return;
+	m->failed = true;
+	va_start(ap, fmt);
+	vsnprintf(m->error, sizeof(m->error), fmt, ap);
+	va_end(ap);
+	log_err("migration %s role=%s failed: %s; closing its %u connections", m->key,
+		px_role_str(m->role), m->error, m->conns_active);
+	px_migration_cut(m, true);
+	IO(m->n, timer_del, m->order_timer);
+	m->order_timer = NULL;
+}
+
+void px_port_close(struct px_port *p)
+{
+	struct px_node *n = p->m->n;
+
+	IO(n, watch_del, p->w);
+	p->w = NULL;
+	if (p->lfd >= 0) {
+		IO(n, close_fd, p->lfd, false);
+		unlink(p->path);
+		p->lfd = -1;
+	}
+}
+
+static void migration_unlink(struct px_migration **head, struct px_migration *m)
+{
+	struct px_migration **pp = head;
+
+	while (*pp && *pp != m)
+		pp = &(*pp)->next;
+	if (*pp)
+		*pp = m->next;
+	m->next = NULL;
+}
+
+/* After a connection went away: a stopping migration may now be done. */
+void px_migration_maybe_finish(struct px_migration *m)
+{
+	if (m->stopping && m->conns_active == 0 && m->guard == 0)
+		px_migration_finish(m);
+}
+
+void px_migration_finish(struct px_migration *m)
+{
+	struct px_node *n = m->n;
+	double secs = (px_now(n) - m->started_ms) / 1000.0;
+	char outcome[256], undelivered[48] = "";
+
+	if (m->failed)
+		snprintf(outcome, sizeof(outcome), "failed (%s)", m->error);
+	else if (m->conns_cut)
+		snprintf(outcome, sizeof(outcome), "stopped with %u connections in flight",
+			 m->conns_cut);
+	else if (m->conns_failed)
+		snprintf(outcome, sizeof(outcome), "errors on %u connections", m->conns_failed);
+	else
+		snprintf(outcome, sizeof(outcome), "ok");
+	if (m->undelivered)
+		snprintf(undelivered, sizeof(undelivered), " undelivered=%llu",
+			 (unsigned long long)m->undelivered);
+	log_info("migration %s role=%s stop conns=%u reordered=%u bytes=%llu tx=%llu rx=%llu%s "
+		 "duration=%.3fs outcome=%s",
+		 m->key, px_role_str(m->role), m->conns_total, m->conns_reordered,
+		 (unsigned long long)(m->bytes[0] + m->bytes[1]), (unsigned long long)m->bytes[0],
+		 (unsigned long long)m->bytes[1], undelivered, secs, outcome);
+	migration_unlink(m->stopping ? &n->stopped : &n->migrations, m);
+	for (unsigned int i = 0; i < m->nports; i++) {
+		px_port_close(&m->ports[i]);
+		px_order_free(m->ports[i].order);
+	}
+	IO(n, timer_del, m->order_timer);
+	IO(n, timer_del, m->stop_timer);
+	xp_bucket_free(m->bucket);
+	free(m);
+}
+
+static void stop_grace_expired(void *arg)
+{
+	struct px_migration *m = arg;
+
+	m->stop_timer = NULL;
+	log_warn("migration %s role=%s: %u connections still open %d ms after stop; cutting them",
+		 m->key, px_role_str(m->role), m->conns_active, STOP_GRACE_MS);
+	px_migration_cut(m, true);
+	px_migration_maybe_finish(m);
+}
+
+/*
+ * Leaves the key free at once; the record lives on until the data path returned its links.
+ * Links get STOP_GRACE_MS to end by themselves, so a stop right after QEMU's "completed" loses
+ * nothing.
+ */
+void px_migration_stop(struct px_migration *m)
+{
+	struct px_node *n = m->n;
+
+	migration_unlink(&n->migrations, m);
+	m->stopping = true;
+	m->next = n->stopped;
+	n->stopped = m;
+	for (unsigned int i = 0; i < m->nports; i++)
+		px_port_close(&m->ports[i]);
+	px_migration_cut(m, false);
+	if (m->conns_active > 0 &&
+	    IO(n, timer_add, px_now(n) + STOP_GRACE_MS, stop_grace_expired, m, &m->stop_timer) < 0)
+		px_migration_cut(m, true);
+	px_migration_maybe_finish(m);
+}
+
+const char *px_cap_note(uint64_t cap, char *buf, size_t len)
+{
+	char r[32];
+
+	if (!cap)
+		return "";
+	snprintf(buf, len, " cap=%s", vm_format_rate(cap, r, sizeof(r)));
+	return buf;
+}

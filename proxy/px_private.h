@@ -1,0 +1,213 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* proxy/'s own header, shared by the files that make up px_node.h's module: the records of a
+ * node, its migrations, their ports and connections, and the calls between those files. Nothing
+ * outside proxy/ includes it. Everything here runs on the control thread. */
+#ifndef PX_PRIVATE_H
+#define PX_PRIVATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "px_inspect.h"
+#include "px_node.h"
+#include "px_order.h"
+#include "rate.h"
+#include "xp_bucket.h"
+#include "xp_io.h"
+
+/* A target keeps at most this many connections of one port waiting for a missing predecessor. */
+#define ORDER_MAX_PARKED 64
+/* How long a connect(2) to a local unix socket may wait for room in the listener's backlog. */
+#define LOCAL_CONNECT_TIMEOUT_MS 2000
+/*
+ * After `stop`, how long connections already carried may run on before they are cut. QEMU reports
+ * a migration completed a moment before it closes its channels, and orchestrators stop the
+ * listeners right then (KubeVirt's StopSourceListener closes only the listener).
+ */
+#define STOP_GRACE_MS 5000
+/* Rate meters, node-cap shares and pacing are brought up to date this often. */
+#define TICK_MS 100
+
+/* Calls the transport's ops table: IO(n, timer_add, deadline, fn, arg, &t). */
+#define IO(n, op, ...) ((n)->io->op((n)->ioc, __VA_ARGS__))
+
+enum conn_state {
+	C_SRC_DELAY,	 /* held back on purpose (--test-delay-first) */
+	C_SRC_CONNECT,	 /* node-hop connect in progress */
+	C_SRC_HANDSHAKE, /* TLS handshake with the target */
+	C_SRC_SEND,	 /* writing the preamble */
+	C_SRC_REPLY,	 /* waiting for the target's reply */
+	C_TGT_HANDSHAKE, /* TLS handshake with the source */
+	C_TGT_PREAMBLE,	 /* reading the preamble */
+	C_TGT_PARKED,	 /* waiting for its predecessors */
+	C_LINKED,	 /* carried by the data path */
+};
+
+/* One QEMU connection and its node-hop connection, from accept until the data path returns it. */
+struct px_conn {
+	struct px_node *n;
+	struct px_migration *m; /* NULL for a target connection before its preamble */
+	struct px_port *port;
+	uint32_t seq;
+	enum conn_state st;
+	int lfd;		 /* local unix socket, -1 until there is one */
+	struct xp_conn *hop;	 /* node hop while set up; NULL once linked (the data path's) */
+	struct xp_conn_info tls; /* after the handshake: what it runs on */
+	struct xp_watch *w;
+	struct xp_timer *t;
+	uint8_t buf[PX_PREAMBLE_MAX];
+	size_t len, off;
+	struct xp_link *link;
+	char peer[80];
+	struct px_insp *insp; /* the QEMU stream's direction, once linked (--no-inspect: NULL) */
+	struct vm_rate rate[2];
+	uint64_t pacing; /* SO_MAX_PACING_RATE last asked for */
+	struct px_conn *prev, *next;
+};
+
+struct px_port {
+	struct px_migration *m;
+	uint32_t id;
+	char path[108];
+	int lfd; /* source: the unix listener */
+	struct xp_watch *w;
+	uint32_t next_seq;	/* source: next sequence number to hand out */
+	struct px_order *order; /* target */
+	uint64_t bytes[2];	/* of its ended connections */
+	unsigned int conns_total;
+	struct vm_rate rate[2];
+};
+
+struct px_migration {
+	struct px_node *n;
+	char key[PX_KEY_MAX + 1];
+	enum px_role role;
+	unsigned int nports;
+	struct px_port ports[PX_PORTS_MAX];
+	struct xp_addr peer;
+	char peer_str[80];
+	unsigned int delay_first_ms;
+	uint64_t started_ms;
+	struct px_conn *conns;
+	unsigned int conns_total, conns_active, conns_failed, conns_cut, conns_reordered;
+	uint64_t bytes[2];
+	uint64_t undelivered; /* dropped because the local side had closed (see px_conn_done) */
+	bool failed, stopping;
+	unsigned int guard; /* >0 while a teardown walks the connections */
+	char error[200];
+	uint64_t cap;		  /* bytes/s; 0: none */
+	uint64_t limit;		  /* what the bucket (or pacing) holds it to now; 0: none */
+	bool cap_lifted;	  /* switchover seen: the cap no longer applies */
+	struct xp_bucket *bucket; /* its direction to the peer, all connections */
+	uint64_t held_seen;	  /* xp_bucket_held() at the last tick */
+	double pace_gain;	  /* pacing: sum of paces over the limit, corrected once a second */
+	uint64_t pace_limit;	  /* the limit pace_gain was last corrected for */
+	uint64_t pace_next_ms;	  /* when to correct it next */
+	uint64_t shaped_ns_done;  /* of ended connections */
+	struct px_insp_summary insp_done; /* counters of ended connections */
+	struct vm_rate rate[2];
+	struct xp_timer *order_timer;
+	struct xp_timer *stop_timer;
+	struct px_migration *next;
+};
+
+struct px_node {
+	const struct xp_io_ops *io; /* the layer below */
+	void *ioc;		    /* its context */
+	struct xp_io *own_io;	    /* the real one, when px_node_new() made it */
+	struct px_config conf;
+	int lfd;
+	struct xp_watch *lw;
+	struct xp_addr bound;
+	char listen_str[80];
+	char advertise[PX_HOST_MAX];
+	struct px_migration *migrations;
+	struct px_migration *stopped; /* stopped, waiting for the data path to return their links */
+	struct px_conn *unbound; /* target connections before their preamble: unauthenticated */
+	unsigned int nunbound;
+	unsigned int unauth_refused; /* since the last log line about them */
+	uint64_t unauth_logged_ms;
+	bool draining;
+	struct xp_bucket *bucket; /* the node cap (rate 0: none) */
+	struct xp_timer *tick;
+	uint64_t bytes_done[2]; /* of ended connections */
+	uint64_t conns_total;
+	struct vm_rate rate[2];
+	struct xp_timer *drain_timer;
+	void (*drain_done)(void *arg);
+	void *drain_arg;
+};
+
+/*
+ * Walks both lists of a node's migrations, the live ones, then the stopped ones still waiting for
+ * their links: for (m = px_next_any(n, NULL); m; m = px_next_any(n, m)).
+ */
+static inline struct px_migration *px_next_any(const struct px_node *n,
+					       const struct px_migration *m)
+{
+	if (!m)
+		return n->migrations ? n->migrations : n->stopped;
+	if (m->next)
+		return m->next;
+	return m->stopping ? NULL : n->stopped;
+}
+
+/* The transport's clock, which a test's fake transport sets. */
+static inline uint64_t px_now(const struct px_node *n)
+{
+	return n->io->now_ms(n->ioc);
+}
+
+/* px_conn.c: connections of either role */
+const char *px_role_str(enum px_role r);
+void px_conn_list_add(struct px_conn **head, struct px_conn *c);
+void px_conn_list_del(struct px_conn **head, struct px_conn *c);
+/* Frees a connection that is not (or no longer) carried by the data path. */
+void px_conn_free(struct px_conn *c);
+/* Frees it, then lets a stopping migration finish and a drain end. */
+void px_conn_release(struct px_conn *c);
+/* Writes the preamble's reply: 0, or -errno (-EIO for a short write). */
+int px_conn_reply(struct px_conn *c, enum px_status st);
+/* Hands both sockets to the data path. 0, or -errno with the connection still ours. */
+int px_conn_link(struct px_conn *c);
+/* The data path returned a link. */
+void px_conn_done(void *cookie, const struct xp_link_result *res, void *arg);
+
+/* px_migration.c: the lifecycle of a migration */
+struct px_migration *px_migration_new(struct px_node *n, const char *key, enum px_role role);
+/* A migration that never started: nothing was linked, nothing to log. */
+void px_migration_discard(struct px_migration *m);
+struct px_migration *px_migration_find(struct px_node *n, const char *key, enum px_role role);
+/* Checks of start's arguments: 0 or -errno with one line for the operator in err. */
+int px_check_key(struct px_node *n, const char *key, enum px_role role, char *err, size_t errlen);
+int px_check_path(const char *path, char *err, size_t errlen);
+int px_check_ports(unsigned int nports, const uint32_t *ids, char *err, size_t errlen);
+/* Fails it once: logs why and cuts every connection. */
+void px_migration_fail(struct px_migration *m, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* Drops connections still being set up; with links, cuts those being carried too. */
+void px_migration_cut(struct px_migration *m, bool links);
+void px_migration_maybe_finish(struct px_migration *m);
+void px_migration_finish(struct px_migration *m);
+void px_migration_stop(struct px_migration *m);
+void px_port_close(struct px_port *p);
+const char *px_cap_note(uint64_t cap, char *buf, size_t len);
+
+/* px_source.c, px_target.c: the roles */
+void px_source_accept(struct xp_watch *w, int lfd, uint32_t events, void *arg);
+void px_target_accept(struct xp_watch *w, int lfd, uint32_t events, void *arg);
+
+/* px_caps.c: caps, node shares and pacing */
+void px_migration_apply_limit(struct px_migration *m, uint64_t limit);
+void px_migration_set_cap_now(struct px_migration *m, uint64_t cap);
+void px_migration_pace(struct px_migration *m);
+void px_node_share(struct px_node *n);
+
+/* px_sample.c: meters and what status and metrics read */
+void px_insp_fold(struct px_insp_summary *sum, const struct px_insp_stats *st, bool live);
+void px_node_tick(void *arg);
+
+/* px_node.c */
+void px_node_check_drained(struct px_node *n);
+
+#endif

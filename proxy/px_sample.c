@@ -1,0 +1,268 @@
+// SPDX-License-Identifier: Apache-2.0
+/* The figures: rate meters brought up to date every tick (which also notices switchover and
+ * re-shares the node cap), and the snapshots status and metrics read, px_node_foreach() and
+ * px_node_info(). Reading only, but for the cap that switchover lifts. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "px_private.h"
+
+/*
+ * Adds one connection's inspector figures to a migration's. live: the connection is still carried,
+ * so its pass figures count towards the dirty-rate estimate; ended ones only add their counters.
+ */
+void px_insp_fold(struct px_insp_summary *sum, const struct px_insp_stats *st, bool live)
+{
+	switch (st->kind) {
+	case PX_INSP_MAIN:
+		sum->main++;
+		sum->stream_version = st->stream_version;
+		if (st->machine[0])
+			snprintf(sum->machine, sizeof(sum->machine), "%s", st->machine);
+		break;
+	case PX_INSP_MULTIFD:
+		sum->multifd++;
+		break;
+	case PX_INSP_OTHER:
+		sum->other++;
+		break;
+	default:
+		break;
+	}
+	/* Parsing stops at switchover on purpose: device state has no framing to follow. */
+	if (st->bytes_only && !st->switchover) {
+		if (!sum->bytes_only++)
+			snprintf(sum->reason, sizeof(sum->reason), "%s", st->reason);
+	}
+	if (st->page_size)
+		sum->page_size = st->page_size;
+	sum->pages += st->pages;
+	sum->zero_pages += st->zero_pages;
+	sum->packets += st->packets;
+	sum->syncs += st->syncs;
+	if (st->passes > sum->passes)
+		sum->passes = st->passes;
+	sum->switchover |= st->switchover;
+	/* passes counts passes begun: from 3 on, the last completed one was a dirty-page pass. */
+	if (live && st->passes >= 3 && st->pass_ms_last > 0) {
+		uint64_t bytes = st->pass_pages_last * (st->page_size ? st->page_size : 4096);
+
+		sum->dirty_known = true;
+		sum->dirty_pages_per_pass += st->pass_pages_last;
+		sum->dirty_rate += bytes * 1000 / st->pass_ms_last;
+	}
+}
+
+/*
+ * QEMU lifts its own limit at switchover: the guest is stopped, and every byte still to go adds
+ * to its downtime. A source migration's cap goes with it, unless --keep-cap-at-switchover.
+ */
+static void lift_cap_at_switchover(struct px_migration *m, const struct px_conn *c)
+{
+	struct px_insp_stats st;
+
+	if (!c->insp || m->cap_lifted || m->n->conf.keep_cap_at_switchover ||
+	    m->role != PX_ROLE_SOURCE)
+		return;
+	px_insp_read(c->insp, &st);
+	if (!st.switchover)
+		return;
+	m->cap_lifted = true;
+	if (m->cap || m->n->conf.node_bandwidth)
+		log_info("migration %s role=source: switchover seen in the stream; its cap is "
+			 "lifted for the final copy",
+			 m->key);
+	if (!m->n->conf.node_bandwidth)
+		px_migration_apply_limit(m, 0);
+}
+
+/* Brings a migration's meters up to date; adds its live bytes to node[]. */
+static void migration_sample(struct px_migration *m, uint64_t now, uint64_t node[2])
+{
+	uint64_t mb[2] = { m->bytes[0], m->bytes[1] };
+	uint64_t pb[PX_PORTS_MAX][2];
+
+	for (unsigned int i = 0; i < m->nports; i++) {
+		pb[i][0] = m->ports[i].bytes[0];
+		pb[i][1] = m->ports[i].bytes[1];
+	}
+	for (struct px_conn *c = m->conns; c; c = c->next) {
+		unsigned int pi = (unsigned int)(c->port - m->ports);
+		uint64_t b[2];
+
+		if (c->st != C_LINKED)
+			continue;
+		IO(m->n, link_bytes, c->link, b);
+		for (int d = 0; d < 2; d++) {
+			vm_rate_sample(&c->rate[d], now, b[d]);
+			mb[d] += b[d];
+			pb[pi][d] += b[d];
+			node[d] += b[d];
+		}
+		lift_cap_at_switchover(m, c);
+	}
+	for (int d = 0; d < 2; d++) {
+		vm_rate_sample(&m->rate[d], now, mb[d]);
+		for (unsigned int i = 0; i < m->nports; i++)
+			vm_rate_sample(&m->ports[i].rate[d], now, pb[i][d]);
+	}
+}
+
+void px_node_tick(void *arg)
+{
+	struct px_node *n = arg;
+	uint64_t now = px_now(n), b[2] = { n->bytes_done[0], n->bytes_done[1] };
+
+	n->tick = NULL;
+	for (struct px_migration *m = px_next_any(n, NULL); m; m = px_next_any(n, m))
+		migration_sample(m, now, b);
+	for (int d = 0; d < 2; d++)
+		vm_rate_sample(&n->rate[d], now, b[d]);
+	if (n->conf.node_bandwidth)
+		px_node_share(n);
+	else if (n->conf.shaper == PX_SHAPE_PACING)
+		for (struct px_migration *m = n->migrations; m; m = m->next)
+			if (m->limit)
+				px_migration_pace(m);
+	/* Without a timer the meters stand still; that is all that is lost. */
+	(void)IO(n, timer_add, now + TICK_MS, px_node_tick, n, &n->tick);
+}
+
+static void rates_of(const struct vm_rate r[2], struct px_rates *out)
+{
+	out->tx_1s = vm_rate_get(&r[0], 1000);
+	out->tx_10s = vm_rate_get(&r[0], 10000);
+	out->rx_1s = vm_rate_get(&r[1], 1000);
+	out->rx_10s = vm_rate_get(&r[1], 10000);
+}
+
+static const char *const state_names[] = {
+	[C_SRC_DELAY] = "delayed",	 [C_SRC_CONNECT] = "connecting",
+	[C_SRC_HANDSHAKE] = "handshake", [C_SRC_SEND] = "preamble",
+	[C_SRC_REPLY] = "waiting-reply", [C_TGT_HANDSHAKE] = "handshake",
+	[C_TGT_PREAMBLE] = "preamble",	 [C_TGT_PARKED] = "parked",
+	[C_LINKED] = "linked",
+};
+
+/* One connection's entry; its live figures also go into the migration's and its port's. */
+static void conn_info(struct px_migration *m, struct px_conn *c, struct px_migration_info *mi,
+		      struct px_conn_info *i, uint64_t *shaped_ns)
+{
+	struct px_port_info *pi = &mi->ports[c->port - m->ports];
+	uint64_t b[2] = { 0, 0 }, sn = 0;
+	struct px_insp_stats st;
+
+	pi->conns_active++;
+	if (c->st == C_LINKED) {
+		IO(m->n, link_bytes, c->link, b);
+		sn = IO(m->n, link_shaped_ns, c->link);
+		*shaped_ns += sn;
+		mi->bytes_tx += b[0];
+		mi->bytes_rx += b[1];
+		pi->bytes_tx += b[0];
+		pi->bytes_rx += b[1];
+	}
+	if (!strncmp(c->tls.crypto, "ktls", 4))
+		mi->mode = "ktls";
+	if (c->insp) {
+		px_insp_read(c->insp, &st);
+		px_insp_fold(&mi->insp, &st, true);
+	}
+	if (!i)
+		return;
+	i->port = c->port->id;
+	i->seq = c->seq;
+	i->state = state_names[c->st];
+	i->tls = c->tls.version[0] ? c->tls.version : NULL;
+	i->cipher = c->tls.cipher;
+	i->crypto = c->tls.crypto;
+	i->resumed = c->tls.resumed;
+	i->bytes_tx = b[0];
+	i->bytes_rx = b[1];
+	rates_of(c->rate, &i->rate);
+	i->shaped_ms = sn / 1000000;
+	i->pacing = c->pacing;
+	i->inspected = c->insp != NULL;
+	if (c->insp)
+		i->insp = st;
+}
+
+void px_node_foreach(struct px_node *n, px_migration_fn fn, void *arg)
+{
+	for (struct px_migration *m = n->migrations; m; m = m->next) {
+		struct px_conn_info *ci =
+			calloc(m->conns_active ? m->conns_active : 1, sizeof(*ci));
+		struct px_migration_info mi = {
+			.key = m->key,
+			.role = m->role,
+			.nports = m->nports,
+			.peer = m->role == PX_ROLE_SOURCE ? m->peer_str : NULL,
+			.started_ms = m->started_ms,
+			.conns_total = m->conns_total,
+			.conns_active = m->conns_active,
+			.conns_failed = m->conns_failed,
+			.conns_reordered = m->conns_reordered,
+			.bytes_tx = m->bytes[0],
+			.bytes_rx = m->bytes[1],
+			.state = m->failed ? "failed" : "active",
+			.error = m->failed ? m->error : NULL,
+			.cap = m->cap,
+			.limit = m->limit,
+			.cap_lifted = m->cap_lifted,
+			.mode = n->conf.tls ? "tls" : "plain",
+			.inspected = n->conf.inspect,
+			.insp = m->insp_done,
+		};
+		uint64_t shaped_ns = m->shaped_ns_done;
+
+		rates_of(m->rate, &mi.rate);
+		for (unsigned int i = 0; i < m->nports; i++) {
+			struct px_port_info *pi = &mi.ports[i];
+
+			pi->id = m->ports[i].id;
+			strcpy(pi->path, m->ports[i].path);
+			pi->bytes_tx = m->ports[i].bytes[0];
+			pi->bytes_rx = m->ports[i].bytes[1];
+			pi->conns_total = m->ports[i].conns_total;
+			rates_of(m->ports[i].rate, &pi->rate);
+		}
+		for (struct px_conn *c = m->conns; c; c = c->next)
+			conn_info(m, c, &mi,
+				  ci && mi.nconns < m->conns_active ? &ci[mi.nconns++] : NULL,
+				  &shaped_ns);
+		mi.shaped_ms = shaped_ns / 1000000;
+		mi.conns = ci;
+		fn(&mi, arg);
+		free(ci);
+	}
+}
+
+void px_node_info(struct px_node *n, struct px_node_info *out)
+{
+	struct px_node_info ni = {
+		.bandwidth = n->conf.node_bandwidth,
+		.shaper = n->conf.shaper,
+		.inspect = n->conf.inspect,
+		.bytes_tx = n->bytes_done[0],
+		.bytes_rx = n->bytes_done[1],
+		.conns_total = n->conns_total,
+	};
+
+	for (struct px_migration *m = px_next_any(n, NULL); m; m = px_next_any(n, m)) {
+		ni.migrations += !m->stopping;
+		ni.conns_active += m->conns_active;
+		for (struct px_conn *c = m->conns; c; c = c->next) {
+			uint64_t b[2];
+
+			if (c->st != C_LINKED)
+				continue;
+			IO(n, link_bytes, c->link, b);
+			ni.bytes_tx += b[0];
+			ni.bytes_rx += b[1];
+		}
+	}
+	rates_of(n->rate, &ni.rate);
+	*out = ni;
+}

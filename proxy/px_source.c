@@ -1,0 +1,396 @@
+// SPDX-License-Identifier: Apache-2.0
+/* The source role: QEMU connects to a unix socket per logical port; each connection gets its
+ * sequence number in accept order, its own node-hop connection (TLS first, then the preamble),
+ * and is relayed only once the target answered that it opened the local side in order. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "log.h"
+#include "px_private.h"
+
+static void src_error(struct px_conn *c, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static void src_error(struct px_conn *c, const char *fmt, ...)
+{
+	char msg[256];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	c->m->conns_failed++;
+	log_err("migration %s role=source: port %u connection %u to %s: %s", c->m->key, c->port->id,
+		c->seq, c->m->peer_str, msg);
+	px_conn_release(c);
+}
+
+static void src_timeout(void *arg)
+{
+	struct px_conn *c = arg;
+
+	c->t = NULL;
+	if (c->st == C_SRC_HANDSHAKE)
+		src_error(c,
+			  "TLS refused (handshake-timeout): no complete handshake within %llu ms",
+			  (unsigned long long)c->n->conf.handshake_timeout_ms);
+	else
+		src_error(c, c->st == C_SRC_CONNECT ? "connect timed out"
+			     : c->st == C_SRC_SEND  ? "sending the preamble timed out"
+						    : "no reply from the target in time");
+}
+
+/* TLS errors during set-up name the refusal; others are plain socket errors. */
+static void src_io_error(struct px_conn *c, const char *what, ssize_t k)
+{
+	struct xp_conn_why why;
+
+	IO(c->n, why, c->hop, (int)k, &why);
+	if (why.token)
+		src_error(c, "TLS refused (%s) %s: %s", why.token, what, why.detail);
+	else if (why.detail)
+		src_error(c, "%s: TLS: %s", what, why.detail);
+	else
+		src_error(c, "%s: %s", what, strerror((int)-k));
+}
+
+static void src_io(struct xp_watch *w, int fd, uint32_t events, void *arg);
+
+/* Waits for events on the node-hop socket; the deadline is set on entering a state, not reset. */
+static void src_set_wait(struct px_conn *c, enum conn_state st, uint32_t events, uint64_t ms)
+{
+	struct px_node *n = c->n;
+
+	if (c->st != st || !c->t) {
+		IO(n, timer_del, c->t);
+		c->t = NULL;
+		if (IO(n, timer_add, px_now(n) + ms, src_timeout, c, &c->t) < 0)
+			goto nomem;
+	}
+	c->st = st;
+	if ((c->w ? IO(n, watch_mod, c->w, events)
+		  : IO(n, watch_add, c->hop->fd, events, src_io, c, &c->w)) < 0)
+		goto nomem;
+	return;
+nomem:
+	src_error(c, "out of memory");
+}
+
+static void src_read_reply(struct px_conn *c);
+
+static void src_send(struct px_conn *c)
+{
+	uint32_t ev = EPOLLOUT;
+	ssize_t k = 0;
+
+	while (c->off < c->len) {
+		k = IO(c->n, write, c->hop, c->buf + c->off, c->len - c->off, &ev);
+		if (k <= 0)
+			break;
+		c->off += k;
+	}
+	if (k < 0 && k != -EAGAIN) {
+		src_io_error(c, "sending the preamble", k);
+		return;
+	}
+	if (c->off < c->len) {
+		src_set_wait(c, C_SRC_SEND, ev, c->n->conf.connect_timeout_ms);
+		return;
+	}
+	c->len = 0;
+	/* The target answers only once it could open the local socket in order. */
+	src_read_reply(c);
+}
+
+static void src_start_send(struct px_conn *c)
+{
+	struct px_preamble p = { .version = PX_PROTO_VERSION, .port = c->port->id, .seq = c->seq };
+	int r;
+
+	strcpy(p.key, c->m->key);
+	r = px_preamble_encode(&p, c->buf, sizeof(c->buf));
+	if (r < 0) {
+		src_error(c, "cannot encode the preamble: %s", strerror(-r));
+		return;
+	}
+	c->len = r;
+	c->off = 0;
+	src_send(c);
+}
+
+/* Connected: TLS first when configured (done at once in plain text), then the preamble. */
+static void src_handshake(struct px_conn *c)
+{
+	struct xp_conn_why why;
+	uint32_t ev = EPOLLIN;
+	int r;
+
+	r = IO(c->n, handshake, c->hop, false, &ev);
+	if (r == -EAGAIN) {
+		src_set_wait(c, C_SRC_HANDSHAKE, ev, c->n->conf.handshake_timeout_ms);
+		return;
+	}
+	if (r < 0) {
+		IO(c->n, why, c->hop, r, &why);
+		if (!why.token) {
+			src_error(c, "TLS: %s", strerror(-r));
+			return;
+		}
+		src_error(c, "TLS refused (%s): %s%s", why.token, why.detail,
+			  why.closed ? " (is the target over its --max-unauthenticated, "
+				       "shutting down, or not speaking TLS?)"
+				     : "");
+		return;
+	}
+	IO(c->n, conn_info, c->hop, &c->tls);
+	src_start_send(c);
+}
+
+static void src_read_reply(struct px_conn *c)
+{
+	enum px_status st;
+	uint32_t ev = EPOLLIN;
+	ssize_t k = 0;
+	int r = 0;
+
+	while (c->len < PX_REPLY_LEN) {
+		k = IO(c->n, read, c->hop, c->buf + c->len, PX_REPLY_LEN - c->len, &ev);
+		if (k <= 0)
+			break;
+		c->len += k;
+	}
+	if (k == 0 && c->len < PX_REPLY_LEN) {
+		src_error(c, "the target closed the connection before replying");
+		return;
+	}
+	if (k < 0 && k != -EAGAIN) {
+		src_io_error(c, "reading the reply", k);
+		return;
+	}
+	if (c->len < PX_REPLY_LEN) {
+		src_set_wait(c, C_SRC_REPLY, ev,
+			     c->n->conf.order_timeout_ms + c->n->conf.connect_timeout_ms);
+		return;
+	}
+	r = px_reply_decode(c->buf, c->len, &st);
+	if (r < 0) {
+		src_error(c, "the target's reply is malformed (not a vmigd of this protocol?)");
+		return;
+	}
+	if (st == PX_ERR_LIMIT) {
+		src_error(c, "refused (migration-conn-limit) by the target: %s", px_status_str(st));
+		return;
+	}
+	if (st != PX_OK) {
+		src_error(c, "refused by the target: %s", px_status_str(st));
+		return;
+	}
+	r = px_conn_link(c);
+	if (r < 0)
+		src_error(c, "cannot hand to the data path: %s", strerror(-r));
+}
+
+static void src_io(struct xp_watch *w, int fd, uint32_t events, void *arg)
+{
+	struct px_conn *c = arg;
+	int r;
+
+	switch (c->st) {
+	case C_SRC_CONNECT:
+		r = IO(c->n, connected, c->hop);
+		if (r < 0) {
+			src_error(c, "connect: %s", strerror(-r));
+			return;
+		}
+		src_handshake(c);
+		return;
+	case C_SRC_HANDSHAKE:
+		src_handshake(c);
+		return;
+	case C_SRC_SEND:
+		src_send(c);
+		return;
+	case C_SRC_REPLY:
+		src_read_reply(c);
+		return;
+	default:
+		return;
+	}
+}
+
+static void src_connect(struct px_conn *c)
+{
+	int r = IO(c->n, connect, &c->m->peer, c->m->peer_str, &c->hop);
+
+	if (r < 0) {
+		src_error(c, "connect: %s", strerror(-r));
+		return;
+	}
+	if (r == 0) {
+		src_handshake(c);
+		return;
+	}
+	src_set_wait(c, C_SRC_CONNECT, EPOLLOUT, c->n->conf.connect_timeout_ms);
+}
+
+static void src_delay_done(void *arg)
+{
+	struct px_conn *c = arg;
+
+	c->t = NULL;
+	src_connect(c);
+}
+
+void px_source_accept(struct xp_watch *w, int lfd, uint32_t events, void *arg)
+{
+	struct px_port *port = arg;
+	struct px_migration *m = port->m;
+	struct px_node *n = m->n;
+	int fd, r;
+
+	while ((r = IO(n, accept_local, lfd, &fd)) == 0) {
+		struct px_conn *c;
+
+		if (m->conns_active >= n->conf.max_migration_conns) {
+			log_err("migration %s role=source: port %u connection %u refused "
+				"(migration-conn-limit): %u connections already "
+				"(--max-migration-conns)",
+				m->key, port->id, port->next_seq++, m->conns_active);
+			IO(n, close_fd, fd, true);
+			px_migration_fail(m, "more than %u connections (--max-migration-conns)",
+					  n->conf.max_migration_conns);
+			continue;
+		}
+		c = calloc(1, sizeof(*c));
+		if (!c) {
+			log_err("migration %s: out of memory, dropping a connection", m->key);
+			IO(n, close_fd, fd, false);
+			continue;
+		}
+		c->n = n;
+		c->m = m;
+		c->port = port;
+		c->lfd = fd;
+		c->seq = port->next_seq++;
+		snprintf(c->peer, sizeof(c->peer), "%s", m->peer_str);
+		px_conn_list_add(&m->conns, c);
+		m->conns_active++;
+		if (c->seq == 0 && m->delay_first_ms) {
+			c->st = C_SRC_DELAY;
+			if (IO(n, timer_add, px_now(n) + m->delay_first_ms, src_delay_done, c,
+			       &c->t) < 0)
+				src_error(c, "out of memory");
+			continue;
+		}
+		src_connect(c);
+	}
+	if (r != -EAGAIN && r != -EINTR && r != -ECONNABORTED)
+		log_err("migration %s: accept on %s: %s", m->key, port->path, strerror(-r));
+}
+
+static int make_socket_path(const char *dir, const char *key, uint32_t port, char *buf, size_t len)
+{
+	int r = port ? snprintf(buf, len, "%s/migrationproxy/%s-%u-source.sock", dir, key, port)
+		     : snprintf(buf, len, "%s/migrationproxy/%s-source.sock", dir, key);
+
+	return r < (int)len ? 0 : -ENAMETOOLONG;
+}
+
+int px_source_start(struct px_node *n, const struct px_portmap *t, const char *dir,
+		    unsigned int delay_first_ms, uint64_t cap, struct px_port_info *out, char *err,
+		    size_t errlen)
+{
+	char sub[4096], note[64];
+	struct px_migration *m;
+	struct stat st;
+	int r;
+
+	r = px_check_key(n, t->key, PX_ROLE_SOURCE, err, errlen);
+	if (r < 0)
+		return r;
+	r = px_check_ports(t->nports, t->ports, err, errlen);
+	if (r < 0)
+		return r;
+	if (dir[0] != '/' || stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+		snprintf(err, errlen, "directory %.200s does not exist (give an absolute path)",
+			 dir);
+		return -ENOENT;
+	}
+	if (snprintf(sub, sizeof(sub), "%s/migrationproxy", dir) >= (int)sizeof(sub)) {
+		snprintf(err, errlen, "directory path too long");
+		return -ENAMETOOLONG;
+	}
+	if (mkdir(sub, 0755) < 0 && errno != EEXIST) {
+		r = -errno;
+		snprintf(err, errlen, "cannot create %.200s: %s", sub, strerror(errno));
+		return r;
+	}
+	m = px_migration_new(n, t->key, PX_ROLE_SOURCE);
+	if (!m) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	r = xp_addr_from_host(t->address, t->port, &m->peer);
+	if (r < 0) {
+		snprintf(err, errlen, "bad target address %s", t->address);
+		goto fail;
+	}
+	xp_addr_format(&m->peer, m->peer_str, sizeof(m->peer_str));
+	m->delay_first_ms = delay_first_ms;
+	m->nports = t->nports;
+	px_migration_set_cap_now(m, cap);
+	for (unsigned int i = 0; i < t->nports; i++) {
+		struct px_port *p = &m->ports[i];
+
+		p->id = t->ports[i];
+		r = make_socket_path(dir, t->key, p->id, p->path, sizeof(p->path));
+		if (r < 0) {
+			snprintf(err, errlen,
+				 "socket path too long (at most %zu bytes) under %.60s",
+				 sizeof(p->path) - 1, dir);
+			goto fail;
+		}
+		r = IO(n, listen_unix, p->path, &p->lfd);
+		if (r < 0) {
+			snprintf(err, errlen, "cannot listen on %s: %s", p->path,
+				 r == -EEXIST ? "a file that is not a socket is in the way"
+					      : strerror(-r));
+			goto fail;
+		}
+		r = IO(n, watch_add, p->lfd, EPOLLIN, px_source_accept, p, &p->w);
+		if (r < 0) {
+			snprintf(err, errlen, "out of memory");
+			goto fail;
+		}
+		out[i].id = p->id;
+		strcpy(out[i].path, p->path);
+	}
+	m->next = n->migrations;
+	n->migrations = m;
+	log_info("migration %s role=source start ports=%u%s target=%s sockets=%s%s%s", t->key,
+		 m->ports[0].id, m->nports > 1 ? ",..." : "", m->peer_str, m->ports[0].path,
+		 m->nports > 1 ? ",..." : "", px_cap_note(cap, note, sizeof(note)));
+	return 0;
+
+fail:
+	for (unsigned int i = 0; i < m->nports; i++)
+		px_port_close(&m->ports[i]);
+	px_migration_discard(m);
+	return r;
+}
+
+int px_source_stop(struct px_node *n, const char *key, char *err, size_t errlen)
+{
+	struct px_migration *m = px_migration_find(n, key, PX_ROLE_SOURCE);
+
+	if (!m) {
+		snprintf(err, errlen, "unknown migration %.130s: no source listener with that key",
+			 key);
+		return -ENOENT;
+	}
+	px_migration_stop(m);
+	return 0;
+}

@@ -1,0 +1,131 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Everything proxy/ asks of the layer below, as one ops table: the control thread's loop, the
+ * listeners and connects, set-up I/O on a node-hop connection (through TLS or not), and the data
+ * path that carries a finished one. xp_io_new() makes the real one; proxy's tests bring a fake. */
+#ifndef XP_IO_H
+#define XP_IO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "xp_loop.h"
+#include "xp_pool.h"
+#include "xp_sock.h"
+
+struct xp_io;
+struct xp_tls;
+
+/*
+ * A node-hop connection while it is set up: its socket, and its TLS session once the handshake
+ * began. An implementation embeds it in an object of its own; fd is what the loop watches.
+ */
+struct xp_conn {
+	int fd;
+};
+
+/* What a connection runs on, once its handshake is done (for log lines and status). */
+struct xp_conn_info {
+	char version[16]; /* "TLSv1.3"; empty in plain text */
+	char cipher[48];
+	char crypto[16]; /* "user-space", "ktls" or "ktls-tx" */
+	bool resumed;	 /* from a session ticket */
+	/* "tls=TLSv1.3 cipher=... crypto=... resumed=no peer=\"...\"", or "tls=off" */
+	char describe[320];
+};
+
+/* Why an operation on a set-up connection failed, in the operator's words. */
+struct xp_conn_why {
+	const char *token;  /* a TLS refusal ("untrusted-ca", ...), else NULL */
+	bool closed;	    /* that refusal is "closed": the peer hung up during the handshake */
+	const char *detail; /* OpenSSL's reason; NULL when the -errno says it all */
+};
+
+/* The data path's shape, for `status` and the start-up line. */
+struct xp_io_info {
+	unsigned int threads;
+	const char *data_path; /* "io_uring+splice", "io_uring+copy", "io_uring+openssl", ... */
+};
+
+/*
+ * Calls return 0 (or a count) or -errno, and write their out parameters only on success. Every
+ * function runs on the control thread. io is the context the table was handed with.
+ */
+struct xp_io_ops {
+	/* The control thread's loop (xp_loop.h). */
+	int (*watch_add)(void *io, int fd, uint32_t events, xp_watch_fn fn, void *arg,
+			 struct xp_watch **ret);
+	int (*watch_mod)(void *io, struct xp_watch *w, uint32_t events);
+	void (*watch_del)(void *io, struct xp_watch *w); /* takes NULL */
+	int (*timer_add)(void *io, uint64_t deadline_ms, xp_timer_fn fn, void *arg,
+			 struct xp_timer **ret);
+	void (*timer_del)(void *io, struct xp_timer *t); /* takes NULL */
+	uint64_t (*now_ms)(void *io);
+
+	/* Starts the data path; done runs on the control thread whenever a link has ended. */
+	int (*start)(void *io, xp_link_done_fn done, void *arg);
+	void (*info)(void *io, struct xp_io_info *out);
+
+	/* Listeners: the node hop's TCP one, and the local unix ones of a source. */
+	int (*listen_tcp)(void *io, const struct xp_addr *a, int *ret_fd, struct xp_addr *bound);
+	int (*listen_unix)(void *io, const char *path, int *ret_fd);
+	/* The next node-hop connection, and its peer's address as text; -EAGAIN: none waiting. */
+	int (*accept)(void *io, int lfd, struct xp_conn **ret, char *peer, size_t peerlen);
+	/* The next local connection of a unix listener, a plain fd; -EAGAIN: none waiting. */
+	int (*accept_local)(void *io, int lfd, int *ret_fd);
+
+	/*
+	 * A node-hop connect: 0 when connected at once, 1 while in progress (wait for EPOLLOUT,
+	 * then call connected()). peer names the target for the client's TLS session cache.
+	 */
+	int (*connect)(void *io, const struct xp_addr *a, const char *peer, struct xp_conn **ret);
+	int (*connected)(void *io, struct xp_conn *c);
+	/* A blocking connect to a local unix socket, waiting up to timeout_ms for its backlog. */
+	int (*connect_local)(void *io, const char *path, unsigned int timeout_ms, int *ret_fd);
+
+	/*
+	 * TLS, when the node hop has it: 0 once done and the peer is allowed (at once in plain
+	 * text), -EAGAIN with the epoll events to wait for in *events, or -errno (then why()).
+	 * server: this side accepted the connection.
+	 */
+	int (*handshake)(void *io, struct xp_conn *c, bool server, uint32_t *events);
+	/* Bytes, 0 at the end of the stream, -EAGAIN with *events, or -errno (-EPROTO: TLS). */
+	ssize_t (*read)(void *io, struct xp_conn *c, void *buf, size_t len, uint32_t *events);
+	ssize_t (*write)(void *io, struct xp_conn *c, const void *buf, size_t len,
+			 uint32_t *events);
+	/* For a failed handshake, read or write (err: what it returned). */
+	void (*why)(void *io, const struct xp_conn *c, int err, struct xp_conn_why *out);
+	void (*conn_info)(void *io, const struct xp_conn *c, struct xp_conn_info *out);
+	/*
+	 * Closes a connection that is not carried: so that the peer sees a reset, or after a
+	 * refused handshake so that the alert already written reaches it. Takes NULL.
+	 */
+	void (*close)(void *io, struct xp_conn *c);
+	/* A local fd: reset the peer (a refused source connection) or just close. Takes -1. */
+	void (*close_fd)(void *io, int fd, bool reset);
+
+	/*
+	 * Hands local_fd and c to the data path as a link: on success both belong to it (c is
+	 * gone), and done follows when the link ends. -EBUSY when every slot is taken.
+	 */
+	int (*attach)(void *io, int local_fd, struct xp_conn *c, const struct xp_link_opts *o,
+		      struct xp_link **ret);
+	void (*link_abort)(void *io, struct xp_link *l);
+	void (*link_bytes)(void *io, const struct xp_link *l, uint64_t out[2]);
+	uint64_t (*link_shaped_ns)(void *io, const struct xp_link *l);
+	void (*link_set_pacing)(void *io, struct xp_link *l, uint64_t rate);
+};
+
+/* The real table: sockets, OpenSSL (tls NULL: plain text), the loop and the io_uring pool. */
+extern const struct xp_io_ops xp_io_ops;
+
+/* tls is not owned and must outlive the io. The pool starts in start(). */
+int xp_io_new(struct xp_loop *loop, const struct xp_pool_conf *pool, struct xp_tls *tls,
+	      struct xp_io **ret);
+/* Joins the workers: every link's sockets close, and no done callback follows. Idempotent. */
+void xp_io_stop(struct xp_io *io);
+/* Stops it first. Takes NULL. */
+void xp_io_free(struct xp_io *io);
+
+#endif
