@@ -1,0 +1,856 @@
+// SPDX-License-Identifier: Apache-2.0
+/* Unit tests of the source and target roles (proxy/px_source.c, px_target.c, and the lifecycle
+ * and caps around them) through a fake transport (fake_io.h): ordering with a delayed first
+ * connection, refusals, the order timeout, stop during set-up, peers that hang up mid-preamble,
+ * TLS outcomes, limits, drain, and the caps handed to each link. No socket, no thread, no sleep. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "fake_io.h"
+#include "px_node.h"
+#include "xp_bucket.h"
+
+#define KEY	 "vm1"
+#define PORT	 49152
+#define DST_SOCK "/tmp/vmigd-test-roles-dst.sock"
+#define MB	 1000000ull
+
+struct t {
+	struct fake_io f;
+	struct px_config conf;
+	struct px_node *n;
+	char dir[64];
+};
+
+/* Stands in for an OpenSSL context: proxy only asks whether there is one. */
+static char fake_tls_ctx;
+
+static void conf_default(struct px_config *c, bool tls)
+{
+	memset(c, 0, sizeof(*c));
+	assert_int_equal(xp_addr_parse("0.0.0.0:0", 1, &c->listen), 0);
+	strcpy(c->advertise, "198.18.0.2");
+	c->threads = 1;
+	c->slots = 64;
+	c->order_timeout_ms = 10000;
+	c->connect_timeout_ms = 10000;
+	c->tls = tls ? (struct xp_tls *)&fake_tls_ctx : NULL;
+	c->handshake_timeout_ms = 10000;
+	c->preamble_timeout_ms = 5000;
+	c->max_unauth = 64;
+	c->max_migration_conns = 64;
+	c->shaper = PX_SHAPE_BUCKET;
+}
+
+static void start(struct t *t)
+{
+	assert_int_equal(px_node_new_io(&fake_io_ops, &t->f, &t->conf, &t->n), 0);
+}
+
+static int setup_plain(void **state)
+{
+	struct t *t = calloc(1, sizeof(*t));
+
+	fake_io_init(&t->f, false);
+	conf_default(&t->conf, false);
+	strcpy(t->dir, "/tmp/vmigd-test-roles-XXXXXX");
+	assert_non_null(mkdtemp(t->dir));
+	fake_log_begin();
+	*state = t;
+	return 0;
+}
+
+static int setup_tls(void **state)
+{
+	struct t *t;
+
+	setup_plain(state);
+	t = *state;
+	t->f.tls = true;
+	conf_default(&t->conf, true);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct t *t = *state;
+	char sub[128];
+
+	px_node_free(t->n);
+	fake_io_done(&t->f);
+	fake_log_end();
+	snprintf(sub, sizeof(sub), "%s/migrationproxy", t->dir);
+	rmdir(sub);
+	rmdir(t->dir);
+	free(t);
+	return 0;
+}
+
+/* ---- helpers ---- */
+
+static size_t preamble(const char *key, uint32_t port, uint32_t seq, uint8_t *buf)
+{
+	struct px_preamble p = { .version = PX_PROTO_VERSION, .port = port, .seq = seq };
+	int r;
+
+	strcpy(p.key, key);
+	r = px_preamble_encode(&p, buf, PX_PREAMBLE_MAX);
+	assert_true(r > 0);
+	return (size_t)r;
+}
+
+/* A node-hop connection from a source that sends the preamble of (key, port, seq). */
+static struct fake_conn *arrive(struct t *t, const char *key, uint32_t port, uint32_t seq)
+{
+	uint8_t buf[PX_PREAMBLE_MAX];
+	size_t len = preamble(key, port, seq, buf);
+	struct fake_conn *c = fake_incoming(&t->f, buf, len);
+
+	fake_settle(&t->f);
+	return c;
+}
+
+/* The status a target answered on c; -1 while it has not answered. */
+static int reply_of(const struct fake_conn *c)
+{
+	enum px_status st;
+
+	if (c->out_len < PX_REPLY_LEN)
+		return -1;
+	assert_int_equal(px_reply_decode(c->out, PX_REPLY_LEN, &st), PX_REPLY_LEN);
+	return (int)st;
+}
+
+static void target_start(struct t *t, const char *key, uint64_t cap)
+{
+	struct px_port_info p = { .id = PORT };
+	struct px_portmap out;
+	char err[256];
+
+	strcpy(p.path, DST_SOCK);
+	assert_int_equal(px_target_start(t->n, key, 1, &p, cap, &out, err, sizeof(err)), 0);
+	assert_int_equal(out.port, 40000);
+	assert_string_equal(out.address, "198.18.0.2");
+}
+
+/* Starts a source of key; returns the path QEMU connects to. */
+static const char *source_start(struct t *t, const char *key, unsigned int delay_ms, uint64_t cap)
+{
+	static struct px_port_info out[PX_PORTS_MAX];
+	struct px_portmap pm = { .port = 40000, .nports = 1, .ports = { PORT } };
+	char err[256];
+
+	strcpy(pm.key, key);
+	strcpy(pm.address, "198.18.0.2");
+	assert_int_equal(px_source_start(t->n, &pm, t->dir, delay_ms, cap, out, err, sizeof(err)),
+			 0);
+	return out[0].path;
+}
+
+/* The preamble a source wrote on c. */
+static struct px_preamble written_preamble(const struct fake_conn *c)
+{
+	struct px_preamble p;
+
+	assert_true(px_preamble_decode(c->out, c->out_len, &p) > 0);
+	return p;
+}
+
+static void answer(struct t *t, struct fake_conn *c, enum px_status st)
+{
+	uint8_t r[PX_REPLY_LEN];
+
+	px_reply_encode(st, r);
+	fake_feed(c, r, sizeof(r));
+	fake_settle(&t->f);
+}
+
+struct seen {
+	const char *key;
+	bool found;
+	struct px_migration_info mi;
+	char state[16], error[200];
+	char conn_state[8][16];
+	char conn_tls[8][16];
+};
+
+static void see_one(const struct px_migration_info *mi, void *arg)
+{
+	struct seen *s = arg;
+
+	if (strcmp(mi->key, s->key))
+		return;
+	s->found = true;
+	s->mi = *mi;
+	snprintf(s->state, sizeof(s->state), "%s", mi->state);
+	snprintf(s->error, sizeof(s->error), "%s", mi->error ? mi->error : "");
+	for (unsigned int i = 0; i < mi->nconns && i < 8; i++) {
+		snprintf(s->conn_state[i], 16, "%s", mi->conns[i].state);
+		snprintf(s->conn_tls[i], 16, "%s", mi->conns[i].tls ? mi->conns[i].tls : "off");
+	}
+	s->mi.conns = NULL;
+}
+
+static struct seen see(struct t *t, const char *key)
+{
+	struct seen s = { .key = key };
+
+	px_node_foreach(t->n, see_one, &s);
+	return s;
+}
+
+static bool logged(const char *text)
+{
+	return strstr(fake_log(), text) != NULL;
+}
+
+#define assert_logged(text)                                                                        \
+	do {                                                                                       \
+		if (!logged(text))                                                                 \
+			fail_msg("not in the log: %s", text);                                      \
+	} while (0)
+
+/* ---- target role ---- */
+
+/* Connections 2 and 1 arrive before 0: QEMU's socket sees 0, 1, 2, in that order. */
+static void test_target_orders_a_delayed_first(void **state)
+{
+	struct t *t = *state;
+	struct fake_conn *c[3];
+	struct seen s;
+
+	start(t);
+	target_start(t, KEY, 0);
+	c[2] = arrive(t, KEY, PORT, 2);
+	c[1] = arrive(t, KEY, PORT, 1);
+	assert_int_equal(t->f.nlocal_connects, 0);
+	assert_int_equal(reply_of(c[1]), -1);
+	assert_int_equal(reply_of(c[2]), -1);
+	s = see(t, KEY);
+	assert_string_equal(s.conn_state[0], "parked");
+	assert_string_equal(s.conn_state[1], "parked");
+
+	c[0] = arrive(t, KEY, PORT, 0);
+	assert_int_equal(t->f.nlocal_connects, 3);
+	assert_int_equal(t->f.nlinks, 3);
+	for (unsigned int i = 0; i < 3; i++) {
+		assert_string_equal(t->f.local_connects[i].path, DST_SOCK);
+		assert_ptr_equal(t->f.links[i].conn, c[i]);
+		assert_int_equal(t->f.links[i].local_fd, t->f.local_connects[i].fd);
+		assert_int_equal(reply_of(c[i]), PX_OK);
+	}
+	s = see(t, KEY);
+	assert_int_equal(s.mi.conns_reordered, 2);
+	assert_int_equal(s.mi.conns_total, 3);
+	assert_int_equal(s.mi.conns_active, 3);
+	assert_string_equal(s.conn_state[0], "linked");
+
+	for (unsigned int i = 0; i < 3; i++) {
+		t->f.links[i].bytes[1] = 1000 * (i + 1);
+		fake_link_end(&t->f, &t->f.links[i], XP_END_CLEAN, 0);
+	}
+	assert_int_equal(px_target_stop(t->n, KEY, NULL, 0), 0);
+	assert_logged(
+		"migration vm1 role=target stop conns=3 reordered=2 bytes=6000 tx=0 rx=6000 ");
+	assert_logged("outcome=ok");
+}
+
+/* The target reads exactly the preamble: what follows it is QEMU's and stays unread. */
+static void test_target_reads_only_the_preamble(void **state)
+{
+	struct t *t = *state;
+	uint8_t buf[PX_PREAMBLE_MAX + 100];
+	size_t len = preamble(KEY, PORT, 0, buf);
+	struct fake_conn *c;
+
+	start(t);
+	target_start(t, KEY, 0);
+	memset(buf + len, 0x5a, 100);
+	c = fake_incoming(&t->f, buf, len + 100);
+	fake_settle(&t->f);
+	assert_int_equal(reply_of(c), PX_OK);
+	assert_true(c->attached);
+	assert_int_equal(c->in_off, len);
+}
+
+static void test_target_refuses_unknown_key_port_and_garbage(void **state)
+{
+	struct t *t = *state;
+	struct fake_conn *c;
+	uint8_t junk[PX_PREAMBLE_FIXED];
+
+	start(t);
+	target_start(t, KEY, 0);
+	c = arrive(t, "nope", PORT, 0);
+	assert_int_equal(reply_of(c), PX_ERR_UNKNOWN_KEY);
+	assert_true(c->closed);
+	assert_logged("for nope: unknown migration key; connection refused");
+
+	c = arrive(t, KEY, 1234, 0);
+	assert_int_equal(reply_of(c), PX_ERR_UNKNOWN_PORT);
+	assert_true(c->closed);
+
+	memset(junk, 'G', sizeof(junk));
+	c = fake_incoming(&t->f, junk, sizeof(junk));
+	fake_settle(&t->f);
+	assert_int_equal(reply_of(c), PX_ERR_MALFORMED);
+	assert_true(c->closed);
+
+	/* None of it touched the migration. */
+	assert_int_equal(t->f.nlocal_connects, 0);
+	assert_int_equal(see(t, KEY).mi.conns_active, 0);
+	assert_string_equal(see(t, KEY).state, "active");
+	assert_int_equal(px_node_active_conns(t->n), 0);
+}
+
+/* Connection 1 waits for 0, which never comes: after --order-timeout the migration fails. */
+static void test_target_order_timeout(void **state)
+{
+	struct t *t = *state;
+	struct fake_conn *c1, *late;
+	struct seen s;
+
+	start(t);
+	target_start(t, KEY, 0);
+	c1 = arrive(t, KEY, PORT, 1);
+	fake_advance(&t->f, 9999);
+	assert_int_equal(reply_of(c1), -1);
+	assert_string_equal(see(t, KEY).state, "active");
+
+	fake_advance(&t->f, 1);
+	assert_int_equal(reply_of(c1), PX_ERR_FAILED);
+	assert_true(c1->closed);
+	s = see(t, KEY);
+	assert_string_equal(s.state, "failed");
+	assert_string_equal(s.error, "port 49152 connection 0 did not arrive within 10000 ms (1 "
+				     "later connections were waiting)");
+	assert_logged("migration vm1 role=target failed: port 49152 connection 0 did not arrive");
+
+	/* The sequence stays broken until the operator starts a new attempt. */
+	late = arrive(t, KEY, PORT, 0);
+	assert_int_equal(reply_of(late), PX_ERR_FAILED);
+	assert_int_equal(t->f.nlocal_connects, 0);
+}
+
+/* A source that hangs up in the middle of its preamble costs nothing but its own connection. */
+static void test_target_peer_closes_mid_preamble(void **state)
+{
+	struct t *t = *state;
+	uint8_t buf[PX_PREAMBLE_MAX];
+	struct fake_conn *c;
+
+	start(t);
+	target_start(t, KEY, 0);
+	preamble(KEY, PORT, 0, buf);
+	c = fake_incoming(&t->f, buf, 10);
+	fake_settle(&t->f);
+	assert_false(c->closed);
+	assert_int_equal(px_node_active_conns(t->n), 1);
+	fake_feed(c, NULL, 0);
+	fake_settle(&t->f);
+	assert_true(c->closed);
+	assert_int_equal(c->out_len, 0);
+	assert_int_equal(px_node_active_conns(t->n), 0);
+	assert_logged("closed after 10 bytes, before the preamble was complete");
+	assert_string_equal(see(t, KEY).state, "active");
+	/* Its timer went with it: only the node's tick is left. */
+	assert_int_equal(fake_timers_live(&t->f), 1);
+}
+
+static void test_target_preamble_timeout(void **state)
+{
+	struct t *t = *state;
+	struct fake_conn *c;
+
+	start(t);
+	target_start(t, KEY, 0);
+	c = fake_incoming(&t->f, "VMGP", 4);
+	fake_settle(&t->f);
+	fake_advance(&t->f, 4999);
+	assert_false(c->closed);
+	fake_advance(&t->f, 1);
+	assert_true(c->closed);
+	assert_logged("no complete preamble within 5000 ms (4 bytes); dropped");
+}
+
+/* A local socket that cannot be opened fails the migration, and everything parked behind it. */
+static void test_target_local_connect_fails(void **state)
+{
+	struct t *t = *state;
+	struct fake_conn *c0, *c1;
+
+	start(t);
+	target_start(t, KEY, 0);
+	strcpy(t->f.refuse_local, DST_SOCK);
+	c1 = arrive(t, KEY, PORT, 1);
+	c0 = arrive(t, KEY, PORT, 0);
+	assert_int_equal(reply_of(c0), PX_ERR_CONNECT);
+	assert_int_equal(reply_of(c1), PX_ERR_FAILED);
+	assert_string_equal(see(t, KEY).error,
+			    "port 49152 connection 0 could not be opened on " DST_SOCK);
+	assert_int_equal(t->f.nlinks, 0);
+}
+
+static void test_target_migration_conn_limit(void **state)
+{
+	struct t *t = *state;
+	struct fake_conn *c[3];
+
+	t->conf.max_migration_conns = 2;
+	start(t);
+	target_start(t, KEY, 0);
+	c[0] = arrive(t, KEY, PORT, 0);
+	c[1] = arrive(t, KEY, PORT, 1);
+	c[2] = arrive(t, KEY, PORT, 2);
+	assert_int_equal(reply_of(c[0]), PX_OK);
+	assert_int_equal(reply_of(c[1]), PX_OK);
+	assert_int_equal(reply_of(c[2]), PX_ERR_LIMIT);
+	assert_string_equal(see(t, KEY).state, "failed");
+	assert_true(t->f.links[0].aborted && t->f.links[1].aborted);
+	assert_logged("refused (migration-conn-limit)");
+}
+
+/* Silent node-hop clients beyond --max-unauthenticated are closed at once, with one line. */
+static void test_target_max_unauthenticated(void **state)
+{
+	struct t *t = *state;
+	struct fake_conn *c[4];
+
+	t->conf.max_unauth = 2;
+	start(t);
+	for (unsigned int i = 0; i < 4; i++)
+		c[i] = fake_incoming(&t->f, "", 0);
+	fake_settle(&t->f);
+	assert_false(c[0]->closed);
+	assert_false(c[1]->closed);
+	assert_true(c[2]->closed && c[3]->closed);
+	assert_logged("refused (too-many-unauthenticated): 2 connections are still "
+		      "authenticating (--max-unauthenticated 2); 1 refused since the last such "
+		      "line");
+	assert_int_equal(px_node_active_conns(t->n), 2);
+}
+
+static void test_target_tls_handshake_then_preamble(void **state)
+{
+	struct t *t = *state;
+	uint8_t buf[PX_PREAMBLE_MAX];
+	size_t len;
+	struct fake_conn *c;
+	struct seen s;
+
+	start(t);
+	target_start(t, KEY, 0);
+	len = preamble(KEY, PORT, 0, buf);
+	c = fake_incoming(&t->f, buf, len);
+	c->hs_again = 2;
+	fake_settle(&t->f);
+	assert_int_equal(c->hs_calls, 3);
+	assert_int_equal(reply_of(c), PX_OK);
+	s = see(t, KEY);
+	assert_string_equal(s.conn_tls[0], "TLSv1.3");
+	assert_logged("port 49152 connection 0 linked tls=TLSv1.3 cipher=TLS_AES_128_GCM_SHA256");
+}
+
+static void test_target_tls_refused(void **state)
+{
+	struct t *t = *state;
+	struct fake_conn *c, *slow;
+
+	start(t);
+	c = fake_incoming(&t->f, "", 0);
+	c->hs_result = -EPROTO;
+	c->refusal = "untrusted-ca";
+	c->detail = "certificate \"/CN=rogue\": unable to get local issuer certificate";
+	fake_settle(&t->f);
+	assert_true(c->closed);
+	assert_logged("TLS refused (untrusted-ca): certificate \"/CN=rogue\"");
+
+	/* One that never finishes its handshake is dropped after --handshake-timeout. */
+	slow = fake_incoming(&t->f, "", 0);
+	slow->hs_again = 1000000;
+	fake_fire(&t->f, FAKE_TCP_LISTEN);
+	fake_advance(&t->f, 10000);
+	assert_true(slow->closed);
+	assert_logged("TLS refused (handshake-timeout): no complete handshake within 10000 ms");
+	assert_int_equal(px_node_active_conns(t->n), 0);
+}
+
+/* ---- source role ---- */
+
+/* The first connection held back (--test-delay-first): the others reach the target first, each
+ * with the sequence number of its accept, and each QEMU socket is linked to its own node hop. */
+static void test_source_delayed_first(void **state)
+{
+	struct t *t = *state;
+	const char *path;
+	int qemu[3];
+
+	start(t);
+	path = source_start(t, KEY, 500, 0);
+	for (unsigned int i = 0; i < 3; i++)
+		qemu[i] = fake_qemu_connect(&t->f, path);
+	fake_settle(&t->f);
+	assert_int_equal(t->f.nconns, 2);
+	assert_int_equal(written_preamble(t->f.conns[0]).seq, 1);
+	assert_int_equal(written_preamble(t->f.conns[1]).seq, 2);
+	assert_string_equal(see(t, KEY).conn_state[2], "delayed");
+
+	fake_advance(&t->f, 500);
+	assert_int_equal(t->f.nconns, 3);
+	{
+		struct px_preamble p = written_preamble(t->f.conns[2]);
+
+		assert_int_equal(p.seq, 0);
+		assert_int_equal(p.port, PORT);
+		assert_string_equal(p.key, KEY);
+		assert_string_equal(t->f.conns[2]->peer, "198.18.0.2:40000");
+	}
+	/* Nothing is relayed before the target's answer. */
+	assert_int_equal(t->f.nlinks, 0);
+	answer(t, t->f.conns[2], PX_OK);
+	answer(t, t->f.conns[0], PX_OK);
+	answer(t, t->f.conns[1], PX_OK);
+	assert_int_equal(t->f.nlinks, 3);
+	assert_int_equal(t->f.links[0].local_fd, qemu[0]);
+	assert_ptr_equal(t->f.links[0].conn, t->f.conns[2]);
+	assert_int_equal(t->f.links[1].local_fd, qemu[1]);
+	assert_int_equal(t->f.links[2].local_fd, qemu[2]);
+	assert_int_equal(see(t, KEY).mi.conns_total, 3);
+}
+
+/* The target refuses, or hangs up before its reply: QEMU's connection is dropped, never relayed. */
+static void test_source_refused_and_closed_before_reply(void **state)
+{
+	struct t *t = *state;
+	const char *path;
+	int q0, q1;
+
+	start(t);
+	path = source_start(t, KEY, 0, 0);
+	q0 = fake_qemu_connect(&t->f, path);
+	fake_settle(&t->f);
+	answer(t, t->f.conns[0], PX_ERR_UNKNOWN_KEY);
+	assert_true(t->f.conns[0]->closed);
+	assert_int_equal(t->f.closed_fds[0], q0);
+	assert_logged("migration vm1 role=source: port 49152 connection 0 to 198.18.0.2:40000: "
+		      "refused by the target: unknown migration key");
+
+	q1 = fake_qemu_connect(&t->f, path);
+	fake_settle(&t->f);
+	fake_feed(t->f.conns[1], "VMG", 3);
+	fake_feed(t->f.conns[1], NULL, 0);
+	fake_settle(&t->f);
+	assert_true(t->f.conns[1]->closed);
+	assert_int_equal(t->f.closed_fds[1], q1);
+	assert_logged("connection 1 to 198.18.0.2:40000: the target closed the connection before "
+		      "replying");
+	assert_int_equal(see(t, KEY).mi.conns_failed, 2);
+	assert_int_equal(t->f.nlinks, 0);
+}
+
+/* Stop while a connect is still in progress: the half-made connection goes, nothing lingers. */
+static void test_source_stop_during_setup(void **state)
+{
+	struct t *t = *state;
+	const char *path;
+	int q;
+
+	t->f.connect_later = true;
+	start(t);
+	path = source_start(t, KEY, 0, 0);
+	q = fake_qemu_connect(&t->f, path);
+	fake_settle(&t->f);
+	assert_int_equal(t->f.nconns, 1);
+	assert_string_equal(see(t, KEY).conn_state[0], "connecting");
+	assert_int_equal(px_source_stop(t->n, KEY, NULL, 0), 0);
+	assert_true(t->f.conns[0]->closed);
+	assert_false(fake_watched(&t->f, t->f.conns[0]->c.fd));
+	assert_int_equal(t->f.closed_fds[0], t->f.listeners[0].fd);
+	assert_int_equal(t->f.closed_fds[1], q);
+	assert_false(see(t, KEY).found);
+	assert_logged("migration vm1 role=source stop conns=0 ");
+	assert_int_equal(fake_timers_live(&t->f), 1);
+	assert_int_equal(px_node_active_conns(t->n), 0);
+}
+
+/* Links already carried get STOP_GRACE_MS (5 s) to end by themselves, then they are cut. */
+static void test_stop_grace_then_cut(void **state)
+{
+	struct t *t = *state;
+	struct fake_conn *c;
+
+	start(t);
+	target_start(t, KEY, 0);
+	c = arrive(t, KEY, PORT, 0);
+	assert_true(c->attached);
+	assert_int_equal(px_target_stop(t->n, KEY, NULL, 0), 0);
+	/* The key is free at once: a new attempt may start. */
+	target_start(t, KEY, 0);
+	fake_advance(&t->f, 4999);
+	assert_false(t->f.links[0].aborted);
+	fake_advance(&t->f, 1);
+	assert_true(t->f.links[0].aborted);
+	fake_link_end(&t->f, &t->f.links[0], XP_END_ABORTED, 0);
+	assert_logged("1 connections still open 5000 ms after stop; cutting them");
+	assert_logged("outcome=stopped with 1 connections in flight");
+}
+
+static void test_source_connect_timeout(void **state)
+{
+	struct t *t = *state;
+	int q;
+
+	t->f.connect_later = true;
+	start(t);
+	q = fake_qemu_connect(&t->f, source_start(t, KEY, 0, 0));
+	fake_settle(&t->f);
+	fake_advance(&t->f, 9999);
+	assert_false(t->f.conns[0]->closed);
+	fake_advance(&t->f, 1);
+	assert_true(t->f.conns[0]->closed);
+	assert_int_equal(t->f.closed_fds[0], q);
+	assert_logged("connection 0 to 198.18.0.2:40000: connect timed out");
+	assert_int_equal(see(t, KEY).mi.conns_failed, 1);
+}
+
+/* Connected, then the target hangs up during the handshake (it refused our certificate). */
+static void test_source_tls_refused(void **state)
+{
+	struct t *t = *state;
+	const char *path;
+
+	t->f.connect_later = true;
+	start(t);
+	path = source_start(t, KEY, 0, 0);
+	fake_qemu_connect(&t->f, path);
+	fake_settle(&t->f);
+	t->f.conns[0]->hs_result = -ECONNRESET;
+	t->f.conns[0]->refusal = "closed";
+	t->f.conns[0]->refusal_closed = true;
+	t->f.conns[0]->detail = "the peer closed the connection during the handshake";
+	fake_connect_done(&t->f, t->f.conns[0], 0);
+	fake_settle(&t->f);
+	assert_true(t->f.conns[0]->closed);
+	assert_int_equal(t->f.conns[0]->out_len, 0);
+	assert_logged(
+		"TLS refused (closed): the peer closed the connection during the handshake (is "
+		"the target over its --max-unauthenticated, shutting down, or not speaking "
+		"TLS?)");
+
+	/* A handshake that goes on: TLS first, then the preamble inside it. */
+	fake_qemu_connect(&t->f, path);
+	fake_settle(&t->f);
+	t->f.conns[1]->hs_again = 1;
+	fake_connect_done(&t->f, t->f.conns[1], 0);
+	fake_settle(&t->f);
+	assert_int_equal(t->f.conns[1]->hs_calls, 2);
+	assert_int_equal(written_preamble(t->f.conns[1]).seq, 1);
+	answer(t, t->f.conns[1], PX_OK);
+	assert_string_equal(see(t, KEY).conn_tls[0], "TLSv1.3");
+}
+
+/* More QEMU connections than --max-migration-conns fail the migration on the source too. */
+static void test_source_migration_conn_limit(void **state)
+{
+	struct t *t = *state;
+	const char *path;
+	int q[3];
+
+	t->conf.max_migration_conns = 2;
+	start(t);
+	path = source_start(t, KEY, 0, 0);
+	for (unsigned int i = 0; i < 3; i++)
+		q[i] = fake_qemu_connect(&t->f, path);
+	fake_settle(&t->f);
+	assert_int_equal(t->f.nconns, 2);
+	assert_string_equal(see(t, KEY).state, "failed");
+	/* The third was reset, and the two being set up were dropped with the migration. */
+	assert_int_equal(t->f.closed_fds[0], q[2]);
+	assert_true(t->f.closed_reset[0]);
+	assert_true(t->f.conns[0]->closed && t->f.conns[1]->closed);
+}
+
+/* ---- caps ---- */
+
+/* A sender presses against bucket b: takes until one comes back short. */
+static void press(struct xp_bucket *b)
+{
+	struct xp_bucket *chain[2] = { b, NULL };
+	uint64_t wait;
+
+	for (unsigned int i = 0; i < 1000; i++)
+		if (xp_bucket_take(chain, 64 * 1024, 1000000000ull, &wait) == 0)
+			return;
+	fail_msg("the bucket never ran dry");
+}
+
+/* Each link takes from its migration's bucket and the node's; a cap changes both at once. */
+static void test_caps_applied_to_links(void **state)
+{
+	struct t *t = *state;
+	const char *path;
+	struct xp_bucket *mb;
+
+	t->conf.node_bandwidth = 100 * MB;
+	start(t);
+	path = source_start(t, KEY, 0, 50 * MB);
+	fake_qemu_connect(&t->f, path);
+	fake_qemu_connect(&t->f, path);
+	fake_settle(&t->f);
+	answer(t, t->f.conns[0], PX_OK);
+	answer(t, t->f.conns[1], PX_OK);
+	assert_int_equal(t->f.nlinks, 2);
+	mb = t->f.links[0].opts.bucket[0];
+	assert_non_null(mb);
+	assert_ptr_equal(t->f.links[1].opts.bucket[0], mb);
+	assert_int_equal(xp_bucket_rate(t->f.links[0].opts.bucket[1]), 100 * MB);
+	/* Idle, it gets the floor of a share (1 MiB/s, room to start); held back by it, it gets
+	 * its own cap, the lower of the two. */
+	fake_advance(&t->f, 100);
+	assert_int_equal(xp_bucket_rate(mb), 1 << 20);
+	press(mb);
+	fake_advance(&t->f, 100);
+	assert_int_equal(xp_bucket_rate(mb), 50 * MB);
+	assert_int_equal(see(t, KEY).mi.limit, 50 * MB);
+
+	/* A new cap moves the share at once, not at the next tick. */
+	press(mb);
+	assert_int_equal(px_migration_set_cap(t->n, KEY, 20 * MB, NULL, 0), 0);
+	assert_int_equal(xp_bucket_rate(mb), 20 * MB);
+	assert_int_equal(see(t, KEY).mi.cap, 20 * MB);
+	assert_int_equal(px_migration_set_cap(t->n, KEY, 0, NULL, 0), 0);
+	/* No cap of its own: the node's share bounds it, and never to nothing. */
+	assert_true(xp_bucket_rate(mb) > 0 && xp_bucket_rate(mb) <= 100 * MB);
+	px_node_set_bandwidth(t->n, 0);
+	assert_int_equal(xp_bucket_rate(t->f.links[0].opts.bucket[1]), 0);
+	assert_int_equal(xp_bucket_rate(mb), 0);
+	assert_logged("migration vm1 role=source: cap 19.1 MiB/s");
+}
+
+/* The pacing shaper splits the migration's limit among its links, and a lifted cap unpaces. */
+static void test_caps_pacing_split(void **state)
+{
+	struct t *t = *state;
+	struct fake_conn *c[2];
+	uint64_t sum;
+
+	t->conf.shaper = PX_SHAPE_PACING;
+	start(t);
+	target_start(t, KEY, 0);
+	c[0] = arrive(t, KEY, PORT, 0);
+	c[1] = arrive(t, KEY, PORT, 1);
+	assert_null(t->f.links[0].opts.bucket[0]);
+	assert_int_equal(px_migration_set_cap(t->n, KEY, 8 * MB, NULL, 0), 0);
+	sum = t->f.links[0].pacing + t->f.links[1].pacing;
+	assert_true(t->f.links[0].pacing > 0 && t->f.links[1].pacing > 0);
+	assert_true(sum <= 8 * MB);
+	assert_int_equal(px_migration_set_cap(t->n, KEY, 0, NULL, 0), 0);
+	assert_int_equal(t->f.links[0].pacing, 0);
+	assert_int_equal(t->f.links[1].pacing, 0);
+	(void)c;
+}
+
+/* ---- node ---- */
+
+static unsigned int drained_calls;
+
+static void on_drained(void *arg)
+{
+	drained_calls++;
+}
+
+/* Drain: no new connections, links in flight finish, then done. */
+static void test_drain_waits_for_links(void **state)
+{
+	struct t *t = *state;
+	struct fake_conn *c;
+
+	start(t);
+	target_start(t, KEY, 0);
+	c = arrive(t, KEY, PORT, 0);
+	drained_calls = 0;
+	px_node_drain(t->n, 300, on_drained, NULL);
+	assert_false(fake_watched(&t->f, FAKE_TCP_LISTEN));
+	assert_int_equal(drained_calls, 0);
+	fake_link_end(&t->f, fake_link_of(&t->f, c), XP_END_CLEAN, 0);
+	assert_int_equal(drained_calls, 1);
+	{
+		struct px_port_info p = { .id = PORT };
+		struct px_portmap out;
+		char err[256];
+
+		strcpy(p.path, DST_SOCK);
+		assert_int_equal(px_target_start(t->n, "vm2", 1, &p, 0, &out, err, sizeof(err)),
+				 -ESHUTDOWN);
+		assert_string_equal(err, "vmigd is shutting down");
+	}
+}
+
+static void test_start_refusals(void **state)
+{
+	struct t *t = *state;
+	struct px_port_info p[2] = { { .id = PORT }, { .id = PORT } };
+	struct px_portmap out;
+	char err[256];
+
+	start(t);
+	strcpy(p[0].path, DST_SOCK);
+	strcpy(p[1].path, "/tmp/other.sock");
+	assert_int_equal(px_target_start(t->n, "bad key", 1, p, 0, &out, err, sizeof(err)),
+			 -EINVAL);
+	assert_int_equal(px_target_start(t->n, KEY, 2, p, 0, &out, err, sizeof(err)), -EINVAL);
+	assert_string_equal(err, "port 49152 is given twice");
+	strcpy(p[0].path, "relative.sock");
+	assert_int_equal(px_target_start(t->n, KEY, 1, p, 0, &out, err, sizeof(err)), -EINVAL);
+	strcpy(p[0].path, "/nonexistent-dir/x.sock");
+	assert_int_equal(px_target_start(t->n, KEY, 1, p, 0, &out, err, sizeof(err)), -ENOENT);
+	assert_string_equal(err, "directory /nonexistent-dir does not exist");
+	strcpy(p[0].path, DST_SOCK);
+	assert_int_equal(px_target_start(t->n, KEY, 1, p, 0, &out, err, sizeof(err)), 0);
+	assert_int_equal(px_target_start(t->n, KEY, 1, p, 0, &out, err, sizeof(err)), -EEXIST);
+	assert_int_equal(px_target_stop(t->n, "nope", err, sizeof(err)), -ENOENT);
+	assert_string_equal(err, "unknown migration nope: no target listener with that key");
+}
+
+#define T(f)  cmocka_unit_test_setup_teardown(f, setup_plain, teardown)
+#define TT(f) cmocka_unit_test_setup_teardown(f, setup_tls, teardown)
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T(test_target_orders_a_delayed_first),
+		T(test_target_reads_only_the_preamble),
+		T(test_target_refuses_unknown_key_port_and_garbage),
+		T(test_target_order_timeout),
+		T(test_target_peer_closes_mid_preamble),
+		T(test_target_preamble_timeout),
+		T(test_target_local_connect_fails),
+		T(test_target_migration_conn_limit),
+		T(test_target_max_unauthenticated),
+		TT(test_target_tls_handshake_then_preamble),
+		TT(test_target_tls_refused),
+		T(test_source_delayed_first),
+		T(test_source_refused_and_closed_before_reply),
+		T(test_source_stop_during_setup),
+		T(test_stop_grace_then_cut),
+		T(test_source_connect_timeout),
+		TT(test_source_tls_refused),
+		T(test_source_migration_conn_limit),
+		T(test_caps_applied_to_links),
+		T(test_caps_pacing_split),
+		T(test_drain_waits_for_links),
+		T(test_start_refusals),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
