@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-/* vmigd(8): the per-node migration transport daemon. Parses options (command line and
- * --config), loads TLS, starts the node (listener, data-path workers) and the control socket, and
- * the metrics endpoint, and runs the control loop until SIGTERM/SIGINT, when it drains and exits 0.
- * SIGHUP reloads TLS. */
+/* vmigd(8): the per-node migration transport daemon. Every option is one entry of opts[], which
+ * makes getopt's tables, the --config keys and --help; main turns the options into the node's
+ * configuration, starts it, and runs the control loop until SIGTERM/SIGINT drains it. */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,34 +25,48 @@
 #include "xp_fwatch.h"
 #include "xp_tls.h"
 
-#define MAX_CONFIG_ARGS 128
 /* After the last change to a certificate file, wait this long for its siblings to follow. */
 #define TLS_SETTLE_MS 300
+/* --help: lines wrap at HELP_WIDTH; an option's help starts at HELP_COL. */
+#define HELP_WIDTH 100
+#define HELP_COL   32
+/* getopt values of options without a short letter: OPT_VAL_BASE + their index in opts[]. */
+#define OPT_VAL_BASE 256
 
+/* A --config file's text. Options point into it, so it lives as long as the options. */
+struct conf_text {
+	struct conf_text *next;
+	char text[];
+};
+
+/* What the command line and the config files say; defaults come from opts[]. */
 struct options {
 	const char *control;
 	const char *listen;
 	const char *advertise;
+	struct xp_tls_conf tls; /* resumption and ktls follow the two flags below */
 	bool no_tls;
-	struct xp_tls_conf tls;
+	bool no_tls_resumption;
+	bool no_ktls;
 	unsigned long handshake_timeout_ms;
 	unsigned long preamble_timeout_ms;
 	unsigned long max_unauth;
 	unsigned long max_migration_conns;
-	unsigned int threads;
+	unsigned long threads;
 	unsigned long order_timeout_ms;
 	unsigned long connect_timeout_ms;
 	unsigned long drain_timeout_s;
 	unsigned long pipe_size;
 	unsigned long slots;
-	bool copy_path;
+	int copy_path; /* OPT_WORDS values are ints */
 	uint64_t node_bandwidth;
-	enum px_shaper shaper;
+	int shaper; /* enum px_shaper */
 	bool no_inspect;
 	bool keep_cap_at_switchover;
 	const char *metrics;
 	enum vm_log_level log_level;
 	bool check_only;
+	struct conf_text *conf_texts;
 };
 
 struct daemon {
@@ -62,111 +77,472 @@ struct daemon {
 	struct ctl_server *ctl;
 	struct ctl_metrics_server *metrics;
 	struct cv_set *conv;
+	struct xp_watch *sigw;
+	int sfd;
 	struct ctl_daemon_info info;
 	unsigned int drain_timeout_s;
 	bool draining;
+	/* From the options, for start-up. */
+	struct px_config pc;
+	struct xp_addr metrics_addr;
 };
 
-static const struct option long_opts[] = {
-	{ "control", required_argument, NULL, 'c' },
-	{ "listen", required_argument, NULL, 'l' },
-	{ "advertise", required_argument, NULL, 'a' },
-	{ "no-tls", no_argument, NULL, 'T' },
-	{ "tls-cert", required_argument, NULL, 1001 },
-	{ "tls-key", required_argument, NULL, 1002 },
-	{ "tls-ca", required_argument, NULL, 1003 },
-	{ "tls-client-cert", required_argument, NULL, 1004 },
-	{ "tls-client-key", required_argument, NULL, 1005 },
-	{ "tls-allow", required_argument, NULL, 1006 },
-	{ "no-tls-resumption", no_argument, NULL, 1007 },
-	{ "no-ktls", no_argument, NULL, 1008 },
-	{ "handshake-timeout", required_argument, NULL, 1009 },
-	{ "preamble-timeout", required_argument, NULL, 1010 },
-	{ "max-unauthenticated", required_argument, NULL, 1011 },
-	{ "max-migration-conns", required_argument, NULL, 1012 },
-	{ "node-bandwidth", required_argument, NULL, 1013 },
-	{ "shaper", required_argument, NULL, 1014 },
-	{ "no-inspect", no_argument, NULL, 1015 },
-	{ "keep-cap-at-switchover", no_argument, NULL, 1016 },
-	{ "metrics", required_argument, NULL, 1017 },
-	{ "threads", required_argument, NULL, 't' },
-	{ "order-timeout", required_argument, NULL, 'O' },
-	{ "connect-timeout", required_argument, NULL, 'C' },
-	{ "drain-timeout", required_argument, NULL, 'D' },
-	{ "pipe-size", required_argument, NULL, 'P' },
-	{ "max-connections", required_argument, NULL, 'M' },
-	{ "data-path", required_argument, NULL, 'X' },
-	{ "log-level", required_argument, NULL, 'L' },
-	{ "config", required_argument, NULL, 'f' },
-	{ "help", no_argument, NULL, 'h' },
-	{ "version", no_argument, NULL, 'V' },
-	{ NULL, 0, NULL, 0 },
+/* How an option's argument is parsed and where it goes (struct options at off). */
+enum opt_kind {
+	OPT_STR,   /* const char *, pointing into argv or a config file's text */
+	OPT_FLAG,  /* bool, true when given; no argument */
+	OPT_ULONG, /* unsigned long from min to max */
+	OPT_RATE,  /* uint64_t bytes/s, vmigd(8) RATE UNITS */
+	OPT_WORDS, /* int: the value of the word given, one of words[] */
+	OPT_FUNC,  /* parse() does it all; an argument when arg is set */
 };
 
-static void usage(FILE *f)
+enum {
+	OPT_DEF_TEXT = 1 << 0, /* def says what happens without the option: not parsed at start */
+	OPT_CLI_ONLY = 1 << 1, /* not a config file key */
+	OPT_EARLY = 1 << 2,    /* applied in a first pass, before the rest of the command line */
+	OPT_SYN_REQ = 1 << 3,  /* synopsis: opens a required group, ( ... ), not [ ... ] */
+	OPT_SYN_JOIN = 1 << 4, /* synopsis: inside the previous entry's group */
+	OPT_SYN_ALT = 1 << 5,  /* synopsis: the previous group's alternative, " | " */
+};
+
+struct opt_word {
+	const char *word;
+	int value;
+};
+
+struct opt;
+/* 0, -EINVAL after one line on stderr, or 1: done, exit 0 (--help, --version). where: "" on the
+ * command line, "FILE:LINE: " in a config file. */
+typedef int (*opt_parse_fn)(const struct opt *op, const char *arg, const char *where,
+			    struct options *o);
+
+struct opt {
+	const char *name; /* long option and config key; NULL: a short option only */
+	char letter;	  /* short option; 0: none */
+	enum opt_kind kind;
+	unsigned int flags;
+	const char *arg; /* argument as shown; NULL: none, or for OPT_WORDS the words */
+	const char *def; /* default as shown; NULL: none. Parsed at start unless OPT_DEF_TEXT */
+	const char *help;
+	size_t off;
+	unsigned long min, max;	      /* OPT_ULONG */
+	const struct opt_word *words; /* OPT_WORDS, up to a NULL word */
+	opt_parse_fn parse;	      /* OPT_FUNC */
+};
+
+#define OPT_AT(field)	     .off = offsetof(struct options, field)
+#define STR(field)	     .kind = OPT_STR, OPT_AT(field)
+#define FLAG(field)	     .kind = OPT_FLAG, OPT_AT(field)
+#define ULONG(field, lo, hi) .kind = OPT_ULONG, OPT_AT(field), .min = (lo), .max = (hi)
+#define RATE(field)	     .kind = OPT_RATE, OPT_AT(field)
+#define WORDS(field, list)   .kind = OPT_WORDS, OPT_AT(field), .words = (list)
+#define FUNC(fn)	     .kind = OPT_FUNC, .parse = (fn)
+#define NEEDS_TLS	     "required unless --no-tls"
+
+static const struct opt_word data_paths[] = { { "splice", 0 }, { "copy", 1 }, { NULL, 0 } };
+static const struct opt_word shapers[] = {
+	{ "bucket", PX_SHAPE_BUCKET },
+	{ "pacing", PX_SHAPE_PACING },
+	{ NULL, 0 },
+};
+
+static int opt_log_level(const struct opt *op, const char *arg, const char *where,
+			 struct options *o);
+static int opt_config(const struct opt *op, const char *arg, const char *where, struct options *o);
+static int opt_help(const struct opt *op, const char *arg, const char *where, struct options *o);
+static int opt_version(const struct opt *op, const char *arg, const char *where, struct options *o);
+
+/* Every option, in the order of --help and vmigd(8). */
+static const struct opt opts[] = {
+	{ "control", 'c', STR(control), .arg = "PATH", .def = VMIGD_DEFAULT_CONTROL,
+	  .help = "control socket; a second daemon on the same path refuses to start" },
+	{ "listen", 'l', STR(listen), .arg = "ADDR:PORT", .def = "0.0.0.0:0",
+	  .help = "node-hop TCP listener; port 0 picks a free port; IPv6 as [::1]:0" },
+	{ "advertise", 'a', STR(advertise), .arg = "ADDR", .flags = OPT_DEF_TEXT,
+	  .def = "the listen address, or the first non-loopback address when listening on a "
+		 "wildcard",
+	  .help = "address that target start prints for peers to connect to" },
+	{ "tls-cert", 0, STR(tls.cert), .arg = "FILE", .flags = OPT_DEF_TEXT | OPT_SYN_REQ,
+	  .def = NEEDS_TLS,
+	  .help = "PEM certificate (chain) this node presents; reloaded on change or SIGHUP" },
+	{ "tls-key", 0, STR(tls.key), .arg = "FILE", .flags = OPT_DEF_TEXT | OPT_SYN_JOIN,
+	  .def = NEEDS_TLS, .help = "PEM key of --tls-cert" },
+	{ "tls-ca", 0, STR(tls.ca), .arg = "FILE", .flags = OPT_DEF_TEXT | OPT_SYN_JOIN,
+	  .def = NEEDS_TLS, .help = "PEM CA bundle a peer's certificate must chain to" },
+	{ "no-tls", 0, FLAG(no_tls), .flags = OPT_DEF_TEXT | OPT_SYN_ALT, .def = "TLS on",
+	  .help = "carry the node hop in plain text, with a warning in the log" },
+	{ "tls-client-cert", 0, STR(tls.client_cert), .arg = "FILE", .flags = OPT_DEF_TEXT,
+	  .def = "the server pair", .help = "PEM certificate this node presents as a source" },
+	{ "tls-client-key", 0, STR(tls.client_key), .arg = "FILE",
+	  .flags = OPT_DEF_TEXT | OPT_SYN_JOIN, .def = "the server pair",
+	  .help = "PEM key of --tls-client-cert" },
+	{ "tls-allow", 0, STR(tls.allow), .arg = "NAMES", .def = XP_TLS_DEFAULT_ALLOW,
+	  .help = "comma-separated CN or SAN names a peer certificate must carry, at most 16; "
+		  "* accepts any the CA signed" },
+	{ "no-tls-resumption", 0, FLAG(no_tls_resumption), .flags = OPT_DEF_TEXT,
+	  .def = "resumption on",
+	  .help = "do not offer session tickets from earlier connections to the same peer" },
+	{ "no-ktls", 0, FLAG(no_ktls), .flags = OPT_DEF_TEXT, .def = "kTLS where the kernel has it",
+	  .help = "never ask OpenSSL for kernel TLS" },
+	{ "handshake-timeout", 0, ULONG(handshake_timeout_ms, 100, 600000), .arg = "MS",
+	  .def = "10000",
+	  .help = "a node-hop connection must finish its TLS handshake within this" },
+	{ "preamble-timeout", 0, ULONG(preamble_timeout_ms, 100, 600000), .arg = "MS",
+	  .def = "5000", .help = "... and then deliver its preamble within this" },
+	{ "max-unauthenticated", 0, ULONG(max_unauth, 1, 65536), .arg = "N", .def = "64",
+	  .help = "node-hop connections before their preamble, at most; more are closed at once" },
+	{ "max-migration-conns", 0, ULONG(max_migration_conns, 1, 65536), .arg = "N", .def = "64",
+	  .help = "connections of one migration at once, per role; one more fails the migration" },
+	{ "threads", 't', ULONG(threads, 1, 64), .arg = "N", .flags = OPT_DEF_TEXT,
+	  .def = "online CPUs, at most 4", .help = "data-path worker threads, one io_uring each" },
+	{ "order-timeout", 0, ULONG(order_timeout_ms, 100, 3600000), .arg = "MS", .def = "10000",
+	  .help = "how long a target waits for a missing connection of a sequence before it fails "
+		  "the migration" },
+	{ "connect-timeout", 0, ULONG(connect_timeout_ms, 100, 3600000), .arg = "MS",
+	  .def = "10000", .help = "bound on a node-hop connect and on sending the preamble" },
+	{ "drain-timeout", 0, ULONG(drain_timeout_s, 0, 86400), .arg = "S", .def = "300",
+	  .help = "on SIGTERM or SIGINT, how long connections in flight may run before they are "
+		  "cut" },
+	{ "pipe-size", 0, ULONG(pipe_size, 4096, 64 << 20), .arg = "BYTES", .def = "1048576",
+	  .help = "splice pipe size per direction per connection" },
+	{ "max-connections", 0, ULONG(slots, 1, 1 << 20), .arg = "N", .def = "1024",
+	  .help = "connections carried at once over all workers; slots are allocated at start-up" },
+	{ "data-path", 0, WORDS(copy_path, data_paths), .def = "splice",
+	  .help = "copy: read and write through a user buffer, kept to measure against splice" },
+	{ "node-bandwidth", 0, RATE(node_bandwidth), .arg = "RATE", .def = "none",
+	  .help = "cap on what this node sends, all migrations together (vmigd(8): RATE UNITS)" },
+	{ "shaper", 0, WORDS(shaper, shapers), .def = "bucket",
+	  .help = "how caps are enforced: token buckets in the data path, or SO_MAX_PACING_RATE "
+		  "on each node-hop socket" },
+	{ "no-inspect", 0, FLAG(no_inspect), .flags = OPT_DEF_TEXT, .def = "inspection on",
+	  .help = "do not read the QEMU stream as it passes (pages, passes, dirty rate)" },
+	{ "keep-cap-at-switchover", 0, FLAG(keep_cap_at_switchover), .flags = OPT_DEF_TEXT,
+	  .def = "lifted", .help = "keep a migration's cap after its VM stopped for switchover" },
+	{ "metrics", 0, STR(metrics), .arg = "ADDR:PORT", .flags = OPT_DEF_TEXT, .def = "off",
+	  .help = "serve Prometheus metrics at http://ADDR:PORT/metrics; port 0 picks a free "
+		  "port" },
+	{ "log-level", 0, FUNC(opt_log_level), .arg = "error|warning|info|debug", .def = "info",
+	  .help = "the least severe messages logged" },
+	{ "config", 0, FUNC(opt_config), .arg = "FILE", .flags = OPT_CLI_ONLY | OPT_EARLY,
+	  .help = "read options from FILE first: option value lines, long names without --, "
+		  "# comments; the command line wins" },
+	{ NULL, 'n', FLAG(check_only), .help = "check the configuration and exit" },
+	{ "help", 'h', FUNC(opt_help), .flags = OPT_CLI_ONLY, .help = "print this help and exit" },
+	{ "version", 'V', FUNC(opt_version), .flags = OPT_CLI_ONLY,
+	  .help = "print the version and exit" },
+};
+
+static bool opt_takes_arg(const struct opt *op)
 {
-	fprintf(f,
-		"usage: vmigd [--control PATH] [--listen ADDR:PORT] [--advertise ADDR]\n"
-		"             (--tls-cert FILE --tls-key FILE --tls-ca FILE | --no-tls)\n"
-		"             [--tls-client-cert FILE --tls-client-key FILE] [--tls-allow NAMES]\n"
-		"             [--no-tls-resumption] [--no-ktls] [--handshake-timeout MS]\n"
-		"             [--preamble-timeout MS] [--max-unauthenticated N]\n"
-		"             [--max-migration-conns N]\n"
-		"             [--threads N] [--order-timeout MS] [--connect-timeout MS]\n"
-		"             [--drain-timeout S] [--pipe-size BYTES] [--max-connections N]\n"
-		"             [--data-path splice|copy]\n"
-		"             [--node-bandwidth RATE] [--shaper bucket|pacing] [--no-inspect]\n"
-		"             [--keep-cap-at-switchover] [--metrics ADDR:PORT]\n"
-		"             [--log-level error|warning|info|debug] [--config FILE] [-n]\n"
-		"Carries QEMU live-migration connections between nodes. See vmigd(8).\n");
+	return op->arg || op->words;
 }
 
-static int parse_ulong(const char *name, const char *s, unsigned long min, unsigned long max,
-		       unsigned long *ret)
+/* The argument as shown: arg, or the words joined by '|'. */
+static const char *opt_arg(const struct opt *op, char *buf, size_t len)
+{
+	size_t n = 0;
+
+	if (!op->words)
+		return op->arg ? op->arg : "";
+	buf[0] = '\0';
+	for (const struct opt_word *w = op->words; w->word && n < len; w++)
+		n += snprintf(buf + n, len - n, "%s%s", w == op->words ? "" : "|", w->word);
+	return buf;
+}
+
+/* "--name ARG", or "-n" for a short option only. */
+static char *opt_usage(const struct opt *op, char *buf, size_t len)
+{
+	char arg[64];
+
+	if (!op->name)
+		snprintf(buf, len, "-%c", op->letter);
+	else
+		snprintf(buf, len, "--%s%s%s", op->name, opt_takes_arg(op) ? " " : "",
+			 opt_arg(op, arg, sizeof(arg)));
+	return buf;
+}
+
+static const struct opt *opt_by_name(const char *name)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(opts); i++)
+		if (opts[i].name && strcmp(opts[i].name, name) == 0)
+			return &opts[i];
+	return NULL;
+}
+
+static int opt_val(const struct opt *op)
+{
+	return op->letter ? op->letter : OPT_VAL_BASE + (int)(op - opts);
+}
+
+static const struct opt *opt_by_val(int val)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(opts); i++)
+		if (opt_val(&opts[i]) == val)
+			return &opts[i];
+	return NULL;
+}
+
+/* Prints n bytes of word from column col, after a space when sep, or on a new line indented to
+ * indent when it would pass HELP_WIDTH there. Returns the column after it. */
+static int put_word(FILE *f, int col, int indent, const char *word, int n, bool sep)
+{
+	if (col > indent && col + sep + n > HELP_WIDTH) {
+		col = fprintf(f, "\n%*s", indent, "") - 1;
+		sep = false;
+	}
+	return col + fprintf(f, "%s%.*s", sep ? " " : "", n, word);
+}
+
+/* Prints text a word at a time with put_word(); the first word gets a space only when first_sep. */
+static int put_words(FILE *f, int col, int indent, const char *text, bool first_sep)
+{
+	for (bool sep = first_sep; *text; sep = true) {
+		int n = strcspn(text, " ");
+
+		col = put_word(f, col, indent, text, n, sep);
+		text += n + strspn(text + n, " ");
+	}
+	return col;
+}
+
+/* The synopsis, one group per option, [--name ARG], or joined as OPT_SYN_* say. */
+static void put_synopsis(FILE *f)
+{
+	static const char lead[] = "usage: vmigd";
+	char group[256], one[96];
+	const char *sep;
+	size_t glen = 0;
+	int col = fprintf(f, "%s", lead);
+
+	for (size_t i = 0; i <= ARRAY_SIZE(opts); i++) {
+		const struct opt *op = i < ARRAY_SIZE(opts) ? &opts[i] : NULL;
+
+		if (glen && (!op || !(op->flags & (OPT_SYN_JOIN | OPT_SYN_ALT)))) {
+			snprintf(group + glen, sizeof(group) - glen, "%c",
+				 group[0] == '(' ? ')' : ']');
+			col = put_word(f, col, sizeof(lead), group, strlen(group), true);
+			glen = 0;
+		}
+		if (!op)
+			break;
+		if (!glen)
+			sep = op->flags & OPT_SYN_REQ ? "(" : "[";
+		else
+			sep = op->flags & OPT_SYN_ALT ? " | " : " ";
+		snprintf(group + glen, sizeof(group) - glen, "%s%s", sep,
+			 opt_usage(op, one, sizeof(one)));
+		glen = strlen(group);
+	}
+	fputc('\n', f);
+}
+
+/* The synopsis; with full, one line per option: "  -c, --name ARG   help [MIN..MAX] (default: X)",
+ * wrapped at HELP_WIDTH onto lines indented to HELP_COL. tests/meta/test_options.py reads it. */
+static void usage(FILE *f, bool full)
+{
+	put_synopsis(f);
+	fprintf(f, "Carries QEMU live-migration connections between nodes. See vmigd(8).\n");
+	if (!full)
+		return;
+	fprintf(f, "\n");
+	for (size_t i = 0; i < ARRAY_SIZE(opts); i++) {
+		const struct opt *op = &opts[i];
+		char text[512], name[96], range[48] = "";
+		int col;
+
+		if (op->name)
+			col = fprintf(f, "  %c%c%c %s", op->letter ? '-' : ' ',
+				      op->letter ? op->letter : ' ', op->letter ? ',' : ' ',
+				      opt_usage(op, name, sizeof(name)));
+		else
+			col = fprintf(f, "  %s", opt_usage(op, name, sizeof(name)));
+		col += fprintf(f, "%*s", col < HELP_COL - 2 ? HELP_COL - col : 2, "");
+		if (op->kind == OPT_ULONG)
+			snprintf(range, sizeof(range), " [%lu..%lu]", op->min, op->max);
+		snprintf(text, sizeof(text), "%s%s%s%s%s", op->help, range,
+			 op->def ? " (default: " : "", op->def ? op->def : "", op->def ? ")" : "");
+		put_words(f, col, HELP_COL, text, false);
+		fputc('\n', f);
+	}
+}
+
+static int parse_ulong(const struct opt *op, const char *s, const char *where, unsigned long *ret)
 {
 	char *end;
 	unsigned long v;
 
 	errno = 0;
 	v = strtoul(s, &end, 10);
-	if (errno || !*s || *end || *s == '-' || v < min || v > max) {
-		fprintf(stderr, "vmigd: --%s: expected a number from %lu to %lu, got \"%s\"\n",
-			name, min, max, s);
+	if (errno || !*s || *end || *s == '-' || v < op->min || v > op->max) {
+		fprintf(stderr, "vmigd: %s--%s: expected a number from %lu to %lu, got \"%s\"\n",
+			where, op->name, op->min, op->max, s);
 		return -EINVAL;
 	}
 	*ret = v;
 	return 0;
 }
 
-/* Strings made from --config lines; getopt keeps pointers into them until exit. */
-static char *config_args[MAX_CONFIG_ARGS];
-static int config_nargs;
-
-static void free_config_args(void)
+static int parse_word(const struct opt *op, const char *s, const char *where, int *ret)
 {
-	while (config_nargs > 0)
-		free(config_args[--config_nargs]);
+	const struct opt_word *w;
+
+	for (w = op->words; w->word; w++) {
+		if (strcmp(s, w->word) == 0) {
+			*ret = w->value;
+			return 0;
+		}
+	}
+	fprintf(stderr, "vmigd: %s--%s: use ", where, op->name);
+	for (w = op->words; w->word; w++)
+		fprintf(stderr, "%s%s", w == op->words ? "" : w[1].word ? ", " : " or ", w->word);
+	fprintf(stderr, "\n");
+	return -EINVAL;
 }
 
-/* Reads "option value" lines; each becomes "--option value" ahead of the command line's own. */
-static int read_config(const char *path)
+/* One option with its argument (NULL when it takes none) into o. */
+static int opt_apply(const struct opt *op, const char *arg, const char *where, struct options *o)
 {
-	char **args = config_args;
-	int *nargs = &config_nargs;
-	char line[1024];
+	void *at = (char *)o + op->off;
+
+	switch (op->kind) {
+	case OPT_STR:
+		*(const char **)at = arg;
+		return 0;
+	case OPT_FLAG:
+		*(bool *)at = true;
+		return 0;
+	case OPT_ULONG:
+		return parse_ulong(op, arg, where, at);
+	case OPT_RATE:
+		if (vm_parse_rate(arg, at) == 0)
+			return 0;
+		fprintf(stderr,
+			"vmigd: %s--%s: expected a rate such as 1Gbit, 500MB, 64Mi or none "
+			"(vmigd(8): RATE UNITS), got \"%s\"\n",
+			where, op->name, arg);
+		return -EINVAL;
+	case OPT_WORDS:
+		return parse_word(op, arg, where, at);
+	case OPT_FUNC:
+		return op->parse(op, arg, where, o);
+	}
+	return -EINVAL;
+}
+
+static int opt_log_level(const struct opt *op, const char *arg, const char *where,
+			 struct options *o)
+{
+	if (vm_log_level_parse(arg, &o->log_level) == 0)
+		return 0;
+	fprintf(stderr, "vmigd: %s--%s: use error, warning, info or debug\n", where, op->name);
+	return -EINVAL;
+}
+
+static int opt_help(const struct opt *op, const char *arg, const char *where, struct options *o)
+{
+	usage(stdout, true);
+	return 1;
+}
+
+static int opt_version(const struct opt *op, const char *arg, const char *where, struct options *o)
+{
+	printf("vmigd %s\n", VMIGD_VERSION);
+	return 1;
+}
+
+/* The whole of f, NUL-terminated. */
+static int conf_slurp(FILE *f, struct conf_text **ret)
+{
+	size_t len = 0, cap = 4096, n;
+	struct conf_text *t = malloc(sizeof(*t) + cap + 1), *bigger;
+
+	if (!t)
+		return -ENOMEM;
+	while ((n = fread(t->text + len, 1, cap - len, f)) > 0) {
+		len += n;
+		if (len < cap)
+			continue;
+		cap *= 2;
+		bigger = realloc(t, sizeof(*t) + cap + 1);
+		if (!bigger) {
+			free(t);
+			return -ENOMEM;
+		}
+		t = bigger;
+	}
+	if (ferror(f)) {
+		free(t);
+		return -EIO;
+	}
+	t->text[len] = '\0';
+	t->next = NULL;
+	*ret = t;
+	return 0;
+}
+
+/* One "name value" line of path. */
+static int conf_line(const char *path, int lineno, const char *name, const char *val,
+		     struct options *o)
+{
+	const struct opt *op = opt_by_name(name);
+	char where[PATH_MAX + 32], arg[64];
+
+	if (!op) {
+		fprintf(stderr, "vmigd: %s:%d: unknown option \"%s\"\n", path, lineno, name);
+		return -EINVAL;
+	}
+	if (op->flags & OPT_CLI_ONLY) {
+		fprintf(stderr, "vmigd: %s:%d: %s: only on the command line\n", path, lineno, name);
+		return -EINVAL;
+	}
+	if (opt_takes_arg(op) && !*val) {
+		fprintf(stderr, "vmigd: %s:%d: %s needs a value (%s)\n", path, lineno, name,
+			opt_arg(op, arg, sizeof(arg)));
+		return -EINVAL;
+	}
+	if (!opt_takes_arg(op) && *val) {
+		fprintf(stderr, "vmigd: %s:%d: %s takes no value, got \"%s\"\n", path, lineno, name,
+			val);
+		return -EINVAL;
+	}
+	snprintf(where, sizeof(where), "%s:%d: ", path, lineno);
+	return opt_apply(op, opt_takes_arg(op) ? val : NULL, where, o) < 0 ? -EINVAL : 0;
+}
+
+/* --config FILE: "option value" (or option=value) lines, long names without "--", "#" to the end
+ * of a line a comment. The values stay in the file's text, which o keeps. */
+static int opt_config(const struct opt *op, const char *path, const char *where, struct options *o)
+{
 	FILE *f = fopen(path, "re");
-	int lineno = 0;
+	struct conf_text *t;
+	char *line, *next;
+	int lineno = 0, r;
 
 	if (!f) {
-		fprintf(stderr, "vmigd: cannot read config %s: %s\n", path, strerror(errno));
-		return -errno;
+		r = -errno;
+		fprintf(stderr, "vmigd: cannot read config %s: %s\n", path, strerror(-r));
+		return r;
 	}
-	while (fgets(line, sizeof(line), f)) {
-		char *name = line, *val, *end;
+	r = conf_slurp(f, &t);
+	fclose(f);
+	if (r < 0) {
+		fprintf(stderr, "vmigd: cannot read config %s: %s\n", path, strerror(-r));
+		return r;
+	}
+	t->next = o->conf_texts;
+	o->conf_texts = t;
+	for (line = t->text; *line; line = next) {
+		char *name, *val, *end;
 
 		lineno++;
-		name += strspn(name, " \t");
-		end = name + strcspn(name, "#\r\n");
+		next = strchrnul(line, '\n');
+		if (*next)
+			*next++ = '\0';
+		name = line + strspn(line, " \t");
+		end = name + strcspn(name, "#\r");
 		while (end > name && (end[-1] == ' ' || end[-1] == '\t'))
 			end--;
 		*end = '\0';
@@ -177,175 +553,99 @@ static int read_config(const char *path)
 			*val++ = '\0';
 			val += strspn(val, " \t=");
 		}
-		if (*nargs + 2 > MAX_CONFIG_ARGS || strcmp(name, "config") == 0) {
-			fprintf(stderr, "vmigd: %s:%d: too many options or a nested config\n", path,
-				lineno);
-			fclose(f);
-			return -EINVAL;
-		}
-		if (asprintf(&args[*nargs], "--%s", name) < 0 ||
-		    (++*nargs, *val && !(args[(*nargs)++] = strdup(val)))) {
-			fclose(f);
-			return -ENOMEM;
-		}
+		r = conf_line(path, lineno, name, val, o);
+		if (r < 0)
+			return r;
 	}
-	fclose(f);
 	return 0;
 }
 
-static int parse_options(int argc, char **argv, struct options *o)
+static unsigned int default_threads(void)
 {
-	unsigned long v;
-	int c;
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
 
-	optind = 1;
-	while ((c = getopt_long(argc, argv, "c:l:a:t:nhV", long_opts, NULL)) != -1) {
-		switch (c) {
-		case 'c':
-			o->control = optarg;
-			break;
-		case 'l':
-			o->listen = optarg;
-			break;
-		case 'a':
-			o->advertise = optarg;
-			break;
-		case 'T':
-			o->no_tls = true;
-			break;
-		case 1001:
-			o->tls.cert = optarg;
-			break;
-		case 1002:
-			o->tls.key = optarg;
-			break;
-		case 1003:
-			o->tls.ca = optarg;
-			break;
-		case 1004:
-			o->tls.client_cert = optarg;
-			break;
-		case 1005:
-			o->tls.client_key = optarg;
-			break;
-		case 1006:
-			o->tls.allow = optarg;
-			break;
-		case 1007:
-			o->tls.resumption = false;
-			break;
-		case 1008:
-			o->tls.ktls = false;
-			break;
-		case 1009:
-			if (parse_ulong("handshake-timeout", optarg, 100, 600000,
-					&o->handshake_timeout_ms))
-				return -EINVAL;
-			break;
-		case 1010:
-			if (parse_ulong("preamble-timeout", optarg, 100, 600000,
-					&o->preamble_timeout_ms))
-				return -EINVAL;
-			break;
-		case 1011:
-			if (parse_ulong("max-unauthenticated", optarg, 1, 65536, &o->max_unauth))
-				return -EINVAL;
-			break;
-		case 1012:
-			if (parse_ulong("max-migration-conns", optarg, 1, 65536,
-					&o->max_migration_conns))
-				return -EINVAL;
-			break;
-		case 't':
-			if (parse_ulong("threads", optarg, 1, 64, &v) < 0)
-				return -EINVAL;
-			o->threads = v;
-			break;
-		case 'O':
-			if (parse_ulong("order-timeout", optarg, 100, 3600000,
-					&o->order_timeout_ms))
-				return -EINVAL;
-			break;
-		case 'C':
-			if (parse_ulong("connect-timeout", optarg, 100, 3600000,
-					&o->connect_timeout_ms))
-				return -EINVAL;
-			break;
-		case 'D':
-			if (parse_ulong("drain-timeout", optarg, 0, 86400, &o->drain_timeout_s))
-				return -EINVAL;
-			break;
-		case 'P':
-			if (parse_ulong("pipe-size", optarg, 4096, 64 << 20, &o->pipe_size))
-				return -EINVAL;
-			break;
-		case 'M':
-			if (parse_ulong("max-connections", optarg, 1, 1 << 20, &o->slots))
-				return -EINVAL;
-			break;
-		case 'X':
-			if (strcmp(optarg, "splice") != 0 && strcmp(optarg, "copy") != 0) {
-				fprintf(stderr, "vmigd: --data-path: use splice or copy\n");
-				return -EINVAL;
-			}
-			o->copy_path = strcmp(optarg, "copy") == 0;
-			break;
-		case 1013:
-			if (vm_parse_rate(optarg, &o->node_bandwidth) < 0) {
-				fprintf(stderr,
-					"vmigd: --node-bandwidth: expected a rate such as 1Gbit, "
-					"500MB, 64Mi or none (vmigd(8): RATE UNITS), got \"%s\"\n",
-					optarg);
-				return -EINVAL;
-			}
-			break;
-		case 1014:
-			if (strcmp(optarg, "bucket") == 0) {
-				o->shaper = PX_SHAPE_BUCKET;
-			} else if (strcmp(optarg, "pacing") == 0) {
-				o->shaper = PX_SHAPE_PACING;
-			} else {
-				fprintf(stderr, "vmigd: --shaper: use bucket or pacing\n");
-				return -EINVAL;
-			}
-			break;
-		case 1015:
-			o->no_inspect = true;
-			break;
-		case 1016:
-			o->keep_cap_at_switchover = true;
-			break;
-		case 1017:
-			o->metrics = optarg;
-			break;
-		case 'L':
-			if (vm_log_level_parse(optarg, &o->log_level) < 0) {
-				fprintf(stderr,
-					"vmigd: --log-level: use error, warning, info or debug\n");
-				return -EINVAL;
-			}
-			break;
-		case 'f':
-			break;
-		case 'n':
-			o->check_only = true;
-			break;
-		case 'h':
-			usage(stdout);
-			exit(0);
-		case 'V':
-			printf("vmigd %s\n", VMIGD_VERSION);
-			exit(0);
-		default:
-			usage(stderr);
+	return n < 1 ? 1 : n > 4 ? 4 : n;
+}
+
+/* The defaults: each opts[] default that is a value, parsed as if given. */
+static int options_init(struct options *o)
+{
+	*o = (struct options){ .threads = default_threads() };
+	for (size_t i = 0; i < ARRAY_SIZE(opts); i++) {
+		if (opts[i].def && !(opts[i].flags & OPT_DEF_TEXT) &&
+		    opt_apply(&opts[i], opts[i].def, "default: ", o) != 0)
 			return -EINVAL;
+	}
+	return 0;
+}
+
+static void options_done(struct options *o)
+{
+	while (o->conf_texts) {
+		struct conf_text *t = o->conf_texts;
+
+		o->conf_texts = t->next;
+		free(t);
+	}
+}
+
+/* One getopt pass over the command line, applying the OPT_EARLY options (early) or the others. */
+static int options_pass(int argc, char **argv, bool early, struct options *o)
+{
+	struct option lo[ARRAY_SIZE(opts) + 1];
+	char shorts[2 * ARRAY_SIZE(opts) + 1];
+	size_t nl = 0, ns = 0;
+	int c, r;
+
+	for (size_t i = 0; i < ARRAY_SIZE(opts); i++) {
+		const struct opt *op = &opts[i];
+		int has_arg = opt_takes_arg(op) ? required_argument : no_argument;
+
+		if (op->name)
+			lo[nl++] = (struct option){ op->name, has_arg, NULL, opt_val(op) };
+		if (op->letter) {
+			shorts[ns++] = op->letter;
+			if (has_arg)
+				shorts[ns++] = ':';
 		}
 	}
-	if (optind < argc) {
+	lo[nl] = (struct option){ NULL, 0, NULL, 0 };
+	shorts[ns] = '\0';
+
+	optind = 0; /* glibc: a fresh scan, whatever an earlier pass left */
+	opterr = !early;
+	while ((c = getopt_long(argc, argv, shorts, lo, NULL)) != -1) {
+		const struct opt *op = opt_by_val(c);
+
+		if (!op) {
+			if (early)
+				continue;
+			usage(stderr, false);
+			return -EINVAL;
+		}
+		if (!early != !(op->flags & OPT_EARLY))
+			continue;
+		r = opt_apply(op, optarg, "", o);
+		if (r)
+			return r;
+	}
+	if (!early && optind < argc) {
 		fprintf(stderr, "vmigd: unexpected argument \"%s\"\n", argv[optind]);
 		return -EINVAL;
 	}
 	return 0;
+}
+
+/* The config files first, so that the rest of the command line overrides them. 0, 1 when done
+ * (--help, --version) or -EINVAL after one line on stderr. */
+static int options_parse(int argc, char **argv, struct options *o)
+{
+	int r = options_pass(argc, argv, true, o);
+
+	if (r)
+		return r < 0 ? -EINVAL : r;
+	r = options_pass(argc, argv, false, o);
+	return r < 0 ? -EINVAL : r;
 }
 
 static void drained(void *arg)
@@ -404,142 +704,116 @@ static void on_signal(struct xp_watch *w, int fd, uint32_t events, void *arg)
 	px_node_drain(d->node, d->drain_timeout_s, drained, d);
 }
 
-static unsigned int default_threads(void)
+/* Checks what the options say together, loads TLS, and fills d->pc and the rest of d that start-up
+ * needs. Each refusal is one line on stderr. */
+static int daemon_configure(struct daemon *d, struct options *o)
 {
-	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	struct px_config *pc = &d->pc;
 
-	return n < 1 ? 1 : n > 4 ? 4 : n;
-}
-
-int main(int argc, char **argv)
-{
-	struct options o = {
-		.control = VMIGD_DEFAULT_CONTROL,
-		.listen = "0.0.0.0:0",
-		.threads = default_threads(),
-		.order_timeout_ms = 10000,
-		.connect_timeout_ms = 10000,
-		.drain_timeout_s = 300,
-		.pipe_size = 1 << 20,
-		.slots = 1024,
-		.log_level = VM_LOG_INFO,
-		.tls = { .resumption = true, .ktls = true },
-		.handshake_timeout_ms = 10000,
-		.preamble_timeout_ms = 5000,
-		.max_unauth = 64,
-		.max_migration_conns = 64,
-		.shaper = PX_SHAPE_BUCKET,
-	};
-	struct px_config pc = { 0 };
-	struct xp_addr metrics_addr;
-	char rate[32];
-	struct daemon d = { 0 };
-	char *args[MAX_CONFIG_ARGS + 256];
-	struct xp_watch *sigw = NULL;
-	int nargs = 1, holder, sfd = -1, r, status = 1;
-	sigset_t mask;
-
-	/* --config lines go first so that the command line overrides them. */
-	atexit(free_config_args);
-	args[0] = argv[0];
-	for (int i = 1; i < argc; i++) {
-		const char *cfg = NULL;
-
-		if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
-			cfg = argv[i + 1];
-		else if (strncmp(argv[i], "--config=", 9) == 0)
-			cfg = argv[i] + 9;
-		if (cfg && read_config(cfg) < 0)
-			return 1;
-	}
-	for (int i = 0; i < config_nargs; i++)
-		args[nargs++] = config_args[i];
-	if (argc > 256) {
-		fprintf(stderr, "vmigd: too many arguments\n");
-		return 1;
-	}
-	for (int i = 1; i < argc; i++)
-		args[nargs++] = argv[i];
-	args[nargs] = NULL;
-	if (parse_options(nargs, args, &o) < 0)
-		return 1;
-
-	vm_log_setup("vmigd", o.log_level);
-	if (o.no_tls && (o.tls.cert || o.tls.key || o.tls.ca)) {
+	vm_log_setup("vmigd", o->log_level);
+	o->tls.resumption = !o->no_tls_resumption;
+	o->tls.ktls = !o->no_ktls;
+	if (o->no_tls && (o->tls.cert || o->tls.key || o->tls.ca)) {
 		fprintf(stderr, "vmigd: --no-tls contradicts --tls-cert/--tls-key/--tls-ca\n");
-		return 1;
+		return -EINVAL;
 	}
-	if (!o.no_tls && (!o.tls.cert || !o.tls.key || !o.tls.ca)) {
+	if (!o->no_tls && (!o->tls.cert || !o->tls.key || !o->tls.ca)) {
 		fprintf(stderr,
 			"vmigd: the node hop is TLS by default: give --tls-cert, --tls-key and "
 			"--tls-ca (PEM), or --no-tls to carry migrations in plain text\n");
-		return 1;
+		return -EINVAL;
 	}
-	if (!o.tls.client_cert != !o.tls.client_key) {
+	if (!o->tls.client_cert != !o->tls.client_key) {
 		fprintf(stderr, "vmigd: --tls-client-cert and --tls-client-key go together\n");
-		return 1;
+		return -EINVAL;
 	}
-	if (!o.no_tls) {
+	if (!o->no_tls) {
 		char err[300];
 
-		if (xp_tls_new(&o.tls, &d.tls, err, sizeof(err)) < 0) {
+		if (xp_tls_new(&o->tls, &d->tls, err, sizeof(err)) < 0) {
 			fprintf(stderr, "vmigd: TLS: %s\n", err);
-			return 1;
+			return -EINVAL;
 		}
 	}
-	if (xp_addr_parse(o.listen, 1, &pc.listen) < 0) {
+	if (xp_addr_parse(o->listen, 1, &pc->listen) < 0) {
 		fprintf(stderr, "vmigd: --listen: expected ADDR:PORT (numeric), got \"%s\"\n",
-			o.listen);
-		return 1;
+			o->listen);
+		return -EINVAL;
 	}
-	if (o.advertise) {
+	if (o->advertise) {
 		struct xp_addr a;
 
-		if (strlen(o.advertise) >= sizeof(pc.advertise) ||
-		    xp_addr_from_host(o.advertise, 1, &a) < 0) {
+		if (strlen(o->advertise) >= sizeof(pc->advertise) ||
+		    xp_addr_from_host(o->advertise, 1, &a) < 0) {
 			fprintf(stderr,
 				"vmigd: --advertise: expected a numeric IP address, got \"%s\"\n",
-				o.advertise);
-			return 1;
+				o->advertise);
+			return -EINVAL;
 		}
-		strcpy(pc.advertise, o.advertise);
+		strcpy(pc->advertise, o->advertise);
 	}
-	if (o.metrics && xp_addr_parse(o.metrics, 1, &metrics_addr) < 0) {
+	if (o->metrics && xp_addr_parse(o->metrics, 1, &d->metrics_addr) < 0) {
 		fprintf(stderr,
 			"vmigd: --metrics: expected ADDR:PORT (numeric; IPv6 as [ADDR]:PORT), got "
 			"\"%s\"\n",
-			o.metrics);
-		return 1;
+			o->metrics);
+		return -EINVAL;
 	}
-	if (xp_unix_path_ok(o.control) < 0) {
-		fprintf(stderr, "vmigd: --control: path too long or empty: \"%s\"\n", o.control);
-		return 1;
+	if (xp_unix_path_ok(o->control) < 0) {
+		fprintf(stderr, "vmigd: --control: path too long or empty: \"%s\"\n", o->control);
+		return -EINVAL;
 	}
-	if (o.check_only) {
-		printf("vmigd: configuration ok\n");
-		xp_tls_free(d.tls);
-		return 0;
-	}
-	pc.threads = o.threads;
-	pc.slots = (o.slots + o.threads - 1) / o.threads;
-	pc.pipe_size = o.pipe_size;
-	pc.copy_path = o.copy_path;
-	pc.order_timeout_ms = o.order_timeout_ms;
-	pc.connect_timeout_ms = o.connect_timeout_ms;
-	pc.tls = d.tls;
-	pc.handshake_timeout_ms = o.handshake_timeout_ms;
-	pc.preamble_timeout_ms = o.preamble_timeout_ms;
-	pc.max_unauth = o.max_unauth;
-	pc.max_migration_conns = o.max_migration_conns;
-	pc.node_bandwidth = o.node_bandwidth;
-	pc.shaper = o.shaper;
-	pc.inspect = !o.no_inspect;
-	pc.keep_cap_at_switchover = o.keep_cap_at_switchover;
-	d.drain_timeout_s = o.drain_timeout_s;
-	d.info.started_ms = vm_now_ms();
-	d.info.tls = d.tls;
-	d.info.control_path = o.control;
+	pc->threads = o->threads;
+	pc->slots = (o->slots + o->threads - 1) / o->threads;
+	pc->pipe_size = o->pipe_size;
+	pc->copy_path = o->copy_path;
+	pc->order_timeout_ms = o->order_timeout_ms;
+	pc->connect_timeout_ms = o->connect_timeout_ms;
+	pc->tls = d->tls;
+	pc->handshake_timeout_ms = o->handshake_timeout_ms;
+	pc->preamble_timeout_ms = o->preamble_timeout_ms;
+	pc->max_unauth = o->max_unauth;
+	pc->max_migration_conns = o->max_migration_conns;
+	pc->node_bandwidth = o->node_bandwidth;
+	pc->shaper = o->shaper;
+	pc->inspect = !o->no_inspect;
+	pc->keep_cap_at_switchover = o->keep_cap_at_switchover;
+	d->drain_timeout_s = o->drain_timeout_s;
+	d->info.tls = d->tls;
+	d->info.control_path = o->control;
+	return 0;
+}
 
+static void log_tls_start(struct daemon *d, const struct options *o)
+{
+	const char *files[5];
+	unsigned int nf = xp_tls_files(d->tls, files);
+	char allow[300] = "";
+	int r;
+
+	for (unsigned int i = 0; xp_tls_allow_list(d->tls, i); i++)
+		snprintf(allow + strlen(allow), sizeof(allow) - strlen(allow), "%s%s", i ? "," : "",
+			 xp_tls_allow_list(d->tls, i));
+	log_info("TLS: generation %u: %s; CA %s; allow %s; resumption %s; kernel kTLS %s",
+		 xp_tls_generation(d->tls), xp_tls_describe(d->tls), o->tls.ca, allow,
+		 o->tls.resumption ? "on" : "off",
+		 xp_tls_kernel_has_ktls() ? (o->tls.ktls ? "used" : "present, off (--no-ktls)")
+					  : "absent: user-space crypto");
+	r = xp_fwatch_new(d->loop, files, nf, TLS_SETTLE_MS, tls_files_changed, d, &d->tls_watch);
+	if (r < 0)
+		log_warn("TLS: cannot watch the certificate files (%s); reload with SIGHUP",
+			 strerror(-r));
+}
+
+/* The event loop, the node, convergence control, the control socket, metrics and the signals;
+ * what was made before a failure is left in d for daemon_done(). Logs its errors. */
+static int daemon_start(struct daemon *d, const struct options *o)
+{
+	char rate[32];
+	sigset_t mask;
+	int holder, r;
+
+	d->info.started_ms = vm_now_ms();
 	/* Writes to a closed peer must come back as EPIPE, not kill the daemon. */
 	signal(SIGPIPE, SIG_IGN);
 	sigemptyset(&mask);
@@ -548,95 +822,117 @@ int main(int argc, char **argv)
 	sigaddset(&mask, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, &mask, NULL);
 
-	r = xp_loop_new(&d.loop);
+	r = xp_loop_new(&d->loop);
 	if (r < 0) {
 		log_err("cannot create the event loop: %s", strerror(-r));
-		goto out;
+		return r;
 	}
-	r = px_node_new(d.loop, &pc, &d.node);
+	r = px_node_new(d->loop, &d->pc, &d->node);
 	if (r < 0)
-		goto out;
-	r = cv_set_new(d.loop, d.node, &d.conv);
+		return r;
+	r = cv_set_new(d->loop, d->node, &d->conv);
 	if (r < 0) {
 		log_err("cannot set up convergence control: %s", strerror(-r));
-		goto out;
+		return r;
 	}
-	d.info.conv = d.conv;
-	r = ctl_server_new(d.loop, o.control, d.node, &d.info, &holder, &d.ctl);
+	d->info.conv = d->conv;
+	r = ctl_server_new(d->loop, o->control, d->node, &d->info, &holder, &d->ctl);
 	if (r == -EADDRINUSE) {
 		log_err("another vmigd (pid %d) is already running with control socket %s", holder,
-			o.control);
-		goto out;
+			o->control);
+		return r;
 	}
 	if (r < 0) {
-		log_err("cannot create control socket %s: %s", o.control, strerror(-r));
-		goto out;
+		log_err("cannot create control socket %s: %s", o->control, strerror(-r));
+		return r;
 	}
-	if (o.metrics) {
+	if (o->metrics) {
 		char err[300];
 
-		r = ctl_metrics_server_new(d.loop, d.node, d.conv, &metrics_addr, &d.metrics, err,
-					   sizeof(err));
+		r = ctl_metrics_server_new(d->loop, d->node, d->conv, &d->metrics_addr, &d->metrics,
+					   err, sizeof(err));
 		if (r < 0) {
 			log_err("metrics: %s", err);
-			goto out;
+			return r;
 		}
-		d.info.metrics = ctl_metrics_server_addr(d.metrics);
-		log_info("metrics: serving http://%s/metrics", d.info.metrics);
+		d->info.metrics = ctl_metrics_server_addr(d->metrics);
+		log_info("metrics: serving http://%s/metrics", d->info.metrics);
 	}
-	sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-	if (sfd < 0 || xp_watch_add(d.loop, sfd, EPOLLIN, on_signal, &d, &sigw) < 0) {
+	d->sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (d->sfd < 0 || xp_watch_add(d->loop, d->sfd, EPOLLIN, on_signal, d, &d->sigw) < 0) {
 		log_err("cannot watch signals: %s", strerror(errno));
-		goto out;
+		return -errno;
 	}
-	if (d.tls) {
-		const char *files[5];
-		unsigned int nf = xp_tls_files(d.tls, files);
-		char allow[300] = "";
-
-		for (unsigned int i = 0; xp_tls_allow_list(d.tls, i); i++)
-			snprintf(allow + strlen(allow), sizeof(allow) - strlen(allow), "%s%s",
-				 i ? "," : "", xp_tls_allow_list(d.tls, i));
-		log_info("TLS: generation %u: %s; CA %s; allow %s; resumption %s; kernel kTLS %s",
-			 xp_tls_generation(d.tls), xp_tls_describe(d.tls), o.tls.ca, allow,
-			 o.tls.resumption ? "on" : "off",
-			 xp_tls_kernel_has_ktls()
-				 ? (o.tls.ktls ? "used" : "present, off (--no-ktls)")
-				 : "absent: user-space crypto");
-		r = xp_fwatch_new(d.loop, files, nf, TLS_SETTLE_MS, tls_files_changed, &d,
-				  &d.tls_watch);
-		if (r < 0)
-			log_warn("TLS: cannot watch the certificate files (%s); reload with SIGHUP",
-				 strerror(-r));
-	} else {
+	if (d->tls)
+		log_tls_start(d, o);
+	else
 		log_warn("node hop is plain text (--no-tls): migration data crosses the network "
 			 "unencrypted and peers are not authenticated");
-	}
 	log_info("vmigd %s started: listen=%s advertise=%s control=%s threads=%u data_path=%s",
-		 VMIGD_VERSION, px_node_listen_str(d.node), px_node_advertise(d.node), o.control,
-		 px_node_threads(d.node), px_node_data_path(d.node));
+		 VMIGD_VERSION, px_node_listen_str(d->node), px_node_advertise(d->node), o->control,
+		 px_node_threads(d->node), px_node_data_path(d->node));
 	log_info("bandwidth: node cap %s, shaper %s, inspection %s, caps %s at switchover",
-		 vm_format_rate(o.node_bandwidth, rate, sizeof(rate)), px_shaper_str(o.shaper),
-		 o.no_inspect ? "off" : "on", o.keep_cap_at_switchover ? "kept" : "lifted");
-	r = xp_loop_run(d.loop);
+		 vm_format_rate(o->node_bandwidth, rate, sizeof(rate)), px_shaper_str(o->shaper),
+		 o->no_inspect ? "off" : "on", o->keep_cap_at_switchover ? "kept" : "lifted");
+	return 0;
+}
+
+/* Until a signal and a drain end the loop. */
+static int daemon_run(struct daemon *d)
+{
+	int r = xp_loop_run(d->loop);
+
 	if (r < 0)
 		log_err("event loop: %s", strerror(-r));
-	else
-		status = 0;
-out:
-	xp_watch_del(sigw);
-	if (sfd >= 0)
-		close(sfd);
-	ctl_metrics_server_free(d.metrics);
-	ctl_server_free(d.ctl);
-	xp_fwatch_free(d.tls_watch);
+	return r;
+}
+
+/* Takes a daemon in any state daemon_configure() or daemon_start() left it. */
+static void daemon_done(struct daemon *d)
+{
+	xp_watch_del(d->sigw);
+	if (d->sfd >= 0)
+		close(d->sfd);
+	ctl_metrics_server_free(d->metrics);
+	ctl_server_free(d->ctl);
+	xp_fwatch_free(d->tls_watch);
 	/* Monitors read the node's figures: stop them first. */
-	cv_set_free(d.conv);
+	cv_set_free(d->conv);
 	/* The node's links hold TLS sessions: free it first. */
-	px_node_free(d.node);
-	xp_tls_free(d.tls);
-	xp_loop_free(d.loop);
-	if (status == 0)
+	px_node_free(d->node);
+	xp_tls_free(d->tls);
+	xp_loop_free(d->loop);
+}
+
+int main(int argc, char **argv)
+{
+	struct options o;
+	struct daemon d = { .sfd = -1 };
+	int r, status = 1;
+
+	r = options_init(&o);
+	if (r < 0)
+		goto out_options;
+	r = options_parse(argc, argv, &o);
+	if (r != 0) {
+		status = r > 0 ? 0 : 1;
+		goto out_options;
+	}
+	if (daemon_configure(&d, &o) < 0)
+		goto out_daemon;
+	if (o.check_only) {
+		printf("vmigd: configuration ok\n");
+		status = 0;
+		goto out_daemon;
+	}
+	if (daemon_start(&d, &o) < 0 || daemon_run(&d) < 0)
+		goto out_daemon;
+	status = 0;
+out_daemon:
+	daemon_done(&d);
+	if (status == 0 && !o.check_only)
 		log_info("stopped");
+out_options:
+	options_done(&o);
 	return status;
 }
