@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-/* Prometheus metrics: snapshot, text rendering (doc/interfaces.md lists the names) and the
- * libmicrohttpd endpoint, run without a thread of its own from the control loop, where px_node
- * may be read. Not a general HTTP server: GET /metrics, nothing else. */
+/* Prometheus metrics: snapshot, text rendering of the figure tables (ctl_figures.c; doc/
+ * interfaces.md lists the names) and the libmicrohttpd endpoint, run without a thread of its own
+ * from the control loop, where px_node may be read. Not a general HTTP server: GET /metrics. */
 #include <errno.h>
 #include <inttypes.h>
 #include <microhttpd.h>
@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "ctl_metrics.h"
+#include "ctl_report.h"
 #include "log.h"
 #include "util.h"
 
@@ -151,387 +152,20 @@ int ctl_metrics_snapshot_take(struct px_node *n, struct cv_set *conv,
 /* ---- rendering ---- */
 
 /*
- * One metric: a family name and, for families split by a label of their own (direction, window,
- * state, kind), the fixed labels of this member. Members of one family sit next to each other
- * in the tables below, so each family's samples form one group under one HELP and TYPE.
+ * The families are the figure tables' (ctl_figures.c), in table order; a family's members (its
+ * fixed labels: direction and window, kind) sit next to each other there, so each family's samples
+ * form one group under one HELP and TYPE. The info metrics, whose labels describe a thing rather
+ * than count it, are special cases here: vmigd_node_info, vmigd_migration_info and
+ * vmigd_convergence_info.
  */
-struct metric {
-	const char *name, *type, *help;
-	const char *fixed; /* labels after the object's own, or NULL */
-	int id;
-	bool milli; /* the value is in thousandths of the unit */
-};
-
-enum {
-	/* node */
-	NV_CAP,
-	NV_SENT,
-	NV_RECV,
-	NV_TX1,
-	NV_TX10,
-	NV_RX1,
-	NV_RX10,
-	NV_CONNS,
-	NV_CONNS_TOTAL,
-	NV_MIGS,
-	/* migration */
-	MV_SENT,
-	MV_RECV,
-	MV_TX1,
-	MV_TX10,
-	MV_RX1,
-	MV_RX10,
-	MV_CAP,
-	MV_LIMIT,
-	MV_CAP_LIFTED,
-	MV_CONNS,
-	MV_CONNS_TOTAL,
-	MV_CONNS_FAILED,
-	MV_CONNS_REORDERED,
-	MV_DURATION,
-	MV_START,
-	MV_SHAPED,
-	MV_CH_MAIN, /* from here on: inspected migrations only */
-	MV_CH_MULTIFD,
-	MV_CH_OTHER,
-	MV_BYTES_ONLY,
-	MV_PAGES,
-	MV_ZERO,
-	MV_PACKETS,
-	MV_SYNCS,
-	MV_PASSES,
-	MV_DIRTY_PAGES,
-	MV_DIRTY_RATE,
-	MV_SWITCHOVER,
-	/* port */
-	PV_SENT,
-	PV_RECV,
-	PV_TX1,
-	PV_TX10,
-	PV_RX1,
-	PV_RX10,
-	PV_CONNS,
-	PV_CONNS_TOTAL,
-	/* connection */
-	CV_SENT,
-	CV_RECV,
-	CV_SHAPED,
-	CV_PACING,
-};
-
-#define TX1  "direction=\"tx\",window=\"1s\""
-#define TX10 "direction=\"tx\",window=\"10s\""
-#define RX1  "direction=\"rx\",window=\"1s\""
-#define RX10 "direction=\"rx\",window=\"10s\""
-#define M(n, t, h, f, i)                                                                           \
-	{                                                                                          \
-		.name = n, .type = t, .help = h, .fixed = f, .id = i                               \
-	}
-#define M_MILLI(n, t, h, f, i)                                                                     \
-	{                                                                                          \
-		.name = n, .type = t, .help = h, .fixed = f, .id = i, .milli = true                \
-	}
-#define RATE_FAMILY(name, help, first)                                                             \
-	M(name, "gauge", help, TX1, first), M(name, "gauge", help, TX10, first + 1),               \
-		M(name, "gauge", help, RX1, first + 2), M(name, "gauge", help, RX10, first + 3)
-
-static const struct metric node_metrics[] = {
-	M("vmigd_node_bandwidth_cap_bytes_per_second", "gauge",
-	  "Cap on what this node sends, all migrations together; 0: none.", NULL, NV_CAP),
-	M("vmigd_node_sent_bytes_total", "counter",
-	  "QEMU stream bytes sent to peers (tx), all migrations since start.", NULL, NV_SENT),
-	M("vmigd_node_received_bytes_total", "counter",
-	  "QEMU stream bytes received from peers (rx), all migrations since start.", NULL, NV_RECV),
-	RATE_FAMILY("vmigd_node_rate_bytes_per_second",
-		    "Stream bytes per second over the window, all migrations.", NV_TX1),
-	M("vmigd_node_connections", "gauge", "Connections being set up or carried now.",
-	  "state=\"active\"", NV_CONNS),
-	M("vmigd_node_connections_total", "counter", "Connections carried since start.", NULL,
-	  NV_CONNS_TOTAL),
-	M("vmigd_migrations", "gauge", "Migrations on this node now, either role.", NULL, NV_MIGS),
-};
-
-static const struct metric mig_metrics[] = {
-	M("vmigd_migration_sent_bytes_total", "counter",
-	  "QEMU stream bytes sent to the peer (local to peer).", NULL, MV_SENT),
-	M("vmigd_migration_received_bytes_total", "counter",
-	  "QEMU stream bytes received from the peer (peer to local).", NULL, MV_RECV),
-	RATE_FAMILY("vmigd_migration_rate_bytes_per_second",
-		    "Stream bytes per second over the window.", MV_TX1),
-	M("vmigd_migration_cap_bytes_per_second", "gauge", "Cap set for this migration; 0: none.",
-	  NULL, MV_CAP),
-	M("vmigd_migration_limit_bytes_per_second", "gauge",
-	  "What the migration may send now: its cap or its share of the node cap; 0: none.", NULL,
-	  MV_LIMIT),
-	M("vmigd_migration_cap_lifted", "gauge", "1 once the cap was lifted at switchover.", NULL,
-	  MV_CAP_LIFTED),
-	M("vmigd_migration_connections", "gauge", "Connections being set up or carried now.",
-	  "state=\"active\"", MV_CONNS),
-	M("vmigd_migration_connections_total", "counter", "Connections carried so far.", NULL,
-	  MV_CONNS_TOTAL),
-	M("vmigd_migration_connections_failed_total", "counter", "Connections that failed.", NULL,
-	  MV_CONNS_FAILED),
-	M("vmigd_migration_connections_reordered_total", "counter",
-	  "Target: connections that arrived before a predecessor and waited.", NULL,
-	  MV_CONNS_REORDERED),
-	M_MILLI("vmigd_migration_duration_seconds", "gauge",
-		"Time since the migration was started.", NULL, MV_DURATION),
-	M_MILLI("vmigd_migration_start_time_seconds", "gauge",
-		"When the migration was started, Unix time.", NULL, MV_START),
-	M_MILLI("vmigd_migration_shaped_seconds_total", "counter",
-		"Time the migration's connections waited for the cap, summed.", NULL, MV_SHAPED),
-	M("vmigd_migration_inspect_channels", "gauge", "Connections the inspector saw, by kind.",
-	  "kind=\"main\"", MV_CH_MAIN),
-	M("vmigd_migration_inspect_channels", "gauge", "Connections the inspector saw, by kind.",
-	  "kind=\"multifd\"", MV_CH_MULTIFD),
-	M("vmigd_migration_inspect_channels", "gauge", "Connections the inspector saw, by kind.",
-	  "kind=\"other\"", MV_CH_OTHER),
-	M("vmigd_migration_inspect_bytes_only_channels", "gauge",
-	  "Connections where the inspector stopped parsing and only counts bytes.", NULL,
-	  MV_BYTES_ONLY),
-	M("vmigd_migration_pages_total", "counter", "RAM pages sent with their data.", NULL,
-	  MV_PAGES),
-	M("vmigd_migration_zero_pages_total", "counter", "RAM pages sent as zero pages (no data).",
-	  NULL, MV_ZERO),
-	M("vmigd_migration_multifd_packets_total", "counter", "Multifd packet headers seen.", NULL,
-	  MV_PACKETS),
-	M("vmigd_migration_sync_points_total", "counter",
-	  "Sync points seen: multifd SYNC flags, main-channel EOS and multifd flushes.", NULL,
-	  MV_SYNCS),
-	M("vmigd_migration_passes", "gauge", "RAM scan passes begun (the most any channel began).",
-	  NULL, MV_PASSES),
-	M("vmigd_migration_dirty_pages_per_pass", "gauge",
-	  "Pages of the last completed pass after the first: an estimate of the dirty set.", NULL,
-	  MV_DIRTY_PAGES),
-	M("vmigd_migration_dirty_rate_bytes_per_second", "gauge",
-	  "Dirty-rate estimate: the last completed pass's pages over its duration.", NULL,
-	  MV_DIRTY_RATE),
-	M("vmigd_migration_switchover", "gauge", "1 once the completion stage began (VM stopped).",
-	  NULL, MV_SWITCHOVER),
-};
-
-static const struct metric port_metrics[] = {
-	M("vmigd_port_sent_bytes_total", "counter", "Stream bytes sent on a logical port.", NULL,
-	  PV_SENT),
-	M("vmigd_port_received_bytes_total", "counter", "Stream bytes received on a logical port.",
-	  NULL, PV_RECV),
-	RATE_FAMILY("vmigd_port_rate_bytes_per_second",
-		    "Stream bytes per second on a logical port over the window.", PV_TX1),
-	M("vmigd_port_connections", "gauge", "Connections of a logical port now.",
-	  "state=\"active\"", PV_CONNS),
-	M("vmigd_port_connections_total", "counter", "Connections of a logical port so far.", NULL,
-	  PV_CONNS_TOTAL),
-};
-
-static const struct metric conn_metrics[] = {
-	M("vmigd_connection_sent_bytes_total", "counter",
-	  "Stream bytes sent on an open connection.", NULL, CV_SENT),
-	M("vmigd_connection_received_bytes_total", "counter",
-	  "Stream bytes received on an open connection.", NULL, CV_RECV),
-	M_MILLI("vmigd_connection_shaped_seconds_total", "counter",
-		"Time an open connection waited for the cap.", NULL, CV_SHAPED),
-	M("vmigd_connection_pacing_bytes_per_second", "gauge",
-	  "SO_MAX_PACING_RATE set on the connection (pacing shaper); 0: none.", NULL, CV_PACING),
-};
-
 struct prom {
 	FILE *f;
 	const char *family; /* the last one whose HELP and TYPE were written */
+	struct ctl_env env;
 };
 
-static uint64_t rate_of(const struct px_rates *r, int which)
-{
-	switch (which) {
-	case 0:
-		return r->tx_1s;
-	case 1:
-		return r->tx_10s;
-	case 2:
-		return r->rx_1s;
-	}
-	return r->rx_10s;
-}
-
-static bool node_value(int id, const struct ctl_metrics_snapshot *s, uint64_t *v)
-{
-	const struct px_node_info *n = &s->node;
-
-	switch (id) {
-	case NV_CAP:
-		*v = n->bandwidth;
-		break;
-	case NV_SENT:
-		*v = n->bytes_tx;
-		break;
-	case NV_RECV:
-		*v = n->bytes_rx;
-		break;
-	case NV_TX1:
-	case NV_TX10:
-	case NV_RX1:
-	case NV_RX10:
-		*v = rate_of(&n->rate, id - NV_TX1);
-		break;
-	case NV_CONNS:
-		*v = n->conns_active;
-		break;
-	case NV_CONNS_TOTAL:
-		*v = n->conns_total;
-		break;
-	case NV_MIGS:
-		*v = n->migrations;
-		break;
-	default:
-		return false;
-	}
-	return true;
-}
-
-static uint64_t age_ms(const struct ctl_metrics_snapshot *s, const struct px_migration_info *mi)
-{
-	return s->now_ms > mi->started_ms ? s->now_ms - mi->started_ms : 0;
-}
-
-static bool mig_value(int id, const struct ctl_metrics_snapshot *s,
-		      const struct px_migration_info *mi, uint64_t *v)
-{
-	const struct px_insp_summary *in = &mi->insp;
-
-	if (id >= MV_CH_MAIN && !mi->inspected)
-		return false;
-	switch (id) {
-	case MV_SENT:
-		*v = mi->bytes_tx;
-		break;
-	case MV_RECV:
-		*v = mi->bytes_rx;
-		break;
-	case MV_TX1:
-	case MV_TX10:
-	case MV_RX1:
-	case MV_RX10:
-		*v = rate_of(&mi->rate, id - MV_TX1);
-		break;
-	case MV_CAP:
-		*v = mi->cap;
-		break;
-	case MV_LIMIT:
-		*v = mi->limit;
-		break;
-	case MV_CAP_LIFTED:
-		*v = mi->cap_lifted;
-		break;
-	case MV_CONNS:
-		*v = mi->conns_active;
-		break;
-	case MV_CONNS_TOTAL:
-		*v = mi->conns_total;
-		break;
-	case MV_CONNS_FAILED:
-		*v = mi->conns_failed;
-		break;
-	case MV_CONNS_REORDERED:
-		*v = mi->conns_reordered;
-		break;
-	case MV_DURATION:
-		*v = age_ms(s, mi);
-		break;
-	case MV_START:
-		/* The monotonic start moved onto the wall clock, in ms. */
-		*v = (uint64_t)(s->now_unix * 1000) - age_ms(s, mi);
-		break;
-	case MV_SHAPED:
-		*v = mi->shaped_ms;
-		break;
-	case MV_CH_MAIN:
-		*v = in->main;
-		break;
-	case MV_CH_MULTIFD:
-		*v = in->multifd;
-		break;
-	case MV_CH_OTHER:
-		*v = in->other;
-		break;
-	case MV_BYTES_ONLY:
-		*v = in->bytes_only;
-		break;
-	case MV_PAGES:
-		*v = in->pages;
-		break;
-	case MV_ZERO:
-		*v = in->zero_pages;
-		break;
-	case MV_PACKETS:
-		*v = in->packets;
-		break;
-	case MV_SYNCS:
-		*v = in->syncs;
-		break;
-	case MV_PASSES:
-		*v = in->passes;
-		break;
-	case MV_DIRTY_PAGES:
-		*v = in->dirty_pages_per_pass;
-		return in->dirty_known;
-	case MV_DIRTY_RATE:
-		*v = in->dirty_rate;
-		return in->dirty_known;
-	case MV_SWITCHOVER:
-		*v = in->switchover;
-		break;
-	default:
-		return false;
-	}
-	return true;
-}
-
-static bool port_value(int id, const struct px_port_info *p, uint64_t *v)
-{
-	switch (id) {
-	case PV_SENT:
-		*v = p->bytes_tx;
-		break;
-	case PV_RECV:
-		*v = p->bytes_rx;
-		break;
-	case PV_TX1:
-	case PV_TX10:
-	case PV_RX1:
-	case PV_RX10:
-		*v = rate_of(&p->rate, id - PV_TX1);
-		break;
-	case PV_CONNS:
-		*v = p->conns_active;
-		break;
-	case PV_CONNS_TOTAL:
-		*v = p->conns_total;
-		break;
-	default:
-		return false;
-	}
-	return true;
-}
-
-static bool conn_value(int id, const struct px_conn_info *c, uint64_t *v)
-{
-	switch (id) {
-	case CV_SENT:
-		*v = c->bytes_tx;
-		break;
-	case CV_RECV:
-		*v = c->bytes_rx;
-		break;
-	case CV_SHAPED:
-		*v = c->shaped_ms;
-		break;
-	case CV_PACING:
-		*v = c->pacing;
-		break;
-	default:
-		return false;
-	}
-	return true;
-}
+/* Which objects a table's samples are about, each with its own labels. */
+enum objs { OBJS_NODE, OBJS_MIGRATION, OBJS_INSPECT, OBJS_PORT, OBJS_CONN, OBJS_CONV };
 
 /*
  * Appends name="value" to buf, escaped as the format wants (\\, \", \n). Anything else outside
@@ -566,39 +200,124 @@ static void head(struct prom *p, const char *name, const char *type, const char 
 	fprintf(p->f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static void sample(struct prom *p, const struct metric *m, const char *labels, uint64_t v)
+/* Milliseconds as seconds, "1.500": the base unit Prometheus wants, without rounding. */
+static void milli(FILE *f, uint64_t v)
 {
-	head(p, m->name, m->type, m->help);
-	fputs(m->name, p->f);
-	if (*labels || m->fixed)
-		fprintf(p->f, "{%s%s%s}", labels, *labels && m->fixed ? "," : "",
-			m->fixed ? m->fixed : "");
-	if (m->milli)
-		fprintf(p->f, " %" PRIu64 ".%03" PRIu64 "\n", v / 1000, v % 1000);
-	else
-		fprintf(p->f, " %" PRIu64 "\n", v);
+	fprintf(f, "%" PRIu64 ".%03" PRIu64 "\n", v / 1000, v % 1000);
 }
 
-static const char *role_str(enum px_role r)
+static void sample(struct prom *p, const struct ctl_fig *fig, const char *labels,
+		   const struct ctl_value *v)
 {
-	return r == PX_ROLE_SOURCE ? "source" : "target";
+	const struct ctl_prom *m = &fig->prom;
+	bool ms = fig->unit == CTL_MS || fig->unit == CTL_SECONDS;
+	char fixed[LABELS_MAX] = "";
+
+	if (m->labels)
+		snprintf(fixed, sizeof(fixed), "%s", m->labels);
+	else if (m->label && v->name)
+		label(fixed, sizeof(fixed), m->label, v->name);
+	head(p, m->name, m->type, m->help);
+	fputs(m->name, p->f);
+	if (*labels || *fixed)
+		fprintf(p->f, "{%s%s%s}", labels, *labels && *fixed ? "," : "", fixed);
+	fputc(' ', p->f);
+	if (v->kind == CTL_V_BOOL)
+		fprintf(p->f, "%d\n", v->b);
+	else if (v->kind == CTL_V_I64 && v->i < 0)
+		fprintf(p->f, "%" PRId64 "\n", v->i); /* no exported figure is negative yet */
+	else if (ms)
+		milli(p->f, v->kind == CTL_V_I64 ? (uint64_t)v->i : v->u);
+	else
+		fprintf(p->f, "%" PRIu64 "\n", v->kind == CTL_V_I64 ? (uint64_t)v->i : v->u);
+}
+
+/* One figure of one object: no sample where its condition does not hold. */
+static void emit(struct prom *p, const struct ctl_fig *f, const void *obj, const char *labels)
+{
+	struct ctl_value v;
+
+	if (!ctl_fig_present(f, obj))
+		return;
+	for (unsigned int i = 0; i < ctl_fig_count(f); i++) {
+		ctl_fig_read(f, obj, &p->env, i, &v);
+		sample(p, f, labels, &v);
+	}
 }
 
 static void mig_labels(const struct px_migration_info *mi, char *buf, size_t len)
 {
 	buf[0] = '\0';
 	label(buf, len, "key", mi->key);
-	label(buf, len, "role", role_str(mi->role));
+	label(buf, len, "role", ctl_role_str(mi->role));
 }
 
-static void render_node(struct prom *p, const struct ctl_metrics_snapshot *s)
+/* One figure of every object of a kind, in the order of the snapshot. */
+static void walk(struct prom *p, const struct ctl_metrics_snapshot *s, enum objs k,
+		 const struct ctl_fig *f)
+{
+	char labels[LABELS_MAX], plabels[LABELS_MAX], port[16], conn[32];
+
+	if (k == OBJS_NODE) {
+		emit(p, f, &s->node, "");
+		return;
+	}
+	for (unsigned int i = 0; i < s->nmigs; i++) {
+		const struct px_migration_info *mi = &s->migs[i];
+
+		mig_labels(mi, labels, sizeof(labels));
+		switch (k) {
+		case OBJS_MIGRATION:
+			emit(p, f, mi, labels);
+			break;
+		case OBJS_INSPECT:
+			if (mi->inspected)
+				emit(p, f, &mi->insp, labels);
+			break;
+		case OBJS_CONV:
+			if (s->conv && s->conv[i].backend)
+				emit(p, f, &s->conv[i], labels);
+			break;
+		case OBJS_PORT:
+			for (unsigned int j = 0; j < mi->nports; j++) {
+				snprintf(plabels, sizeof(plabels), "%s", labels);
+				snprintf(port, sizeof(port), "%" PRIu32, mi->ports[j].id);
+				label(plabels, sizeof(plabels), "port", port);
+				emit(p, f, &mi->ports[j], plabels);
+			}
+			break;
+		case OBJS_CONN:
+			for (unsigned int j = 0; j < mi->nconns; j++) {
+				const struct px_conn_info *c = &mi->conns[j];
+
+				snprintf(plabels, sizeof(plabels), "%s", labels);
+				snprintf(port, sizeof(port), "%" PRIu32, c->port);
+				snprintf(conn, sizeof(conn), "%" PRIu32 ".%" PRIu32, c->port,
+					 c->seq);
+				label(plabels, sizeof(plabels), "port", port);
+				label(plabels, sizeof(plabels), "conn", conn);
+				emit(p, f, c, plabels);
+			}
+			break;
+		case OBJS_NODE:
+			break;
+		}
+	}
+}
+
+/* Every exported figure of a table: a family's samples, object by object, then the next. */
+static void render_table(struct prom *p, const struct ctl_metrics_snapshot *s,
+			 const struct ctl_table *t, enum objs k)
+{
+	for (size_t n = 0; n < t->n; n++)
+		if (t->figs[n].prom.name)
+			walk(p, s, k, &t->figs[n]);
+}
+
+static void render_node_info(struct prom *p, const struct ctl_metrics_snapshot *s)
 {
 	char labels[LABELS_MAX] = "";
-	uint64_t v;
 
-	for (size_t i = 0; i < ARRAY_SIZE(node_metrics); i++)
-		if (node_value(node_metrics[i].id, s, &v))
-			sample(p, &node_metrics[i], "", v);
 	head(p, "vmigd_node_info", "gauge",
 	     "Always 1; the labels say how the node shapes and inspects.");
 	label(labels, sizeof(labels), "shaper", px_shaper_str(s->node.shaper));
@@ -606,7 +325,7 @@ static void render_node(struct prom *p, const struct ctl_metrics_snapshot *s)
 	fprintf(p->f, "vmigd_node_info{%s} 1\n", labels);
 }
 
-static void render_info(struct prom *p, const struct ctl_metrics_snapshot *s)
+static void render_migration_info(struct prom *p, const struct ctl_metrics_snapshot *s)
 {
 	for (unsigned int i = 0; i < s->nmigs; i++) {
 		const struct px_migration_info *mi = &s->migs[i];
@@ -625,117 +344,34 @@ static void render_info(struct prom *p, const struct ctl_metrics_snapshot *s)
 	}
 }
 
-static void render_migrations(struct prom *p, const struct ctl_metrics_snapshot *s)
+static void render_convergence_info(struct prom *p, const struct ctl_metrics_snapshot *s)
 {
-	char labels[LABELS_MAX], plabels[LABELS_MAX], port[16], conn[32];
-	uint64_t v;
+	char labels[LABELS_MAX];
 
-	render_info(p, s);
-	for (size_t k = 0; k < ARRAY_SIZE(mig_metrics); k++)
-		for (unsigned int i = 0; i < s->nmigs; i++) {
-			mig_labels(&s->migs[i], labels, sizeof(labels));
-			if (mig_value(mig_metrics[k].id, s, &s->migs[i], &v))
-				sample(p, &mig_metrics[k], labels, v);
-		}
-	for (size_t k = 0; k < ARRAY_SIZE(port_metrics); k++)
-		for (unsigned int i = 0; i < s->nmigs; i++) {
-			const struct px_migration_info *mi = &s->migs[i];
+	for (unsigned int i = 0; s->conv && i < s->nmigs; i++) {
+		const struct cv_report *r = &s->conv[i];
 
-			for (unsigned int j = 0; j < mi->nports; j++) {
-				mig_labels(mi, plabels, sizeof(plabels));
-				snprintf(port, sizeof(port), "%" PRIu32, mi->ports[j].id);
-				label(plabels, sizeof(plabels), "port", port);
-				if (port_value(port_metrics[k].id, &mi->ports[j], &v))
-					sample(p, &port_metrics[k], plabels, v);
-			}
-		}
-	for (size_t k = 0; k < ARRAY_SIZE(conn_metrics); k++)
-		for (unsigned int i = 0; i < s->nmigs; i++) {
-			const struct px_migration_info *mi = &s->migs[i];
-
-			for (unsigned int j = 0; j < mi->nconns; j++) {
-				const struct px_conn_info *c = &mi->conns[j];
-
-				mig_labels(mi, plabels, sizeof(plabels));
-				snprintf(port, sizeof(port), "%" PRIu32, c->port);
-				snprintf(conn, sizeof(conn), "%" PRIu32 ".%" PRIu32, c->port,
-					 c->seq);
-				label(plabels, sizeof(plabels), "port", port);
-				label(plabels, sizeof(plabels), "conn", conn);
-				if (conn_value(conn_metrics[k].id, c, &v))
-					sample(p, &conn_metrics[k], plabels, v);
-			}
-		}
-}
-
-/* The convergence module's figures, for the migrations it watches. */
-static void render_convergence(struct prom *p, const struct ctl_metrics_snapshot *s)
-{
-	static const struct {
-		const char *name, *type, *help;
-	} fam[] = {
-		{ "vmigd_convergence_actions_total", "counter",
-		  "Convergence actions taken (action: raise-cap, auto-converge, post-copy, pause, "
-		  "abort), including failed attempts." },
-		{ "vmigd_convergence_remaining_bytes", "gauge",
-		  "RAM the hypervisor still has to send." },
-		{ "vmigd_convergence_total_bytes", "gauge", "The guest's RAM, as the hypervisor "
-							   "counts it." },
-		{ "vmigd_convergence_dirty_rate_bytes_per_second", "gauge",
-		  "The dirty rate the policy last judged by (from QEMU, else the stream)." },
-		{ "vmigd_convergence_throttle_percent", "gauge",
-		  "The guest's CPU throttle from auto-converge." },
-		{ "vmigd_convergence_dirty_syncs", "gauge",
-		  "The hypervisor's dirty-bitmap syncs so far (QEMU's passes over RAM)." },
-		{ "vmigd_convergence_info", "gauge",
-		  "Always 1; the labels give the mode, backend and state (waiting, watching, "
-		  "finished, irrecoverable)." },
-	};
-	char labels[LABELS_MAX], l2[LABELS_MAX];
-
-	if (!s->conv)
-		return;
-	for (size_t k = 0; k < ARRAY_SIZE(fam); k++)
-		for (unsigned int i = 0; i < s->nmigs; i++) {
-			const struct cv_report *r = &s->conv[i];
-			uint64_t v[] = { 0,
-					 r->job.remaining,
-					 r->job.total,
-					 r->dirty_rate,
-					 r->job.throttle_pct,
-					 r->job.dirty_syncs };
-
-			if (!r->backend)
-				continue;
-			mig_labels(&s->migs[i], labels, sizeof(labels));
-			head(p, fam[k].name, fam[k].type, fam[k].help);
-			if (k == 0) {
-				for (unsigned int a = CV_ACT_RAISE_CAP; a <= CV_ACT_ABORT; a++) {
-					snprintf(l2, sizeof(l2), "%s", labels);
-					label(l2, sizeof(l2), "action", cv_act_str(a));
-					fprintf(p->f, "%s{%s} %u\n", fam[k].name, l2, r->counts[a]);
-				}
-			} else if (k < ARRAY_SIZE(fam) - 1) {
-				if (r->have_job)
-					fprintf(p->f, "%s{%s} %" PRIu64 "\n", fam[k].name, labels,
-						v[k]);
-			} else {
-				label(labels, sizeof(labels), "mode", cv_mode_str(r->mode));
-				label(labels, sizeof(labels), "backend", r->backend);
-				label(labels, sizeof(labels), "state",
-				      r->irrecoverable ? "irrecoverable"
-				      : r->finished    ? "finished"
-				      : r->stopped     ? "stopped"
-				      : r->elapsed_ms < 0 ? "waiting"
-							  : "watching");
-				fprintf(p->f, "%s{%s} 1\n", fam[k].name, labels);
-			}
-		}
+		if (!r->backend)
+			continue;
+		mig_labels(&s->migs[i], labels, sizeof(labels));
+		label(labels, sizeof(labels), "mode", cv_mode_str(r->mode));
+		label(labels, sizeof(labels), "backend", r->backend);
+		label(labels, sizeof(labels), "state",
+		      r->irrecoverable	  ? "irrecoverable"
+		      : r->finished	  ? "finished"
+		      : r->stopped	  ? "stopped"
+		      : r->elapsed_ms < 0 ? "waiting"
+					  : "watching");
+		head(p, "vmigd_convergence_info", "gauge",
+		     "Always 1; the labels give the mode, backend and state (waiting, watching, "
+		     "finished, stopped, irrecoverable).");
+		fprintf(p->f, "vmigd_convergence_info{%s} 1\n", labels);
+	}
 }
 
 int ctl_metrics_render(const struct ctl_metrics_snapshot *s, char **ret, size_t *len)
 {
-	struct prom p = { 0 };
+	struct prom p = { .env = { .now_ms = s->now_ms, .now_unix = s->now_unix } };
 	char *buf = NULL;
 	size_t n = 0;
 	int bad;
@@ -743,9 +379,15 @@ int ctl_metrics_render(const struct ctl_metrics_snapshot *s, char **ret, size_t 
 	p.f = open_memstream(&buf, &n);
 	if (!p.f)
 		return -ENOMEM;
-	render_node(&p, s);
-	render_migrations(&p, s);
-	render_convergence(&p, s);
+	render_table(&p, s, &ctl_node_table, OBJS_NODE);
+	render_node_info(&p, s);
+	render_migration_info(&p, s);
+	render_table(&p, s, &ctl_migration_table, OBJS_MIGRATION);
+	render_table(&p, s, &ctl_insp_summary_table, OBJS_INSPECT);
+	render_table(&p, s, &ctl_port_table, OBJS_PORT);
+	render_table(&p, s, &ctl_conn_table, OBJS_CONN);
+	render_table(&p, s, &ctl_conv_table, OBJS_CONV);
+	render_convergence_info(&p, s);
 	bad = ferror(p.f);
 	if (fclose(p.f) != 0 || bad) {
 		free(buf);

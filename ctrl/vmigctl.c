@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /* vmigctl(8): a thin client of vmigd's control socket. It builds one JSON request, prints the
- * reply in the form the command promises, and turns errors into one line on stderr; `top` repeats
- * the metrics request to draw a live view. */
+ * reply in the form the command promises (figures by the tables of ctl_figures.c, replies of
+ * version 1 daemons too), and turns errors into one line on stderr; `top` repeats the metrics
+ * request to draw a live view. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -15,6 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ctl_figures.h"
+#include "vmigctl_reply.h"
 #include "units.h"
 #include "util.h"
 #include "vmigd-config.h"
@@ -42,10 +45,12 @@ static void usage(FILE *f)
 		"       vmigctl [-c PATH] target stop KEY\n"
 		"       vmigctl [-c PATH] source start KEY --target JSON --dir BASEDIR "
 		"[--bandwidth RATE]\n"
-		"                         [--qmp PATH | --libvirt-domain NAME [--libvirt-uri URI]]\n"
+		"                         [--qmp PATH | --libvirt-domain NAME [--libvirt-uri "
+		"URI]]\n"
 		"                         [--mode predictive|kubevirt] [--policy JSON|@FILE]\n"
 		"                         [--allow-auto-converge] [--allow-post-copy]\n"
-		"                         [--allow-workload-disruption | --no-workload-disruption]\n"
+		"                         [--allow-workload-disruption | "
+		"--no-workload-disruption]\n"
 		"                         [--completion-timeout-per-gib S] [--progress-timeout S]\n"
 		"                         [--max-downtime MS] [--evidence-window MS]\n"
 		"       vmigctl [-c PATH] source stop KEY\n"
@@ -318,8 +323,9 @@ static void source_start(const char *key, int argc, char **argv)
 	if (qmp && dom)
 		die(EXIT_FAIL, "source start: give --qmp or --libvirt-domain, not both");
 	if (!qmp && !dom && (pol || mode || uri || json_object_object_length(over)))
-		die(EXIT_FAIL, "source start: a convergence policy needs a backend: --qmp PATH (the "
-			       "source QEMU's QMP socket) or --libvirt-domain NAME");
+		die(EXIT_FAIL,
+		    "source start: a convergence policy needs a backend: --qmp PATH (the "
+		    "source QEMU's QMP socket) or --libvirt-domain NAME");
 	if (qmp || dom) {
 		if (!pol)
 			pol = json_object_new_object();
@@ -360,22 +366,16 @@ static void source_start(const char *key, int argc, char **argv)
 		printf("%s\n", json_object_get_string(json_object_array_get_idx(socks, i)));
 }
 
-static const char *str_field(struct json_object *o, const char *name)
-{
-	struct json_object *v;
-
-	/* "-" for a field left out or null, so that printf never sees NULL. */
-	return o && json_object_object_get_ex(o, name, &v) && v ? json_object_get_string(v) : "-";
-}
+/* ---- list, status ---- */
 
 static void list(void)
 {
-	struct json_object *reply = call(request("list", NULL)), *migs;
+	struct json_object *reply = vc_reply_v2(call(request("list", NULL))), *migs;
 
 	if (!json_object_object_get_ex(reply, "migrations", &migs))
 		die(EXIT_FAIL, "vmigd sent no migration list");
 	for (size_t i = 0; i < json_object_array_length(migs); i++) {
-		struct json_object *m = json_object_array_get_idx(migs, i), *ports;
+		struct json_object *m = json_object_array_get_idx(migs, i), *ports, *c;
 		char plist[256] = "";
 
 		json_object_object_get_ex(m, "ports", &ports);
@@ -383,119 +383,100 @@ static void list(void)
 			size_t used = strlen(plist);
 
 			snprintf(plist + used, sizeof(plist) - used, "%s%s", j ? "," : "",
-				 str_field(json_object_array_get_idx(ports, j), "port"));
+				 vc_str_field(json_object_array_get_idx(ports, j), "id"));
 		}
+		c = vc_obj_field(m, "conns");
 		printf("%s %s ports=%s conns=%s active=%s bytes_tx=%s bytes_rx=%s state=%s\n",
-		       str_field(m, "key"), str_field(m, "role"), plist,
-		       str_field(m, "connections"), str_field(m, "connections_active"),
-		       str_field(m, "bytes_tx"), str_field(m, "bytes_rx"), str_field(m, "state"));
+		       vc_str_field(m, "key"), vc_str_field(m, "role"), plist,
+		       vc_str_field(c, "total"), vc_str_field(c, "active"),
+		       vc_str_field(m, "bytes_tx"), vc_str_field(m, "bytes_rx"),
+		       vc_str_field(m, "state"));
 	}
-}
-
-static bool bool_field(struct json_object *o, const char *name)
-{
-	struct json_object *v;
-
-	return o && json_object_object_get_ex(o, name, &v) && json_object_get_boolean(v);
-}
-
-/* 0 when missing: the figures are counters, rates and caps, where 0 reads as none. */
-static uint64_t u64_field(struct json_object *o, const char *name)
-{
-	struct json_object *v;
-
-	return o && json_object_object_get_ex(o, name, &v) ? json_object_get_uint64(v) : 0;
-}
-
-static double double_field(struct json_object *o, const char *name)
-{
-	struct json_object *v;
-
-	return o && json_object_object_get_ex(o, name, &v) ? json_object_get_double(v) : 0;
 }
 
 static void print_tls(struct json_object *s)
 {
 	struct json_object *t;
 
-	if (!json_object_object_get_ex(s, "tls", &t) || !bool_field(t, "enabled")) {
+	if (!json_object_object_get_ex(s, "tls", &t) || !vc_bool_field(t, "enabled")) {
 		printf("tls: off (plain text)\n");
 		return;
 	}
-	printf("tls: on, generation %s, %s, crypto %s\n", str_field(t, "generation"),
-	       str_field(t, "certificate"),
-	       bool_field(t, "ktls")	      ? "kTLS"
-	       : bool_field(t, "ktls_kernel") ? "user-space (kTLS off)"
-					      : "user-space (no kTLS in this kernel)");
+	printf("tls: on, generation %s, %s, crypto %s\n", vc_str_field(t, "generation"),
+	       vc_str_field(t, "certificate"),
+	       vc_bool_field(t, "ktls")		 ? "kTLS"
+	       : vc_bool_field(t, "ktls_kernel") ? "user-space (kTLS off)"
+						 : "user-space (no kTLS in this kernel)");
 }
 
 /* One line per open connection: where it is and which TLS mode it runs in. */
-static void print_connections(struct json_object *s)
+static void print_connections(struct json_object *migs)
 {
-	struct json_object *migs, *conns;
+	char line[1024];
 
-	if (!json_object_object_get_ex(s, "migration_list", &migs))
-		return;
 	for (size_t i = 0; i < json_object_array_length(migs); i++) {
-		struct json_object *m = json_object_array_get_idx(migs, i);
+		struct json_object *m = json_object_array_get_idx(migs, i), *conns;
 
-		if (!json_object_object_get_ex(m, "connection_list", &conns))
+		if (!json_object_object_get_ex(m, "connections", &conns) ||
+		    !json_object_is_type(conns, json_type_array))
 			continue;
-		for (size_t j = 0; j < json_object_array_length(conns); j++) {
-			struct json_object *c = json_object_array_get_idx(conns, j);
-
-			printf("  %s %s port=%s seq=%s %s tls=%s", str_field(m, "key"),
-			       str_field(m, "role"), str_field(c, "port"), str_field(c, "seq"),
-			       str_field(c, "state"), str_field(c, "tls"));
-			if (strcmp(str_field(c, "tls"), "off") != 0)
-				printf(" cipher=%s crypto=%s resumed=%s", str_field(c, "cipher"),
-				       str_field(c, "crypto"),
-				       bool_field(c, "resumed") ? "yes" : "no");
-			printf("\n");
-		}
+		for (size_t j = 0; j < json_object_array_length(conns); j++)
+			printf("  %s %s %s\n", vc_str_field(m, "key"), vc_str_field(m, "role"),
+			       vc_figure_line(&ctl_conn_table, json_object_array_get_idx(conns, j),
+					      "head", line, sizeof(line)));
 	}
 }
 
-/* Per watched migration: the mode, what it judged by, each action, the outcome. */
-static void print_convergence(struct json_object *s)
+/* A convergence object: its figures, then one line per action. */
+static void print_conv(struct json_object *cv, const char *indent, const char *title)
 {
-	struct json_object *migs, *cv, *acts, *job;
+	static const char *const not_outcome[] = { "outcome", NULL };
+	struct json_object *acts;
+	char more[32], line[1024];
 
-	if (!json_object_object_get_ex(s, "migration_list", &migs))
-		return;
+	snprintf(more, sizeof(more), "%s  ", indent);
+	vc_print_figures(&ctl_conv_table, cv, indent, title, not_outcome);
+	if (json_object_object_get_ex(cv, "actions", &acts) &&
+	    json_object_is_type(acts, json_type_array))
+		for (size_t j = 0; j < json_object_array_length(acts); j++)
+			printf("%s%s\n", more,
+			       vc_figure_line(&ctl_action_table, json_object_array_get_idx(acts, j),
+					      "head", line, sizeof(line)));
+	if (*vc_figure_line(&ctl_conv_table, cv, "outcome", line, sizeof(line)))
+		printf("%s%s\n", more, line);
+}
+
+/* Per watched migration: the mode, what it judged by, each action, the outcome. */
+static void print_convergence(struct json_object *migs)
+{
+	char title[256];
+
 	for (size_t i = 0; i < json_object_array_length(migs); i++) {
 		struct json_object *m = json_object_array_get_idx(migs, i);
+		struct json_object *cv = vc_obj_field(m, "convergence");
 
-		if (!json_object_object_get_ex(m, "convergence", &cv))
+		if (!cv)
 			continue;
-		printf("convergence %s: %s via %s, %s", str_field(m, "key"), str_field(cv, "mode"),
-		       str_field(cv, "backend"), str_field(cv, "state"));
-		if (json_object_object_get_ex(cv, "job", &job) && job)
-			printf(", QEMU %s, remaining %s of %s, pass %s, dirty %s B/s, throttle %s%%",
-			       str_field(job, "status"), str_field(job, "remaining"),
-			       str_field(job, "total"), str_field(job, "dirty_syncs"),
-			       str_field(job, "dirty_rate"), str_field(job, "throttle_pct"));
-		printf("\n");
-		if (json_object_object_get_ex(cv, "actions", &acts))
-			for (size_t j = 0; j < json_object_array_length(acts); j++) {
-				struct json_object *a = json_object_array_get_idx(acts, j);
-
-				printf("  at %s s: %s%s: %s\n", str_field(a, "at_s"),
-				       str_field(a, "action"), bool_field(a, "ok") ? "" : " (failed)",
-				       str_field(a, "reason"));
-			}
-		if (json_object_object_get_ex(cv, "outcome", NULL))
-			printf("  outcome: %s\n", str_field(cv, "outcome"));
+		snprintf(title, sizeof(title), "convergence %s: ", vc_str_field(m, "key"));
+		print_conv(cv, "", title);
 	}
 }
 
 static void status(int argc, char **argv)
 {
-	struct json_object *reply = call(request("status", NULL)), *s;
-	char rate[32];
-	static const char *const fields[] = {
-		"version",   "pid",	"control", "listen",	 "advertise",	      "tls",
-		"data_path", "threads", "uptime",  "migrations", "connections_active"
+	struct json_object *reply = call(request("status", NULL)), *s, *node, *migs;
+	static const char *const fields[] = { "version",   "pid",	"control",
+					      "listen",	   "advertise", "tls",
+					      "data_path", "threads",	"uptime" };
+	/* status's own names for the node's figures, kept from version 1 for grep. */
+	static const struct {
+		const char *name, *key;
+	} node_lines[] = {
+		{ "migrations", "migration_count" },
+		{ "connections_active", "conns.active" },
+		{ "bandwidth", "bandwidth" },
+		{ "shaper", "shaper" },
+		{ "inspect", "inspect" },
 	};
 
 	if (!json_object_object_get_ex(reply, "status", &s))
@@ -506,19 +487,35 @@ static void status(int argc, char **argv)
 	}
 	if (argc > 0)
 		die(EXIT_FAIL, "status: unexpected argument \"%s\"", argv[0]);
-	for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+	vc_reply_v2(reply);
+	node = vc_obj_field(s, "node");
+	for (size_t i = 0; i < ARRAY_SIZE(fields); i++) {
 		if (strcmp(fields[i], "tls") == 0)
 			print_tls(s);
 		else
-			printf("%s: %s\n", fields[i], str_field(s, fields[i]));
+			printf("%s: %s\n", fields[i], vc_str_field(s, fields[i]));
 	}
-	printf("bandwidth: %s\n", vm_format_rate(u64_field(s, "bandwidth"), rate, sizeof(rate)));
-	printf("shaper: %s\n", str_field(s, "shaper"));
-	printf("inspect: %s\n", bool_field(s, "inspect") ? "on" : "off");
+	for (size_t i = 0; i < ARRAY_SIZE(node_lines); i++) {
+		const struct ctl_fig *f = ctl_fig_find(&ctl_node_table, node_lines[i].key);
+		struct json_object *v;
+		char buf[64];
+		bool found;
+
+		v = vc_at(node, node_lines[i].key, &found);
+		if (f->unit == CTL_BOOL)
+			printf("%s: %s\n", node_lines[i].name,
+			       v && json_object_get_boolean(v) ? "on" : "off");
+		else
+			printf("%s: %s\n", node_lines[i].name,
+			       vc_value_text(f, v, buf, sizeof(buf)));
+	}
 	if (json_object_object_get_ex(s, "metrics", NULL))
-		printf("metrics: http://%s/metrics\n", str_field(s, "metrics"));
-	print_connections(s);
-	print_convergence(s);
+		printf("metrics: http://%s/metrics\n", vc_str_field(s, "metrics"));
+	if (json_object_object_get_ex(s, "migrations", &migs) &&
+	    json_object_is_type(migs, json_type_array)) {
+		print_connections(migs);
+		print_convergence(migs);
+	}
 }
 
 static void set_bandwidth(const char *key, const char *rate)
@@ -529,114 +526,51 @@ static void set_bandwidth(const char *key, const char *rate)
 	call(req);
 }
 
-static struct json_object *obj_field(struct json_object *o, const char *name)
+/* ---- metrics ---- */
+
+/* Each array member of o's key, by its table. */
+static void print_each(const struct ctl_table *t, struct json_object *o, const char *key,
+		       const char *indent, const char *title)
 {
-	struct json_object *v;
+	struct json_object *a;
 
-	if (!o || !json_object_object_get_ex(o, name, &v) ||
-	    !json_object_is_type(v, json_type_object))
-		return NULL;
-	return v;
-}
-
-/* A measured rate: "0 B/s" when idle (vm_format_rate's 0 is a cap's "unlimited"). */
-static char *speed(uint64_t v, char *buf, size_t len)
-{
-	if (v == 0) {
-		snprintf(buf, len, "0 B/s");
-		return buf;
-	}
-	return vm_format_rate(v, buf, len);
-}
-
-static void print_rates(const char *indent, struct json_object *r)
-{
-	char a[32], b[32], c[32], d[32];
-
-	printf("%srate: tx %s (1s) %s (10s), rx %s (1s) %s (10s)\n", indent,
-	       speed(u64_field(r, "tx_1s"), a, sizeof(a)),
-	       speed(u64_field(r, "tx_10s"), b, sizeof(b)),
-	       speed(u64_field(r, "rx_1s"), c, sizeof(c)),
-	       speed(u64_field(r, "rx_10s"), d, sizeof(d)));
-}
-
-static void print_inspect(struct json_object *in)
-{
-	struct json_object *ch = obj_field(in, "channels");
-	char a[32];
-
-	if (!in) {
-		printf("  inspect: off\n");
+	if (!json_object_object_get_ex(o, key, &a) || !json_object_is_type(a, json_type_array))
 		return;
-	}
-	printf("  inspect: stream v%" PRIu64 ", machine %s, channels %" PRIu64 " main + %" PRIu64
-	       " multifd",
-	       u64_field(in, "stream_version"),
-	       *str_field(in, "machine") ? str_field(in, "machine") : "-", u64_field(ch, "main"),
-	       u64_field(ch, "multifd"));
-	if (u64_field(ch, "other"))
-		printf(" + %" PRIu64 " other", u64_field(ch, "other"));
-	printf("\n  pages: %" PRIu64 " (zero %" PRIu64 "), sync points %" PRIu64 ", pass %" PRIu64,
-	       u64_field(in, "pages"), u64_field(in, "zero_pages"), u64_field(in, "syncs"),
-	       u64_field(in, "passes"));
-	if (bool_field(in, "dirty_known"))
-		printf(", dirty %s (%" PRIu64 " pages/pass)",
-		       speed(u64_field(in, "dirty_rate"), a, sizeof(a)),
-		       u64_field(in, "dirty_pages_per_pass"));
-	else
-		printf(", dirty -");
-	if (bool_field(in, "switchover"))
-		printf(", switchover");
-	printf("\n");
-	if (u64_field(in, "bytes_only"))
-		printf("  bytes only on %" PRIu64 " channel(s): %s\n", u64_field(in, "bytes_only"),
-		       str_field(in, "reason"));
+	for (size_t i = 0; i < json_object_array_length(a); i++)
+		vc_print_figures(t, json_object_array_get_idx(a, i), indent, title, NULL);
 }
 
+/* A migration with everything in it, every figure the tables have. */
 static void print_migration(struct json_object *m)
 {
-	struct json_object *ports, *c = obj_field(m, "conns");
-	char a[32], b[32], tx[32], rx[32];
+	struct json_object *in = vc_obj_field(m, "inspect"), *cv = vc_obj_field(m, "convergence"),
+			   *conns;
 
-	printf("%s %s %s, mode %s, running %.1f s", str_field(m, "key"), str_field(m, "role"),
-	       str_field(m, "state"), str_field(m, "mode"), double_field(m, "duration_s"));
-	if (json_object_object_get_ex(m, "peer", NULL))
-		printf(", peer %s", str_field(m, "peer"));
-	printf("\n");
-	if (json_object_object_get_ex(m, "error", NULL))
-		printf("  error: %s\n", str_field(m, "error"));
-	printf("  sent %s, received %s\n", vm_format_bytes(u64_field(m, "bytes_tx"), a, sizeof(a)),
-	       vm_format_bytes(u64_field(m, "bytes_rx"), b, sizeof(b)));
-	print_rates("  ", obj_field(m, "rates"));
-	printf("  cap %s, limit %s%s, shaped %.1f s\n",
-	       vm_format_rate(u64_field(m, "cap"), a, sizeof(a)),
-	       vm_format_rate(u64_field(m, "limit"), b, sizeof(b)),
-	       bool_field(m, "cap_lifted") ? " (lifted at switchover)" : "",
-	       u64_field(m, "shaped_ms") / 1000.0);
-	printf("  connections: %" PRIu64 " active, %" PRIu64 " total, %" PRIu64 " failed\n",
-	       u64_field(c, "active"), u64_field(c, "total"), u64_field(c, "failed"));
-	print_inspect(obj_field(m, "inspect"));
-	if (!json_object_object_get_ex(m, "ports", &ports))
-		return;
-	for (size_t i = 0; i < json_object_array_length(ports); i++) {
-		struct json_object *p = json_object_array_get_idx(ports, i), *r;
+	vc_print_figures(&ctl_migration_table, m, "", "", NULL);
+	if (in)
+		vc_print_figures(&ctl_insp_summary_table, in, "  ", "inspect: ", NULL);
+	else
+		printf("  inspect: off\n");
+	print_each(&ctl_port_table, m, "ports", "  ", "");
+	if (json_object_object_get_ex(m, "connections", &conns) &&
+	    json_object_is_type(conns, json_type_array))
+		for (size_t i = 0; i < json_object_array_length(conns); i++) {
+			struct json_object *c = json_object_array_get_idx(conns, i);
 
-		r = obj_field(p, "rates");
-		printf("  port %s: sent %s, received %s, tx %s, rx %s (1s), %" PRIu64
-		       " connections active\n",
-		       str_field(p, "id"), vm_format_bytes(u64_field(p, "bytes_tx"), a, sizeof(a)),
-		       vm_format_bytes(u64_field(p, "bytes_rx"), b, sizeof(b)),
-		       speed(u64_field(r, "tx_1s"), tx, sizeof(tx)),
-		       speed(u64_field(r, "rx_1s"), rx, sizeof(rx)),
-		       u64_field(obj_field(p, "conns"), "active"));
-	}
+			vc_print_figures(&ctl_conn_table, c, "  ", "conn ", NULL);
+			in = vc_obj_field(c, "inspect");
+			if (in)
+				vc_print_figures(&ctl_insp_stats_table, in, "    ",
+						 "inspect: ", NULL);
+		}
+	if (cv)
+		print_conv(cv, "  ", "convergence: ");
 }
 
 static void metrics(int argc, char **argv)
 {
 	struct json_object *reply, *node, *migs;
 	bool json = argc == 1 && strcmp(argv[0], "--json") == 0;
-	char a[32], b[32];
 
 	if (argc > 0 && !json)
 		die(EXIT_FAIL, "metrics: unexpected argument \"%s\"", argv[0]);
@@ -646,24 +580,19 @@ static void metrics(int argc, char **argv)
 				       reply, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED));
 		return;
 	}
-	node = obj_field(reply, "node");
-	if (!node || !json_object_object_get_ex(reply, "migrations", &migs))
+	vc_reply_v2(reply);
+	node = vc_obj_field(reply, "node");
+	if (!node || !json_object_object_get_ex(reply, "migrations", &migs) ||
+	    !json_object_is_type(migs, json_type_array))
 		die(EXIT_FAIL, "vmigd sent no metrics");
-	printf("node: cap %s, shaper %s, inspect %s\n",
-	       vm_format_rate(u64_field(node, "bandwidth"), a, sizeof(a)),
-	       str_field(node, "shaper"), bool_field(node, "inspect") ? "on" : "off");
-	printf("  sent %s, received %s\n",
-	       vm_format_bytes(u64_field(node, "bytes_tx"), a, sizeof(a)),
-	       vm_format_bytes(u64_field(node, "bytes_rx"), b, sizeof(b)));
-	print_rates("  ", obj_field(node, "rates"));
-	printf("  migrations: %" PRIu64 ", connections %" PRIu64 " active, %" PRIu64 " total\n",
-	       u64_field(node, "migrations"), u64_field(node, "conns_active"),
-	       u64_field(node, "conns_total"));
+	vc_print_figures(&ctl_node_table, node, "", "node: ", NULL);
 	for (size_t i = 0; i < json_object_array_length(migs); i++) {
 		printf("\n");
 		print_migration(json_object_array_get_idx(migs, i));
 	}
 }
+
+/* ---- top ---- */
 
 #define BAR_WIDTH 20
 
@@ -685,76 +614,94 @@ static void bar(char *buf, uint64_t rate, uint64_t limit, uint64_t node_rate)
 	buf[BAR_WIDTH + 2] = '\0';
 }
 
+/* A figure of o as its table's unit prints it. */
+static const char *fig(const struct ctl_table *t, struct json_object *o, const char *key, char *buf,
+		       size_t len)
+{
+	bool found;
+
+	return vc_value_text(ctl_fig_find(t, key), vc_at(o, key, &found), buf, len);
+}
+
 static void top_frame(struct json_object *reply, double interval)
 {
-	struct json_object *node = obj_field(reply, "node"), *migs, *nr = obj_field(node, "rates");
-	char a[32], b[32], c[32];
+	struct json_object *node = vc_obj_field(reply, "node"), *migs;
+	char a[32], b[32], c[32], n[32], k[32];
 
-	if (!node || !json_object_object_get_ex(reply, "migrations", &migs))
+	if (!node || !json_object_object_get_ex(reply, "migrations", &migs) ||
+	    !json_object_is_type(migs, json_type_array))
 		die(EXIT_FAIL, "vmigd sent no metrics");
-	printf("vmigd: node cap %s, tx %s, rx %s, %" PRIu64 " migrations, %" PRIu64
-	       " connections (every %g s)\n",
-	       vm_format_rate(u64_field(node, "bandwidth"), a, sizeof(a)),
-	       speed(u64_field(nr, "tx_1s"), b, sizeof(b)),
-	       speed(u64_field(nr, "rx_1s"), c, sizeof(c)), u64_field(node, "migrations"),
-	       u64_field(node, "conns_active"), interval);
+	printf("vmigd: node cap %s, tx %s, rx %s, %s migrations, %s connections (every %g s)\n",
+	       fig(&ctl_node_table, node, "bandwidth", a, sizeof(a)),
+	       fig(&ctl_node_table, node, "rates.tx_1s", b, sizeof(b)),
+	       fig(&ctl_node_table, node, "rates.rx_1s", c, sizeof(c)),
+	       fig(&ctl_node_table, node, "migration_count", n, sizeof(n)),
+	       fig(&ctl_node_table, node, "conns.active", k, sizeof(k)), interval);
 	printf("%-20s %-6s %-22s %-11s %-12s %-25s %-12s %4s %s\n", "KEY", "ROLE", "ACTIVITY",
 	       "BYTES", "RATE", "CAP / LIMIT", "DIRTY", "PASS", "ETA");
 	for (size_t i = 0; i < json_object_array_length(migs); i++) {
 		struct json_object *m = json_object_array_get_idx(migs, i), *in;
-		struct json_object *r = obj_field(m, "rates");
-		bool src = strcmp(str_field(m, "role"), "source") == 0;
-		uint64_t rate = u64_field(r, src ? "tx_1s" : "rx_1s");
+		bool src = strcmp(vc_str_field(m, "role"), "source") == 0;
+		const char *rate_key = src ? "rates.tx_1s" : "rates.rx_1s";
+		uint64_t rate = vc_u64_at(m, rate_key);
 		char bars[BAR_WIDTH + 3], caps[64], dirty[32] = "-", pass[24] = "-", eta[32];
 		struct json_object *cv, *job;
 
-		bar(bars, rate, u64_field(m, "limit"), u64_field(nr, src ? "tx_1s" : "rx_1s"));
+		bar(bars, rate, vc_u64_at(m, "limit"), vc_u64_at(node, rate_key));
 		snprintf(caps, sizeof(caps), "%s / %s",
-			 vm_format_rate(u64_field(m, "cap"), a, sizeof(a)),
-			 vm_format_rate(u64_field(m, "limit"), b, sizeof(b)));
-		in = obj_field(m, "inspect");
-		if (in && bool_field(in, "dirty_known"))
-			speed(u64_field(in, "dirty_rate"), dirty, sizeof(dirty));
-		if (in && u64_field(in, "passes"))
-			snprintf(pass, sizeof(pass), "%" PRIu64, u64_field(in, "passes"));
-		cv = obj_field(m, "convergence");
-		job = obj_field(cv, "job");
+			 fig(&ctl_migration_table, m, "cap", a, sizeof(a)),
+			 fig(&ctl_migration_table, m, "limit", b, sizeof(b)));
+		in = vc_obj_field(m, "inspect");
+		if (in && vc_bool_field(in, "dirty_known"))
+			fig(&ctl_insp_summary_table, in, "dirty_rate", dirty, sizeof(dirty));
+		if (in && vc_u64_at(in, "passes"))
+			fig(&ctl_insp_summary_table, in, "passes", pass, sizeof(pass));
+		cv = vc_obj_field(m, "convergence");
+		job = vc_obj_field(cv, "job");
 		snprintf(eta, sizeof(eta), "%s",
-			 strcmp(str_field(m, "state"), "failed") == 0 ? "failed" : "-");
+			 strcmp(vc_str_field(m, "state"), "failed") == 0 ? "failed" : "-");
 		if (job) {
 			/* The hypervisor knows the total: bar, dirty rate, pass and ETA from it. */
-			uint64_t total = u64_field(job, "total"), left = u64_field(job, "remaining");
+			uint64_t total = vc_u64_at(job, "total"),
+				 left = vc_u64_at(job, "remaining");
+			uint64_t dirty_rate = vc_u64_at(cv, "dirty_rate");
 
 			if (total)
 				bar(bars, total - (left < total ? left : total), total, 0);
-			if (u64_field(cv, "dirty_rate"))
-				speed(u64_field(cv, "dirty_rate"), dirty, sizeof(dirty));
-			if (u64_field(job, "dirty_syncs"))
-				snprintf(pass, sizeof(pass), "%" PRIu64, u64_field(job, "dirty_syncs"));
-			if (strcmp(str_field(job, "status"), "active") != 0)
-				snprintf(eta, sizeof(eta), "%s", str_field(job, "status"));
-			else if (rate > u64_field(cv, "dirty_rate"))
-				/* Each pass resends what the last one's time let the guest dirty. */
+			if (dirty_rate)
+				fig(&ctl_conv_table, cv, "dirty_rate", dirty, sizeof(dirty));
+			if (vc_u64_at(job, "dirty_syncs"))
+				fig(&ctl_conv_table, cv, "job.dirty_syncs", pass, sizeof(pass));
+			if (strcmp(vc_str_field(job, "status"), "active") != 0)
+				snprintf(eta, sizeof(eta), "%s", vc_str_field(job, "status"));
+			else if (rate > dirty_rate)
+				/* Each pass resends what the last one's time let the guest dirty.
+				 */
 				snprintf(eta, sizeof(eta), "%.0f s",
-					 (double)left / (rate - u64_field(cv, "dirty_rate")));
+					 (double)left / (rate - dirty_rate));
 			else if (rate)
 				snprintf(eta, sizeof(eta), "never");
 		}
-		printf("%-20.20s %-6s %s %-11s %-12s %-25s %-12s %4s %s\n", str_field(m, "key"),
-		       str_field(m, "role"), bars,
-		       vm_format_bytes(u64_field(m, src ? "bytes_tx" : "bytes_rx"), a, sizeof(a)),
-		       speed(rate, b, sizeof(b)), caps, dirty, pass, eta);
+		printf("%-20.20s %-6s %s %-11s %-12s %-25s %-12s %4s %s\n", vc_str_field(m, "key"),
+		       vc_str_field(m, "role"), bars,
+		       fig(&ctl_migration_table, m, src ? "bytes_tx" : "bytes_rx", a, sizeof(a)),
+		       vc_speed(rate, b, sizeof(b)), caps, dirty, pass, eta);
 		if (cv) {
-			struct json_object *acts = obj_field(cv, "actions");
-			size_t n = acts ? json_object_array_length(acts) : 0;
-			struct json_object *last = n ? json_object_array_get_idx(acts, n - 1) : NULL;
+			struct json_object *acts;
+			size_t na = json_object_object_get_ex(cv, "actions", &acts) &&
+						    json_object_is_type(acts, json_type_array)
+					    ? json_object_array_length(acts)
+					    : 0;
+			struct json_object *last =
+				na ? json_object_array_get_idx(acts, na - 1) : NULL;
+			char line[1024];
 
-			printf("%20s convergence %s: %s%s%s%s%s\n", "", str_field(cv, "mode"),
-			       last ? str_field(last, "action") : "no action",
-			       last ? " at " : "", last ? str_field(last, "at_s") : "",
-			       last ? " s: " : "", last ? str_field(last, "reason") : "");
-			if (json_object_object_get_ex(cv, "outcome", NULL))
-				printf("%20s outcome: %s\n", "", str_field(cv, "outcome"));
+			printf("%20s convergence %s: %s\n", "", vc_str_field(cv, "mode"),
+			       last ? vc_figure_line(&ctl_action_table, last, "head", line,
+						     sizeof(line))
+				    : "no action");
+			if (*vc_figure_line(&ctl_conv_table, cv, "outcome", line, sizeof(line)))
+				printf("%20s %s\n", "", line);
 		}
 	}
 	fflush(stdout);
@@ -794,7 +741,7 @@ static void top(int argc, char **argv)
 		if (n > 0)
 			while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
 				;
-		reply = call(request("metrics", NULL));
+		reply = vc_reply_v2(call(request("metrics", NULL)));
 		/* On a terminal each frame replaces the last; piped, frames follow each other. */
 		if (tty)
 			printf("\033[H\033[2J");

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-/* Stand-ins for the px_node, xp_tls and cv_watch functions that ctl_execute() calls, so that
- * the clang fuzz build of ctl_proto.c links without the data path or the convergence monitors.
- * fuzz_ctl only parses: reaching any of these is a bug. */
+/* Stand-ins for the px_node, xp_tls and cv_watch functions that ctl_execute() calls (itself or
+ * through ctl_report.c), so that the clang fuzz build of ctl_proto.c links without the data path
+ * or the convergence monitors. fuzz_ctl only parses: reaching any of these is a bug. */
 #include "cv_watch.h"
 #include "fuzz.h"
 #include "px_node.h"
@@ -31,16 +31,6 @@ unsigned int px_node_threads(const struct px_node *n)
 const char *px_node_data_path(const struct px_node *n)
 {
 	UNREACHED("px_node_data_path");
-}
-
-unsigned int px_node_migrations(const struct px_node *n)
-{
-	UNREACHED("px_node_migrations");
-}
-
-unsigned int px_node_active_conns(const struct px_node *n)
-{
-	UNREACHED("px_node_active_conns");
 }
 
 int px_target_start(struct px_node *n, const char *key, unsigned int nports,
@@ -92,7 +82,7 @@ const char *px_shaper_str(enum px_shaper s)
 	UNREACHED("px_shaper_str");
 }
 
-/* px_inspect.c is not linked either: the metrics reply names channel kinds with this. */
+/* px_inspect.c is not linked either: the replies name channel kinds with this (ctl_report.c). */
 const char *px_insp_kind_str(enum px_insp_kind k)
 {
 	UNREACHED("px_insp_kind_str");

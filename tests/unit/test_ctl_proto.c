@@ -621,6 +621,62 @@ static void test_convergence_bad(void **state)
 	assert_int_equal(failed, 0);
 }
 
+/* The exact first message each operation gives, so that its parser keeps the order of checks. */
+static void test_messages(void **state)
+{
+	static const struct {
+		const char *text, *msg;
+	} cases[] = {
+		{ "{}", "missing or bad \"op\"" },
+		{ "[]", "request is not a JSON object" },
+		{ "{\"op\":\"nope\"}", "unknown op \"nope\"" },
+		{ "{\"op\":\"target-start\"}", "missing or bad \"key\" (a string)" },
+		{ "{\"op\":\"target-start\",\"key\":\"vm\",\"bandwidth\":-1}",
+		  "missing \"sockets\": give at least one PORTID=UNIXPATH" },
+		{ TS "\"sockets\":{\"1\":\"/a\"},\"bandwidth\":-1}",
+		  "\"bandwidth\" must not be negative (0 for no cap)" },
+		{ "{\"op\":\"target-stop\",\"key\":\"a b\"}",
+		  "invalid key \"a b\": use 1 to 128 characters of A-Z a-z 0-9 . _ -" },
+		{ "{\"op\":\"source-stop\"}", "missing or bad \"key\" (a string)" },
+		{ SS "\"bandwidth\":\"x\"}",
+		  "missing \"target\" (the JSON that target start printed)" },
+		{ SS "\"target\":" TARGET_JSON("vm") ",\"bandwidth\":1.5}",
+		  "missing \"dir\" (the base directory)" },
+		{ SS "\"target\":" TARGET_JSON("vm") ",\"dir\":\"/b\",\"bandwidth\":1.5,"
+						     "\"convergence\":7}",
+		  "\"bandwidth\" must be an integer number of bytes/s (0 for no cap)" },
+		{ CV_HEAD "{\"qmp\":\"/q\",\"x\":1}}",
+		  "convergence: unknown field \"x\" (known: mode, qmp, libvirt, policy)" },
+		{ SS "\"target\":" TARGET_JSON(
+			  "vm") ",\"dir\":\"/b\",\"bandwidth\":5,"
+				"\"convergence\":{\"qmp\":\"/q\",\"policy\":{\"bandwidth\":6}}}",
+		  "\"bandwidth\" (5) and the policy's \"bandwidth\" (6) differ: give one" },
+		{ "{\"op\":\"bandwidth\",\"bandwidth\":1}", "missing or bad \"key\" (a string)" },
+		{ "{\"op\":\"bandwidth\",\"key\":\"vm\"}",
+		  "missing \"bandwidth\" (bytes/s, 0 for no cap)" },
+		{ "{\"op\":\"node-bandwidth\",\"key\":\"a b\"}",
+		  "missing \"bandwidth\" (bytes/s, 0 for no cap)" },
+	};
+	struct ctl_request *req = malloc(sizeof(*req));
+	char err[512];
+	int bad = 0;
+
+	assert_non_null(req);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		err[0] = '\0';
+		if (parse(cases[i].text, req, err, sizeof(err)) != -EINVAL ||
+		    strcmp(err, cases[i].msg) != 0) {
+			print_error("%s: \"%s\", want \"%s\"\n", cases[i].text, err, cases[i].msg);
+			bad++;
+		}
+	}
+	/* list, status and metrics read no field: anything beside "op" is ignored. */
+	free(parse_ok("{\"op\":\"metrics\",\"key\":\"a b\",\"bandwidth\":-5}"));
+	free(parse_ok("{\"op\":\"list\",\"sockets\":7}"));
+	free(req);
+	assert_int_equal(bad, 0);
+}
+
 static char *big_request(size_t len)
 {
 	static const char head[] = "{\"op\":\"list\",\"pad\":\"";
@@ -780,6 +836,7 @@ int main(void)
 		cmocka_unit_test(test_source_start_bad),
 		cmocka_unit_test(test_convergence),
 		cmocka_unit_test(test_convergence_bad),
+		cmocka_unit_test(test_messages),
 		cmocka_unit_test(test_source_start_key_message),
 		cmocka_unit_test(test_start_bandwidth),
 		cmocka_unit_test(test_bandwidth_ops),

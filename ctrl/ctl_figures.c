@@ -1,0 +1,383 @@
+// SPDX-License-Identifier: Apache-2.0
+/* The figure tables (ctl_figures.h): one line per figure, in the order JSON, Prometheus and
+ * vmigctl show them. To add a figure, add its line here; nothing else lists figures. */
+#include <string.h>
+
+#include "ctl_figures.h"
+#include "util.h"
+
+#define GAUGE	"gauge"
+#define COUNTER "counter"
+
+/* Each table below sets OBJ to the struct it describes. The macros read as the table does, one
+ * entry to a line, which clang-format would take apart. */
+/* clang-format off */
+#define MEMBER(m)		{ .type = CTL_CTYPE(((OBJ *)0)->m), .off = offsetof(OBJ, m) }
+#define FIELD(m)		.get = MEMBER(m)
+#define STR_OR(m, d)		.get = { .type = CTL_C_STR, .off = offsetof(OBJ, m), .dflt = d }
+/* An enum is read as an int: the array size refuses to compile for one of another size. */
+#define ENUM_OFF(m)		(offsetof(OBJ, m) + \
+				 0 * sizeof(char[sizeof(((OBJ *)0)->m) == sizeof(int) ? 1 : -1]))
+#define ENUM(m, n)		.get = { .type = CTL_C_ENUM, .off = ENUM_OFF(m), .names = n }
+#define COUNTS(m, n, a, b)	.get = { .type = CTL_C_COUNTS, .off = offsetof(OBJ, m), \
+					 .names = n, .first = a, .last = b }
+#define CALC(fn)		.get = { .type = CTL_C_CALC, .calc = fn }
+#define NULL_EMPTY		.absent = CTL_NULL
+#define OMIT_EMPTY		.absent = CTL_OMIT
+#define NULL_UNLESS(m)		.absent = CTL_NULL, .when = MEMBER(m)
+#define OMIT_UNLESS(m)		.absent = CTL_OMIT, .when = MEMBER(m)
+#define OMIT_IF(m)		.absent = CTL_OMIT, .when = { .type = CTL_CTYPE(((OBJ *)0)->m), \
+					.off = offsetof(OBJ, m), .negate = true }
+#define SAMPLE_UNLESS(m)	.absent = CTL_NO_SAMPLE, .when = MEMBER(m)
+#define GROUP_NULL_UNLESS(m)	.group_when = MEMBER(m)
+#define PROM(n, t, h)		.prom = { .name = n, .type = t, .help = h }
+#define PROM_L(n, t, h, l)	.prom = { .name = n, .type = t, .help = h, .labels = l }
+#define PROM_V(n, t, h, l)	.prom = { .name = n, .type = t, .help = h, .label = l }
+#define TEXT(l, f)		.line = l, .text = f
+#define NONZERO			.flags = CTL_TXT_NONZERO
+
+/* The four windows of a struct px_rates member, as "rates.tx_1s" ...; family NULL: JSON only. */
+#define RATE(m, w, line, text, family, help, labels) \
+	{ "rates." #w, CTL_RATE, FIELD(m.w), TEXT(line, text), PROM_L(family, GAUGE, help, labels) }
+#define RATES(m, line, family, help) \
+	RATE(m, tx_1s, line, ", rate: tx %s (1s)", family, help, "direction=\"tx\",window=\"1s\""), \
+	RATE(m, tx_10s, line, " %s (10s)", family, help, "direction=\"tx\",window=\"10s\""), \
+	RATE(m, rx_1s, line, ", rx %s (1s)", family, help, "direction=\"rx\",window=\"1s\""), \
+	RATE(m, rx_10s, line, " %s (10s)", family, help, "direction=\"rx\",window=\"10s\"")
+/* clang-format on */
+
+#define TABLE(name, what, figs) const struct ctl_table name = { what, figs, ARRAY_SIZE(figs) }
+
+/* ---- computed figures ---- */
+
+static bool ms(uint64_t v, struct ctl_value *out)
+{
+	out->kind = CTL_V_U64;
+	out->u = v;
+	return true;
+}
+
+static bool node_time(const void *obj, const struct ctl_env *env, struct ctl_value *v)
+{
+	return ms((uint64_t)(env->now_unix * 1000), v);
+}
+
+static uint64_t age_ms(const struct px_migration_info *mi, const struct ctl_env *env)
+{
+	return env->now_ms > mi->started_ms ? env->now_ms - mi->started_ms : 0;
+}
+
+static bool mig_duration(const void *obj, const struct ctl_env *env, struct ctl_value *v)
+{
+	return ms(age_ms(obj, env), v);
+}
+
+/* The monotonic start moved onto the wall clock, so that a clock step leaves the age alone. */
+static bool mig_started(const void *obj, const struct ctl_env *env, struct ctl_value *v)
+{
+	return ms((uint64_t)(env->now_unix * 1000) - age_ms(obj, env), v);
+}
+
+static bool conv_state(const void *obj, const struct ctl_env *env, struct ctl_value *v)
+{
+	const struct cv_report *r = obj;
+
+	v->kind = CTL_V_STR;
+	v->s = r->finished	   ? "finished"
+	       : r->stopped	   ? "stopped"
+	       : r->elapsed_ms < 0 ? "waiting"
+				   : "watching";
+	return true;
+}
+
+/* ---- the tables ---- */
+
+#define OBJ struct px_node_info
+static const struct ctl_fig node_figs[] = {
+	{ "bandwidth", CTL_CAP, FIELD(bandwidth), TEXT("head", "cap %s"),
+	  PROM("vmigd_node_bandwidth_cap_bytes_per_second", GAUGE,
+	       "Cap on what this node sends, all migrations together; 0: none.") },
+	{ "shaper", CTL_STR, ENUM(shaper, CTL_N_SHAPER), TEXT("head", ", shaper %s") },
+	{ "inspect", CTL_BOOL, FIELD(inspect), TEXT("head", ", inspect on|, inspect off") },
+	{ "bytes_tx", CTL_BYTES, FIELD(bytes_tx), TEXT("bytes", "sent %s"),
+	  PROM("vmigd_node_sent_bytes_total", COUNTER,
+	       "QEMU stream bytes sent to peers (tx), all migrations since start.") },
+	{ "bytes_rx", CTL_BYTES, FIELD(bytes_rx), TEXT("bytes", ", received %s"),
+	  PROM("vmigd_node_received_bytes_total", COUNTER,
+	       "QEMU stream bytes received from peers (rx), all migrations since start.") },
+	RATES(rate, "rate", "vmigd_node_rate_bytes_per_second",
+	      "Stream bytes per second over the window, all migrations."),
+	{ "conns.active", CTL_COUNT, FIELD(conns_active), TEXT("conns", "connections %s active"),
+	  PROM_L("vmigd_node_connections", GAUGE, "Connections being set up or carried now.",
+		 "state=\"active\"") },
+	{ "conns.total", CTL_COUNT, FIELD(conns_total), TEXT("conns", ", %s total"),
+	  PROM("vmigd_node_connections_total", COUNTER, "Connections carried since start.") },
+	{ "migration_count", CTL_COUNT, FIELD(migrations), TEXT("conns", ", %s migrations"),
+	  PROM("vmigd_migrations", GAUGE, "Migrations on this node now, either role.") },
+	{ "time_unix", CTL_SECONDS, CALC(node_time) },
+};
+TABLE(ctl_node_table, "node", node_figs);
+#undef OBJ
+
+#define OBJ struct px_migration_info
+static const struct ctl_fig migration_figs[] = {
+	{ "key", CTL_STR, FIELD(key), TEXT("head", "%s") },
+	{ "role", CTL_STR, ENUM(role, CTL_N_ROLE), TEXT("head", " %s") },
+	{ "state", CTL_STR, FIELD(state), TEXT("head", " %s") },
+	{ "mode", CTL_STR, STR_OR(mode, "plain"), TEXT("head", ", mode %s") },
+	{ "error", CTL_STR, FIELD(error), OMIT_EMPTY, TEXT("error", "error: %s") },
+	{ "bytes_tx", CTL_BYTES, FIELD(bytes_tx), TEXT("bytes", "sent %s"),
+	  PROM("vmigd_migration_sent_bytes_total", COUNTER,
+	       "QEMU stream bytes sent to the peer (local to peer).") },
+	{ "bytes_rx", CTL_BYTES, FIELD(bytes_rx), TEXT("bytes", ", received %s"),
+	  PROM("vmigd_migration_received_bytes_total", COUNTER,
+	       "QEMU stream bytes received from the peer (peer to local).") },
+	RATES(rate, "rate", "vmigd_migration_rate_bytes_per_second",
+	      "Stream bytes per second over the window."),
+	{ "cap", CTL_CAP, FIELD(cap), TEXT("caps", "cap %s"),
+	  PROM("vmigd_migration_cap_bytes_per_second", GAUGE,
+	       "Cap set for this migration; 0: none.") },
+	{ "limit", CTL_CAP, FIELD(limit), TEXT("caps", ", limit %s"),
+	  PROM("vmigd_migration_limit_bytes_per_second", GAUGE,
+	       "What the migration may send now: its cap or its share of the node cap; 0: none.") },
+	{ "cap_lifted", CTL_BOOL, FIELD(cap_lifted), TEXT("caps", " (lifted at switchover)|"),
+	  PROM("vmigd_migration_cap_lifted", GAUGE, "1 once the cap was lifted at switchover.") },
+	{ "conns.active", CTL_COUNT, FIELD(conns_active), TEXT("conns", "connections: %s active"),
+	  PROM_L("vmigd_migration_connections", GAUGE, "Connections being set up or carried now.",
+		 "state=\"active\"") },
+	{ "conns.total", CTL_COUNT, FIELD(conns_total), TEXT("conns", ", %s total"),
+	  PROM("vmigd_migration_connections_total", COUNTER, "Connections carried so far.") },
+	{ "conns.failed", CTL_COUNT, FIELD(conns_failed), TEXT("conns", ", %s failed"),
+	  PROM("vmigd_migration_connections_failed_total", COUNTER, "Connections that failed.") },
+	{ "conns.reordered", CTL_COUNT, FIELD(conns_reordered), TEXT("conns", ", %s reordered"),
+	  PROM("vmigd_migration_connections_reordered_total", COUNTER,
+	       "Target: connections that arrived before a predecessor and waited.") },
+	{ "duration_s", CTL_SECONDS, CALC(mig_duration), TEXT("head", ", running %s"),
+	  PROM("vmigd_migration_duration_seconds", GAUGE,
+	       "Time since the migration was started.") },
+	{ "peer", CTL_STR, FIELD(peer), OMIT_EMPTY, TEXT("head", ", peer %s") },
+	{ "started_unix", CTL_SECONDS, CALC(mig_started),
+	  PROM("vmigd_migration_start_time_seconds", GAUGE,
+	       "When the migration was started, Unix time.") },
+	{ "shaped_ms", CTL_MS, FIELD(shaped_ms), TEXT("caps", ", shaped %s"),
+	  PROM("vmigd_migration_shaped_seconds_total", COUNTER,
+	       "Time the migration's connections waited for the cap, summed.") },
+};
+TABLE(ctl_migration_table, "migration", migration_figs);
+#undef OBJ
+
+/* Its Prometheus families are the migration's (key and role labels), for inspected ones only. */
+#define OBJ struct px_insp_summary
+static const struct ctl_fig insp_summary_figs[] = {
+	{ "stream_version", CTL_COUNT, FIELD(stream_version), TEXT("head", "stream v%s") },
+	{ "machine", CTL_STR, FIELD(machine), TEXT("head", ", machine %s") },
+	{ "channels.main", CTL_COUNT, FIELD(main), TEXT("head", ", channels %s main"),
+	  PROM_L("vmigd_migration_inspect_channels", GAUGE,
+		 "Connections the inspector saw, by kind.", "kind=\"main\"") },
+	{ "channels.multifd", CTL_COUNT, FIELD(multifd), TEXT("head", " + %s multifd"),
+	  PROM_L("vmigd_migration_inspect_channels", GAUGE,
+		 "Connections the inspector saw, by kind.", "kind=\"multifd\"") },
+	{ "channels.other", CTL_COUNT, FIELD(other), TEXT("head", " + %s other"), NONZERO,
+	  PROM_L("vmigd_migration_inspect_channels", GAUGE,
+		 "Connections the inspector saw, by kind.", "kind=\"other\"") },
+	{ "bytes_only", CTL_COUNT, FIELD(bytes_only), NONZERO,
+	  TEXT("bytes_only", "bytes only on %s channel(s)"),
+	  PROM("vmigd_migration_inspect_bytes_only_channels", GAUGE,
+	       "Connections where the inspector stopped parsing and only counts bytes.") },
+	{ "reason", CTL_STR, FIELD(reason), NULL_EMPTY, TEXT("bytes_only", ": %s"), NONZERO },
+	{ "page_size", CTL_BYTES, FIELD(page_size), TEXT("head", ", page size %s"), NONZERO },
+	{ "pages", CTL_COUNT, FIELD(pages), TEXT("pages", "pages: %s"),
+	  PROM("vmigd_migration_pages_total", COUNTER, "RAM pages sent with their data.") },
+	{ "zero_pages", CTL_COUNT, FIELD(zero_pages), TEXT("pages", " (zero %s)"),
+	  PROM("vmigd_migration_zero_pages_total", COUNTER,
+	       "RAM pages sent as zero pages (no data).") },
+	{ "packets", CTL_COUNT, FIELD(packets), TEXT("pages", ", packets %s"),
+	  PROM("vmigd_migration_multifd_packets_total", COUNTER, "Multifd packet headers seen.") },
+	{ "syncs", CTL_COUNT, FIELD(syncs), TEXT("pages", ", sync points %s"),
+	  PROM("vmigd_migration_sync_points_total", COUNTER,
+	       "Sync points seen: multifd SYNC flags, main-channel EOS and multifd flushes.") },
+	{ "passes", CTL_COUNT, FIELD(passes), TEXT("pages", ", pass %s"),
+	  PROM("vmigd_migration_passes", GAUGE,
+	       "RAM scan passes begun (the most any channel began).") },
+	{ "dirty_known", CTL_BOOL, FIELD(dirty_known) },
+	{ "dirty_pages_per_pass", CTL_COUNT, FIELD(dirty_pages_per_pass), NULL_UNLESS(dirty_known),
+	  TEXT("pages", ", %s dirty pages/pass"), NONZERO,
+	  PROM("vmigd_migration_dirty_pages_per_pass", GAUGE,
+	       "Pages of the last completed pass after the first: an estimate of the dirty set.") },
+	{ "dirty_rate", CTL_RATE, FIELD(dirty_rate), NULL_UNLESS(dirty_known),
+	  TEXT("pages", ", dirty %s"),
+	  PROM("vmigd_migration_dirty_rate_bytes_per_second", GAUGE,
+	       "Dirty-rate estimate: the last completed pass's pages over its duration.") },
+	{ "switchover", CTL_BOOL, FIELD(switchover), TEXT("pages", ", switchover|"),
+	  PROM("vmigd_migration_switchover", GAUGE,
+	       "1 once the completion stage began (VM stopped).") },
+};
+TABLE(ctl_insp_summary_table, "inspect", insp_summary_figs);
+#undef OBJ
+
+#define OBJ struct px_port_info
+static const struct ctl_fig port_figs[] = {
+	{ "id", CTL_COUNT, FIELD(id), TEXT("head", "port %s:") },
+	{ "bytes_tx", CTL_BYTES, FIELD(bytes_tx), TEXT("head", " sent %s"),
+	  PROM("vmigd_port_sent_bytes_total", COUNTER, "Stream bytes sent on a logical port.") },
+	{ "bytes_rx", CTL_BYTES, FIELD(bytes_rx), TEXT("head", ", received %s"),
+	  PROM("vmigd_port_received_bytes_total", COUNTER,
+	       "Stream bytes received on a logical port.") },
+	RATES(rate, "rate", "vmigd_port_rate_bytes_per_second",
+	      "Stream bytes per second on a logical port over the window."),
+	{ "conns.active", CTL_COUNT, FIELD(conns_active), TEXT("head", ", connections %s active"),
+	  PROM_L("vmigd_port_connections", GAUGE, "Connections of a logical port now.",
+		 "state=\"active\"") },
+	{ "conns.total", CTL_COUNT, FIELD(conns_total), TEXT("head", ", %s total"),
+	  PROM("vmigd_port_connections_total", COUNTER, "Connections of a logical port so far.") },
+	{ "socket", CTL_STR, FIELD(path), TEXT("head", ", socket %s") },
+};
+TABLE(ctl_port_table, "port", port_figs);
+#undef OBJ
+
+/* The head line is also `vmigctl status`'s line per connection. */
+#define OBJ struct px_conn_info
+static const struct ctl_fig conn_figs[] = {
+	{ "port", CTL_COUNT, FIELD(port), TEXT("head", "port=%s") },
+	{ "seq", CTL_COUNT, FIELD(seq), TEXT("head", " seq=%s") },
+	{ "state", CTL_STR, FIELD(state), TEXT("head", " %s") },
+	{ "tls", CTL_STR, STR_OR(tls, "off"), TEXT("head", " tls=%s") },
+	{ "cipher", CTL_STR, FIELD(cipher), OMIT_UNLESS(tls), TEXT("head", " cipher=%s") },
+	{ "crypto", CTL_STR, FIELD(crypto), OMIT_UNLESS(tls), TEXT("head", " crypto=%s") },
+	{ "resumed", CTL_BOOL, FIELD(resumed), OMIT_UNLESS(tls),
+	  TEXT("head", " resumed=yes| resumed=no") },
+	{ "bytes_tx", CTL_BYTES, FIELD(bytes_tx), TEXT("bytes", "sent %s"),
+	  PROM("vmigd_connection_sent_bytes_total", COUNTER,
+	       "Stream bytes sent on an open connection.") },
+	{ "bytes_rx", CTL_BYTES, FIELD(bytes_rx), TEXT("bytes", ", received %s"),
+	  PROM("vmigd_connection_received_bytes_total", COUNTER,
+	       "Stream bytes received on an open connection.") },
+	RATES(rate, "bytes", NULL, NULL),
+	{ "shaped_ms", CTL_MS, FIELD(shaped_ms), TEXT("bytes", ", shaped %s"),
+	  PROM("vmigd_connection_shaped_seconds_total", COUNTER,
+	       "Time an open connection waited for the cap.") },
+	{ "pacing", CTL_CAP, FIELD(pacing), TEXT("bytes", ", pacing %s"), NONZERO,
+	  PROM("vmigd_connection_pacing_bytes_per_second", GAUGE,
+	       "SO_MAX_PACING_RATE set on the connection (pacing shaper); 0: none.") },
+};
+TABLE(ctl_conn_table, "connection", conn_figs);
+#undef OBJ
+
+#define OBJ struct px_insp_stats
+static const struct ctl_fig insp_stats_figs[] = {
+	{ "kind", CTL_STR, ENUM(kind, CTL_N_INSP_KIND), TEXT("head", "%s") },
+	{ "bytes_only", CTL_BOOL, FIELD(bytes_only), TEXT("head", ", bytes only|") },
+	{ "reason", CTL_STR, FIELD(reason), NULL_EMPTY, TEXT("head", ": %s"), NONZERO },
+	{ "stream_version", CTL_COUNT, FIELD(stream_version), TEXT("head", ", stream v%s"),
+	  NONZERO },
+	{ "machine", CTL_STR, FIELD(machine), TEXT("head", ", machine %s"), NONZERO },
+	{ "channel_id", CTL_COUNT, FIELD(channel_id), TEXT("head", ", channel %s"), NONZERO },
+	{ "page_size", CTL_BYTES, FIELD(page_size), TEXT("head", ", page size %s"), NONZERO },
+	{ "bytes", CTL_BYTES, FIELD(bytes), TEXT("pages", "seen %s") },
+	{ "pages", CTL_COUNT, FIELD(pages), TEXT("pages", ", pages %s") },
+	{ "zero_pages", CTL_COUNT, FIELD(zero_pages), TEXT("pages", " (zero %s)") },
+	{ "packets", CTL_COUNT, FIELD(packets), TEXT("pages", ", packets %s"), NONZERO },
+	{ "syncs", CTL_COUNT, FIELD(syncs), TEXT("pages", ", sync points %s") },
+	{ "sync_bytes_last", CTL_BYTES, FIELD(sync_bytes_last), TEXT("pages", " (%s apart)"),
+	  NONZERO },
+	{ "passes", CTL_COUNT, FIELD(passes), TEXT("pages", ", pass %s") },
+	{ "pass_pages_last", CTL_COUNT, FIELD(pass_pages_last), TEXT("pages", ", last %s pages"),
+	  NONZERO },
+	{ "pass_ms_last", CTL_MS, FIELD(pass_ms_last), TEXT("pages", " in %s"), NONZERO },
+	{ "switchover", CTL_BOOL, FIELD(switchover), TEXT("pages", ", switchover|") },
+};
+TABLE(ctl_insp_stats_table, "inspect", insp_stats_figs);
+#undef OBJ
+
+/* Job figures: the hypervisor's last sample ("job" is null before the first). */
+#define OBJ    struct cv_report
+#define JOB(m) FIELD(job.m), GROUP_NULL_UNLESS(have_job)
+static const struct ctl_fig conv_figs[] = {
+	{ "mode", CTL_STR, ENUM(mode, CTL_N_CV_MODE), TEXT("head", "%s") },
+	{ "backend", CTL_STR, FIELD(backend), TEXT("head", " via %s") },
+	{ "policy.allowAutoConverge", CTL_BOOL, FIELD(policy.allow_auto_converge),
+	  TEXT("policy", "policy: auto-converge|policy: no auto-converge") },
+	{ "policy.allowPostCopy", CTL_BOOL, FIELD(policy.allow_post_copy),
+	  TEXT("policy", ", post-copy|, no post-copy") },
+	{ "policy.allowWorkloadDisruption", CTL_BOOL, FIELD(policy.allow_workload_disruption),
+	  TEXT("policy", ", workload disruption|, no workload disruption") },
+	{ "policy.completionTimeoutPerGiB", CTL_COUNT, FIELD(policy.completion_timeout_per_gib),
+	  TEXT("policy", ", completion timeout %s s/GiB") },
+	{ "policy.progressTimeout", CTL_COUNT, FIELD(policy.progress_timeout_s),
+	  TEXT("policy", ", progress timeout %s s") },
+	{ "policy.bandwidth", CTL_CAP, FIELD(policy.bandwidth), TEXT("policy", ", bandwidth %s") },
+	{ "policy.maxDowntimeMs", CTL_MS, FIELD(policy.max_downtime_ms),
+	  TEXT("policy", ", max downtime %s"), NONZERO },
+	{ "policy.evidenceWindowMs", CTL_MS, FIELD(policy.window_ms),
+	  TEXT("policy", ", evidence window %s") },
+	{ "state", CTL_STR, CALC(conv_state), TEXT("head", ", %s") },
+	{ "elapsed_ms", CTL_MS, FIELD(elapsed_ms), TEXT("head", " at %s"), NONZERO },
+	{ "action_counts", CTL_COUNT, COUNTS(counts, CTL_N_CV_ACT, CV_ACT_RAISE_CAP, CV_ACT_ABORT),
+	  TEXT("actions", "actions: %s"), NONZERO,
+	  PROM_V("vmigd_convergence_actions_total", COUNTER,
+		 "Convergence actions taken (action: raise-cap, auto-converge, post-copy, pause, "
+		 "abort), including failed attempts.",
+		 "action") },
+	{ "job.status", CTL_STR, ENUM(job.status, CTL_N_CV_STATUS), GROUP_NULL_UNLESS(have_job),
+	  TEXT("head", ", QEMU %s") },
+	{ "job.elapsed_ms", CTL_MS, JOB(elapsed_ms) },
+	{ "job.remaining", CTL_BYTES, JOB(remaining), TEXT("head", ", remaining %s"),
+	  PROM("vmigd_convergence_remaining_bytes", GAUGE,
+	       "RAM the hypervisor still has to send.") },
+	{ "job.total", CTL_BYTES, JOB(total), TEXT("head", " of %s"),
+	  PROM("vmigd_convergence_total_bytes", GAUGE,
+	       "The guest's RAM, as the hypervisor counts it.") },
+	{ "job.transferred", CTL_BYTES, JOB(transferred), TEXT("job", "QEMU sent %s") },
+	{ "dirty_rate", CTL_RATE, FIELD(dirty_rate), SAMPLE_UNLESS(have_job),
+	  TEXT("judged", "judged by: dirty %s"),
+	  PROM("vmigd_convergence_dirty_rate_bytes_per_second", GAUGE,
+	       "The dirty rate the policy last judged by (from QEMU, else the stream).") },
+	{ "dirty_rate_from", CTL_STR, FIELD(dirty_from), NULL_EMPTY, TEXT("judged", " (%s)"),
+	  NONZERO },
+	{ "link_rate", CTL_RATE, FIELD(link_rate), TEXT("judged", ", link %s") },
+	{ "job.dirty_rate", CTL_RATE, JOB(dirty_rate), TEXT("head", ", dirty %s") },
+	{ "job.throttle_pct", CTL_COUNT, JOB(throttle_pct), TEXT("head", ", throttle %s%%"),
+	  PROM("vmigd_convergence_throttle_percent", GAUGE,
+	       "The guest's CPU throttle from auto-converge.") },
+	{ "job.dirty_syncs", CTL_COUNT, JOB(dirty_syncs), TEXT("head", ", pass %s"),
+	  PROM("vmigd_convergence_dirty_syncs", GAUGE,
+	       "The hypervisor's dirty-bitmap syncs so far (QEMU's passes over RAM).") },
+	{ "job.rate", CTL_RATE, JOB(rate), TEXT("job", ", at %s") },
+	{ "job.expected_downtime_ms", CTL_MS, JOB(expected_downtime_ms),
+	  TEXT("job", ", expected downtime %s") },
+	{ "job.downtime_ms", CTL_MS, JOB(downtime_ms), TEXT("job", ", downtime %s"), NONZERO },
+	{ "job.postcopy_requests", CTL_COUNT, JOB(postcopy_requests),
+	  TEXT("job", ", post-copy requests %s"), NONZERO },
+	{ "job.guest_running", CTL_BOOL, JOB(guest_running),
+	  TEXT("job", ", guest running|, guest stopped") },
+	{ "job.error", CTL_STR, JOB(error), OMIT_EMPTY, TEXT("job", ", error: %s") },
+	{ "query_errors", CTL_COUNT, FIELD(query_errors), TEXT("errors", "query errors: %s"),
+	  NONZERO },
+	{ "last_error", CTL_STR, FIELD(last_error), OMIT_UNLESS(query_errors),
+	  TEXT("errors", ", last: %s") },
+	{ "outcome", CTL_STR, FIELD(outcome), OMIT_EMPTY, TEXT("outcome", "outcome: %s") },
+	{ "irrecoverable", CTL_BOOL, FIELD(irrecoverable), TEXT("outcome", " (irrecoverable)|") },
+};
+TABLE(ctl_conv_table, "convergence", conv_figs);
+#undef JOB
+#undef OBJ
+
+/* The head line is also `vmigctl status`'s line per action. */
+#define OBJ struct cv_action_rec
+static const struct ctl_fig action_figs[] = {
+	{ "at_s", CTL_SECONDS, FIELD(at_ms), TEXT("head", "at %s") },
+	{ "action", CTL_STR, ENUM(act, CTL_N_CV_ACT), TEXT("head", ": %s") },
+	{ "ok", CTL_BOOL, FIELD(ok), TEXT("head", "| (failed)") },
+	{ "reason", CTL_STR, FIELD(reason), TEXT("head", ": %s") },
+	{ "error", CTL_STR, FIELD(error), OMIT_IF(ok), TEXT("head", " (%s)") },
+};
+TABLE(ctl_action_table, "action", action_figs);
+#undef OBJ
+
+const struct ctl_fig *ctl_fig_find(const struct ctl_table *t, const char *key)
+{
+	for (size_t i = 0; i < t->n; i++)
+		if (strcmp(t->figs[i].key, key) == 0)
+			return &t->figs[i];
+	return NULL;
+}
