@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* What the convergence module asks of a hypervisor: one migration's job figures and the few
- * actions it takes. Backends: QMP (cv_qmp.c) and libvirt (cv_virt.c, or cv_virt_stub.c). Calls
- * block for at most the timeout given at open; they run on a monitor thread, never the loop. */
+ * actions it takes. Backends: QMP (cv_qmp.c, its replies parsed by cv_qmp_json.c) and libvirt
+ * (cv_virt.c, or cv_virt_stub.c). Calls block for at most the timeout given at open; they run on
+ * a monitor thread, never the loop. */
 #ifndef CV_BACKEND_H
 #define CV_BACKEND_H
 

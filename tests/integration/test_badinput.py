@@ -6,47 +6,16 @@ probe must be refused cleanly, both daemons must live on and the migration must 
 import json
 import os
 import socket
-import struct
-import subprocess
 import sys
 import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
-import vmigharness as vh  # noqa: E402
+import vmigtest as vt  # noqa: E402
 
 CONNECT_TIMEOUT_MS = 2000          # target daemon's --connect-timeout: bounds silent preambles
 MIGRATION_MIB, MIGRATION_CHANNELS = 1024, 4
 MIGRATION_BANDWIDTH = 80 << 20     # ~13 s for 1 GiB: the probes run while it is in flight
-PREAMBLE_MAGIC, REPLY_MAGIC = 0x564D4750, 0x564D4752
-ST_MALFORMED, ST_BAD_VERSION, ST_UNKNOWN_KEY, ST_UNKNOWN_PORT, ST_DUPLICATE = 1, 2, 3, 4, 5
-
-
-def preamble(key, port=vh.DEFAULT_PORT_ID, seq=0, magic=PREAMBLE_MAGIC, version=1, flags=0,
-             keylen=None, reserved=0):
-    key = key.encode()
-    keylen = len(key) if keylen is None else keylen
-    return struct.pack('>IHHIIHH', magic, version, flags, port, seq, keylen, reserved) + key
-
-
-def read_until_close(sock, deadline):
-    """Bytes read until EOF or reset; HarnessError if the peer keeps the connection open."""
-    data = b''
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise vh.HarnessError(f'connection still open after {len(data)} reply bytes')
-        sock.settimeout(remaining)
-        try:
-            chunk = sock.recv(4096)
-        except socket.timeout:
-            continue
-        except ConnectionResetError:
-            return data
-        if not chunk:
-            return data
-        data += chunk
-
 
 
 # ---- node hop ------------------------------------------------------------------------------------
@@ -65,18 +34,18 @@ def nodehop_probe(tb, target, payload, expect, close_first=False):
         if close_first:
             sock.shutdown(socket.SHUT_WR)
         started = time.monotonic()
-        data = read_until_close(sock, started + CONNECT_TIMEOUT_MS / 1000 + 5)
+        data = vt.read_until_close(sock, started + CONNECT_TIMEOUT_MS / 1000 + 5)
         took = time.monotonic() - started
     finally:
         sock.close()
     if not data:
         return f'closed without reply after {took:.1f}s'
     if len(data) != 8:
-        raise vh.HarnessError(f'reply of {len(data)} bytes: {data[:32].hex()}')
-    magic, version, status = struct.unpack('>IHH', data)
-    if magic != REPLY_MAGIC or version != 1 or status != expect:
-        raise vh.HarnessError(f'reply magic={magic:#x} version={version} status={status}, '
-                              f'expected status {expect}')
+        raise vt.HarnessError(f'reply of {len(data)} bytes: {data[:32].hex()}')
+    status = vt.reply_status(data)
+    if status != expect:
+        raise vt.HarnessError(f'reply {data.hex()}: status {status} (None: not a version-1 VMGR '
+                              f'reply), expected status {expect}')
     return f'status {status} then close after {took:.1f}s'
 
 
@@ -89,13 +58,13 @@ def silent_flood(tb, target, count):
             s = tb.net.socket('source')
             s.settimeout(5)
             s.connect((target['address'], target['port']))
-            s.sendall(preamble('x')[:10])
+            s.sendall(vt.node_hop_preamble('x')[:10])
             socks.append(s)
         deadline = time.monotonic() + CONNECT_TIMEOUT_MS / 1000 + 5
         for s in socks:
-            data = read_until_close(s, deadline)
-            if data and (len(data) != 8 or struct.unpack('>IHH', data)[2] != ST_MALFORMED):
-                raise vh.HarnessError(f'unexpected reply {data.hex()}')
+            data = vt.read_until_close(s, deadline)
+            if data and vt.reply_status(data) != vt.REPLY_MALFORMED:
+                raise vt.HarnessError(f'unexpected reply {data.hex()}')
     finally:
         for s in socks:
             s.close()
@@ -104,19 +73,20 @@ def silent_flood(tb, target, count):
 
 def nodehop_probes(checks, tb, target, live_key):
     garbage = b'\x00' + os.urandom(255)
+    pre = vt.node_hop_preamble
     cases = [
-        ('random garbage', garbage, ST_MALFORMED, False),
-        ('truncated preamble, then close', preamble(live_key)[:11], ST_MALFORMED, True),
-        ('bad magic', preamble(live_key, magic=0xDEADBEEF), ST_MALFORMED, False),
-        ('bad version', preamble(live_key, version=2), ST_BAD_VERSION, False),
-        ('reserved flags set', preamble(live_key, flags=1), ST_MALFORMED, False),
-        ('reserved field set', preamble(live_key, reserved=7), ST_MALFORMED, False),
-        ('unknown key', preamble('no-such-key'), ST_UNKNOWN_KEY, False),
-        ('unknown port of the live key', preamble(live_key, port=1234), ST_UNKNOWN_PORT, False),
-        ('sequence 0 of the live key again', preamble(live_key), ST_DUPLICATE, False),
-        ('key length 0', preamble('', keylen=0), ST_MALFORMED, False),
-        ('key length 65535', preamble('k' * 128, keylen=65535), ST_MALFORMED, False),
-        ('key length 129', preamble('k' * 129), ST_MALFORMED, False),
+        ('random garbage', garbage, vt.REPLY_MALFORMED, False),
+        ('truncated preamble, then close', pre(live_key)[:11], vt.REPLY_MALFORMED, True),
+        ('bad magic', pre(live_key, magic=0xDEADBEEF), vt.REPLY_MALFORMED, False),
+        ('bad version', pre(live_key, version=2), vt.REPLY_BAD_VERSION, False),
+        ('reserved flags set', pre(live_key, flags=1), vt.REPLY_MALFORMED, False),
+        ('reserved field set', pre(live_key, reserved=7), vt.REPLY_MALFORMED, False),
+        ('unknown key', pre('no-such-key'), vt.REPLY_UNKNOWN_KEY, False),
+        ('unknown port of the live key', pre(live_key, port=1234), vt.REPLY_UNKNOWN_PORT, False),
+        ('sequence 0 of the live key again', pre(live_key), vt.REPLY_DUPLICATE, False),
+        ('key length 0', pre('', keylen=0), vt.REPLY_MALFORMED, False),
+        ('key length 65535', pre('k' * 128, keylen=65535), vt.REPLY_MALFORMED, False),
+        ('key length 129', pre('k' * 129), vt.REPLY_MALFORMED, False),
     ]
     for name, payload, expect, close_first in cases:
         checks.run(f'node hop: {name}', nodehop_probe, tb, target, payload, expect, close_first)
@@ -136,17 +106,17 @@ def control_probe(path, payload, shut_wr=False):
                 sock.shutdown(socket.SHUT_WR)
         except (BrokenPipeError, ConnectionResetError):
             return 'closed while we were sending'
-        data = read_until_close(sock, time.monotonic() + 5)
+        data = vt.read_until_close(sock, time.monotonic() + 5)
     finally:
         sock.close()
     if not data:
         return 'closed without reply'
     if not data.endswith(b'\n') or data.count(b'\n') != 1:
-        raise vh.HarnessError(f'reply is not one line: {data[:200]!r}')
+        raise vt.HarnessError(f'reply is not one line: {data[:200]!r}')
     reply = json.loads(data)
     if reply.get('ok') is not False or not isinstance(reply.get('error'), str) \
             or not reply['error'] or '\n' in reply['error']:
-        raise vh.HarnessError(f'reply {reply}')
+        raise vt.HarnessError(f'reply {reply}')
     return f'refused: {reply["error"]}'
 
 
@@ -164,7 +134,7 @@ def silent_control_client(daemon):
 def control_probes(checks, daemon, workdir):
     sock = os.path.join(workdir, 'unused.sock')
     target = {'version': 1, 'key': 'ctl-src', 'address': '127.0.0.1', 'port': 9,
-              'ports': [vh.DEFAULT_PORT_ID]}
+              'ports': [vt.DEFAULT_PORT_ID]}
     cases = [
         ('not JSON', b'hello daemon\n'),
         ('JSON not an object', b'[1,2,3]\n'),
@@ -200,18 +170,15 @@ def control_probes(checks, daemon, workdir):
 # ---- vmigctl -------------------------------------------------------------------------------------
 
 def ctl_fails(daemon, args, expect_rc=1, control=None):
-    """vmigctl must exit expect_rc with exactly one stderr line starting 'vmigctl: '."""
-    if control is None:
-        proc = daemon.ctl(*args, timeout=15)
-    else:
-        proc = subprocess.run([daemon.vmigctl, '-c', control, *args], capture_output=True,
-                              text=True, timeout=15, stdin=subprocess.DEVNULL)
+    """vmigctl (on daemon's control socket, or control) must exit expect_rc with exactly one
+    stderr line starting 'vmigctl: '."""
+    proc = daemon.ctl(*args, timeout=15, control=control)
     if proc.returncode != expect_rc:
-        raise vh.HarnessError(f'exit {proc.returncode}, expected {expect_rc}; '
+        raise vt.HarnessError(f'exit {proc.returncode}, expected {expect_rc}; '
                               f'stderr {proc.stderr!r}')
     if not proc.stderr.startswith('vmigctl: ') or proc.stderr.count('\n') != 1 \
             or not proc.stderr.endswith('\n'):
-        raise vh.HarnessError(f'stderr is not one "vmigctl: " line: {proc.stderr!r}')
+        raise vt.HarnessError(f'stderr is not one "vmigctl: " line: {proc.stderr!r}')
     return proc.stderr.strip()
 
 
@@ -224,23 +191,23 @@ def vmigctl_probes(checks, tb, live):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.bind(stale)
     s.close()
-    tgt.target_start('ctl-dup', {vh.DEFAULT_PORT_ID: sock})
+    tgt.target_start('ctl-dup', {vt.DEFAULT_PORT_ID: sock})
     target_for = {}
     for key in ('ctl-nodir', 'ctl-long', 'ctl-badjson'):
-        target_for[key] = tgt.target_start(key, {vh.DEFAULT_PORT_ID: sock})[0]
+        target_for[key] = tgt.target_start(key, {vt.DEFAULT_PORT_ID: sock})[0]
     cases = [
         ('target stop of an unknown KEY', tgt, ['target', 'stop', 'no-such-key']),
         ('source stop of an unknown KEY', src, ['source', 'stop', 'no-such-key']),
         ('duplicate target start', tgt,
-         ['target', 'start', 'ctl-dup', '--socket', f'{vh.DEFAULT_PORT_ID}={sock}']),
+         ['target', 'start', 'ctl-dup', '--socket', f'{vt.DEFAULT_PORT_ID}={sock}']),
         ('target start of the live KEY', tgt,
-         ['target', 'start', live.key, '--socket', f'{vh.DEFAULT_PORT_ID}={sock}']),
+         ['target', 'start', live.key, '--socket', f'{vt.DEFAULT_PORT_ID}={sock}']),
         ('source start of the live KEY', src,
          ['source', 'start', live.key, '--target', json.dumps(live.target), '--dir',
           tb.path('src')]),
         ('target start, socket path of 120 bytes', tgt,
          ['target', 'start', 'ctl-long-t', '--socket',
-          f'{vh.DEFAULT_PORT_ID}=/tmp/' + 'a' * 115]),
+          f'{vt.DEFAULT_PORT_ID}=/tmp/' + 'a' * 115]),
         ('source start, socket path over 107 bytes', src,
          ['source', 'start', 'ctl-long', '--target', target_for['ctl-long'], '--dir', long_dir]),
         ('source start, --dir missing', src,
@@ -250,7 +217,7 @@ def vmigctl_probes(checks, tb, live):
          ['source', 'start', 'ctl-badjson', '--target', target_for['ctl-badjson'][:-5],
           '--dir', tb.path('src')]),
         ('target start, invalid KEY', tgt,
-         ['target', 'start', 'bad/key', '--socket', f'{vh.DEFAULT_PORT_ID}={sock}']),
+         ['target', 'start', 'bad/key', '--socket', f'{vt.DEFAULT_PORT_ID}={sock}']),
     ]
     for name, daemon, args in cases:
         checks.run(f'vmigctl: {name}', ctl_fails, daemon, args)
@@ -263,24 +230,15 @@ def vmigctl_probes(checks, tb, live):
 
 # ---- main ----------------------------------------------------------------------------------------
 
-def answers(daemon):
-    if not daemon.alive():
-        raise vh.HarnessError(f'exited with status {daemon.proc.returncode}')
-    pid = daemon.status().get('pid')
-    if pid != daemon.proc.pid:
-        raise vh.HarnessError(f'status reports pid {pid}, we started {daemon.proc.pid}')
-    return f'pid {pid}'
-
-
 def main():
-    binaries = vh.find_binaries()
-    checks = vh.Checks('probes')
-    with vh.Testbed(*binaries, target_args=['--connect-timeout', str(CONNECT_TIMEOUT_MS)]) as tb:
+    binaries = vt.find_binaries()
+    checks = vt.Checks('probes')
+    with vt.Testbed(*binaries, target_args=['--connect-timeout', str(CONNECT_TIMEOUT_MS)]) as tb:
         src, dst = tb.qemu_pair(MIGRATION_MIB)
         m = tb.start_migration(src, dst, tb.new_key('live'), MIGRATION_CHANNELS,
                                max_bandwidth=MIGRATION_BANDWIDTH)
-        vh.wait_until(lambda: m.status() == 'active', 30, 'the migration to become active')
-        vh.log(f'migration {m.key} in flight; node hop {m.target["address"]}:{m.target["port"]}')
+        m.wait_active()
+        vt.log(f'migration {m.key} in flight; node hop {m.target["address"]}:{m.target["port"]}')
 
         flood = threading.Thread(target=checks.run, args=(
             'node hop: 20 truncated preambles left silent', silent_flood, tb, m.target, 20))
@@ -291,20 +249,18 @@ def main():
         vmigctl_probes(checks, tb, m)
         flood.join()
 
-        checks.run('migration still in flight after the probes', vh.still_in_flight, m)
+        checks.run('migration still in flight after the probes', vt.still_in_flight, m)
         for daemon in (tb.source, tb.target):
-            checks.run(f'{daemon.name} alive and answering', answers, daemon)
+            checks.run(f'{daemon.name} alive and answering', vt.answers, daemon)
         checks.finish()
-        result = m.finish(timeout=120)
-        digest = vh.verify_memory(src, dst)
-        vh.log(f'in-flight migration survived: {result.summary()}, memory sha256 {digest[:16]}')
-        for daemon, role in ((tb.source, 'source'), (tb.target, 'target')):
-            rec = daemon.stop_record(m.key, role)
+        result, digest = m.finish_verified(timeout=120)
+        vt.log(f'in-flight migration survived: {result.summary()}, memory sha256 {digest[:16]}')
+        for daemon, _, rec in m.stop_records():
             if rec.get('outcome') != 'ok':
-                raise vh.HarnessError(f'{daemon.name}: {m.key} stopped with {rec}')
+                raise vt.HarnessError(f'{daemon.name}: {m.key} stopped with {rec}')
         tb.stop_daemons()
-    vh.log(f'all {checks.count} checks passed')
+    vt.log(f'all {checks.count} checks passed')
 
 
 if __name__ == '__main__':
-    vh.run_main(main)
+    vt.run_main(main)

@@ -9,6 +9,15 @@ the destination QEMU's RAM is allocated at start and the source's RAM file read 
 cache first, so that neither QEMU stalls mid-way (each rate line shows the host's idle CPU and
 the source QEMU's major faults, to tell a starved run from a shaper that is wrong).
 
+A cap is a maximum: every rate's upper side is judged, always. Its lower side is judged only
+where the sender demonstrably had more to send all through the span: the source QEMU still had
+RAM pending in every sample (query-migrate ram.remaining) and the source daemon was held back in
+every sample interval, by its bucket (the migration's shaped_ms in `metrics --json` grew by at
+least 0.3 s/s per connection and 0.85 x the span's median) or, with --shaper pacing, by the
+kernel (its node-hop sockets held at least 64 KiB unsent, `ss`'s notsent). A loaded host that
+cannot feed the cap shows as a sender that ran dry; the rate line then says why its lower side
+was not judged.
+
 - per-migration cap set at `source start --bandwidth`: 50 MiB/s on a 512 MiB 4-channel migration
   and 200 MiB/s on a 1 GiB 8-channel one, each within +-3 %;
 - the cap changed under a running migration with `vmigctl bandwidth`: 50 -> 150 -> 50 MiB/s
@@ -28,9 +37,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
-import vmigharness as vh  # noqa: E402
+import vmigtest as vt  # noqa: E402
 
-MIB = vh.MIB
+MIB = vt.MIB
 CAP_TOL = 0.03             # a migration's own cap, steady part
 CHANGED_TOL = 0.05         # a changed cap, from 0.5 s after the change
 FAIR_TOL = 0.10            # each migration's share of the node cap
@@ -47,7 +56,7 @@ def running(*ms):
 
 def steady(watch, daemon, key, field='bytes_rx'):
     """(start, end) of the steady part of KEY's flow as daemon saw it."""
-    t0, t1 = vh.flow_span(watch.get(daemon, key), field)
+    t0, t1 = vt.flow_span(watch.get(daemon, key), field)
     return t0 + EDGE, t1 - EDGE
 
 
@@ -55,39 +64,71 @@ def rates_over(tb, watch, key, start, end):
     """{'target rx', 'source tx', 'qemu'}: rates over [start, end], and the target's 1-s
     windows."""
     if end - start < MIN_STEADY:
-        raise vh.HarnessError(f'{key}: steady part of {end - start:.2f}s, under '
+        raise vt.HarnessError(f'{key}: steady part of {end - start:.2f}s, under '
                               f'{MIN_STEADY:g}s: the migration ran too fast for its cap?')
-    rates = {'target rx': vh.rate_between(watch.get(tb.target, key), start, end)[0],
-             'source tx': vh.rate_between(watch.get(tb.source, key), start, end,
+    rates = {'target rx': vt.rate_between(watch.get(tb.target, key), start, end)[0],
+             'source tx': vt.rate_between(watch.get(tb.source, key), start, end,
                                           'bytes_tx')[0]}
     if watch.qemu_series.get(key):
-        rates['qemu'] = vh.rate_between(watch.qemu_series[key], start, end, 'bytes_tx')[0]
-    windows = vh.window_rates(watch.get(tb.target, key), start, end)
+        rates['qemu'] = vt.rate_between(watch.qemu_series[key], start, end, 'bytes_tx')[0]
+    windows = vt.window_rates(watch.get(tb.target, key), start, end)
     return rates, windows
 
 
-def judge(what, rates, windows, expected, tol, span, cond=''):
-    """Log the figures; HarnessError naming each rate outside expected +-tol. cond: what the
-    host was doing meanwhile (see conditions()), shown with them."""
+def sender(tb, watch, keys, start, end):
+    """(check the lower side?, why): whether every migration of keys demonstrably had more to
+    send all through [start, end], so that a rate under its cap there is the shaper's doing:
+    its source QEMU still had RAM pending in every sample (ram.remaining) and the source daemon
+    was held back all the time, by its bucket (shaped_ms grew in every interval, see
+    vt.held_back()) or, with --shaper pacing, by the kernel (its node-hop sockets held unsent
+    bytes in every sample, see vt.backlogged()). A host too loaded to feed the cap shows as a
+    sender that ran dry, and then only the upper side is judged."""
+    held, dry = [], []
+    for key in keys:
+        pending = vt.qemu_pending(watch, key, start, end)
+        if not pending:
+            dry.append(f'{key}: QEMU had '
+                       + ('no samples' if pending is None else 'no RAM left to send'))
+            continue
+        if key in watch.backlog:
+            ok, detail = vt.backlogged(watch, key, start, end)
+        else:
+            ok, detail = vt.held_back(watch.get(tb.source, key), start, end)
+        (held if ok else dry).append(f'{key}: {detail}, QEMU {pending / MIB:.0f} MiB pending')
+    return (False, '; '.join(dry)) if dry else (True, '; '.join(held))
+
+
+def judge(what, rates, windows, expected, tol, span, cond='', held=(True, '')):
+    """Log the figures; HarnessError naming each rate above expected + tol (a cap is a maximum:
+    always judged) or below expected - tol (only when held says the sender had more to send:
+    see sender(); otherwise the reason is logged). cond: what the host was doing meanwhile (see
+    conditions()), shown with them."""
+    lower, why = held
     shown = ', '.join(f'{name} {r / MIB:.2f}' for name, r in rates.items())
     dev = (rates['target rx'] - expected) / expected * 100
     cpu = f', {cond}' if cond else ''
-    vh.log(f'    {what}: {shown} MiB/s over {span:.1f}s (target {dev:+.2f}% of '
-           f'{expected / MIB:g}{cpu}); 1-s windows: {vh.fmt_rates(windows)}')
-    bad = [f'{name} {r / MIB:.2f}' for name, r in rates.items()
-           if not vh.within(r, expected, tol)]
+    vt.log(f'    {what}: {shown} MiB/s over {span:.1f}s (target {dev:+.2f}% of '
+           f'{expected / MIB:g}{cpu}); 1-s windows: {vt.fmt_rates(windows)}')
+    if why:
+        vt.log(f'      lower side {"judged" if lower else "not judged"}: {why}')
+    high = [f'{name} {r / MIB:.2f}' for name, r in rates.items() if r > expected * (1 + tol)]
+    low = [f'{name} {r / MIB:.2f}' for name, r in rates.items() if r < expected * (1 - tol)]
+    bad = high + (low if lower else [])
     if bad:
-        raise vh.HarnessError(f'{what}: {", ".join(bad)} MiB/s, outside '
-                              f'{expected / MIB:g} MiB/s +-{tol * 100:g}%{cpu}')
+        sent = f'; the sender had more to send: {why}' if lower and low and why else ''
+        raise vt.HarnessError(f'{what}: {", ".join(bad)} MiB/s, outside '
+                              f'{expected / MIB:g} MiB/s +-{tol * 100:g}%{cpu}{sent}')
+    note = '' if lower else (f'; lower side not judged ({", ".join(low)} under -'
+                             f'{tol * 100:g}%)' if low else '; lower side not judged')
     return (f'{rates["target rx"] / MIB:.2f} MiB/s ({dev:+.2f}%), windows '
-            f'{min(windows) / MIB:.1f}-{max(windows) / MIB:.1f}' if windows else 'ok')
+            f'{min(windows) / MIB:.1f}-{max(windows) / MIB:.1f}' if windows else 'ok') + note
 
 
 def conditions(watch, keys, start, end):
     """'host CPU N% idle, QEMU major faults M': a shaper starved of CPU, or a QEMU waiting for
     its RAM file on the disk, cannot keep a rate; the figures say which happened."""
-    idle = vh.cpu_idle_between(watch, start, end)
-    faults = [vh.qemu_faults_between(watch, k, start, end) for k in keys]
+    idle = vt.cpu_idle_between(watch, start, end)
+    faults = [vt.qemu_faults_between(watch, k, start, end) for k in keys]
     out = [f'host CPU {idle * 100:.0f}% idle'] if idle is not None else []
     if any(f is not None for f in faults):
         out.append(f'QEMU major faults {"+".join(str(f) for f in faults)}')
@@ -103,7 +144,7 @@ def check_qemu_unbound(src, cap):
     """QEMU's own limit must be far above the daemon's cap, or it, not the daemon, binds."""
     bw = src.execute('query-migrate-parameters')['max-bandwidth']
     if bw < 10 * cap:
-        raise vh.HarnessError(f'QEMU max-bandwidth {bw} is not well above the cap {cap}')
+        raise vt.HarnessError(f'QEMU max-bandwidth {bw} is not well above the cap {cap}')
     return f'QEMU max-bandwidth {bw / MIB:.0f} MiB/s'
 
 
@@ -113,17 +154,17 @@ def check_cap_fields(watch, daemon, key, start, end, cap, limit=None):
     caps = {s.cap for s in inside}
     limits = {s.limit for s in inside}
     if caps != {cap}:
-        raise vh.HarnessError(f'{daemon.name} reported cap {sorted(caps)}, expected {cap}')
+        raise vt.HarnessError(f'{daemon.name} reported cap {sorted(caps)}, expected {cap}')
     if limit is not None and limits != {limit}:
-        raise vh.HarnessError(f'{daemon.name} reported limit {sorted(limits)}, expected {limit}')
+        raise vt.HarnessError(f'{daemon.name} reported limit {sorted(limits)}, expected {limit}')
     return f'cap {cap}, limit {sorted(limits)} in {len(inside)} samples'
 
 
 def check_shaper(daemon, shaper):
-    st = daemon.status().get('shaper')
+    st = daemon.status_field('shaper')
     line = daemon.log_matches(r'bandwidth: node cap \S+.*, shaper (\w+)')
     if st != shaper or not line or line[0].group(1) != shaper:
-        raise vh.HarnessError(f'status shaper {st!r}, start line '
+        raise vt.HarnessError(f'status shaper {st!r}, start line '
                               f'{line[0].group(0) if line else None}; expected {shaper}')
     return f'status shaper {st}; {line[0].group(0)}'
 
@@ -142,24 +183,26 @@ def sampled(checks, label, watch, *args, **kw):
     return bool(ok)
 
 
-def finish_and_verify(tb, m, src, dst):
-    result = m.finish(timeout=120)
-    digest = vh.verify_memory(src, dst)
+def finish_and_verify(m):
+    result, digest = m.finish_verified(timeout=120)
     return f'{result.summary()}, memory sha256 {digest[:12]}'
 
 
-def capped(tb, checks, label, mib, channels, cap_text, cap, tol=CAP_TOL, variant=0):
+def capped(tb, checks, label, mib, channels, cap_text, cap, tol=CAP_TOL, variant=0,
+           pacing=False):
     """One migration capped at `source start --bandwidth cap_text`; its steady rate must be cap
-    +-tol."""
-    vh.log(f'[{label}] {mib} MiB, {channels} channels, source start --bandwidth {cap_text}')
+    +-tol. pacing: the source daemon runs --shaper pacing (the kernel holds the sender back:
+    its node-hop sockets' backlog is sampled too)."""
+    vt.log(f'[{label}] {mib} MiB, {channels} channels, source start --bandwidth {cap_text}')
     src, dst = pair(tb, mib, variant)
     key = tb.new_key(label)
     m = tb.start_migration(src, dst, key, channels, bandwidth=cap_text)
-    watch = vh.RateWatch([tb.source, tb.target], {key: src})
+    backlog = {key: (tb.net.source_ns, m.target['address'], m.target['port'])} if pacing else {}
+    watch = vt.RateWatch([tb.source, tb.target], {key: src}, backlog=backlog)
     try:
         ok = sampled(checks, label, watch, running(m), timeout=mib / (cap / MIB) * 2 + 30)
     finally:
-        checks.run(f'{label}: completed, memory', finish_and_verify, tb, m, src, dst)
+        checks.run(f'{label}: completed, memory', finish_and_verify, m)
     checks.run(f'{label}: QEMU limit', check_qemu_unbound, src, cap)
     if not ok:
         tb.close_qemus(src, dst)
@@ -169,7 +212,7 @@ def capped(tb, checks, label, mib, channels, cap_text, cap, tol=CAP_TOL, variant
         start, end = steady(watch, tb.target, key)
         rates, windows = rates_over(tb, watch, key, start, end)
         return judge(f'{label} steady', rates, windows, cap, tol, end - start,
-                     conditions(watch, [key], start, end))
+                     conditions(watch, [key], start, end), sender(tb, watch, [key], start, end))
     checks.run(f'{label}: rate {cap / MIB:g} MiB/s +-{tol * 100:g}%', rate)
 
     def fields():
@@ -183,25 +226,25 @@ def cap_change(tb, checks):
     """50 MiB/s, raised to 150, lowered to 50, lifted (see RAISE_AT ...). 1 GiB leaves some 130
     MiB for after the lift, whatever the rates: they cannot exceed the caps."""
     label, mib, channels = 'change', 1024, 4
-    vh.log(f'[{label}] {mib} MiB, {channels} channels: 50Mi, 150Mi at {RAISE_AT:g}s, 50Mi at '
+    vt.log(f'[{label}] {mib} MiB, {channels} channels: 50Mi, 150Mi at {RAISE_AT:g}s, 50Mi at '
            f'{LOWER_AT:g}s, none at {LIFT_AT:g}s')
     src, dst = pair(tb, mib)
     key = tb.new_key(label)
     offset = tb.source.log_offset()
     m = tb.start_migration(src, dst, key, channels, bandwidth='50Mi')
-    watch = vh.RateWatch([tb.source, tb.target], {key: src})
+    watch = vt.RateWatch([tb.source, tb.target], {key: src})
     schedule = [(RAISE_AT, 'raise', lambda: tb.source.set_bandwidth(key, '150Mi')),
                 (LOWER_AT, 'lower', lambda: tb.source.set_bandwidth(key, '50Mi')),
                 (LIFT_AT, 'lift', lambda: tb.source.set_bandwidth(key, 'none'))]
     try:
         ok = sampled(checks, label, watch, running(m), timeout=60, schedule=schedule)
     finally:
-        checks.run(f'{label}: completed, memory', finish_and_verify, tb, m, src, dst)
+        checks.run(f'{label}: completed, memory', finish_and_verify, m)
     if not ok:
         tb.close_qemus(src, dst)
         return
     ev = watch.events
-    flow_start = vh.flow_span(watch.get(tb.target, key))[0]
+    flow_start = vt.flow_span(watch.get(tb.target, key))[0]
     segments = [('50 before the raise', flow_start + EDGE, ev['raise'], 50 * MIB, CAP_TOL),
                 ('150 after the raise', ev['raise'] + SETTLE, ev['lower'], 150 * MIB,
                  CHANGED_TOL),
@@ -211,7 +254,8 @@ def cap_change(tb, checks):
         def rate(what=what, start=start, end=end, cap=cap, tol=tol):
             rates, windows = rates_over(tb, watch, key, start, end)
             return judge(f'{label} {what}', rates, windows, cap, tol, end - start,
-                         conditions(watch, [key], start, end))
+                         conditions(watch, [key], start, end),
+                         sender(tb, watch, [key], start, end))
         checks.run(f'{label}: {what} +-{tol * 100:g}%', rate)
         checks.run(f'{label}: metrics cap {what}', check_cap_fields, watch, tb.source, key,
                    start, end, cap, cap)
@@ -221,14 +265,14 @@ def cap_change(tb, checks):
             rf'migration {key} role=source: cap (unlimited|\S+ \S+)', since=offset)]
         want = ['150.0 MiB/s', '50.0 MiB/s', 'unlimited']
         if found != want:
-            raise vh.HarnessError(f'cap log lines say {found}, expected {want} and the lift')
+            raise vt.HarnessError(f'cap log lines say {found}, expected {want} and the lift')
         return f'cap log lines: {found}'
     checks.run(f'{label}: log lines', log_lines)
 
     def lifted():
         last = [s for s in watch.get(tb.source, key) if s.t > ev['lift']]
         if not last or last[0].cap != 0:
-            raise vh.HarnessError(f'after `bandwidth {key} none` metrics say cap '
+            raise vt.HarnessError(f'after `bandwidth {key} none` metrics say cap '
                                   f'{last[0].cap if last else "(no sample)"}')
         return 'cap 0 after `none`'
     checks.run(f'{label}: cap lifted', lifted)
@@ -239,28 +283,27 @@ def node_cap(tb, checks):
     """Two concurrent 512 MiB migrations under the source's --node-bandwidth 100Mi."""
     label = 'node'
     node = 100 * MIB
-    vh.log(f'[{label}] two 512 MiB 4-channel migrations at once, source --node-bandwidth 100Mi')
+    vt.log(f'[{label}] two 512 MiB 4-channel migrations at once, source --node-bandwidth 100Mi')
 
     def node_fields():
-        st = tb.source.status()
+        bandwidth = tb.source.status_field('bandwidth')
         line = tb.source.log_matches(r'bandwidth: node cap (\S+ \S+), shaper (\w+)')
-        if st.get('bandwidth') != node or not line or line[0].group(1) != '100.0 MiB/s':
-            raise vh.HarnessError(f'status bandwidth {st.get("bandwidth")}, start line '
+        if bandwidth != node or not line or line[0].group(1) != '100.0 MiB/s':
+            raise vt.HarnessError(f'status bandwidth {bandwidth}, start line '
                                   f'{line[0].group(0) if line else None}; expected {node}')
         return f'status bandwidth {node}, {line[0].group(0)}'
     checks.run(f'{label}: node cap at start', node_fields)
     pairs = [pair(tb, 512, v) for v in (1, 2)]
     keys = [tb.new_key(f'{label}{i}') for i in (1, 2)]
     ms = [tb.start_migration(src, dst, key, 4) for (src, dst), key in zip(pairs, keys)]
-    watch = vh.RateWatch([tb.source, tb.target], {k: p[0] for k, p in zip(keys, pairs)})
+    watch = vt.RateWatch([tb.source, tb.target], {k: p[0] for k, p in zip(keys, pairs)})
     try:
         ok = sampled(checks, label, watch, running(*ms), timeout=60)
         for m in ms:                   # all seen completed before any memory is compared
             m.wait(timeout=60)
     finally:
         for m, (src, dst) in zip(ms, pairs):
-            checks.run(f'{label}: {m.key} completed, memory', finish_and_verify, tb, m, src,
-                       dst)
+            checks.run(f'{label}: {m.key} completed, memory', finish_and_verify, m)
     if not ok:
         for src, dst in pairs:
             tb.close_qemus(src, dst)
@@ -274,20 +317,22 @@ def node_cap(tb, checks):
         problems = []
         for k, (rates, windows) in zip(keys, each):
             try:
-                judge(f'{k} share', rates, windows, node / 2, FAIR_TOL, end - start, cond)
-            except vh.HarnessError as e:
+                judge(f'{k} share', rates, windows, node / 2, FAIR_TOL, end - start, cond,
+                      sender(tb, watch, [k], start, end))
+            except vt.HarnessError as e:
                 problems.append(str(e))
         total = {name: sum(r[name] for r, _ in each) for name in each[0][0]}
         try:
-            judge('sum', total, [], node, CAP_TOL, end - start, cond)
-        except vh.HarnessError as e:
+            judge('sum', total, [], node, CAP_TOL, end - start, cond,
+                  sender(tb, watch, keys, start, end))
+        except vt.HarnessError as e:
             problems.append(str(e))
         limits = [s.limit for k in keys for s in watch.get(tb.source, k) if start <= s.t <= end]
         median = statistics.median(limits)
-        if not vh.within(median, node / 2, FAIR_TOL):
+        if not vt.within(median, node / 2, FAIR_TOL):
             problems.append(f'median limit in metrics {median / MIB:.1f} MiB/s, not ~50')
         if problems:
-            raise vh.HarnessError('; '.join(problems))
+            raise vt.HarnessError('; '.join(problems))
         parts = ' + '.join(f'{r["target rx"] / MIB:.2f}' for r, _ in each)
         return (f'{parts} = {total["target rx"] / MIB:.2f} MiB/s, median limit '
                 f'{median / MIB:.1f}')
@@ -302,18 +347,18 @@ def node_cap_own_cap(tb, checks):
     the remaining 80 (max-min fairness). The small one's cap is lifted once the big one is done."""
     label = 'maxmin'
     node = 100 * MIB
-    vh.log(f'[{label}] node cap 100Mi set by vmigctl node-bandwidth; 512 MiB capped at 20Mi and '
+    vt.log(f'[{label}] node cap 100Mi set by vmigctl node-bandwidth; 512 MiB capped at 20Mi and '
            '1 GiB uncapped at once')
 
     def runtime_node_cap():
         offset = tb.source.log_offset()
         tb.source.set_node_bandwidth('none')
-        off = tb.source.status().get('bandwidth')
+        off = tb.source.status_field('bandwidth')
         tb.source.set_node_bandwidth('100Mi')
-        on = tb.source.status().get('bandwidth')
+        on = tb.source.status_field('bandwidth')
         line = tb.source.wait_log(r'node cap 100\.0 MiB/s', since=offset)
         if off != 0 or on != node:
-            raise vh.HarnessError(f'status bandwidth {off} after none, {on} after 100Mi')
+            raise vt.HarnessError(f'status bandwidth {off} after none, {on} after 100Mi')
         return f'status bandwidth 0 then {on}; log: {line.group(0)}'
     checks.run(f'{label}: vmigctl node-bandwidth', runtime_node_cap)
     small_src, small_dst = pair(tb, 512, 4)
@@ -321,17 +366,15 @@ def node_cap_own_cap(tb, checks):
     small_key, big_key = tb.new_key('maxmin-20'), tb.new_key('maxmin-big')
     small = tb.start_migration(small_src, small_dst, small_key, 4, bandwidth='20Mi')
     big = tb.start_migration(big_src, big_dst, big_key, 4)
-    watch = vh.RateWatch([tb.source, tb.target], {small_key: small_src, big_key: big_src})
+    watch = vt.RateWatch([tb.source, tb.target], {small_key: small_src, big_key: big_src})
     try:
         ok = sampled(checks, label, watch, running(big), timeout=60)
         big.wait(timeout=60)
         tb.source.set_bandwidth(small_key, 'none')
         small.wait(timeout=60)
     finally:
-        checks.run(f'{label}: {big_key} completed, memory', finish_and_verify, tb, big,
-                   big_src, big_dst)
-        checks.run(f'{label}: {small_key} completed, memory', finish_and_verify, tb, small,
-                   small_src, small_dst)
+        checks.run(f'{label}: {big_key} completed, memory', finish_and_verify, big)
+        checks.run(f'{label}: {small_key} completed, memory', finish_and_verify, small)
     if not ok:
         tb.close_qemus(small_src, small_dst)
         tb.close_qemus(big_src, big_dst)
@@ -339,23 +382,24 @@ def node_cap_own_cap(tb, checks):
 
     def shares():
         big_span = steady(watch, tb.target, big_key)
-        small_start = vh.flow_span(watch.get(tb.target, small_key))[0] + EDGE
+        small_start = vt.flow_span(watch.get(tb.target, small_key))[0] + EDGE
         start, end = max(big_span[0], small_start), big_span[1]
         rates_small, w_small = rates_over(tb, watch, small_key, start, end)
         rates_big, w_big = rates_over(tb, watch, big_key, start, end)
         cond = conditions(watch, [small_key, big_key], start, end)
         problems = []
-        for what, rates, windows, expected, tol in (
-                ('capped 20', rates_small, w_small, 20 * MIB, CAP_TOL),
-                ('the rest, 80', rates_big, w_big, 80 * MIB, FAIR_TOL),
+        for what, rates, windows, expected, tol, keys in (
+                ('capped 20', rates_small, w_small, 20 * MIB, CAP_TOL, [small_key]),
+                ('the rest, 80', rates_big, w_big, 80 * MIB, FAIR_TOL, [big_key]),
                 ('sum', {k: rates_small[k] + rates_big[k] for k in rates_big}, [], node,
-                 CAP_TOL)):
+                 CAP_TOL, [small_key, big_key])):
             try:
-                judge(f'{label} {what}', rates, windows, expected, tol, end - start, cond)
-            except vh.HarnessError as e:
+                judge(f'{label} {what}', rates, windows, expected, tol, end - start, cond,
+                      sender(tb, watch, keys, start, end))
+            except vt.HarnessError as e:
                 problems.append(str(e))
         if problems:
-            raise vh.HarnessError('; '.join(problems))
+            raise vt.HarnessError('; '.join(problems))
         return (f'{rates_small["target rx"] / MIB:.2f} + {rates_big["target rx"] / MIB:.2f} '
                 'MiB/s')
     checks.run(f'{label}: 20 (own cap +-{CAP_TOL * 100:g}%) + 80 (+-{FAIR_TOL * 100:g}%)',
@@ -366,10 +410,9 @@ def node_cap_own_cap(tb, checks):
 
 def main():
     started = time.monotonic()
-    checks = vh.Checks('cap checks')
-    with vh.Testbed() as tb:
-        vh.log(f'source vmigd {tb.net.source_addr} ({tb.net.source_ns}), target vmigd '
-               f'{tb.net.target_addr} ({tb.net.target_ns}), plain text')
+    checks = vt.Checks('cap checks')
+    with vt.Testbed() as tb:
+        vt.log(f'{tb.describe()}, plain text')
         capped(tb, checks, 'cap50', 512, 4, '50Mi', 50 * MIB)
         capped(tb, checks, 'cap200', 1024, 8, '200Mi', 200 * MIB)
         cap_change(tb, checks)
@@ -378,15 +421,15 @@ def main():
         node_cap_own_cap(tb, checks)
         tb.replace_daemon('source', args=['--shaper', 'pacing'], name='vmigd-source-pacing')
         checks.run('pacing: status and start line', check_shaper, tb.source, 'pacing')
-        capped(tb, checks, 'pacing50', 512, 4, '50Mi', 50 * MIB, tol=PACING_TOL)
+        capped(tb, checks, 'pacing50', 512, 4, '50Mi', 50 * MIB, tol=PACING_TOL, pacing=True)
         tb.stop_daemons()
-    with vh.Testbed(tls=True) as tb:
-        vh.log('mutual TLS on the node hop')
+    with vt.Testbed(tls=True) as tb:
+        vt.log('mutual TLS on the node hop')
         capped(tb, checks, 'tls50', 512, 4, '50Mi', 50 * MIB)
         tb.stop_daemons()
-    vh.log(f'{checks.count} checks in {time.monotonic() - started:.1f}s')
+    vt.log(f'{checks.count} checks in {time.monotonic() - started:.1f}s')
     checks.finish()
 
 
 if __name__ == '__main__':
-    vh.run_main(main)
+    vt.run_main(main)

@@ -9,10 +9,9 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
-import vmigharness as vh  # noqa: E402
+import vmigtest as vt  # noqa: E402
 
 BAD = [
     (['--listen', 'nowhere'], '--listen'),
@@ -29,23 +28,18 @@ BAD = [
 ]
 
 
-def run(vmigd, *args):
-    return subprocess.run([vmigd, *args], capture_output=True, text=True, timeout=20,
-                          stdin=subprocess.DEVNULL)
-
-
 def main():
-    vmigd, vmigctl = vh.find_binaries()
+    vmigd, vmigctl = vt.find_binaries()
     problems = []
-    with tempfile.TemporaryDirectory(prefix='vmig-cli-') as tmp:
+    with vt.work_directory('vmig-cli-') as tmp:
         ctl = os.path.join(tmp, 'ctl.sock')
         for args, needle in BAD:
-            p = run(vmigd, '--control', ctl, '--no-tls', *args)
+            p = vt.run_vmigd(vmigd, '--control', ctl, '--no-tls', *args)
             lines = p.stderr.strip().splitlines()
             if p.returncode != 1 or not lines or needle not in lines[0]:
                 problems.append(f'vmigd {" ".join(args)}: rc={p.returncode} stderr={p.stderr!r}, '
                                 f'expected rc 1 and a line naming {needle}')
-        p = run(vmigd, '--control', ctl)
+        p = vt.run_vmigd(vmigd, '--control', ctl)
         if p.returncode != 1 or 'no-tls' not in p.stderr:
             problems.append(f'without --no-tls: rc={p.returncode} {p.stderr!r}, expected a refusal '
                             'that names --no-tls')
@@ -58,12 +52,12 @@ def main():
                     'no-tls\n'
                     'threads 3   # trailing comment\n'
                     'order-timeout 2500\n')
-        p = run(vmigd, '--config', conf, '-n')
+        p = vt.run_vmigd(vmigd, '--config', conf, '-n')
         if p.returncode != 0:
             problems.append(f'-n with a good config: rc={p.returncode} {p.stderr!r}')
         with open(conf + '.bad', 'w') as f:
             f.write('threads lots\n')
-        p = run(vmigd, '--config', conf + '.bad', '-n')
+        p = vt.run_vmigd(vmigd, '--config', conf + '.bad', '-n')
         if p.returncode != 1 or '--threads' not in p.stderr:
             problems.append(f'-n with a bad config: rc={p.returncode} {p.stderr!r}')
 
@@ -73,18 +67,19 @@ def main():
         try:
             def status():
                 if first.poll() is not None:
-                    raise vh.HarnessError(f'vmigd exited {first.returncode} at start-up')
+                    raise vt.HarnessError(f'vmigd exited {first.returncode} at start-up')
                 p = subprocess.run([vmigctl, '-c', ctl, 'status', '--json'], capture_output=True,
                                    text=True, timeout=5)
                 return json.loads(p.stdout) if p.returncode == 0 else None
-            st = vh.wait_until(status, 15, 'vmigd to answer status')
-            host, port = st['listen'].rsplit(':', 1)
+            st = vt.wait_until(status, 15, 'vmigd to answer status')
+            listen, threads = vt.status_field(st, 'listen'), vt.status_field(st, 'threads')
+            host, port = listen.rsplit(':', 1)
             if host != '127.0.0.1' or not 0 < int(port) < 65536:
-                problems.append(f'status listen={st["listen"]}, expected 127.0.0.1 and a port')
-            if st['threads'] != 1:
-                problems.append(f'threads={st["threads"]}: the command line (1) should override '
+                problems.append(f'status listen={listen}, expected 127.0.0.1 and a port')
+            if threads != 1:
+                problems.append(f'threads={threads}: the command line (1) should override '
                                 'the config file (3)')
-            p = run(vmigd, '--config', conf)
+            p = vt.run_vmigd(vmigd, '--config', conf)
             if p.returncode != 1 or f'pid {first.pid}' not in p.stderr or \
                     'already running' not in p.stderr:
                 problems.append(f'second daemon: rc={p.returncode} {p.stderr!r}, expected a '
@@ -100,10 +95,10 @@ def main():
         if os.path.exists(ctl):
             problems.append('the control socket is still there after exit')
     if problems:
-        raise vh.HarnessError('\n  '.join(['command line:'] + problems))
-    vh.log(f'{len(BAD)} bad option sets refused; config, -n, port 0, single instance and '
+        raise vt.HarnessError('\n  '.join(['command line:'] + problems))
+    vt.log(f'{len(BAD)} bad option sets refused; config, -n, port 0, single instance and '
            'SIGTERM behave')
 
 
 if __name__ == '__main__':
-    vh.run_main(main)
+    vt.run_main(main)

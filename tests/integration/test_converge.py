@@ -25,10 +25,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
-import vmigconverge as vc  # noqa: E402
-import vmigharness as vh  # noqa: E402
+import vmigtest as vt  # noqa: E402
 
-MIB = vh.MIB
+MIB = vt.MIB
 MEM_MIB, WS_MIB, CAP_MIB = 256, 64, 16
 LOW, HIGH = 4, 24                  # MiB/s the guest dirties
 KUBEVIRT_PER_GIB = 10              # s: 256 MiB rounds up to 1 GB, so a 10 s deadline
@@ -37,14 +36,13 @@ ACT_WITHIN = 5.0                   # s from the evidence to the first predictive
 CATCHUP_MS = 2                     # the guest makes up little lost time: a throttle slows it
 
 
-SIZES = vc.Sizes(MEM_MIB, WS_MIB, CAP_MIB, CATCHUP_MS)
-conv = vc.conv
+SIZES = vt.converge.Sizes(MEM_MIB, WS_MIB, CAP_MIB, CATCHUP_MS)
 
 
 def run(tb, *args, **kw):
-    """vmigconverge.run() at this test's sizes (tests/lib/vmigconverge.py, shared with
+    """vt.converge.run() at this test's sizes (tests/lib/vmigtest/converge.py, shared with
     bench/vmig-bench converge)."""
-    return vc.run(tb, *args, sizes=SIZES, **kw)
+    return vt.converge.run(tb, *args, sizes=SIZES, **kw)
 
 
 def line(r):
@@ -57,10 +55,10 @@ def line(r):
 def expect_actions(r, names):
     got = [a['action'] for a in r['conv'].get('actions', [])]
     if got[:len(names)] != names or (not names and got):
-        raise vh.HarnessError(f'{r["key"]}: actions {got}, expected {names}: {r["conv"]}')
+        raise vt.HarnessError(f'{r["key"]}: actions {got}, expected {names}: {r["conv"]}')
     for a in r['conv'].get('actions', []):
         if not a.get('ok'):
-            raise vh.HarnessError(f'{r["key"]}: action {a["action"]} failed: {a.get("error")}')
+            raise vt.HarnessError(f'{r["key"]}: action {a["action"]} failed: {a.get("error")}')
 
 
 def low(tb, mode, policy=()):
@@ -73,10 +71,10 @@ def auto_converge(tb):
     r = run(tb, 'autoconv', HIGH, policy=['--allow-auto-converge'])
     expect_actions(r, ['auto-converge'])
     if r['throttle'] <= 0:
-        raise vh.HarnessError(f'{r["key"]}: QEMU never throttled the guest')
+        raise vt.HarnessError(f'{r["key"]}: QEMU never throttled the guest')
     bound = 2 * MEM_MIB / CAP_MIB
     if r['total_s'] > bound:
-        raise vh.HarnessError(f'{r["key"]}: took {r["total_s"]:.1f}s, over 2 x memory / cap = '
+        raise vt.HarnessError(f'{r["key"]}: took {r["total_s"]:.1f}s, over 2 x memory / cap = '
                               f'{bound:.0f}s ({line(r)})')
     within(r)
     return line(r) + f' (bound {bound:.0f}s)'
@@ -84,10 +82,10 @@ def auto_converge(tb):
 
 def within(r):
     if r['evidence_s'] is None:
-        raise vh.HarnessError(f'{r["key"]}: QEMU never showed the dirty rate at the link')
+        raise vt.HarnessError(f'{r["key"]}: QEMU never showed the dirty rate at the link')
     lag = r['first'][1] - r['evidence_s']
     if lag > ACT_WITHIN:
-        raise vh.HarnessError(f'{r["key"]}: first action {lag:.1f}s after the evidence, over '
+        raise vt.HarnessError(f'{r["key"]}: first action {lag:.1f}s after the evidence, over '
                               f'{ACT_WITHIN:g}s')
 
 
@@ -95,9 +93,9 @@ def postcopy(tb, mode, policy):
     r = run(tb, f'postcopy-{mode}', HIGH, mode, policy, postcopy=True)
     expect_actions(r, ['post-copy'])
     if 'postcopy-active' not in r['seen']:
-        raise vh.HarnessError(f'{r["key"]}: QEMU was never seen in postcopy-active')
+        raise vt.HarnessError(f'{r["key"]}: QEMU was never seen in postcopy-active')
     if 'through post-copy' not in r['conv'].get('outcome', ''):
-        raise vh.HarnessError(f'{r["key"]}: outcome {r["conv"].get("outcome")}')
+        raise vt.HarnessError(f'{r["key"]}: outcome {r["conv"].get("outcome")}')
     if mode == 'predictive':
         within(r)
     else:
@@ -108,7 +106,7 @@ def postcopy(tb, mode, policy):
 def deadline(r):
     at = r['first'][1]
     if not KUBEVIRT_PER_GIB <= at <= KUBEVIRT_PER_GIB + 1.5:
-        raise vh.HarnessError(f'{r["key"]}: kubevirt acted at {at:.1f}s, expected just after '
+        raise vt.HarnessError(f'{r["key"]}: kubevirt acted at {at:.1f}s, expected just after '
                               f'the {KUBEVIRT_PER_GIB}s deadline')
 
 
@@ -128,13 +126,13 @@ def guest_lives(tb, r, reason):
     c, src = r['conv'], r['src']
     act = c['actions'][0]
     if reason not in act['reason']:
-        raise vh.HarnessError(f'{r["key"]}: abort reason "{act["reason"]}" lacks "{reason}"')
+        raise vt.HarnessError(f'{r["key"]}: abort reason "{act["reason"]}" lacks "{reason}"')
     if 'the guest is running on the source' not in c.get('outcome', ''):
-        raise vh.HarnessError(f'{r["key"]}: outcome "{c.get("outcome")}"')
+        raise vt.HarnessError(f'{r["key"]}: outcome "{c.get("outcome")}"')
     tb.source.wait_log(rf'migration {r["key"]} role=source: convergence .*abort: .*{reason}',
                        timeout=5)
     if src.run_state() != 'running':
-        raise vh.HarnessError(f'{r["key"]}: source guest {src.run_state()}, not running')
+        raise vt.HarnessError(f'{r["key"]}: source guest {src.run_state()}, not running')
     # The guest goes on: new status lines on its serial after the abort.
     n = len(src.serial_lines())
     src.wait_serial(r'vmig-guest: t=', timeout=5, since=n)
@@ -145,18 +143,18 @@ def headroom(tb):
     expect_actions(r, ['raise-cap'])
     act = r['conv']['actions'][0]
     if 'node headroom' not in act['reason']:
-        raise vh.HarnessError(f'{r["key"]}: reason "{act["reason"]}"')
+        raise vt.HarnessError(f'{r["key"]}: reason "{act["reason"]}"')
     tb.source.wait_log(rf'migration {r["key"]} role=source: convergence .*raise-cap: ', timeout=5)
     within(r)
     return line(r) + f'; {act["reason"].split(": ")[-1]}'
 
 
 def main():
-    vh.guest_binary()
+    vt.guest_binary()
     started = time.monotonic()
-    checks = vh.Checks('convergence scenarios')
+    checks = vt.Checks('convergence scenarios')
     kv = ['--completion-timeout-per-gib', str(KUBEVIRT_PER_GIB)]
-    with vh.Testbed() as tb:
+    with vt.Testbed() as tb:
         checks.run('predictive, low dirty rate', low, tb, 'predictive')
         checks.run('predictive, 1.5x the cap, auto-converge', auto_converge, tb)
         checks.run('predictive, above the cap, post-copy', postcopy, tb, 'predictive',
@@ -172,9 +170,9 @@ def main():
                           name='vmigd-source-nodecap')
         checks.run('predictive, above the cap, node headroom', headroom, tb)
         tb.stop_daemons()
-    vh.log(f'{checks.count} scenarios in {time.monotonic() - started:.1f}s')
+    vt.log(f'{checks.count} scenarios in {time.monotonic() - started:.1f}s')
     checks.finish()
 
 
 if __name__ == '__main__':
-    vh.run_main(main)
+    vt.run_main(main)

@@ -6,17 +6,19 @@ or, for postcopy, to a local destination QEMU.
 
 - A paused 64 MiB guest of random pages, capped at 1 MB/s so that it stays active: `prepare
   auto-converge dormant downtime=400` sets what QEMU then reports (events, auto-converge,
-  cpu-throttle 1 % + 1 % at a 100 % trigger threshold, downtime 400 ms); `query` while active (status, RAM total, rate near
-  1 MB/s, guest not running); `prepare` refused while active; `throttle`, `bandwidth`, `downtime`
-  as QEMU's parameters; `resume` / `pause` as the guest's state; `watch`; `abort` -> cancelled with
-  the guest still running; `bandwidth 0` -> QEMU's maximum.
+  cpu-throttle 1 % + 1 % at a 100 % trigger threshold, downtime 400 ms); `query` while active
+  (status, RAM total, rate near 1 MB/s, guest not running); `prepare` refused while active;
+  `throttle`, `bandwidth`, `downtime` as QEMU's parameters; `resume` / `pause` as the guest's
+  state; `watch`; `abort` -> cancelled with the guest still running; `bandwidth 0` -> QEMU's
+  maximum.
 - QEMU 7.2 takes postcopy-ram with multifd and breaks later: `prepare post-copy` refuses it
   with a clear line and changes nothing; without multifd it is set.
 - Another client on the socket: `no reply in 500 ms` within a second; QEMU quitting under
   `watch` of a second migration: `QEMU closed its QMP socket`.
 - The test guest (tests/guest) dirtying 4 MiB flat out under a 4 MB/s cap: dirty_rate and syncs
   appear, dormant auto-converge does not bite over several syncs, `throttle 30 10` makes it bite
-  at 30 % and step +10; `abort` leaves the guest running. Skipped (the rest still runs) without the guest.
+  at 30 % and step +10; `abort` leaves the guest running. Skipped (the rest still runs) without
+  the guest.
 - `postcopy` on a migration to a real destination: postcopy-active, then completed."""
 
 import json
@@ -24,11 +26,10 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
-import vmigharness as vh  # noqa: E402
+import vmigtest as vt  # noqa: E402
 
 QEMU = 'qemu-system-x86_64'
 QEMU_MAX_BANDWIDTH = 2251799813685247
@@ -52,7 +53,7 @@ class Probe:
         """The JSON lines it printed; HarnessError unless it exited 0 silently on stderr."""
         p = self.run(*cmds, **kw)
         if p.returncode != 0 or p.stderr:
-            raise vh.HarnessError(f'cv-probe {" ".join(map(str, cmds))}: exit {p.returncode}: '
+            raise vt.HarnessError(f'cv-probe {" ".join(map(str, cmds))}: exit {p.returncode}: '
                                   f'{p.stderr.strip()}')
         return [json.loads(line) for line in p.stdout.splitlines()]
 
@@ -61,7 +62,7 @@ class Probe:
         p = self.run(*cmds, **kw)
         lines = p.stderr.strip().splitlines()
         if p.returncode != 1 or len(lines) != 1 or not lines[0].startswith('cv-probe: '):
-            raise vh.HarnessError(f'cv-probe {" ".join(map(str, cmds))}: exit {p.returncode}, '
+            raise vt.HarnessError(f'cv-probe {" ".join(map(str, cmds))}: exit {p.returncode}, '
                                   f'stderr {p.stderr!r}: expected exit 1 and one line')
         return lines[0]
 
@@ -69,31 +70,12 @@ class Probe:
         return self.ok('query')[0]
 
 
-class Checks:
-    def __init__(self):
-        self.problems = []
-
-    def __call__(self, cond, what):
-        if not cond:
-            self.problems.append(what)
-            vh.log(f'  PROBLEM: {what}')
-        return cond
-
-
-def find_probe():
-    path = os.environ.get('CV_PROBE') or os.path.join(vh.REPO_ROOT, 'build', 'tests', 'tools',
-                                                      'cv-probe')
-    if not os.access(path, os.X_OK):
-        raise vh.Skip(f'{path} not built (ninja -C build, or set CV_PROBE)')
-    return path
-
-
 def caps(q):
     return {c['capability']: c['state'] for c in q.execute('query-migrate-capabilities')}
 
 
 def wait_status(q, statuses, timeout=30):
-    return vh.wait_until(lambda: q.execute('query-migrate').get('status') in statuses and
+    return vt.wait_until(lambda: q.execute('query-migrate').get('status') in statuses and
                          q.execute('query-migrate'), timeout, f'migration status in {statuses}')
 
 
@@ -104,7 +86,7 @@ def qemu_version(q):
 
 def source(name, wd, **kw):
     probe_qmp = os.path.join(wd, f'{name}.probe.qmp')
-    q = vh.Qemu(name, 'source', 64, wd, private=True,
+    q = vt.Qemu(name, 'source', 64, wd, private=True,
                 extra_args=['-qmp', f'unix:{probe_qmp},server=on,wait=off'], **kw)
     return q, probe_qmp
 
@@ -112,7 +94,7 @@ def source(name, wd, **kw):
 def part_paused(probe_bin, wd, check):
     """A: a paused guest migrating at 1 MB/s to /dev/null; the multifd refusal; a busy socket;
     QEMU going away."""
-    vh.log('A: paused guest, 64 MiB at 1 MB/s to exec:cat')
+    vt.log('A: paused guest, 64 MiB at 1 MB/s to exec:cat')
     q, pq = source('src-a', wd)
     q.start()
     try:
@@ -134,7 +116,7 @@ def part_paused(probe_bin, wd, check):
         wait_status(q, ('active',))
         time.sleep(1.5)
         job = probe.query()
-        vh.log(f'  query while active: {json.dumps(job)}')
+        vt.log(f'  query while active: {json.dumps(job)}')
         check(job['status'] == 'active', f'status {job["status"]}, not active')
         check(job['total'] == 64 << 20 or abs(job['total'] - (64 << 20)) < (4 << 20),
               f'total {job["total"]}, not about 64 MiB')
@@ -174,7 +156,7 @@ def part_paused(probe_bin, wd, check):
         check([j['t_ms'] for j in jobs] == sorted(j['t_ms'] for j in jobs), 'watch t_ms order')
 
         jobs = probe.ok('resume', 'abort', 'watch', 10, 100)
-        vh.log(f'  after abort: {json.dumps(jobs[-1])}')
+        vt.log(f'  after abort: {json.dumps(jobs[-1])}')
         check(jobs[-1]['status'] == 'cancelled', f'after abort: {jobs[-1]["status"]}')
         check(all(j['status'] in ('active', 'cancelling', 'cancelled') for j in jobs),
               f'states during abort: {[j["status"] for j in jobs]}')
@@ -187,11 +169,11 @@ def part_paused(probe_bin, wd, check):
 
         major, minor = qemu_version(q)
         if (major, minor) < (10, 1):
-            vh.log(f'  QEMU {major}.{minor}: postcopy-ram with multifd')
+            vt.log(f'  QEMU {major}.{minor}: postcopy-ram with multifd')
             q.execute('migrate-set-capabilities',
                       {'capabilities': [{'capability': 'multifd', 'state': True}]})
             err = probe.fails('prepare', 'post-copy')
-            vh.log(f'  {err}')
+            vt.log(f'  {err}')
             check('multifd' in err and f'QEMU {major}.{minor} cannot do postcopy' in err,
                   f'prepare post-copy with multifd: {err!r}')
             check(not caps(q)['postcopy-ram'], 'postcopy-ram set after the refusal')
@@ -206,7 +188,7 @@ def part_paused(probe_bin, wd, check):
         started = time.monotonic()
         err = Probe(probe_bin, q.qmp_path).fails('query', timeout_ms=500)
         took = time.monotonic() - started
-        vh.log(f'  busy socket: {err} ({took:.2f}s)')
+        vt.log(f'  busy socket: {err} ({took:.2f}s)')
         check('no reply in 500 ms' in err and 'another client' in err and took < 1.5,
               f'a socket with a client: {err!r} after {took:.2f}s')
 
@@ -223,7 +205,7 @@ def part_paused(probe_bin, wd, check):
         started = time.monotonic()
         out, errtext = watch.communicate(timeout=10)
         took = time.monotonic() - started
-        vh.log(f'  QEMU quit under watch: exit {watch.returncode}, {errtext.strip()} '
+        vt.log(f'  QEMU quit under watch: exit {watch.returncode}, {errtext.strip()} '
                f'({took:.2f}s)')
         check(watch.returncode == 1 and 'QEMU closed its QMP socket' in errtext and took < 2,
               f'QEMU quit under watch: exit {watch.returncode}, {errtext!r}, {took:.2f}s')
@@ -235,11 +217,11 @@ def part_paused(probe_bin, wd, check):
 def part_guest(probe_bin, wd, check):
     """C: auto-converge on a guest that dirties memory."""
     try:
-        vh.guest_binary()
-    except vh.Skip as e:
-        vh.log(f'C: skipped: {e}')
+        vt.guest_binary()
+    except vt.Skip as e:
+        vt.log(f'C: skipped: {e}')
         return
-    vh.log(f'C: test guest dirtying 4 MiB flat out, {GUEST_CAP_BPS} B/s to exec:cat')
+    vt.log(f'C: test guest dirtying 4 MiB flat out, {GUEST_CAP_BPS} B/s to exec:cat')
     q, pq = source('src-c', wd, guest={'ws_mib': 4, 'rate_mib_s': 0})
     q.start()
     try:
@@ -253,22 +235,22 @@ def part_guest(probe_bin, wd, check):
                 job = probe.query()
                 return job if pred(job) else None
             return f
-        job = vh.wait_until(sample(lambda j: j['dirty_syncs'] >= 5 or
+        job = vt.wait_until(sample(lambda j: j['dirty_syncs'] >= 5 or
                                    j['status'] != 'active'), 60, 'five dirty syncs',
                             interval=0.5)
-        vh.log(f'  dormant: {json.dumps(job)}')
+        vt.log(f'  dormant: {json.dumps(job)}')
         check(job['status'] == 'active', f'status {job["status"]} during the dormant part')
         check(job['dirty_rate'] > 0, f'dirty_rate {job["dirty_rate"]}, syncs '
               f'{job["dirty_syncs"]}')
         check(job['throttle_pct'] == 0, f'dormant throttle at {job["throttle_pct"]} %')
         check(job['guest_running'] is True, 'guest_running false for a running guest')
         probe.ok('throttle', 30, 10)
-        job = vh.wait_until(sample(lambda j: j['throttle_pct'] >= 30 or
+        job = vt.wait_until(sample(lambda j: j['throttle_pct'] >= 30 or
                                    j['status'] != 'active'), 30, 'the throttle to bite',
                             interval=0.5)
-        vh.log(f'  after throttle 30 10: {json.dumps(job)}')
+        vt.log(f'  after throttle 30 10: {json.dumps(job)}')
         check(job['throttle_pct'] == 30, f'throttle bit at {job["throttle_pct"]} %, not 30')
-        job = vh.wait_until(sample(lambda j: j['throttle_pct'] > 30 or
+        job = vt.wait_until(sample(lambda j: j['throttle_pct'] > 30 or
                                    j['status'] != 'active'), 30, 'the throttle to step',
                             interval=0.5)
         check(job['throttle_pct'] == 40, f'throttle stepped 30 -> {job["throttle_pct"]}, not +10')
@@ -276,7 +258,7 @@ def part_guest(probe_bin, wd, check):
         jobs = probe.ok('abort', 'watch', 10, 100)
         check(jobs[-1]['status'] == 'cancelled' and jobs[-1]['guest_running'],
               f'after abort: {jobs[-1]}')
-        vh.wait_until(lambda: len(q.guest_reports()) >= reports + 2, 10,
+        vt.wait_until(lambda: len(q.guest_reports()) >= reports + 2, 10,
                       'the guest to go on reporting after abort')
     finally:
         q.close()
@@ -284,9 +266,9 @@ def part_guest(probe_bin, wd, check):
 
 def part_postcopy(probe_bin, wd, check):
     """D: migrate-start-postcopy on a real migration."""
-    vh.log('D: postcopy to a destination QEMU')
+    vt.log('D: postcopy to a destination QEMU')
     q, pq = source('src-d', wd)
-    dst = vh.Qemu('dst-d', 'destination', 64, wd)
+    dst = vt.Qemu('dst-d', 'destination', 64, wd)
     q.start()
     dst.start()
     try:
@@ -301,7 +283,7 @@ def part_postcopy(probe_bin, wd, check):
         time.sleep(1)
         jobs = probe.ok('postcopy', 'watch', 30, 20)
         states = [j['status'] for j in jobs]
-        vh.log(f'  after postcopy: {sorted(set(states))}, last {json.dumps(jobs[-1])}')
+        vt.log(f'  after postcopy: {sorted(set(states))}, last {json.dumps(jobs[-1])}')
         check('postcopy-active' in states or jobs[-1]['status'] == 'completed',
               f'states after postcopy: {states}')
         check(jobs[-1]['status'] == 'completed' and jobs[-1]['downtime_ms'] >= 0 and
@@ -313,25 +295,17 @@ def part_postcopy(probe_bin, wd, check):
 
 def main():
     if os.geteuid() != 0:
-        raise vh.Skip('needs root (like the other QEMU tests)')
+        raise vt.Skip('needs root (like the other QEMU tests)')
     if not shutil.which(QEMU):
-        raise vh.Skip(f'{QEMU} not found')
-    probe_bin = find_probe()
-    check = Checks()
-    keep = os.environ.get('VMIG_KEEP')
-    wd = tempfile.mkdtemp(prefix='vmig-cvqmp-')
-    try:
-        part_paused(probe_bin, wd, check)
-        part_guest(probe_bin, wd, check)
-        part_postcopy(probe_bin, wd, check)
-    finally:
-        if keep:
-            vh.log(f'work directory kept: {wd}')
-        else:
-            shutil.rmtree(wd, ignore_errors=True)
-    if check.problems:
-        raise vh.HarnessError(f'{len(check.problems)} problem(s): ' + '; '.join(check.problems))
+        raise vt.Skip(f'{QEMU} not found')
+    probe_bin = vt.tool_binary('CV_PROBE', 'tests/tools/cv-probe')
+    checks = vt.Checks('checks')
+    with vt.work_directory('vmig-cvqmp-') as wd:
+        part_paused(probe_bin, wd, checks.check)
+        part_guest(probe_bin, wd, checks.check)
+        part_postcopy(probe_bin, wd, checks.check)
+    checks.finish()
 
 
 if __name__ == '__main__':
-    vh.run_main(main)
+    vt.run_main(main)

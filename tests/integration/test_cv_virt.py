@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Integration test of the convergence module's libvirt backend (ctrl/cv_virt.c) against two real
-libvirtds (tests/lib/virtbed.py: private mount namespaces, own host UUIDs), driven through
-cv-virt-drive (one JSON line per backend call). A 256 MiB TCG domain boots a guest that keeps a
-64 MiB working set dirty (the project's vmig-guest with "ws=64 rate=32", or, when that is not
-built, virtbed's own dirtier image), so a live migration capped at 32 MiB/s never converges on
-its own. Migrations go from one libvirtd to the other over a unix socket (virsh migrate --live
---migrateuri unix://...), as KubeVirt's go through its proxy.
+libvirtds (tests/lib/vmigtest/virt.py: private mount namespaces, own host UUIDs), driven through
+cv-probe --keep-going (tests/tools: one JSON line per backend call). A 256 MiB TCG domain boots a
+guest that keeps a 64 MiB working set dirty (the project's vmig-guest with "ws=64 rate=32", or,
+when that is not built, vmigtest.virt's own dirtier image), so a live migration capped at
+32 MiB/s never converges on its own. Migrations go from one libvirtd to the other over a unix
+socket (virsh migrate --live --migrateuri unix://...), as KubeVirt's go through its proxy.
 
 - open: an unreachable URI (no socket; TCP port refused) and a domain that does not exist (name
   or UUID) give clear errors naming the URI, the domain and libvirt's message; a domain opens by
@@ -45,15 +45,13 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
-import vmigharness as vh  # noqa: E402
-import virtbed as vb  # noqa: E402
+import vmigtest as vt  # noqa: E402
 
-MIB = 1 << 20
+MIB = vt.MIB
 DOM = 'vmig-cv'
 BANDWIDTH_MIB = 32
 DAEMON_BANDWIDTH_MIB = 16       # the end-to-end migrations: half the guest's 32 MiB/s
@@ -65,23 +63,20 @@ THROTTLE_MSG = 'libvirt has no call to change auto-converge throttling during a 
 EOPNOTSUPP, ENOENT, EBUSY = 95, 2, 16
 
 
-def find_drive():
-    path = os.environ.get('CV_VIRT_DRIVE') or os.path.join(vh.REPO_ROOT, 'build', 'tests',
-                                                           'integration', 'cv-virt-drive')
-    if not os.access(path, os.X_OK):
-        raise vh.Skip(f'{path} not built (ninja -C build)')
-    return path
-
-
 class Drive:
+    """cv-probe (tests/tools) on the libvirt backend with --keep-going: a JSON line per call
+    (cmd, t_ms, rc, and errno/error when it failed), every call made whatever the one before
+    returned; a fresh connection each run."""
+
     def __init__(self, path):
         self.path = path
 
     def argv(self, uri, dom, cmds):
-        return [self.path, '--libvirt', uri, '--domain', dom, *[str(c) for c in cmds]]
+        return [self.path, '--keep-going', '--timeout-ms', '10000', '--libvirt', uri,
+                '--domain', dom, *[str(c) for c in cmds]]
 
     def run(self, uri, dom, *cmds, timeout=60):
-        """(exit status, [JSON objects]) of one cv-virt-drive run."""
+        """(exit status, [JSON objects]) of one cv-probe run."""
         proc = subprocess.run(self.argv(uri, dom, cmds), capture_output=True, text=True,
                               timeout=timeout)
         return proc.returncode, parse(proc.stdout, proc.stderr)
@@ -91,7 +86,7 @@ class Drive:
         code, out = self.run(uri, dom, *cmds, timeout=timeout)
         bad = [o for o in out if o.get('rc', 0) != 0]
         if code != 0 or bad:
-            raise vh.HarnessError(f'cv-virt-drive {" ".join(map(str, cmds))} exited {code}: '
+            raise vt.HarnessError(f'cv-probe {" ".join(map(str, cmds))} exited {code}: '
                                   f'{bad or out}')
         return out
 
@@ -106,18 +101,19 @@ def parse(stdout, stderr=''):
         try:
             out.append(json.loads(line))
         except ValueError as e:
-            raise vh.HarnessError(f'cv-virt-drive printed {line!r}: {e}; stderr {stderr!r}')
+            raise vt.HarnessError(f'cv-probe printed {line!r}: {e}; stderr {stderr!r}')
     return out
 
 
 def check(cond, what):
     if not cond:
-        raise vh.HarnessError(what)
-    vh.log(f'  ok: {what}')
+        raise vt.HarnessError(what)
+    vt.log(f'  ok: {what}')
 
 
 def queries(objs):
-    return [o for o in objs if o['cmd'] == 'query' and o['rc'] == 0]
+    """The job samples (of query and watch) among a run's lines."""
+    return [o for o in objs if o['cmd'] in ('query', 'watch') and o['rc'] == 0]
 
 
 def fmt(q):
@@ -143,7 +139,7 @@ class Migration:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             out, err = self.proc.communicate()
-            raise vh.HarnessError(f'virsh migrate still running after {timeout} s')
+            raise vt.HarnessError(f'virsh migrate still running after {timeout} s')
         return self.proc.returncode, (out + err).strip()
 
     def kill(self):
@@ -158,7 +154,7 @@ def wait_active(drive, uri, timeout=20):
         code, out = drive.run(uri, DOM, 'query')
         q = queries(out)
         return q[0] if q and q[0]['status'] == 'active' and q[0]['total'] else None
-    return vh.wait_until(active, timeout, 'an active migration job with memory figures', 0.1)
+    return vt.wait_until(active, timeout, 'an active migration job with memory figures', 0.1)
 
 
 def getspeed(lv):
@@ -170,36 +166,39 @@ def getmaxdowntime(lv):
 
 
 def test_open_errors(drive, a):
-    vh.log('open errors')
+    vt.log('open errors')
     bogus = 'qemu+unix:///system?socket=/nonexistent/libvirt-sock'
     code, out = drive.run(bogus, DOM, 'query')
-    vh.log(f'  {out}')
-    check(code == 2 and out[0]['cmd'] == 'open' and out[0]['rc'] < 0,
+    vt.log(f'  {out}')
+    check(code == 1 and out[0]['cmd'] == 'open' and out[0]['rc'] < 0,
           'an unreachable unix URI fails at open')
     check(bogus in out[0]['error'] and 'Failed to connect socket' in out[0]['error'],
           'its error names the URI and carries libvirt\'s message')
     refused = 'qemu+tcp://127.0.0.1:1/system'
     code, out = drive.run(refused, DOM, 'query')
-    vh.log(f'  {out}')
-    check(code == 2 and refused in out[0]['error'] and out[0]['rc'] < 0,
+    vt.log(f'  {out}')
+    check(code == 1 and out[0]['cmd'] == 'open' and refused in out[0]['error'] and
+          out[0]['rc'] < 0,
           'a refused TCP URI fails at open, naming the URI')
     code, out = drive.run(a.uri, 'no-such-domain', 'query')
-    vh.log(f'  {out}')
-    check(code == 2 and out[0]['rc'] == -ENOENT, 'an unknown domain is -ENOENT')
+    vt.log(f'  {out}')
+    check(code == 1 and out[0]['cmd'] == 'open' and out[0]['rc'] == -ENOENT,
+          'an unknown domain is -ENOENT')
     check('no-such-domain' in out[0]['error'] and a.uri in out[0]['error'] and
           'Domain not found' in out[0]['error'], 'its error names domain, URI and libvirt\'s '
           'message')
     missing = str(uuid.uuid4())
     code, out = drive.run(a.uri, missing, 'query')
-    check(code == 2 and out[0]['rc'] == -ENOENT and missing in out[0]['error'],
+    check(code == 1 and out[0]['cmd'] == 'open' and out[0]['rc'] == -ENOENT and
+          missing in out[0]['error'],
           'an unknown UUID is -ENOENT')
 
 
 def test_idle(drive, a):
-    vh.log('idle domain')
+    vt.log('idle domain')
     dom_uuid = a.virsh('domuuid', DOM).stdout.strip()
     q = queries(drive.ok(a.uri, dom_uuid, 'query'))[0]
-    vh.log(f'  by UUID: {fmt(q)}')
+    vt.log(f'  by UUID: {fmt(q)}')
     check(q['status'] == 'none' and q['guest_running'] and q['elapsed_ms'] == -1,
           'opened by UUID: no job, guest running')
     drive.ok(a.uri, DOM, 'bandwidth', 1)
@@ -220,16 +219,16 @@ def test_idle(drive, a):
     check(state == 'running (unpaused)' and q['guest_running'], f'resume: {state}, '
           'guest_running')
     code, out = drive.run(a.uri, DOM, 'throttle', 20, 10)
-    vh.log(f'  {out}')
+    vt.log(f'  {out}')
     check(code == 1 and out[0]['rc'] == -EOPNOTSUPP and out[0]['error'] == THROTTLE_MSG,
           'set_throttle is -EOPNOTSUPP with the documented message')
 
 
 def test_abort(drive, a, b, work):
-    vh.log('migration 1: figures, bandwidth, downtime, pause/resume, abort')
+    vt.log('migration 1: figures, bandwidth, downtime, pause/resume, abort')
     # prepare's downtime limit, and the first active sample that applies it again, in the same
     # process; it watches the migration start.
-    watcher = drive.start(a.uri, DOM, 'prepare', 400, 'watch', 4, 100)
+    watcher = drive.start(a.uri, DOM, 'prepare', 'downtime=400', 'watch', 4, 100)
     time.sleep(0.3)
     mig = Migration(a, b, os.path.join(work, 'mig1.sock'))
     try:
@@ -238,7 +237,7 @@ def test_abort(drive, a, b, work):
         check(watcher.returncode == 0, f'prepare + watch ran cleanly ({err.strip()!r})')
         active = [q for q in samples if q['status'] == 'active' and q['total']]
         for q in samples[::4]:
-            vh.log(f'  {fmt(q)}')
+            vt.log(f'  {fmt(q)}')
         check(samples[0]['status'] in ('none', 'setup', 'active'), 'watch saw the start')
         check(len(active) >= 10, f'{len(active)} active samples with figures')
         check(getmaxdowntime(a) == 400, 'prepare\'s downtime limit (400 ms) is the job\'s')
@@ -264,7 +263,7 @@ def test_abort(drive, a, b, work):
 
         out = drive.ok(a.uri, DOM, 'bandwidth', 8 * MIB, 'sleep', 1500, 'watch', 1, 250)
         q = queries(out)
-        vh.log(f'  {fmt(q[-1])}')
+        vt.log(f'  {fmt(q[-1])}')
         check(getspeed(a) == 8, 'set_bandwidth 8 MiB/s: migrate-getspeed says 8')
         shown = ', '.join(f'{s["rate"] / MIB:.1f}' for s in q)
         check(all(5 * MIB <= s['rate'] <= 10 * MIB for s in q),
@@ -284,9 +283,9 @@ def test_abort(drive, a, b, work):
         for o in out:
             by.setdefault(o['cmd'], []).append(o)
         q = by['query']
-        vh.log(f'  paused: {fmt(q[0])}')
-        vh.log(f'  resume: {by["resume"][0]}')
-        vh.log(f'  after abort: {fmt(q[-1])}')
+        vt.log(f'  paused: {fmt(q[0])}')
+        vt.log(f'  resume: {by["resume"][0]}')
+        vt.log(f'  after abort: {fmt(q[-1])}')
         check(by['pause'][0]['rc'] == 0 and by['abort'][0]['rc'] == 0, 'pause and abort: 0')
         check(q[0]['status'] == 'active' and not q[0]['guest_running'],
               'pause: guest_running false, the job goes on')
@@ -296,7 +295,7 @@ def test_abort(drive, a, b, work):
               'resume during the migration: -EBUSY at once (libvirt would wait for the job)')
         check(q[1]['status'] == 'active' and not q[1]['guest_running'], 'still paused')
         code, msg = mig.wait(30)
-        vh.log(f'  virsh migrate: {code} {msg}')
+        vt.log(f'  virsh migrate: {code} {msg}')
         check(code != 0 and 'canceled by client' in msg, 'abort: virsh migrate fails, cancelled')
         check(q[-1]['status'] == 'cancelled' and q[-1]['guest_running'],
               'abort: the job is reported cancelled and the guest runs (libvirt resumed it)')
@@ -305,7 +304,7 @@ def test_abort(drive, a, b, work):
         check(b.virsh('domstate', DOM, check=False).returncode != 0,
               'and does not exist on the destination')
         q = queries(drive.ok(a.uri, DOM, 'query'))[0]
-        vh.log(f'  fresh connection: {fmt(q)}')
+        vt.log(f'  fresh connection: {fmt(q)}')
         check(q['status'] == 'none', 'a fresh connection sees no job (libvirt 9.0 keeps no '
               'statistics of a cancelled migration)')
     finally:
@@ -315,7 +314,7 @@ def test_abort(drive, a, b, work):
 
 
 def test_complete(drive, a, b, work):
-    vh.log('migration 2: pause lets it converge; completed')
+    vt.log('migration 2: pause lets it converge; completed')
     # --persistent (VIR_MIGRATE_PERSIST_DEST), as KubeVirt: a transient source domain would
     # vanish, with its job statistics, when the migration completes.
     mig = Migration(a, b, os.path.join(work, 'mig2.sock'), '--persistent')
@@ -324,7 +323,7 @@ def test_complete(drive, a, b, work):
         out = drive.ok(a.uri, DOM, 'query', 'pause', 'watch', 10, 200)
         q = queries(out)
         for s in q[::5] + q[-1:]:
-            vh.log(f'  {fmt(s)}')
+            vt.log(f'  {fmt(s)}')
         code, msg = mig.wait(30)
         check(code == 0, f'virsh migrate completed ({msg!r})')
         done = [s for s in q if s['status'] == 'completed']
@@ -346,26 +345,26 @@ def test_complete(drive, a, b, work):
 
 
 def test_postcopy(drive, a, b, work):
-    vh.log('migration 3: back, post-copy')
+    vt.log('migration 3: back, post-copy')
     if b.domstate(DOM).startswith('paused'):
         b.virsh('resume', DOM)
     mig = Migration(b, a, os.path.join(work, 'mig3.sock'), '--postcopy', '--persistent')
     try:
         q = wait_active(drive, b.uri)
-        vh.log(f'  {fmt(q)}')
+        vt.log(f'  {fmt(q)}')
         out = drive.ok(b.uri, DOM, 'sleep', 1000, 'postcopy', 'watch', 6, 50)
         q = queries(out)
         for s in q[:3] + [s for s in q if s['status'] == 'postcopy-active'][:3] + q[-1:]:
-            vh.log(f'  {fmt(s)}')
+            vt.log(f'  {fmt(s)}')
         code, msg = mig.wait(30)
         check(code == 0, f'virsh migrate --postcopy completed ({msg!r})')
         statuses = [s['status'] for s in q]
         check('completed' in statuses, 'the backend saw it complete')
         if 'postcopy-active' in statuses:
-            vh.log('  ok: a sample in postcopy-active')
+            vt.log('  ok: a sample in postcopy-active')
         else:
-            vh.log('  note: post-copy was shorter than the 50 ms poll; no postcopy-active sample')
-        vh.log(f'  post-copy page requests: {max(s["postcopy_requests"] for s in q)}')
+            vt.log('  note: post-copy was shorter than the 50 ms poll; no postcopy-active sample')
+        vt.log(f'  post-copy page requests: {max(s["postcopy_requests"] for s in q)}')
         check(a.domstate(DOM).startswith('running'), 'the guest runs on the first host again')
         check(b.domstate(DOM) == 'shut off (migrated)', 'source domain: shut off (migrated)')
     finally:
@@ -373,16 +372,6 @@ def test_postcopy(drive, a, b, work):
 
 
 # ---- end to end: vmigd's monitor (ctrl/cv_watch.c) driving the libvirt backend ----
-
-def conv_of(d, key):
-    """The daemon's convergence object for source migration key (status --json)."""
-    for m in d.status().get('migration_list', []):
-        if m['key'] == key and m['role'] == 'source':
-            if m.get('convergence') is None:
-                raise vh.HarnessError(f'{key}: no convergence object in status: {m}')
-            return m['convergence']
-    raise vh.HarnessError(f'{key}: not in the daemon\'s status')
-
 
 def watch(d, key, lv, work, *policy):
     """target start with a socket nobody uses (the libvirtds migrate directly), then source
@@ -392,29 +381,21 @@ def watch(d, key, lv, work, *policy):
     os.makedirs(srcdir, exist_ok=True)
     d.source_start(key, target, srcdir,
                    extra=['--libvirt-domain', DOM, '--libvirt-uri', lv.uri, *policy])
-    c = conv_of(d, key)
-    vh.log(f'  watching: mode {c["mode"]}, backend {c["backend"]}, state {c["state"]}, '
+    c = d.convergence(key)
+    vt.log(f'  watching: mode {c["mode"]}, backend {c["backend"]}, state {c["state"]}, '
            f'policy {c["policy"]}')
     check(c['backend'] == 'libvirt' and c['state'] == 'waiting',
           'source start --libvirt-domain: a libvirt monitor, waiting for the migration')
     return c
 
 
-def unwatch(d, key):
-    for stop in (d.source_stop, d.target_stop):
-        try:
-            stop(key)
-        except vh.HarnessError as e:
-            vh.log(f'  {e}')
-
-
 def finished(d, key, timeout):
-    return vh.wait_until(lambda: (lambda c: c if c['state'] == 'finished' else None)(
-        conv_of(d, key)), timeout, f'{key}: the convergence outcome', 0.2)
+    return vt.wait_until(lambda: (lambda c: c if c['state'] == 'finished' else None)(
+        d.convergence(key)), timeout, f'{key}: the convergence outcome', 0.2)
 
 
 def stop_poller(proc):
-    """The samples of a background cv-virt-drive watch, which is killed (it runs too long)."""
+    """The samples of a background cv-probe watch, killed if it still runs."""
     if proc.poll() is None:
         proc.kill()
     out, err = proc.communicate()
@@ -430,7 +411,7 @@ def serial_reports(path):
 
 
 def test_daemon_abort(drive, d, a, b, work, serial):
-    vh.log(f'migration 4: vmigd, predictive, nothing allowed, {DAEMON_BANDWIDTH_MIB} MiB/s: abort')
+    vt.log(f'migration 4: vmigd, predictive, nothing allowed, {DAEMON_BANDWIDTH_MIB} MiB/s: abort')
     key = 'cv-virt-abort'
     since = d.log_offset()
     watch(d, key, a, work)
@@ -445,13 +426,13 @@ def test_daemon_abort(drive, d, a, b, work, serial):
         active = [q for q in samples if q['status'] == 'active' and q['total']]
         shown = [q for i, q in enumerate(active) if i % 5 == 0 or q is active[-1]]
         for q in shown:
-            vh.log(f'  {fmt(q)}')
-        vh.log(f'  virsh migrate: {code} {msg}')
+            vt.log(f'  {fmt(q)}')
+        vt.log(f'  virsh migrate: {code} {msg}')
         acts = c['actions']
         for x in acts:
-            vh.log(f'  action at {x["at_s"]:.1f} s: {x["action"]} ok={x["ok"]}: {x["reason"]}')
-        vh.log(f'  outcome: {c.get("outcome")}')
-        vh.log(f'  dirty {c["dirty_rate"] / MIB:.1f} MiB/s ({c["dirty_rate_from"]}), link '
+            vt.log(f'  action at {x["at_s"]:.1f} s: {x["action"]} ok={x["ok"]}: {x["reason"]}')
+        vt.log(f'  outcome: {c.get("outcome")}')
+        vt.log(f'  dirty {c["dirty_rate"] / MIB:.1f} MiB/s ({c["dirty_rate_from"]}), link '
                f'{c["link_rate"] / MIB:.1f} MiB/s, query errors {c["query_errors"]}')
         check(code != 0 and 'canceled by client' in msg, 'virsh migrate fails, cancelled')
         check([x['action'] for x in acts] == ['abort'] and acts[0]['ok'],
@@ -460,9 +441,8 @@ def test_daemon_abort(drive, d, a, b, work, serial):
         check('cannot converge: dirty' in reason and 'link' in reason,
               'its reason: "cannot converge: dirty ... >= link ..."')
         # vmigd carried nothing: its wire rate is 0, so the link is libvirt's memory_bps.
-        m = [x for x in d.status()['migration_list'] if x['key'] == key and
-             x['role'] == 'source'][0]
-        vh.log(f'  vmigd carried: connections {m.get("connections")}, bytes_tx '
+        m = d.migration_status(key, 'source')
+        vt.log(f'  vmigd carried: open connections {len(vt.status_connections(m))}, bytes_tx '
                f'{m.get("bytes_tx")}')
         lo, hi = 0.7 * DAEMON_BANDWIDTH_MIB * MIB, 1.3 * DAEMON_BANDWIDTH_MIB * MIB
         check(lo <= c['link_rate'] <= hi and c['dirty_rate_from'] == 'qemu',
@@ -481,10 +461,10 @@ def test_daemon_abort(drive, d, a, b, work, serial):
               'the outcome: aborted by vmigd, the guest is running on the source')
         d.wait_log(rf'migration {key} role=source: convergence \(predictive\) at [\d.]+ s: '
                    rf'abort: cannot converge: dirty', timeout=5, since=since)
-        vh.log('  ok: the abort and its reason in the daemon\'s log')
+        vt.log('  ok: the abort and its reason in the daemon\'s log')
         d.wait_log(rf'migration {key} role=source: convergence: aborted by vmigd.*the guest is '
                    rf'running on the source', timeout=5, since=since)
-        vh.log('  ok: the outcome in the daemon\'s log')
+        vt.log('  ok: the outcome in the daemon\'s log')
         state = a.domstate(DOM)
         check(state.startswith('running'), f'the domain still runs on the source ({state})')
         # b keeps the definition of migration 3's source (shut off, migrated).
@@ -493,20 +473,20 @@ def test_daemon_abort(drive, d, a, b, work, serial):
               f'and not on the destination ({there or "undefined"})')
         if serial:
             n = len(serial_reports(serial))
-            vh.wait_until(lambda: len(serial_reports(serial)) > n, 5,
+            vt.wait_until(lambda: len(serial_reports(serial)) > n, 5,
                           'a new status line on the guest\'s serial after the abort', 0.2)
-            vh.log(f'  ok: the guest goes on (serial: {serial_reports(serial)[-1].strip()}), '
+            vt.log(f'  ok: the guest goes on (serial: {serial_reports(serial)[-1].strip()}), '
                    f'{time.monotonic() - done:.1f} s after the outcome')
     finally:
         mig.kill()
         if poller.poll() is None:
             poller.kill()
             poller.communicate()
-        unwatch(d, key)
+        vt.stop_quietly(key, d, d)
 
 
 def test_daemon_postcopy(d, a, b, work):
-    vh.log(f'migration 5: vmigd, kubevirt, completionTimeoutPerGiB {KUBEVIRT_PER_GIB}, post-copy '
+    vt.log(f'migration 5: vmigd, kubevirt, completionTimeoutPerGiB {KUBEVIRT_PER_GIB}, post-copy '
            f'allowed, {DAEMON_BANDWIDTH_MIB} MiB/s: post-copy at the deadline')
     key = 'cv-virt-postcopy'
     since = d.log_offset()
@@ -519,8 +499,8 @@ def test_daemon_postcopy(d, a, b, work):
         code, msg = mig.wait(30)
         acts = c['actions']
         for x in acts:
-            vh.log(f'  action at {x["at_s"]:.1f} s: {x["action"]} ok={x["ok"]}: {x["reason"]}')
-        vh.log(f'  outcome: {c.get("outcome")}')
+            vt.log(f'  action at {x["at_s"]:.1f} s: {x["action"]} ok={x["ok"]}: {x["reason"]}')
+        vt.log(f'  outcome: {c.get("outcome")}')
         check(code == 0, f'virsh migrate --postcopy completed ({msg!r})')
         check([x['action'] for x in acts] == ['post-copy'] and acts[0]['ok'],
               'vmigd took one action, post-copy, and it worked')
@@ -534,22 +514,22 @@ def test_daemon_postcopy(d, a, b, work):
               'the outcome: completed, through post-copy')
         d.wait_log(rf'migration {key} role=source: convergence \(kubevirt\) at [\d.]+ s: '
                    rf'post-copy: not completed after', timeout=5, since=since)
-        vh.log('  ok: post-copy and its reason in the daemon\'s log')
+        vt.log('  ok: post-copy and its reason in the daemon\'s log')
         check(a.domstate(DOM) == 'shut off (migrated)', 'source domain: shut off (migrated)')
         state = b.domstate(DOM)
         check(state.startswith('running'), f'the guest runs on the destination ({state})')
     finally:
         mig.kill()
-        unwatch(d, key)
+        vt.stop_quietly(key, d, d)
 
 
 def test_daemon(drive, a, b, work, serial):
     try:
-        vmigd, vmigctl = vh.find_binaries()
-    except vh.Skip as e:
-        vh.log(f'note: no end-to-end cases through vmigd: {e}')
+        vmigd, vmigctl = vt.find_binaries()
+    except vt.Skip as e:
+        vt.log(f'note: no end-to-end cases through vmigd: {e}')
         return
-    d = vh.Daemon(vmigd, vmigctl, 'vmigd', work, '127.0.0.1')
+    d = vt.Daemon(vmigd, vmigctl, 'vmigd', work, '127.0.0.1')
     d.start()
     try:
         test_daemon_abort(drive, d, a, b, work, serial)
@@ -559,52 +539,45 @@ def test_daemon(drive, a, b, work, serial):
         check(not problems, f'no other warnings or errors in the daemon\'s log {problems}')
     finally:
         rc = d.stop()
-        vh.log(f'  vmigd exited {rc}; log {d.log_path}')
+        vt.log(f'  vmigd exited {rc}; log {d.log_path}')
     check(rc == 0, 'vmigd stopped cleanly')
 
 
 def main():
-    vb.check_possible()
-    drive = Drive(find_drive())
+    vt.virt.check_possible()
+    drive = Drive(vt.tool_binary('CV_PROBE', 'tests/tools/cv-probe'))
     code, out = drive.run('test:///default', 'test', 'query')
-    if code == 2 and out and out[0]['rc'] == -EOPNOTSUPP and 'without libvirt' in out[0]['error']:
-        raise vh.Skip(out[0]['error'])
+    if code == 1 and out and out[0]['rc'] == -EOPNOTSUPP and 'without libvirt' in out[0]['error']:
+        raise vt.Skip(out[0]['error'])
 
-    work = tempfile.mkdtemp(prefix='vmig-virt-')
     os.makedirs(CACHE_DIR, exist_ok=True)
-    guest = os.environ.get('VMIG_GUEST') or os.path.join(vh.REPO_ROOT, 'build', 'tests', 'guest',
-                                                         'vmig-guest.elf')
-    if os.path.isfile(guest):
-        kernel, cmdline = guest, 'ws=64 rate=32'
-    else:
-        kernel, cmdline = vb.dirtier_image(os.path.join(work, 'dirtier.bin'), ws_mib=64), ''
-    vh.log(f'guest: {kernel} {cmdline!r}; work directory {work}')
     t0 = time.monotonic()
-    ok = False
-    try:
-        with vb.Libvirtd(os.path.join(work, 'a'), 'a', CACHE_DIR) as a, \
-                vb.Libvirtd(os.path.join(work, 'b'), 'b', CACHE_DIR) as b:
-            vh.log(f'two libvirtds up in {time.monotonic() - t0:.1f} s')
-            xml = os.path.join(work, 'dom.xml')
-            serial = os.path.join(work, 'serial.log')
-            with open(xml, 'w') as f:
-                f.write(vb.domain_xml(DOM, kernel, cmdline, 256, serial_log=serial))
-            a.virsh('define', xml)
-            a.virsh('start', DOM)
-            test_open_errors(drive, a)
-            test_idle(drive, a)
-            test_abort(drive, a, b, work)
-            test_complete(drive, a, b, work)
-            test_postcopy(drive, a, b, work)
-            test_daemon(drive, a, b, work, serial if cmdline else None)
-        ok = True
-    finally:
-        vh.log(f'{time.monotonic() - t0:.1f} s')
-        if ok and not os.environ.get('VMIG_KEEP'):
-            subprocess.run(['rm', '-rf', work])
-        else:
-            vh.log(f'kept {work}')
+    with vt.work_directory('vmig-virt-', keep_on_error=True) as work:
+        try:
+            kernel, cmdline = vt.guest_binary(), 'ws=64 rate=32'
+        except vt.Skip:
+            kernel = vt.virt.dirtier_image(os.path.join(work, 'dirtier.bin'), ws_mib=64)
+            cmdline = ''
+        vt.log(f'guest: {kernel} {cmdline!r}; work directory {work}')
+        try:
+            with vt.virt.Libvirtd(os.path.join(work, 'a'), 'a', CACHE_DIR) as a, \
+                    vt.virt.Libvirtd(os.path.join(work, 'b'), 'b', CACHE_DIR) as b:
+                vt.log(f'two libvirtds up in {time.monotonic() - t0:.1f} s')
+                xml = os.path.join(work, 'dom.xml')
+                serial = os.path.join(work, 'serial.log')
+                with open(xml, 'w') as f:
+                    f.write(vt.virt.domain_xml(DOM, kernel, cmdline, 256, serial_log=serial))
+                a.virsh('define', xml)
+                a.virsh('start', DOM)
+                test_open_errors(drive, a)
+                test_idle(drive, a)
+                test_abort(drive, a, b, work)
+                test_complete(drive, a, b, work)
+                test_postcopy(drive, a, b, work)
+                test_daemon(drive, a, b, work, serial if cmdline else None)
+        finally:
+            vt.log(f'{time.monotonic() - t0:.1f} s')
 
 
 if __name__ == '__main__':
-    vh.run_main(main)
+    vt.run_main(main)

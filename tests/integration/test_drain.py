@@ -9,7 +9,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
-import vmigharness as vh  # noqa: E402
+import vmigtest as vt  # noqa: E402
 
 MIB, CHANNELS = 512, 4
 BANDWIDTH = 64 << 20               # about 8 s: the signal lands well inside the migration
@@ -17,16 +17,16 @@ BANDWIDTH = 64 << 20               # about 8 s: the signal lands well inside the
 
 def main():
     problems = []
-    with vh.Testbed() as tb:
+    with vt.Testbed() as tb:
         src, dst = tb.qemu_pair(MIB)
         key = tb.new_key('drain')
         m = tb.start_migration(src, dst, key, CHANNELS, max_bandwidth=BANDWIDTH)
         time.sleep(2)
         if m.status() != 'active':
-            raise vh.HarnessError(f'migration is {m.status()} before the signal, expected active')
+            raise vt.HarnessError(f'migration is {m.status()} before the signal, expected active')
         for d in (tb.source, tb.target):
             d.proc.send_signal(signal.SIGTERM)
-        vh.wait_until(lambda: all('draining' in line for line in
+        vt.wait_until(lambda: all('draining' in line for line in
                                   [tb.source.log_text(), tb.target.log_text()]),
                       10, 'both daemons to start draining')
 
@@ -40,11 +40,11 @@ def main():
         if os.path.exists(m.sockets[0]):
             problems.append(f'source socket {m.sockets[0]} still exists during the drain')
 
-        info = vh.wait_migration(src, dst, 120, m.started, m.src_state)
-        digest = vh.verify_memory(src, dst)
-        vh.log(f'migration completed during the drain: {info["ram"]["transferred"]} bytes in '
+        info = m.wait(120)
+        digest = vt.verify_memory(src, dst)
+        vt.log(f'migration completed during the drain: {info["ram"]["transferred"]} bytes in '
                f'{info["_elapsed"]:.2f}s, memory sha256 {digest[:16]}')
-        for d, role in ((tb.source, 'source'), (tb.target, 'target')):
+        for d, role in tb.sides():
             try:
                 d.proc.wait(30)
             except Exception:
@@ -56,8 +56,8 @@ def main():
             if outcome != 'ok':
                 problems.append(f'{d.name}: stop line outcome={outcome}, expected ok')
     if problems:
-        raise vh.HarnessError('\n  '.join(['drain:'] + problems))
+        raise vt.HarnessError('\n  '.join(['drain:'] + problems))
 
 
 if __name__ == '__main__':
-    vh.run_main(main)
+    vt.run_main(main)

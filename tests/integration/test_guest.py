@@ -22,9 +22,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
-import vmigharness as vh  # noqa: E402
+import vmigtest as vt  # noqa: E402
 
-MIB = vh.MIB
+MIB = vt.MIB
 RAM_MIB = 128
 WS_MIB = 32
 RATES = (8, 32)                 # MiB/s
@@ -41,24 +41,12 @@ FLAT_CAP_MIB = 50               # flat out: a cap under which pre-copy cannot co
 POLL = 0.1
 
 
-def wait_reports(q, count, since=0, timeout=30):
-    """Wait until q's serial has count status lines at index >= since; their GuestReports."""
-    def enough():
-        reports = q.guest_reports(since)
-        return reports if len(reports) >= count else None
-    try:
-        found = vh.wait_until(enough, timeout, f'{count} status lines from {q.name}', 0.1)
-    except vh.HarnessError as e:
-        raise vh.HarnessError(f'{e}\n{vh.tail(q.serial_path, 10)}') from None
-    return [r for _, r in found]
-
-
 def check_rates(reports, rate, what):
     """Every report's rate within GUEST_TOL of rate; a one-line summary."""
     rates = [r.rate for r in reports]
-    bad = [x for x in rates if not vh.within(x, rate, GUEST_TOL)]
+    bad = [x for x in rates if not vt.within(x, rate, GUEST_TOL)]
     if not rates or bad:
-        raise vh.HarnessError(f'{what}: guest rates {rates} MiB/s, expected {rate} +-'
+        raise vt.HarnessError(f'{what}: guest rates {rates} MiB/s, expected {rate} +-'
                               f'{GUEST_TOL:.0%} (lost {reports[-1].lost_ms if reports else "?"} '
                               'ms to stalls)')
     return (f'{what}: {len(rates)} lines, {min(rates):.1f}..{max(rates):.1f} MiB/s (mean '
@@ -69,7 +57,7 @@ def check_ready(ready, spec):
     rate = f'{spec.rate_mib_s}MiB/s' if spec.rate_mib_s else 'max'
     if int(ready['ws']) != spec.ws_mib or ready['rate'] != rate or \
             int(ready['report']) != spec.report_ms or int(ready['mem']) < RAM_MIB - 2:
-        raise vh.HarnessError(f'ready line {ready.group(0)!r} does not match {spec.append()!r} '
+        raise vt.HarnessError(f'ready line {ready.group(0)!r} does not match {spec.append()!r} '
                               f'and {RAM_MIB} MiB of RAM')
     return ready.group(0)
 
@@ -107,20 +95,19 @@ class DirtyWatch:
         def ready():
             info = self.poll()
             if info.get('status') not in ('setup', 'active'):
-                raise vh.HarnessError(f'migration {info.get("status")} before QEMU measured a '
+                raise vt.HarnessError(f'migration {info.get("status")} before QEMU measured a '
                                       f'clean dirty rate (figures {self.summary()})')
             return self.clean()
-        return vh.wait_until(ready, timeout, f'a clean dirty-pages-rate ({self.summary()})', POLL)
+        return vt.wait_until(ready, timeout, f'a clean dirty-pages-rate ({self.summary()})', POLL)
 
     def summary(self):
         return ', '.join(f'sync {c}: {r:.1f} MiB/s' for c, r, _ in self.changes) or 'none'
 
 
-def finish_and_compare(tb, m, src, dst, timeout=120):
+def finish_and_compare(m, timeout=120):
     """Wait for completion, stop the daemons' side, compare the RAMs; the MigrationResult."""
-    result = m.finish(timeout)
-    digest = vh.verify_memory(src, dst)
-    vh.log(f'  {result.summary()}; guest memory equal (sha256 {digest[:16]})')
+    result, digest = m.finish_verified(timeout)
+    vt.log(f'  {result.summary()}; guest memory equal (sha256 {digest[:16]})')
     return result
 
 
@@ -129,14 +116,14 @@ def check_destination_runs(src, dst, rate):
     source's (TSC time, passes, pages carry over) and, paced, keep the rate."""
     last = src.guest_reports()[-1][1]
     if dst.run_state() != 'paused':
-        raise vh.HarnessError(f'destination {dst.run_state()} after the migration, expected '
+        raise vt.HarnessError(f'destination {dst.run_state()} after the migration, expected '
                               'paused (-S)')
     dst.execute('cont')
-    reports = wait_reports(dst, 3, timeout=20)
+    reports = dst.wait_reports(3, timeout=20)
     first = reports[0]
     if not (last.t_ms < first.t_ms <= last.t_ms + 2 * REPORT_MS + 1000 and
             first.pages >= last.pages and first.passes >= last.passes):
-        raise vh.HarnessError(f'destination status line {first} does not continue the '
+        raise vt.HarnessError(f'destination status line {first} does not continue the '
                               f'source\'s last {last}')
     detail = (f'destination runs on: t {last.t_ms} -> {first.t_ms} ms, pages {last.pages} -> '
               f'{first.pages}')
@@ -148,12 +135,12 @@ def check_destination_runs(src, dst, rate):
 
 
 def paced(tb, rate):
-    spec = vh.GuestSpec(WS_MIB, rate, report_ms=REPORT_MS)
-    vh.log(f'[rate {rate}] -append "{spec.append()}", {RAM_MIB} MiB RAM')
+    spec = vt.GuestSpec(WS_MIB, rate, report_ms=REPORT_MS)
+    vt.log(f'[rate {rate}] -append "{spec.append()}", {RAM_MIB} MiB RAM')
     src, dst = tb.qemu_pair(RAM_MIB, guest=spec)
     try:
-        vh.log(f'  {check_ready(src.start_guest(), spec)}')
-        vh.log(f'  {check_rates(wait_reports(src, 5)[1:], rate, "alone")}')
+        vt.log(f'  {check_ready(src.start_guest(), spec)}')
+        vt.log(f'  {check_rates(src.wait_reports(5)[1:], rate, "alone")}')
 
         cap = round(rate * CAP_FACTOR)
         key = tb.new_key(f'guest{rate}')
@@ -164,31 +151,31 @@ def paced(tb, rate):
         started = time.monotonic()
         count, qemu_rate = watch.wait_clean(120)
         took = time.monotonic() - started
-        vh.log(f'  capped at {cap} MiB/s: QEMU dirty-pages-rate {qemu_rate:.1f} MiB/s at '
+        vt.log(f'  capped at {cap} MiB/s: QEMU dirty-pages-rate {qemu_rate:.1f} MiB/s at '
                f'dirty-sync-count {count}, {took:.1f}s in (figures: {watch.summary()})')
-        if not vh.within(qemu_rate, rate, QEMU_TOL):
-            raise vh.HarnessError(f'QEMU dirty-pages-rate {qemu_rate:.1f} MiB/s, expected '
+        if not vt.within(qemu_rate, rate, QEMU_TOL):
+            raise vt.HarnessError(f'QEMU dirty-pages-rate {qemu_rate:.1f} MiB/s, expected '
                                   f'{rate} +-{QEMU_TOL:.0%}')
         during = [r for _, r in src.guest_reports(mark)][1:]
         tb.source.set_bandwidth(key, 'none')
         src.execute('migrate-set-parameters', {'downtime-limit': DEFAULT_DOWNTIME_MS})
-        finish_and_compare(tb, m, src, dst)
+        finish_and_compare(m)
         if during:
-            vh.log(f'  {check_rates(during, rate, "under migration")}')
-        vh.log(f'  {check_destination_runs(src, dst, rate)}')
+            vt.log(f'  {check_rates(during, rate, "under migration")}')
+        vt.log(f'  {check_destination_runs(src, dst, rate)}')
     finally:
         tb.close_qemus(src, dst)
     return qemu_rate
 
 
 def flat_out(tb):
-    spec = vh.GuestSpec(WS_MIB, 0, report_ms=REPORT_MS)
-    vh.log(f'[flat out] -append "{spec.append()}", {RAM_MIB} MiB RAM')
+    spec = vt.GuestSpec(WS_MIB, 0, report_ms=REPORT_MS)
+    vt.log(f'[flat out] -append "{spec.append()}", {RAM_MIB} MiB RAM')
     src, dst = tb.qemu_pair(RAM_MIB, guest=spec)
     try:
-        vh.log(f'  {check_ready(src.start_guest(), spec)}')
-        alone = [r.rate for r in wait_reports(src, 7)[1:]]
-        vh.log(f'  alone: {min(alone):.0f}..{max(alone):.0f} MiB/s, mean '
+        vt.log(f'  {check_ready(src.start_guest(), spec)}')
+        alone = [r.rate for r in src.wait_reports(7)[1:]]
+        vt.log(f'  alone: {min(alone):.0f}..{max(alone):.0f} MiB/s, mean '
                f'{statistics.mean(alone):.0f} MiB/s of page writes')
 
         key = tb.new_key('guestmax')
@@ -199,36 +186,36 @@ def flat_out(tb):
         while time.monotonic() < deadline:
             info = watch.poll()
             if info.get('status') not in ('setup', 'active'):
-                raise vh.HarnessError(f'migration {info.get("status")} at {FLAT_CAP_MIB} MiB/s '
+                raise vt.HarnessError(f'migration {info.get("status")} at {FLAT_CAP_MIB} MiB/s '
                                       'with the guest flat out: it should not converge')
             time.sleep(POLL)
         syncs = watch.info['ram']['dirty-sync-count']
         under = [r.rate for _, r in src.guest_reports(mark)][1:]
         if syncs < 3 or not under:
-            raise vh.HarnessError(f'{syncs} dirty syncs and {len(under)} status lines in 6 s')
-        vh.log(f'  under migration capped at {FLAT_CAP_MIB} MiB/s: still active after 6 s, '
+            raise vt.HarnessError(f'{syncs} dirty syncs and {len(under)} status lines in 6 s')
+        vt.log(f'  under migration capped at {FLAT_CAP_MIB} MiB/s: still active after 6 s, '
                f'{syncs} syncs, QEMU dirty rates {watch.summary()} (saturated: the whole '
                f'working set at every sync); guest {min(under):.0f}..{max(under):.0f} MiB/s')
         tb.source.set_bandwidth(key, 'none')
-        finish_and_compare(tb, m, src, dst)
-        vh.log(f'  {check_destination_runs(src, dst, 0)}')
+        finish_and_compare(m)
+        vt.log(f'  {check_destination_runs(src, dst, 0)}')
     finally:
         tb.close_qemus(src, dst)
     return statistics.mean(alone), statistics.mean(under)
 
 
 def main():
-    vh.guest_binary()
+    vt.guest_binary()
     started = time.monotonic()
-    with vh.Testbed() as tb:
+    with vt.Testbed() as tb:
         figures = {rate: paced(tb, rate) for rate in RATES}
         alone, under = flat_out(tb)
         tb.stop_daemons()
-    vh.log('summary: QEMU dirty-pages-rate ' +
+    vt.log('summary: QEMU dirty-pages-rate ' +
            ', '.join(f'{v:.1f} MiB/s at rate={r}' for r, v in figures.items()) +
            f'; flat out under TCG {alone:.0f} MiB/s alone, {under:.0f} MiB/s under migration; '
            f'{time.monotonic() - started:.0f}s')
 
 
 if __name__ == '__main__':
-    vh.run_main(main)
+    vt.run_main(main)

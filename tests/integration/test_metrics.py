@@ -21,17 +21,16 @@ import os
 import re
 import socket
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
-import vmigharness as vh  # noqa: E402
+import vmigtest as vt  # noqa: E402
 
-MIB = vh.MIB
+MIB = vt.MIB
 CAP = 50 * MIB
 PAGE_TOL = 0.01                    # inspector pages vs QEMU's counters
 CONTENT_TYPE = 'text/plain; version=0.0.4; charset=utf-8'
-MACHINE_PREFIX = 'pc-q35'          # vh.Qemu runs -machine q35
+MACHINE_PREFIX = 'pc-q35'          # vt.Qemu runs -machine q35
 RAW_PAYLOAD = 8 << 20
 # Families the documentation promises (doc/interfaces.md, "Prometheus metrics") for an active,
 # inspected migration with open connections, bucket shaper.
@@ -59,20 +58,12 @@ INSPECT_FAMILIES = ('vmigd_migration_inspect_channels', 'vmigd_migration_pages_t
                     'vmigd_migration_inspect_bytes_only_channels')
 
 
-def ns_of(tb, daemon):
-    return tb.net.source_ns if daemon is tb.source else tb.net.target_ns
-
-
-def role_of(tb, daemon):
-    return 'source' if daemon is tb.source else 'target'
-
-
 def scrape(tb, daemon):
     """GET /metrics from inside daemon's namespace; (families, problems, headers)."""
-    status, headers, body = vh.http_get(ns_of(tb, daemon), daemon.metrics_url())
+    status, headers, body = vt.http_get(tb.ns_of(daemon), daemon.metrics_url())
     if status != 200:
-        raise vh.HarnessError(f'{daemon.name}: GET /metrics answered {status}')
-    families, problems = vh.parse_prometheus(body)
+        raise vt.HarnessError(f'{daemon.name}: GET /metrics answered {status}')
+    families, problems = vt.parse_prometheus(body)
     return families, problems, headers
 
 
@@ -86,24 +77,24 @@ def series_of(families, key):
 
 def check_endpoint(tb, daemon):
     """status `metrics` is the address the start-up line logged; HEAD, 404, 405."""
-    addr = daemon.status().get('metrics')
+    addr = daemon.status_field('metrics')
     line = daemon.log_matches(r'metrics: serving (http://\S+)')
     if not addr or not re.fullmatch(r'127\.0\.0\.1:\d+', addr) or addr.endswith(':0'):
-        raise vh.HarnessError(f'status metrics = {addr!r}, expected 127.0.0.1:PORT')
+        raise vt.HarnessError(f'status metrics = {addr!r}, expected 127.0.0.1:PORT')
     if not line or line[0].group(1) != f'http://{addr}/metrics':
-        raise vh.HarnessError(f'log says {line[0].group(0) if line else "nothing"}, status '
+        raise vt.HarnessError(f'log says {line[0].group(0) if line else "nothing"}, status '
                               f'{addr}')
-    ns, url = ns_of(tb, daemon), daemon.metrics_url()
-    head = vh.http_get(ns, url, method='HEAD')
-    missing = vh.http_get(ns, url.replace('/metrics', '/nope'))
-    post = vh.http_get(ns, url, method='POST')
+    ns, url = tb.ns_of(daemon), daemon.metrics_url()
+    head = vt.http_get(ns, url, method='HEAD')
+    missing = vt.http_get(ns, url.replace('/metrics', '/nope'))
+    post = vt.http_get(ns, url, method='POST')
     got = (head[0], missing[0], post[0])
     if got != (200, 404, 405):
-        raise vh.HarnessError(f'HEAD /metrics, GET /nope, POST /metrics answered {got}, '
+        raise vt.HarnessError(f'HEAD /metrics, GET /nope, POST /metrics answered {got}, '
                               'expected 200, 404, 405')
     if head[1].get('content-type') != CONTENT_TYPE or \
             not int(head[1].get('content-length', '0')) > 1000:
-        raise vh.HarnessError(f'HEAD: content-type {head[1].get("content-type")!r}, '
+        raise vt.HarnessError(f'HEAD: content-type {head[1].get("content-type")!r}, '
                               f'content-length {head[1].get("content-length")!r}')
     return f'{line[0].group(1)}; HEAD 200, /nope 404, POST 405'
 
@@ -111,7 +102,7 @@ def check_endpoint(tb, daemon):
 def check_scrape(tb, daemon, key, previous):
     """Scrape, parse strictly, compare with `metrics --json` taken right after. previous: the
     series of the last scrape (counters must not go down); returns this one's."""
-    role = role_of(tb, daemon)
+    role = tb.side_of(daemon)
     t_before = time.time()
     families, problems, headers = scrape(tb, daemon)
     js = daemon.metrics()
@@ -131,12 +122,12 @@ def check_scrape(tb, daemon, key, previous):
             if 'conn' in lab and not re.fullmatch(rf'{lab.get("port")}\.\d+', lab['conn']):
                 problems.append(f'{name}{lab}: conn label not PORT.SEQ')
     if mj is None:
-        raise vh.HarnessError(f'metrics --json does not list {key}')
+        raise vt.HarnessError(f'metrics --json does not list {key}')
 
     def value(name, **labels):
         try:
-            return vh.prom_value(families, name, key=key, role=role, **labels)
-        except vh.HarnessError as e:
+            return vt.prom_value(families, name, key=key, role=role, **labels)
+        except vt.HarnessError as e:
             problems.append(str(e))
             return None
     # Bytes: the scrape came first, so it may be behind the JSON by what the cap lets through
@@ -152,7 +143,7 @@ def check_scrape(tb, daemon, key, previous):
     if prom_bytes is not None and prom_bytes <= 0:
         problems.append(f'{name} = {prom_bytes}: nothing flowed yet')
     node_name = name.replace('migration', 'node')
-    node_bytes = vh.prom_value(families, node_name) if node_name in families else None
+    node_bytes = vt.prom_value(families, node_name) if node_name in families else None
     if node_bytes is None or node_bytes < prom_bytes:
         problems.append(f'{node_name} {node_bytes} below the migration\'s {prom_bytes}')
     for name, want in (('vmigd_migration_cap_bytes_per_second', mj['cap']),
@@ -187,7 +178,7 @@ def check_scrape(tb, daemon, key, previous):
         if common < 10:
             problems.append(f'only {common} counter series in both scrapes')
     if problems:
-        raise vh.HarnessError('; '.join(problems))
+        raise vt.HarnessError('; '.join(problems))
     return series, (f'{len(families)} families, {sum(len(f["samples"]) for f in families.values())}'
                     f' samples; {prom_bytes / MIB:.1f} MiB then JSON {mj[direction] / MIB:.1f} '
                     f'MiB {elapsed:.2f}s later; cap {mj["cap"]}')
@@ -199,22 +190,22 @@ def check_top(tb, key):
     proc = tb.source.ctl('top', '--count', '2', '--interval', '0.5', timeout=20)
     took = time.monotonic() - started
     if proc.returncode != 0:
-        raise vh.HarnessError(f'top exited {proc.returncode}: {proc.stderr.strip()}')
+        raise vt.HarnessError(f'top exited {proc.returncode}: {proc.stderr.strip()}')
     rx = re.compile(rf'^{re.escape(key)}\s+source\s+\[[^\]]*\]\s+([\d.]+) (B|KiB|MiB|GiB)\s+'
                     r'([\d.]+) (B|KiB|MiB|GiB)/s\s+(\S+ \S+|unlimited) / ')
     lines = [rx.match(line) for line in proc.stdout.splitlines() if line.startswith(key)]
     frames = [f for f in proc.stdout.split('\n\n') if f.strip()]
     unit = {'B': 1, 'KiB': 1 << 10, 'MiB': MIB, 'GiB': 1 << 30}
     if len(lines) != 2 or not all(lines) or len(frames) != 2:
-        raise vh.HarnessError(f'top printed {len(frames)} frames, KEY lines {lines}:\n'
+        raise vt.HarnessError(f'top printed {len(frames)} frames, KEY lines {lines}:\n'
                               f'{proc.stdout}')
     rates = [float(m.group(3)) * unit[m.group(4)] for m in lines]
     if not all(0 < r <= CAP * 1.1 for r in rates) or lines[0].group(5) != '50.0 MiB/s':
-        raise vh.HarnessError(f'top rates {vh.fmt_rates(rates)} MiB/s (cap 50), cap column '
+        raise vt.HarnessError(f'top rates {vt.fmt_rates(rates)} MiB/s (cap 50), cap column '
                               f'{lines[0].group(5)!r}')
     if took < 0.4:
-        raise vh.HarnessError(f'two frames 0.5 s apart took only {took:.2f}s')
-    return f'2 frames in {took:.2f}s, rates {vh.fmt_rates(rates)} MiB/s'
+        raise vt.HarnessError(f'two frames 0.5 s apart took only {took:.2f}s')
+    return f'2 frames in {took:.2f}s, rates {vt.fmt_rates(rates)} MiB/s'
 
 
 def check_metrics_text(tb, key):
@@ -228,7 +219,7 @@ def check_metrics_text(tb, key):
             r'^\s+port 49152: sent [\d.]+ (KiB|MiB|GiB)']
     missing = [w for w in want if not re.search(w, out, re.M)]
     if missing:
-        raise vh.HarnessError(f'no line like {missing} in:\n{out}')
+        raise vt.HarnessError(f'no line like {missing} in:\n{out}')
     return f'{len(out.splitlines())} lines, all expected ones there'
 
 
@@ -237,14 +228,14 @@ def check_metrics_text(tb, key):
 def check_inspection(tb, daemon, key, channels, ram):
     """After QEMU completed, before the stops: pages and zero pages against QEMU's, in JSON and
     Prometheus, and the stream facts."""
-    role = role_of(tb, daemon)
+    role = tb.side_of(daemon)
     mj = daemon.migration_metrics(key)
     families, problems, _ = scrape(tb, daemon)
     ins = (mj or {}).get('inspect')
     if not ins:
-        raise vh.HarnessError(f'{daemon.name}: no inspect object for {key}: {mj}')
+        raise vt.HarnessError(f'{daemon.name}: no inspect object for {key}: {mj}')
     if problems:
-        raise vh.HarnessError(f'Prometheus format: {problems}')
+        raise vt.HarnessError(f'Prometheus format: {problems}')
     bad = []
     for what, got, qemu in (('pages', ins['pages'], ram['normal']),
                             ('zero_pages', ins['zero_pages'], ram['duplicate'])):
@@ -252,14 +243,14 @@ def check_inspection(tb, daemon, key, channels, ram):
         if abs(got - qemu) > max(1, PAGE_TOL * qemu):
             bad.append(f'{what} {got}, QEMU {qemu}')
         name = f'vmigd_migration_{what}_total'
-        prom = vh.prom_value(families, name, key=key, role=role)
+        prom = vt.prom_value(families, name, key=key, role=role)
         if prom != got:
             bad.append(f'{name} {prom}, JSON {got}')
     want_channels = {'main': 1, 'multifd': channels, 'other': 0}
     if ins['channels'] != want_channels:
         bad.append(f'channels {ins["channels"]}, expected {want_channels}')
     for kind, n in want_channels.items():
-        prom = vh.prom_value(families, 'vmigd_migration_inspect_channels', key=key, role=role,
+        prom = vt.prom_value(families, 'vmigd_migration_inspect_channels', key=key, role=role,
                              kind=kind)
         if prom != n:
             bad.append(f'vmigd_migration_inspect_channels kind={kind} {prom}, expected {n}')
@@ -267,10 +258,10 @@ def check_inspection(tb, daemon, key, channels, ram):
         bad.append(f'stream_version {ins["stream_version"]}')
     if not str(ins['machine']).startswith(MACHINE_PREFIX):
         bad.append(f'machine {ins["machine"]!r}')
-    if ins['switchover'] is not True or vh.prom_value(
+    if ins['switchover'] is not True or vt.prom_value(
             families, 'vmigd_migration_switchover', key=key, role=role) != 1:
         bad.append(f'switchover {ins["switchover"]}')
-    if ins['bytes_only'] != 0 or ins['reason'] is not None or vh.prom_value(
+    if ins['bytes_only'] != 0 or ins['reason'] is not None or vt.prom_value(
             families, 'vmigd_migration_inspect_bytes_only_channels', key=key, role=role) != 0:
         bad.append(f'bytes_only {ins["bytes_only"]} reason {ins["reason"]!r}')
     if ins['page_size'] != 4096 or ins['passes'] < 1 or ins['syncs'] < 1:
@@ -278,7 +269,7 @@ def check_inspection(tb, daemon, key, channels, ram):
     if bool(channels) != (ins['packets'] > 0):
         bad.append(f'{ins["packets"]} multifd packets with {channels} multifd channels')
     if bad:
-        raise vh.HarnessError('; '.join(bad))
+        raise vt.HarnessError('; '.join(bad))
     return (f'pages {ins["pages"]} (QEMU {ram["normal"]}), zero {ins["zero_pages"]} (QEMU '
             f'{ram["duplicate"]}), channels {ins["channels"]}, {ins["machine"]}, '
             f'packets {ins["packets"]}, syncs {ins["syncs"]}')
@@ -300,7 +291,7 @@ def check_multifd_bytes(src, tb, key, ram):
             bad.append(f'{daemon.name}: {ins["pages"]} pages and {ins["packets"]} packets make '
                        f'{size} bytes, QEMU multifd-bytes {ram["multifd-bytes"]}')
     if bad:
-        raise vh.HarnessError('; '.join(bad))
+        raise vt.HarnessError('; '.join(bad))
     return (f'{ram["multifd-bytes"]} bytes = pages and packets on both daemons (QEMU '
             f'ram.normal {ram["normal"]})')
 
@@ -324,14 +315,14 @@ def inspected_migration(tb, checks, label, mib, channels, bandwidth=None, during
     finally:
         result = m.finish(timeout=120)
     checks.run(f'{label}: memory', lambda: f'{result.summary()}, sha256 '
-               f'{vh.verify_memory(src, dst)[:12]}')
+               f'{vt.verify_memory(src, dst)[:12]}')
     tb.close_qemus(src, dst)
 
 
 def during_capped(tb, checks):
     def run(m):
         key = m.key
-        vh.wait_until(lambda: (tb.source.migration_metrics(key) or {}).get('bytes_tx', 0)
+        vt.wait_until(lambda: (tb.source.migration_metrics(key) or {}).get('bytes_tx', 0)
                       > 20 * MIB and len(tb.source.connections(key) or []) == 5, 30,
                       f'{key} to flow on 5 connections')
         for daemon in (tb.source, tb.target):
@@ -347,56 +338,19 @@ def during_capped(tb, checks):
             time.sleep(0.5)
         checks.run('vmigctl top', check_top, tb, key)
         checks.run('vmigctl metrics', check_metrics_text, tb, key)
-        checks.run('still in flight', vh.still_in_flight, m)
+        checks.run('still in flight', vt.still_in_flight, m)
     return run
 
 
 # ---- streams that are not QEMU's -----------------------------------------------------------------
-
-class Sink:
-    """A unix listener in the target namespace where the destination QEMU would be: accepts one
-    connection, reads to EOF; .digest and .count of what arrived."""
-
-    def __init__(self, tb, name):
-        self.path = tb.path('dst', name)
-        self.sock = tb.net.socket('target', socket.AF_UNIX)
-        self.sock.bind(self.path)
-        self.sock.listen(4)
-        self.sock.settimeout(60)
-        self.digest, self.count, self.error = hashlib.sha256(), 0, None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self):
-        try:
-            conn, _ = self.sock.accept()
-            with conn:
-                conn.settimeout(60)
-                while True:
-                    data = conn.recv(1 << 20)
-                    if not data:
-                        break
-                    self.digest.update(data)
-                    self.count += len(data)
-        except Exception as e:             # noqa: BLE001 -- reported by join()
-            self.error = e
-
-    def join(self):
-        self.thread.join(60)
-        self.sock.close()
-        if self.thread.is_alive() or self.error:
-            raise vh.HarnessError(f'sink {self.path}: {self.error or "still running"}')
-        return self.digest.hexdigest(), self.count
-
 
 def raw_stream(tb, label, payload, kind, reason_rx):
     """Send payload through a migration with no QEMU; while the connection is open its inspect
     must say kind / bytes_only / a reason matching reason_rx; after, the summary must count it;
     the bytes must arrive unchanged."""
     key = tb.new_key(label)
-    sink = Sink(tb, f'{key}.sock')
-    raw, _ = tb.target.target_start(key, {vh.DEFAULT_PORT_ID: sink.path})
-    entry = tb.source.source_start(key, raw, tb.path('src'))[0]
+    sink = tb.unix_server(f'{key}.sock', vt.digest_all)
+    entry = tb.start_route(key, sink.path)
     problems = []
     with tb.net.socket('source', socket.AF_UNIX) as s:
         s.settimeout(60)
@@ -408,7 +362,7 @@ def raw_stream(tb, label, payload, kind, reason_rx):
             conns = mj.get('connections') or []
             return conns if conns and conns[0].get(field, 0) >= len(payload) else None
         for daemon, field in ((tb.source, 'bytes_tx'), (tb.target, 'bytes_rx')):
-            conns = vh.wait_until(lambda: passed(daemon, field), 30,
+            conns = vt.wait_until(lambda: passed(daemon, field), 30,
                                   f'{daemon.name} to pass {len(payload)} bytes of {key}')
             ins = conns[0].get('inspect') or {}
             if ins.get('kind') != kind or ins.get('bytes_only') is not True or \
@@ -416,8 +370,8 @@ def raw_stream(tb, label, payload, kind, reason_rx):
                 problems.append(f'{daemon.name} open connection inspect {ins}, expected kind '
                                 f'{kind}, bytes_only, reason /{reason_rx}/')
         s.shutdown(socket.SHUT_WR)
-        vh.wait_closed(s, 30)
-    digest, count = sink.join()
+        vt.wait_closed(s, 30)
+    (digest, count), = sink.join(60)
     if (digest, count) != (hashlib.sha256(payload).hexdigest(), len(payload)):
         problems.append(f'{count} bytes arrived, sent {len(payload)}; digest '
                         f'{"differs" if count == len(payload) else "-"}')
@@ -430,10 +384,10 @@ def raw_stream(tb, label, payload, kind, reason_rx):
             problems.append(f'{daemon.name} summary {ins}, expected channels {want}, '
                             f'bytes_only 1, reason /{reason_rx}/, no pages')
         families, fmt, _ = scrape(tb, daemon)
-        role = role_of(tb, daemon)
-        got = (vh.prom_value(families, 'vmigd_migration_inspect_channels', key=key, role=role,
+        role = tb.side_of(daemon)
+        got = (vt.prom_value(families, 'vmigd_migration_inspect_channels', key=key, role=role,
                              kind=kind),
-               vh.prom_value(families, 'vmigd_migration_inspect_bytes_only_channels', key=key,
+               vt.prom_value(families, 'vmigd_migration_inspect_bytes_only_channels', key=key,
                              role=role))
         if got != (1, 1) or fmt:
             problems.append(f'{daemon.name} Prometheus channels kind={kind} and bytes-only '
@@ -441,7 +395,7 @@ def raw_stream(tb, label, payload, kind, reason_rx):
     tb.source.source_stop(key)
     tb.target.target_stop(key)
     if problems:
-        raise vh.HarnessError('; '.join(problems))
+        raise vt.HarnessError('; '.join(problems))
     return f'{count} bytes intact, kind {kind}, reason {ins.get("reason")!r}'
 
 
@@ -456,16 +410,16 @@ def no_inspect(tb, checks):
     m = tb.start_migration(src, dst, key, 4, bandwidth='100Mi')
 
     def during():
-        vh.wait_until(lambda: len(tb.source.connections(key) or []) == 5, 30,
+        vt.wait_until(lambda: len(tb.source.connections(key) or []) == 5, 30,
                       f'{key} on 5 connections')
         problems = []
         for daemon in (tb.source, tb.target):
             js = daemon.metrics()
             mj = daemon.migration_metrics(key, js) or {}
-            st = daemon.status()
-            if js['node'].get('inspect') is not False or st.get('inspect') is not False:
+            st = daemon.status_field('inspect')
+            if js['node'].get('inspect') is not False or st is not False:
                 problems.append(f'{daemon.name}: node inspect {js["node"].get("inspect")}, '
-                                f'status inspect {st.get("inspect")}')
+                                f'status inspect {st}')
             if mj.get('inspect') is not None or not mj.get('connections') or \
                     any(c.get('inspect') is not None for c in mj['connections']):
                 problems.append(f'{daemon.name}: inspect {mj.get("inspect")!r}, connections '
@@ -481,40 +435,39 @@ def no_inspect(tb, checks):
             if not daemon.log_matches(r'bandwidth: node cap .*inspection off'):
                 problems.append(f'{daemon.name}: no "inspection off" start line')
         if problems:
-            raise vh.HarnessError('; '.join(problems))
+            raise vt.HarnessError('; '.join(problems))
         return 'inspect null on both daemons (JSON, status, Prometheus), "inspection off"'
     checks.run('no-inspect: while in flight', during)
-    checks.run('no-inspect: still in flight', vh.still_in_flight, m)
+    checks.run('no-inspect: still in flight', vt.still_in_flight, m)
     result = m.finish(timeout=120)
     checks.run('no-inspect: completed, memory', lambda: f'{result.summary()}, sha256 '
-               f'{vh.verify_memory(src, dst)[:12]}')
+               f'{vt.verify_memory(src, dst)[:12]}')
     tb.close_qemus(src, dst)
 
 
 def main():
     started = time.monotonic()
-    checks = vh.Checks('metrics checks')
-    with vh.Testbed(daemon_args=['--metrics', '127.0.0.1:0']) as tb:
-        vh.log(f'source vmigd {tb.net.source_addr} ({tb.net.source_ns}), target vmigd '
-               f'{tb.net.target_addr} ({tb.net.target_ns}); metrics on 127.0.0.1 in each')
-        vh.log('[multifd] 512 MiB, 4 channels, capped at 50Mi')
+    checks = vt.Checks('metrics checks')
+    with vt.Testbed(daemon_args=['--metrics', '127.0.0.1:0']) as tb:
+        vt.log(f'{tb.describe()}; metrics on 127.0.0.1 in each')
+        vt.log('[multifd] 512 MiB, 4 channels, capped at 50Mi')
         inspected_migration(tb, checks, 'multifd4', 512, 4, bandwidth='50Mi',
                             during=during_capped(tb, checks))
-        vh.log('[multifd off] 256 MiB')
+        vt.log('[multifd off] 256 MiB')
         inspected_migration(tb, checks, 'mfdoff', 256, 0)
-        vh.log('[not QEMU] raw byte streams')
+        vt.log('[not QEMU] raw byte streams')
         noise = b'\x00RAW' + os.urandom(RAW_PAYLOAD - 4)
         checks.run('random bytes', raw_stream, tb, 'rawbytes', noise, 'other',
                    r'unrecognised stream start 00 52 41 57')
         qevm2 = b'QEVM\x00\x00\x00\x02' + os.urandom(RAW_PAYLOAD - 8)
         checks.run('QEVM version 2', raw_stream, tb, 'qevm2', qevm2, 'main',
                    r'^main: stream version 2')
-        vh.log('[--no-inspect] 256 MiB, 4 channels, capped at 100Mi')
+        vt.log('[--no-inspect] 256 MiB, 4 channels, capped at 100Mi')
         no_inspect(tb, checks)
         tb.stop_daemons()
-    vh.log(f'{checks.count} checks in {time.monotonic() - started:.1f}s')
+    vt.log(f'{checks.count} checks in {time.monotonic() - started:.1f}s')
     checks.finish()
 
 
 if __name__ == '__main__':
-    vh.run_main(main)
+    vt.run_main(main)

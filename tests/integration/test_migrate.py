@@ -8,7 +8,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
-import vmigharness as vh  # noqa: E402
+import vmigtest as vt  # noqa: E402
 
 # (RAM MiB, multifd channels (0 = off), --test-delay-first ms or None)
 PLAN = ([(256, 0, None)] * 5 + [(256, 4, None)] * 5 + [(256, 8, None)] * 5
@@ -22,7 +22,7 @@ def daemon_record_problems(tb, result, delay_ms):
     counted, and no error line for the key. Returns a list of problems (empty: all good)."""
     problems = []
     expected_conns = result.channels + 1
-    for daemon, role in ((tb.source, 'source'), (tb.target, 'target')):
+    for daemon, role in tb.sides():
         rec = daemon.stop_record(result.key, role)
         where = f'{daemon.name} {result.key}'
         if not any(f'role={role} start' in line for line in daemon.migration_lines(result.key)):
@@ -52,9 +52,9 @@ def report(tb, label, result, digest, delay_ms, problems):
     found = daemon_record_problems(tb, result, delay_ms)
     problems += found
     state = 'ok' if not found else f'QEMU ok, {len(found)} daemon problem(s)'
-    vh.log(f'[{label}] {state} {result.summary()} memory sha256 {digest[:16]}')
+    vt.log(f'[{label}] {state} {result.summary()} memory sha256 {digest[:16]}')
     for p in found:
-        vh.log(f'    {p}')
+        vt.log(f'    {p}')
 
 
 def run_sequential(tb, problems):
@@ -65,8 +65,8 @@ def run_sequential(tb, problems):
         listed = [row[0] for row in tb.source.list()]
         if key not in listed:
             problems.append(f'source `list` does not show {key} while it runs: {listed}')
-        result = m.finish(timeout=120)
-        report(tb, f'{n}/{len(PLAN)}', result, vh.verify_memory(src, dst), delay, problems)
+        result, digest = m.finish_verified(timeout=120)
+        report(tb, f'{n}/{len(PLAN)}', result, digest, delay, problems)
         tb.close_qemus(src, dst)
 
 
@@ -78,11 +78,11 @@ def run_concurrent(tb, problems):
     results = [m.finish(timeout=120) for m in running]
     digests = set()
     for result, (src, dst) in zip(results, pairs):
-        digest = vh.verify_memory(src, dst)
+        digest = vt.verify_memory(src, dst)
         digests.add(digest)
         report(tb, 'concurrent', result, digest, None, problems)
     if len(digests) != CONCURRENT:
-        raise vh.HarnessError('concurrent guests were meant to have distinct memory contents')
+        raise vt.HarnessError('concurrent guests were meant to have distinct memory contents')
     for src, dst in pairs:
         tb.close_qemus(src, dst)
 
@@ -90,25 +90,25 @@ def run_concurrent(tb, problems):
 def main():
     started = time.monotonic()
     problems = []
-    with vh.Testbed() as tb:
-        vh.log(f'source vmigd {tb.net.source_addr} ({tb.net.source_ns}), '
-               f'target vmigd {tb.net.target_addr} ({tb.net.target_ns})')
+    with vt.Testbed() as tb:
+        vt.log(tb.describe())
         run_sequential(tb, problems)
         run_concurrent(tb, problems)
-        left = tb.target.status().get('migrations')
-        if left not in (0, []):
+        st = tb.target.status()
+        left = vt.status_migration_count(st), vt.status_migrations(st)
+        if left[0] not in (0, []) or left[1]:
             problems.append(f'target daemon still lists migrations after all stops: {left}')
         warnings = tb.source.problem_lines() + tb.target.problem_lines()
         if warnings:
-            vh.log('daemon warnings and errors:\n' + '\n'.join(warnings))
+            vt.log('daemon warnings and errors:\n' + '\n'.join(warnings))
         tb.stop_daemons()
     total = len(PLAN) + CONCURRENT
-    vh.log(f'{total} migrations completed with identical memory in '
+    vt.log(f'{total} migrations completed with identical memory in '
            f'{time.monotonic() - started:.1f}s')
     if problems:
-        raise vh.HarnessError(f'{len(problems)} problem(s) in the daemons\' account:\n  '
+        raise vt.HarnessError(f'{len(problems)} problem(s) in the daemons\' account:\n  '
                               + '\n  '.join(problems))
 
 
 if __name__ == '__main__':
-    vh.run_main(main)
+    vt.run_main(main)

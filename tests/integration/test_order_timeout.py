@@ -9,7 +9,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
-import vmigharness as vh  # noqa: E402
+import vmigtest as vt  # noqa: E402
 
 ORDER_TIMEOUT_MS = 1500
 DELAY_MS = 4000                     # the main channel reaches the target 2.5 s after the timeout
@@ -26,19 +26,19 @@ def check_failed_migration(tb, problems):
         return status if status in ('failed', 'completed', 'cancelled') else None
 
     # Bounded: the target decides at 1.5 s; QEMU gives up once its channels are closed.
-    status = vh.wait_until(source_failed, 60, 'the source QEMU to give up')
+    status = vt.wait_until(source_failed, 60, 'the source QEMU to give up')
     if status != 'failed':
         problems.append(f'source QEMU migration status {status}, expected failed')
     # The late main channel is refused, not opened out of order.
-    late = f'port {vh.DEFAULT_PORT_ID} connection 0 to '
-    vh.wait_until(lambda: any(late in line and 'refused by the target: migration already failed'
+    late = f'port {vt.DEFAULT_PORT_ID} connection 0 to '
+    vt.wait_until(lambda: any(late in line and 'refused by the target: migration already failed'
                               in line for line in tb.source.migration_lines(key)),
                   DELAY_MS / 1000 + 15, 'the source daemon to log the refusal of connection 0')
     if time.monotonic() - m.started < DELAY_MS / 1000:
         problems.append('connection 0 was refused before it was even sent')
 
     failure = [line for line in tb.target.migration_lines(key) if 'failed:' in line]
-    want = f'migration {key} role=target failed: port {vh.DEFAULT_PORT_ID} connection 0 did not ' \
+    want = f'migration {key} role=target failed: port {vt.DEFAULT_PORT_ID} connection 0 did not ' \
            f'arrive within {ORDER_TIMEOUT_MS} ms'
     if not any(want in line for line in failure):
         problems.append(f'target log lacks "{want}": {failure}')
@@ -62,27 +62,27 @@ def check_failed_migration(tb, problems):
 
 def check_next_migration_works(tb, problems):
     src, dst = tb.qemu_pair(256)
-    result = tb.migrate(src, dst, tb.new_key('after'), CHANNELS, timeout=120)
-    vh.verify_memory(src, dst)
-    for daemon, role in ((tb.source, 'source'), (tb.target, 'target')):
-        outcome = daemon.stop_record(result.key, role).get('outcome')
+    m = tb.start_migration(src, dst, tb.new_key('after'), CHANNELS)
+    result, _ = m.finish_verified(timeout=120)
+    for daemon, _, rec in m.stop_records():
+        outcome = rec.get('outcome')
         if outcome != 'ok':
             problems.append(f'{daemon.name}: next migration outcome={outcome}')
-    vh.log(f'next migration ok: {result.summary()}')
+    vt.log(f'next migration ok: {result.summary()}')
     tb.close_qemus(src, dst)
 
 
 def main():
     problems = []
     started = time.monotonic()
-    with vh.Testbed(target_args=['--order-timeout', str(ORDER_TIMEOUT_MS)]) as tb:
+    with vt.Testbed(target_args=['--order-timeout', str(ORDER_TIMEOUT_MS)]) as tb:
         check_failed_migration(tb, problems)
         check_next_migration_works(tb, problems)
         tb.stop_daemons()
     if problems:
-        raise vh.HarnessError('\n  '.join(['order timeout:'] + problems))
-    vh.log(f'order timeout handled cleanly in {time.monotonic() - started:.1f}s')
+        raise vt.HarnessError('\n  '.join(['order timeout:'] + problems))
+    vt.log(f'order timeout handled cleanly in {time.monotonic() - started:.1f}s')
 
 
 if __name__ == '__main__':
-    vh.run_main(main)
+    vt.run_main(main)

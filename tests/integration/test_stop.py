@@ -10,7 +10,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
-import vmigharness as vh  # noqa: E402
+import vmigtest as vt  # noqa: E402
 
 MIB, CHANNELS = 512, 4
 BANDWIDTH = 24 << 20               # about 21 s: the grace ends long before the migration would
@@ -19,7 +19,7 @@ GRACE_S = 5
 
 def main():
     problems = []
-    with vh.Testbed() as tb:
+    with vt.Testbed() as tb:
         src, dst = tb.qemu_pair(MIB)
         key = tb.new_key('stop')
         m = tb.start_migration(src, dst, key, CHANNELS, max_bandwidth=BANDWIDTH)
@@ -38,7 +38,7 @@ def main():
         def ended():
             status = m.status()
             return status if status != 'active' else None
-        status = vh.wait_until(ended, 30, 'the migration to end after the grace')
+        status = vt.wait_until(ended, 30, 'the migration to end after the grace')
         took = time.monotonic() - stopped
         if status != 'failed':
             problems.append(f'source QEMU migration status {status}, expected failed')
@@ -56,11 +56,11 @@ def main():
         rec = tb.target.stop_record(key, 'target')
         if int(rec.get('conns', -1)) != CHANNELS + 1:
             problems.append(f'target stop line {rec}, expected conns={CHANNELS + 1}')
-        vh.log(f'stop: migration {status} {took:.1f}s after stop; stop lines report the cut')
+        vt.log(f'stop: migration {status} {took:.1f}s after stop; stop lines report the cut')
         tb.stop_daemons()
     if problems:
-        raise vh.HarnessError('\n  '.join(['stop:'] + problems))
+        raise vt.HarnessError('\n  '.join(['stop:'] + problems))
 
 
 if __name__ == '__main__':
-    vh.run_main(main)
+    vt.run_main(main)

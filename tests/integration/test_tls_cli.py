@@ -7,20 +7,13 @@ with its own client pair relays bytes to a target; with --no-tls it warns."""
 
 import os
 import socket
-import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
-import vmigharness as vh  # noqa: E402
+import vmigtest as vt  # noqa: E402
 
 REFUSED = r'node hop from \S+: TLS refused \(({})\)'
-
-
-def run(vmigd, *args):
-    return subprocess.run([vmigd, *args], capture_output=True, text=True, timeout=20,
-                          stdin=subprocess.DEVNULL)
 
 
 def one_line_refusal(problems, what, proc, needle=None):
@@ -29,7 +22,7 @@ def one_line_refusal(problems, what, proc, needle=None):
         problems.append(f'{what}: rc={proc.returncode} stderr={proc.stderr!r}, expected rc 1 and '
                         f'one line' + (f' naming {needle}' if needle else ''))
     else:
-        vh.log(f'  {what}: refused: {lines[0]}')
+        vt.log(f'  {what}: refused: {lines[0]}')
 
 
 def start_refusals(vmigd, ctl, pki, tmp, problems):
@@ -37,30 +30,30 @@ def start_refusals(vmigd, ctl, pki, tmp, problems):
     with open(garbage, 'w') as f:
         f.write('-----BEGIN PRIVATE KEY-----\nnot a key at all\n-----END PRIVATE KEY-----\n')
     base = ['--control', ctl, '--listen', '127.0.0.1:0']
-    one_line_refusal(problems, 'no TLS options and no --no-tls', run(vmigd, *base), '--tls-cert')
-    one_line_refusal(problems, '--tls-cert alone',
-                     run(vmigd, *base, '--tls-cert', pki.node.cert), '--tls-')
+
+    def run(*args):
+        return vt.run_vmigd(vmigd, *base, *args)
+    one_line_refusal(problems, 'no TLS options and no --no-tls', run(), '--tls-cert')
+    one_line_refusal(problems, '--tls-cert alone', run('--tls-cert', pki.node.cert), '--tls-')
     one_line_refusal(problems, 'certificate and a key that does not match it',
-                     run(vmigd, *base, '--tls-cert', pki.node.cert, '--tls-key', pki.node2.key,
+                     run('--tls-cert', pki.node.cert, '--tls-key', pki.node2.key,
                          '--tls-ca', pki.ca))
     missing = os.path.join(tmp, 'no-such-ca.crt')
     one_line_refusal(problems, 'CA file missing',
-                     run(vmigd, *base, '--tls-cert', pki.node.cert, '--tls-key', pki.node.key,
+                     run('--tls-cert', pki.node.cert, '--tls-key', pki.node.key,
                          '--tls-ca', missing), missing)
     one_line_refusal(problems, 'garbage key file',
-                     run(vmigd, *base, '--tls-cert', pki.node.cert, '--tls-key', garbage,
-                         '--tls-ca', pki.ca))
+                     run('--tls-cert', pki.node.cert, '--tls-key', garbage, '--tls-ca', pki.ca))
     one_line_refusal(problems, '--tls-client-cert without --tls-client-key',
-                     run(vmigd, *base, '--tls-cert', pki.node.cert, '--tls-key', pki.node.key,
+                     run('--tls-cert', pki.node.cert, '--tls-key', pki.node.key,
                          '--tls-ca', pki.ca, '--tls-client-cert', pki.node2.cert))
-    p = run(vmigd, *base, '--tls-cert', pki.node.cert, '--tls-key', pki.node.key, '--tls-ca',
-            pki.ca, '-n')
+    p = run('--tls-cert', pki.node.cert, '--tls-key', pki.node.key, '--tls-ca', pki.ca, '-n')
     if p.returncode != 0:
         problems.append(f'-n with a good TLS configuration: rc={p.returncode} {p.stderr!r}')
 
 
 def check_status(d, pki, allow, problems):
-    tls = d.status().get('tls')
+    tls = d.status_field('tls')
     want = {'enabled': True, 'generation': 1, 'allow': allow}
     if not isinstance(tls, dict):
         problems.append(f'{d.name}: status "tls" is {tls!r}, expected an object')
@@ -69,7 +62,7 @@ def check_status(d, pki, allow, problems):
         if tls.get(name) != value:
             problems.append(f'{d.name}: status tls.{name} = {tls.get(name)!r}, expected {value!r}')
     cert = str(tls.get('certificate', ''))
-    if not vh.shows_serial(cert, pki.node.serial):
+    if not vt.shows_serial(cert, pki.node.serial):
         problems.append(f'{d.name}: status tls.certificate {cert!r} does not show serial '
                         f'{pki.node.serial}')
     if not isinstance(tls.get('ktls_kernel'), bool):
@@ -83,7 +76,7 @@ def expect(d, pki, name, certfiles, accepted, token, problems):
     addr, port = d.node_hop()
     since = d.log_offset()
     cert, key = (certfiles.cert, certfiles.key) if certfiles else (None, None)
-    ok, probe = vh.probe_tls_accepted(None, addr, port, cert, key, pki.ca)
+    ok, probe = vt.probe_tls_accepted(None, addr, port, cert, key, pki.ca)
     where = f'{d.name} {name}'
     if accepted:
         if not ok:
@@ -96,17 +89,17 @@ def expect(d, pki, name, certfiles, accepted, token, problems):
             problems.append(f'{where}: expected refused ({token}), got {probe}')
         try:
             d.wait_log(REFUSED.format(token), timeout=5, since=since)
-        except vh.HarnessError as e:
+        except vt.HarnessError as e:
             problems.append(f'{where}: {e}')
-    vh.log(f'  {where}: {"accepted" if ok else "refused"}: {probe}')
+    vt.log(f'  {where}: {"accepted" if ok else "refused"}: {probe}')
 
 
 def client_pair_relay(vmigd, vmigctl, pki, tmp, problems):
     """A source with its own client pair (--tls-client-cert, CN kubevirt.io:system:client:migration,
     clientAuth only) relays bytes both ways to a target on loopback: the target's linked line
     names the client certificate, the source's the target's node certificate."""
-    target = vh.Daemon(vmigd, vmigctl, 'vmigd-pair-target', tmp, '127.0.0.1', tls=pki)
-    source = vh.Daemon(vmigd, vmigctl, 'vmigd-pair-source', tmp, '127.0.0.1',
+    target = vt.Daemon(vmigd, vmigctl, 'vmigd-pair-target', tmp, '127.0.0.1', tls=pki)
+    source = vt.Daemon(vmigd, vmigctl, 'vmigd-pair-source', tmp, '127.0.0.1',
                        tls={**pki.paths('node'), 'client_cert': pki.client.cert,
                             'client_key': pki.client.key})
     dst_path = os.path.join(tmp, 'dst.sock')
@@ -118,7 +111,7 @@ def client_pair_relay(vmigd, vmigctl, pki, tmp, problems):
         listener.settimeout(10)
         target.start()
         source.start()
-        raw, _ = target.target_start(key, {vh.DEFAULT_PORT_ID: dst_path})
+        raw, _ = target.target_start(key, {vt.DEFAULT_PORT_ID: dst_path})
         basedir = os.path.join(tmp, 'src')
         os.makedirs(basedir, exist_ok=True)
         path = source.source_start(key, raw, basedir)[0]
@@ -134,19 +127,19 @@ def client_pair_relay(vmigd, vmigctl, pki, tmp, problems):
                 back = client.recv(100)
         if got != b'ping over TLS' or back != b'pong':
             problems.append(f'client pair: relayed {got!r} / {back!r}, expected ping / pong')
-        t = vh.wait_until(lambda: target.linked(key, 'target'), 5, 'the target\'s linked line')[0]
-        s = vh.wait_until(lambda: source.linked(key, 'source'), 5, 'the source\'s linked line')[0]
-        if vh.CLIENT_CN not in t.get('peer', '') or not t.get('tls', '').startswith('TLSv1.'):
+        t = vt.wait_until(lambda: target.linked(key, 'target'), 5, 'the target\'s linked line')[0]
+        s = vt.wait_until(lambda: source.linked(key, 'source'), 5, 'the source\'s linked line')[0]
+        if vt.CLIENT_CN not in t.get('peer', '') or not t.get('tls', '').startswith('TLSv1.'):
             problems.append(f'client pair: target linked line {t["line"]!r}, expected TLS and '
-                            f'peer {vh.CLIENT_CN}')
-        if vh.NODE_CN not in s.get('peer', ''):
+                            f'peer {vt.CLIENT_CN}')
+        if vt.NODE_CN not in s.get('peer', ''):
             problems.append(f'client pair: source linked line {s["line"]!r}, expected peer '
-                            f'{vh.NODE_CN}')
-        vh.log(f'  client pair: relayed both ways; target sees peer="{t.get("peer")}", source '
+                            f'{vt.NODE_CN}')
+        vt.log(f'  client pair: relayed both ways; target sees peer="{t.get("peer")}", source '
                f'sees peer="{s.get("peer")}"')
         source.source_stop(key)
         target.target_stop(key)
-    except (vh.HarnessError, OSError) as e:
+    except (vt.HarnessError, OSError) as e:
         problems.append(f'client pair: {e}')
     finally:
         listener.close()
@@ -155,16 +148,16 @@ def client_pair_relay(vmigd, vmigctl, pki, tmp, problems):
 
 
 def main():
-    vmigd, vmigctl = vh.find_binaries()
+    vmigd, vmigctl = vt.find_binaries()
     problems = []
-    with tempfile.TemporaryDirectory(prefix='vmig-tlscli-') as tmp:
+    with vt.work_directory('vmig-tlscli-') as tmp:
         started = time.monotonic()
-        pki = vh.make_pki(os.path.join(tmp, 'pki'))
-        vh.log(f'PKI made in {time.monotonic() - started:.2f}s')
+        pki = vt.make_pki(os.path.join(tmp, 'pki'))
+        vt.log(f'PKI made in {time.monotonic() - started:.2f}s')
         start_refusals(vmigd, os.path.join(tmp, 'refused.ctl'), pki, tmp, problems)
 
         cases = [
-            ('default allow-list', [], vh.DEFAULT_TLS_ALLOW,
+            ('default allow-list', [], vt.DEFAULT_TLS_ALLOW,
              [('node', pki.node, True, None), ('node2', pki.node2, True, None),
               ('badname', pki.badname, False, 'name-not-allowed'),
               ('rogue (other CA)', pki.rogue, False, 'untrusted-ca'),
@@ -176,25 +169,25 @@ def main():
              ['kubevirt.io:system:node:somebody-else'],
              [('node', pki.node, False, 'name-not-allowed'), ('badname', pki.badname, True, None)]),
             ('--tls-allow two names',
-             ['--tls-allow', 'kubevirt.io:system:node:somebody-else,' + vh.NODE_CN],
-             ['kubevirt.io:system:node:somebody-else', vh.NODE_CN],
+             ['--tls-allow', 'kubevirt.io:system:node:somebody-else,' + vt.NODE_CN],
+             ['kubevirt.io:system:node:somebody-else', vt.NODE_CN],
              [('node', pki.node, True, None), ('badname', pki.badname, True, None)]),
             ('--tls-allow *', ['--tls-allow', '*'], ['*'],
              [('badname', pki.badname, True, None),
               ('rogue (other CA)', pki.rogue, False, 'untrusted-ca')]),
         ]
         for n, (label, args, allow, probes) in enumerate(cases, 1):
-            vh.log(f'daemon {n}: {label}')
-            d = vh.Daemon(vmigd, vmigctl, f'vmigd-{n}', tmp, '127.0.0.1', extra_args=args,
+            vt.log(f'daemon {n}: {label}')
+            d = vt.Daemon(vmigd, vmigctl, f'vmigd-{n}', tmp, '127.0.0.1', extra_args=args,
                           tls=pki)
             try:
                 d.start()
                 m = d.wait_log(r'TLS: generation 1: certificate "([^"]*)" serial ([0-9A-Fa-f:]+)',
                                timeout=5)
-                if vh.normalize_serial(m.group(2)) != pki.node.serial:
+                if vt.normalize_serial(m.group(2)) != pki.node.serial:
                     problems.append(f'{d.name}: generation 1 line shows serial {m.group(2)}, '
                                     f'expected {pki.node.serial}')
-                if vh.NODE_CN not in m.group(1):
+                if vt.NODE_CN not in m.group(1):
                     problems.append(f'{d.name}: generation 1 line shows subject {m.group(1)!r}')
                 check_status(d, pki, allow, problems)
                 for name, certfiles, accepted, token in probes:
@@ -204,20 +197,20 @@ def main():
                 rc = d.stop()
                 if rc != 0:
                     problems.append(f'{d.name}: exited {rc} after SIGTERM')
-            except vh.HarnessError as e:
+            except vt.HarnessError as e:
                 problems.append(f'{d.name}: {e}')
             finally:
                 d.stop()
 
-        vh.log('a source with its own client pair')
+        vt.log('a source with its own client pair')
         client_pair_relay(vmigd, vmigctl, pki, tmp, problems)
 
-        d = vh.Daemon(vmigd, vmigctl, 'vmigd-plain', tmp, '127.0.0.1')
+        d = vt.Daemon(vmigd, vmigctl, 'vmigd-plain', tmp, '127.0.0.1')
         try:
             d.start()
             if not d.log_matches(r'(?i)warn.*(--no-tls|plain text)'):
                 problems.append('--no-tls: no warning about plain text in the log')
-            tls = d.status().get('tls')
+            tls = d.status_field('tls')
             if not (tls is False or (isinstance(tls, dict) and tls.get('enabled') is False)):
                 problems.append(f'--no-tls: status "tls" is {tls!r}, expected false or '
                                 '{"enabled": false, ...}')
@@ -226,10 +219,10 @@ def main():
         if problems:
             for path in sorted(os.listdir(tmp)):
                 if path.endswith('.log'):
-                    vh.log(f'--- {path}\n{vh.tail(os.path.join(tmp, path), 30)}')
+                    vt.log(f'--- {path}\n{vt.tail(os.path.join(tmp, path), 30)}')
     if problems:
-        raise vh.HarnessError(f'{len(problems)} problem(s):\n  ' + '\n  '.join(problems))
+        raise vt.HarnessError(f'{len(problems)} problem(s):\n  ' + '\n  '.join(problems))
 
 
 if __name__ == '__main__':
-    vh.run_main(main)
+    vt.run_main(main)

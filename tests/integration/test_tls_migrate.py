@@ -14,7 +14,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
-import vmigharness as vh  # noqa: E402
+import vmigtest as vt  # noqa: E402
 
 WATCH_BANDWIDTH = 32 << 20          # ~4 s for 128 MiB: long enough to watch status (and sniff)
 SNIFF_LIMIT, SNIFF_MIN = 2 << 20, 1 << 20   # node-hop bytes captured on a watched migration
@@ -40,11 +40,11 @@ def check_linked(daemon, role, key, channels):
             bad.append('tls=TLSv1.x')
         if not r.get('cipher'):
             bad.append('cipher')
-        if r.get('crypto') not in vh.CRYPTO_MODES:
+        if r.get('crypto') not in vt.CRYPTO_MODES:
             bad.append('crypto')
         if r.get('resumed') not in ('yes', 'no'):
             bad.append('resumed')
-        if vh.NODE_CN not in r.get('peer', ''):
+        if vt.NODE_CN not in r.get('peer', ''):
             bad.append('peer')
         if bad:
             problems.append(f'{where}: linked line with bad {",".join(bad)}: {r["line"]}')
@@ -53,7 +53,7 @@ def check_linked(daemon, role, key, channels):
 
 def check_record(tb, result):
     problems, linked = [], {}
-    for daemon, role in ((tb.source, 'source'), (tb.target, 'target')):
+    for daemon, role in tb.sides():
         rec = daemon.stop_record(result.key, role)
         where = f'{daemon.name} {result.key}'
         if rec.get('outcome') != 'ok':
@@ -80,7 +80,7 @@ def watch_status(tb, m):
     def good(conns):
         return (conns is not None and len(conns) == want
                 and all(c.get('state') == 'linked' and str(c.get('tls', '')).startswith('TLSv1.')
-                        and c.get('crypto') in vh.CRYPTO_MODES and c.get('cipher')
+                        and c.get('crypto') in vt.CRYPTO_MODES and c.get('cipher')
                         and isinstance(c.get('resumed'), bool) for c in conns))
     while m.status() in ('setup', 'active') and len(seen) < 2:
         for daemon in (tb.source, tb.target):
@@ -99,7 +99,7 @@ def watch_status(tb, m):
                             f'connections while the migration ran; last: {last.get(daemon.name)}')
         else:
             c = seen[daemon.name][0]
-            vh.log(f'    status {daemon.name}: {want} connections linked, e.g. {c}')
+            vt.log(f'    status {daemon.name}: {want} connections linked, e.g. {c}')
             # The text form: one line per open connection, `  KEY ROLE port=P seq=S STATE
             # tls=VERSION cipher=C crypto=... resumed=...`.
             lines = [line for line in text[daemon.name].splitlines()
@@ -115,7 +115,7 @@ def watch_status(tb, m):
 def sniffed(tb, m, mib, sniffer, tls, problems):
     """Check what the sniffer saw of m's node hop: with TLS no guest page may cross in plain
     text; without, some must (proof that the check can see them). Returns a summary."""
-    hits = vh.plaintext_hits(sniffer.payload, vh.ram_page_prefixes(mib))
+    hits = vt.plaintext_hits(sniffer.payload, vt.ram_page_prefixes(mib))
     seen = f'{len(sniffer.payload)} node-hop bytes captured, {hits} plain-text guest pages'
     if len(sniffer.payload) < SNIFF_MIN:
         problems.append(f'{m.key}: only {len(sniffer.payload)} node-hop bytes captured, too few '
@@ -134,16 +134,16 @@ def migrate(tb, n, total, channels, watch, problems, label='tls', mib=128, tls=T
     kw = {'max_bandwidth': WATCH_BANDWIDTH} if watch else {}
     m = tb.start_migration(src, dst, key, channels, **kw)
     if watch:
-        with vh.Sniffer(tb.net.target_ns, tb.net.target_if, m.target['port'],
+        with vt.Sniffer(tb.net.target_ns, tb.net.target_if, m.target['port'],
                         limit=SNIFF_LIMIT) as sniffer:
             problems += watch_status(tb, m) if tls else []
             result = m.finish(timeout=180)
-        vh.log(f'    {sniffed(tb, m, mib, sniffer, tls, problems)}')
+        vt.log(f'    {sniffed(tb, m, mib, sniffer, tls, problems)}')
     else:
         result = m.finish(timeout=180)
-    digest = vh.verify_memory(src, dst)
+    digest = vt.verify_memory(src, dst)
     if not tls:
-        vh.log(f'[{n}/{total}] ok {result.summary()} sha256 {digest[:12]} (plain text)')
+        vt.log(f'[{n}/{total}] ok {result.summary()} sha256 {digest[:12]} (plain text)')
         tb.close_qemus(src, dst)
         return {}
     found, linked = check_record(tb, result)
@@ -153,19 +153,19 @@ def migrate(tb, n, total, channels, watch, problems, label='tls', mib=128, tls=T
     tlsv = sorted({str(r.get('tls')) for recs in linked.values() for r in recs})
     crypto = sorted({str(r.get('crypto')) for recs in linked.values() for r in recs})
     state = 'ok' if not found else f'QEMU ok, {len(found)} daemon problem(s)'
-    vh.log(f'[{n}/{total}] {state} {result.summary()} sha256 {digest[:12]} {",".join(tlsv)} '
+    vt.log(f'[{n}/{total}] {state} {result.summary()} sha256 {digest[:12]} {",".join(tlsv)} '
            f'crypto={",".join(crypto)} resumed source={resumed.get("source")} '
            f'target={resumed.get("target")}')
     for p in found:
-        vh.log(f'    {p}')
+        vt.log(f'    {p}')
     tb.close_qemus(src, dst)
     return resumed
 
 
 def check_tls_status(daemon, pki, problems):
-    tls = daemon.status().get('tls')
+    tls = daemon.status_field('tls')
     if not isinstance(tls, dict) or tls.get('enabled') is not True or \
-            tls.get('generation') != 1 or not vh.shows_serial(tls.get('certificate'),
+            tls.get('generation') != 1 or not vt.shows_serial(tls.get('certificate'),
                                                               pki.node.serial):
         problems.append(f'{daemon.name}: status tls = {tls!r}, expected enabled, generation 1, '
                         f'certificate with serial {pki.node.serial}')
@@ -174,11 +174,9 @@ def check_tls_status(daemon, pki, problems):
 def main():
     started = time.monotonic()
     problems = []
-    with vh.Testbed(tls=True) as tb:
+    with vt.Testbed(tls=True) as tb:
         pki = tb.pki
-        vh.log(f'source vmigd {tb.net.source_addr} ({tb.net.source_ns}), target vmigd '
-               f'{tb.net.target_addr} ({tb.net.target_ns}); mutual TLS, node certificate serial '
-               f'{pki.node.serial}')
+        vt.log(f'{tb.describe()}; mutual TLS, node certificate serial {pki.node.serial}')
         for daemon in (tb.source, tb.target):
             check_tls_status(daemon, pki, problems)
         resumed = {'source': 0, 'target': 0}
@@ -187,7 +185,7 @@ def main():
             if n > 1:
                 for role in resumed:
                     resumed[role] += counts.get(role) or 0
-        vh.log(f'resumed connections in migrations 2..{len(PLAN)}: {resumed}')
+        vt.log(f'resumed connections in migrations 2..{len(PLAN)}: {resumed}')
         for role, count in resumed.items():
             if count == 0:
                 problems.append(f'no {role} linked line says resumed=yes in migrations '
@@ -195,7 +193,7 @@ def main():
 
         args = [*tb.daemon_args['source'], '--no-tls-resumption']
         tb.replace_daemon('source', args=args, name='vmigd-source-noresume')
-        vh.log('source restarted with --no-tls-resumption')
+        vt.log('source restarted with --no-tls-resumption')
         for i in range(2):
             counts = migrate(tb, len(PLAN) + 1 + i, len(PLAN) + 2, 8, False, problems,
                              label='noresume')
@@ -210,19 +208,19 @@ def main():
         warnings = [line for d in (*tb.retired, tb.source, tb.target)
                     for line in d.problem_lines()]
         if warnings:
-            vh.log('daemon warnings and errors:\n' + '\n'.join(warnings))
+            vt.log('daemon warnings and errors:\n' + '\n'.join(warnings))
         # The control for the sniffer: the same migration with --no-tls daemons must show guest
         # pages in plain text.
         for side in ('source', 'target'):
             tb.replace_daemon(side, tls=False, name=f'vmigd-{side}-plain')
         migrate(tb, 'control', 'control', 8, True, problems, label='plain', tls=False)
         tb.stop_daemons()
-    vh.log(f'{len(PLAN) + 2} TLS migrations completed with identical memory in '
+    vt.log(f'{len(PLAN) + 2} TLS migrations completed with identical memory in '
            f'{time.monotonic() - started:.1f}s')
     if problems:
-        raise vh.HarnessError(f'{len(problems)} problem(s) in the daemons\' account:\n  '
+        raise vt.HarnessError(f'{len(problems)} problem(s) in the daemons\' account:\n  '
                               + '\n  '.join(problems))
 
 
 if __name__ == '__main__':
-    vh.run_main(main)
+    vt.run_main(main)

@@ -17,7 +17,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
-import vmigharness as vh  # noqa: E402
+import vmigtest as vt  # noqa: E402
 
 HANDSHAKE_MS = PREAMBLE_MS = 1500
 MAX_UNAUTH, MAX_MIGRATION_CONNS = 4, 4
@@ -41,9 +41,9 @@ def refused_cert(tb, addr, port, certfiles, token):
     fails, or an alert or a close follows it, and the target logs `TLS refused (token)`."""
     since = tb.target.log_offset()
     cert, key = (certfiles.cert, certfiles.key) if certfiles else (None, None)
-    ok, probe = vh.probe_tls_accepted(tb.net.source_ns, addr, port, cert, key, tb.pki.ca)
+    ok, probe = vt.probe_tls_accepted(tb.net.source_ns, addr, port, cert, key, tb.pki.ca)
     if ok or not probe.refused:
-        raise vh.HarnessError(f'not refused: {probe}')
+        raise vt.HarnessError(f'not refused: {probe}')
     m = tb.target.wait_log(TARGET_REFUSED.format(token), timeout=5, since=since)
     return f'{probe}; log: {m.string.split(": ", 2)[-1]}'
 
@@ -51,13 +51,13 @@ def refused_cert(tb, addr, port, certfiles, token):
 def accepted_cert(tb, addr, port):
     """The positive control: the node certificate gets the "unknown key" reply over TLS."""
     since = tb.target.log_offset()
-    ok, probe = vh.probe_tls_accepted(tb.net.source_ns, addr, port, tb.pki.node.cert,
+    ok, probe = vt.probe_tls_accepted(tb.net.source_ns, addr, port, tb.pki.node.cert,
                                       tb.pki.node.key, tb.pki.ca)
     if not ok:
-        raise vh.HarnessError(f'the node certificate was not accepted: {probe}')
+        raise vt.HarnessError(f'the node certificate was not accepted: {probe}')
     refusals = tb.target.log_matches(TARGET_REFUSED.format(r'[\w-]+'), since)
     if refusals:
-        raise vh.HarnessError(f'accepted, but the target logged {refusals[0].group(0)}')
+        raise vt.HarnessError(f'accepted, but the target logged {refusals[0].group(0)}')
     return f'accepted: {probe}'
 
 
@@ -69,7 +69,7 @@ def plain_preamble(tb, addr, port):
     try:
         sock.settimeout(5)
         sock.connect((addr, port))
-        sock.sendall(vh.node_hop_preamble('plain-text-source'))
+        sock.sendall(vt.node_hop_preamble('plain-text-source'))
         data, took = b'', None
         started = time.monotonic()
         while time.monotonic() - started < 5:
@@ -86,9 +86,9 @@ def plain_preamble(tb, addr, port):
     finally:
         sock.close()
     if took is None:
-        raise vh.HarnessError('still open 5 s after a plain-text preamble')
-    if vh.reply_status(data) is not None:
-        raise vh.HarnessError(f'the target answered a plain-text preamble: {data.hex()}')
+        raise vt.HarnessError('still open 5 s after a plain-text preamble')
+    if vt.reply_status(data) is not None:
+        raise vt.HarnessError(f'the target answered a plain-text preamble: {data.hex()}')
     tb.target.wait_log(TARGET_REFUSED.format('protocol'), timeout=3, since=since)
     return f'closed after {took:.2f}s ({len(data)} bytes back: a TLS alert at most)'
 
@@ -100,13 +100,13 @@ def silent_tcp(tb, addr, port):
     try:
         sock.settimeout(5)
         sock.connect((addr, port))
-        took = vh.wait_closed(sock, 8)
+        took = vt.wait_closed(sock, 8)
     finally:
         sock.close()
     if took is None:
-        raise vh.HarnessError('still open 8 s after connect')
+        raise vt.HarnessError('still open 8 s after connect')
     if not TIMEOUT_WINDOW[0] <= took <= TIMEOUT_WINDOW[1]:
-        raise vh.HarnessError(f'closed after {took:.2f}s, expected {TIMEOUT_WINDOW[0]:.1f}-'
+        raise vt.HarnessError(f'closed after {took:.2f}s, expected {TIMEOUT_WINDOW[0]:.1f}-'
                               f'{TIMEOUT_WINDOW[1]:.1f}s (--handshake-timeout {HANDSHAKE_MS})')
     tb.target.wait_log(TARGET_REFUSED.format('handshake-timeout'), timeout=3, since=since)
     return f'closed by the target after {took:.2f}s, handshake-timeout logged'
@@ -116,15 +116,15 @@ def no_preamble(tb, addr, port, partial):
     """A client that completes TLS with the node certificate, then sends `partial` bytes of a
     preamble and nothing more, is closed after --preamble-timeout."""
     since = tb.target.log_offset()
-    probe = vh.tls_connect(tb.net.source_ns, addr, port, tb.pki.node.cert, tb.pki.node.key,
-                           tb.pki.ca, send=vh.node_hop_preamble('no-such-key')[:partial],
+    probe = vt.tls_connect(tb.net.source_ns, addr, port, tb.pki.node.cert, tb.pki.node.key,
+                           tb.pki.ca, send=vt.node_hop_preamble('no-such-key')[:partial],
                            wait=8, read=1)
     if not probe.handshake:
-        raise vh.HarnessError(f'the TLS handshake failed: {probe}')
+        raise vt.HarnessError(f'the TLS handshake failed: {probe}')
     if probe.outcome not in ('closed', 'alert'):
-        raise vh.HarnessError(f'not closed by the target: {probe}')
+        raise vt.HarnessError(f'not closed by the target: {probe}')
     if not TIMEOUT_WINDOW[0] <= probe.seconds <= TIMEOUT_WINDOW[1] + 0.5:
-        raise vh.HarnessError(f'closed after {probe.seconds:.2f}s, expected about '
+        raise vt.HarnessError(f'closed after {probe.seconds:.2f}s, expected about '
                               f'{PREAMBLE_MS} ms: {probe}')
     tb.target.wait_log(rf'node hop from \S+: no complete preamble within {PREAMBLE_MS} ms '
                        rf'\({partial} bytes\); dropped', timeout=3, since=since)
@@ -164,11 +164,11 @@ def unauthenticated_flood(tb, addr, port):
     excess = FLOOD - MAX_UNAUTH
     desc = ' '.join(f'{t:.2f}' for t in times)
     if len(at_once) < excess:
-        raise vh.HarnessError(f'{len(at_once)} of {FLOOD} closed within 1 s, expected at least '
+        raise vt.HarnessError(f'{len(at_once)} of {FLOOD} closed within 1 s, expected at least '
                               f'{excess} (over --max-unauthenticated {MAX_UNAUTH}); closed after '
                               f'[{desc}]s')
     if len(times) < FLOOD:
-        raise vh.HarnessError(f'{FLOOD - len(times)} connections still open 8 s later')
+        raise vt.HarnessError(f'{FLOOD - len(times)} connections still open 8 s later')
     lines = tb.target.log_matches(r'node hop from \S+: refused \(too-many-unauthenticated\)',
                                   since)
     if not lines:
@@ -178,24 +178,15 @@ def unauthenticated_flood(tb, addr, port):
             f'{len(lines)} too-many-unauthenticated lines')
 
 
-def alive(daemon):
-    if not daemon.alive():
-        raise vh.HarnessError(f'exited with status {daemon.proc.returncode}')
-    daemon.status()
-    return 'answers status'
-
-
 def finish_ok(tb, m, src, dst, what):
-    result = m.finish(timeout=120)
-    digest = vh.verify_memory(src, dst)
-    for daemon, role in ((tb.source, 'source'), (tb.target, 'target')):
-        rec = daemon.stop_record(m.key, role)
+    result, digest = m.finish_verified(timeout=120)
+    for daemon, role, rec in m.stop_records():
         if rec.get('outcome') != 'ok' or int(rec.get('conns', -1)) != m.channels + 1:
-            raise vh.HarnessError(f'{daemon.name}: {m.key} stop line {rec}')
+            raise vt.HarnessError(f'{daemon.name}: {m.key} stop line {rec}')
         linked = daemon.linked(m.key, role)
         if len(linked) != m.channels + 1 or \
                 not all(r.get('tls', '').startswith('TLSv1.') for r in linked):
-            raise vh.HarnessError(f'{daemon.name}: {m.key} linked lines '
+            raise vt.HarnessError(f'{daemon.name}: {m.key} linked lines '
                                   f'{[r["line"] for r in linked]}')
     return f'{what} completed: {result.summary()}, memory sha256 {digest[:16]}'
 
@@ -209,21 +200,21 @@ def wait_failed(m, src, timeout=60):
         info = m.src.migration_info()
         return info if info.get('status') not in ('setup', 'active', 'device') else None
     try:
-        info = vh.wait_until(ended, timeout, 'the source QEMU to end the migration', 0.2)
-    except vh.HarnessError:
+        info = vt.wait_until(ended, timeout, 'the source QEMU to end the migration', 0.2)
+    except vt.HarnessError:
         info = m.src.migration_info()
         try:
             m.src.execute('migrate_cancel')
-        except vh.HarnessError:
+        except vt.HarnessError:
             pass
-        raise vh.HarnessError(f'the migration still {info.get("status")} after {timeout}s '
+        raise vt.HarnessError(f'the migration still {info.get("status")} after {timeout}s '
                               '(cancelled)') from None
     if info.get('status') != 'failed':
-        raise vh.HarnessError(f'source QEMU says {info.get("status")}, expected failed')
-    state = vh.wait_until(lambda: src.run_state() != 'finish-migrate' and src.run_state(), 10,
+        raise vt.HarnessError(f'source QEMU says {info.get("status")}, expected failed')
+    state = vt.wait_until(lambda: src.run_state() != 'finish-migrate' and src.run_state(), 10,
                           'the source guest to settle')
     if state != 'running':
-        raise vh.HarnessError(f'source guest {state} after the failed migration, expected running '
+        raise vt.HarnessError(f'source guest {state} after the failed migration, expected running '
                               'at home')
     return info.get('error-desc', '')
 
@@ -238,7 +229,7 @@ def source_untrusts_target(tb):
     src.execute('cont')
     key = tb.new_key('wrongca')
     since = tb.target.log_offset()
-    m = vh.start_via_daemons(src, dst, wrong, tb.target, key, tb.path('src'),
+    m = vt.start_via_daemons(src, dst, wrong, tb.target, key, tb.path('src'),
                              tb.path('dst', f'{key}.sock'), channels=0)
     try:
         err = wait_failed(m, src)
@@ -246,7 +237,7 @@ def source_untrusts_target(tb):
                               r'TLS refused \(untrusted-ca\)', timeout=5)
         theirs = [x.group(0) for x in tb.target.log_matches(r'TLS refused \([\w-]+\)', since)]
         if tb.target.linked(key):
-            raise vh.HarnessError('the target linked a connection of it')
+            raise vt.HarnessError('the target linked a connection of it')
     finally:
         wrong.source_stop(key)
         tb.target.target_stop(key)
@@ -268,19 +259,15 @@ def over_migration_limit(tb):
         pattern = rf'migration {key} role=(target|source):.*refused \(migration-conn-limit\)'
         try:
             line = tb.target.wait_log(pattern, timeout=5)
-        except vh.HarnessError:
+        except vt.HarnessError:
             line = tb.source.wait_log(pattern, timeout=1)
         for daemon in (tb.source, tb.target):
-            alive(daemon)
+            vt.answers(daemon)
     finally:
-        for stop in (tb.source.source_stop, tb.target.target_stop):
-            try:
-                stop(key)
-            except vh.HarnessError as e:
-                vh.log(f'    {e}')
+        vt.stop_quietly(key, tb.source, tb.target)
         tb.close_qemus(src, dst)
     stops = [f'{d.name}: {d.stop_record(key, role).get("outcome")}'
-             for d, role in ((tb.source, 'source'), (tb.target, 'target'))]
+             for d, role in tb.sides()]
     return (f'QEMU failed ({err}), guest running; {line.string.split(": ", 2)[-1]}; stop lines '
             f'{stops}')
 
@@ -297,17 +284,17 @@ def after_limit(tb):
 # ---- main ----------------------------------------------------------------------------------------
 
 def main():
-    checks = vh.Checks('cases')
-    with vh.Testbed(tls=True, target_args=TARGET_ARGS) as tb:
+    checks = vt.Checks('cases')
+    with vt.Testbed(tls=True, target_args=TARGET_ARGS) as tb:
         pki = tb.pki
         src, dst = tb.qemu_pair(LIVE_MIB)
         m = tb.start_migration(src, dst, tb.new_key('live'), LIVE_CHANNELS,
                                max_bandwidth=LIVE_BANDWIDTH)
-        vh.wait_until(lambda: m.status() == 'active', 30, 'the migration to become active')
-        vh.wait_until(lambda: len(tb.target.linked(m.key)) == LIVE_CHANNELS + 1, 15,
+        m.wait_active()
+        vt.wait_until(lambda: len(tb.target.linked(m.key)) == LIVE_CHANNELS + 1, 15,
                       'the target to link every connection of the live migration')
         addr, port = m.target['address'], m.target['port']
-        vh.log(f'migration {m.key} in flight over TLS; target node hop {addr}:{port}')
+        vt.log(f'migration {m.key} in flight over TLS; target node hop {addr}:{port}')
 
         checks.run('good node certificate (control)', accepted_cert, tb, addr, port)
         cases = [('(a) certificate from another CA', pki.rogue, 'untrusted-ca'),
@@ -324,24 +311,24 @@ def main():
         checks.run('    TLS, then 10 preamble bytes', no_preamble, tb, addr, port, 10)
         checks.run(f'(g) {FLOOD} silent clients at once', unauthenticated_flood, tb, addr, port)
         checks.run('good node certificate after the flood', accepted_cert, tb, addr, port)
-        checks.run('live migration still in flight after the probes', vh.still_in_flight, m)
+        checks.run('live migration still in flight after the probes', vt.still_in_flight, m)
         for daemon in (tb.source, tb.target):
-            checks.run(f'{daemon.name} alive', alive, daemon)
+            checks.run(f'{daemon.name} alive', vt.answers, daemon)
         checks.run('live migration', finish_ok, tb, m, src, dst, 'the in-flight migration')
         tb.close_qemus(src, dst)
 
         checks.run('(h) source does not trust the target\'s CA', source_untrusts_target, tb)
         tb.replace_daemon('target', args=LIMIT_TARGET_ARGS, name='vmigd-target-limit')
-        vh.log(f'target restarted with {" ".join(LIMIT_TARGET_ARGS)}')
+        vt.log(f'target restarted with {" ".join(LIMIT_TARGET_ARGS)}')
         checks.run(f'(i) 8 channels over --max-migration-conns {MAX_MIGRATION_CONNS}',
                    over_migration_limit, tb)
         checks.run('(i) then 2 channels through the same daemons', after_limit, tb)
         for daemon in (tb.source, tb.target):
-            checks.run(f'{daemon.name} alive at the end', alive, daemon)
+            checks.run(f'{daemon.name} alive at the end', vt.answers, daemon)
         checks.finish()
         tb.stop_daemons()
-    vh.log(f'all {checks.count} cases passed')
+    vt.log(f'all {checks.count} cases passed')
 
 
 if __name__ == '__main__':
-    vh.run_main(main)
+    vt.run_main(main)

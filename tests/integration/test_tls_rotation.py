@@ -12,7 +12,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
-import vmigharness as vh  # noqa: E402
+import vmigtest as vt  # noqa: E402
 
 LIVE_MIB, LIVE_CHANNELS = 256, 4
 LIVE_BANDWIDTH = 24 << 20           # ~11 s: the rotation happens while it runs
@@ -29,15 +29,15 @@ def read(path):
 def wait_generation(daemon, gen, certfiles, since, timeout=10):
     """Wait for `TLS: generation GEN` with certfiles' serial in daemon's log after since."""
     m = daemon.wait_log(GENERATION.format(gen), timeout=timeout, since=since)
-    if vh.normalize_serial(m.group(2)) != certfiles.serial:
-        raise vh.HarnessError(f'{daemon.name}: generation {gen} has serial {m.group(2)}, expected '
+    if vt.normalize_serial(m.group(2)) != certfiles.serial:
+        raise vt.HarnessError(f'{daemon.name}: generation {gen} has serial {m.group(2)}, expected '
                               f'{certfiles.name}\'s {certfiles.serial}')
     return m
 
 
 def check_status(daemon, gen, certfiles, problems):
     tls = daemon.tls_status()
-    if tls.get('generation') != gen or not vh.shows_serial(tls.get('certificate'),
+    if tls.get('generation') != gen or not vt.shows_serial(tls.get('certificate'),
                                                            certfiles.serial):
         problems.append(f'{daemon.name}: status tls {tls}, expected generation {gen} with '
                         f'{certfiles.name}\'s serial {certfiles.serial}')
@@ -47,9 +47,8 @@ def check_serves(tb, daemon, side, certfiles, problems):
     """A new TLS connection to daemon's node-hop listener (from the other namespace) is accepted
     and the daemon presents certfiles' certificate."""
     addr, port = daemon.node_hop()
-    other = 'source' if side == 'target' else 'target'
-    ns = tb.net.source_ns if other == 'source' else tb.net.target_ns
-    ok, probe = vh.probe_tls_accepted(ns, addr, port, tb.pki.node.cert, tb.pki.node.key,
+    ns = tb.net.ns('source' if side == 'target' else 'target')
+    ok, probe = vt.probe_tls_accepted(ns, addr, port, tb.pki.node.cert, tb.pki.node.key,
                                       tb.pki.ca)
     serial = probe.server_serial
     if not ok or serial != certfiles.serial:
@@ -73,7 +72,7 @@ def check_migration(tb, result, problems, peer_of=None):
     pki = tb.pki
     known = [pki.node, pki.node2]
     seen = []
-    for daemon, role in ((tb.source, 'source'), (tb.target, 'target')):
+    for daemon, role in tb.sides():
         rec = daemon.stop_record(result.key, role)
         if rec.get('outcome') != 'ok' or int(rec.get('conns', -1)) != result.channels + 1:
             problems.append(f'{daemon.name} {result.key}: stop line {rec}')
@@ -85,7 +84,7 @@ def check_migration(tb, result, problems, peer_of=None):
         want = (peer_of or {}).get(role)
         for r in linked:
             peer = r.get('peer', '')
-            shown = [c for c in known if vh.shows_serial(peer, c.serial)]
+            shown = [c for c in known if vt.shows_serial(peer, c.serial)]
             if want and shown and want not in shown:
                 problems.append(f'{daemon.name} {result.key}: peer presented '
                                 f'{shown[0].name}\'s certificate, expected {want.name}\'s: '
@@ -98,11 +97,11 @@ def check_migration(tb, result, problems, peer_of=None):
 def migrate(tb, label, channels, problems, peer_of=None, mib=128, after_reload=None):
     src, dst = tb.qemu_pair(mib)
     result = tb.migrate(src, dst, tb.new_key(label), channels, timeout=120)
-    digest = vh.verify_memory(src, dst)
+    digest = vt.verify_memory(src, dst)
     seen = check_migration(tb, result, problems, peer_of)
     if after_reload:
         first_not_resumed(tb.source, result.key, problems, after_reload)
-    vh.log(f'  {result.summary()} sha256 {digest[:12]}'
+    vt.log(f'  {result.summary()} sha256 {digest[:12]}'
            + (f'; linked lines show {", ".join(seen)}' if seen else ''))
     tb.close_qemus(src, dst)
 
@@ -110,88 +109,87 @@ def migrate(tb, label, channels, problems, peer_of=None, mib=128, after_reload=N
 def main():
     started = time.monotonic()
     problems = []
-    with vh.Testbed(tls=True, tls_layout={'source': 'kubernetes', 'target': 'files'}) as tb:
+    with vt.Testbed(tls=True, tls_layout={'source': 'kubernetes', 'target': 'files'}) as tb:
         pki = tb.pki
-        vh.log(f'node serial {pki.node.serial}, node2 serial {pki.node2.serial}')
+        vt.log(f'node serial {pki.node.serial}, node2 serial {pki.node2.serial}')
         for daemon in (tb.source, tb.target):
             wait_generation(daemon, 1, pki.node, 0)
             check_status(daemon, 1, pki.node, problems)
 
-        vh.log('1. rotation to node2 while a migration runs')
+        vt.log('1. rotation to node2 while a migration runs')
         src, dst = tb.qemu_pair(LIVE_MIB)
         m = tb.start_migration(src, dst, tb.new_key('rotate-live'), LIVE_CHANNELS,
                                max_bandwidth=LIVE_BANDWIDTH)
-        vh.wait_until(lambda: len(tb.target.linked(m.key)) == LIVE_CHANNELS + 1, 30,
+        vt.wait_until(lambda: len(tb.target.linked(m.key)) == LIVE_CHANNELS + 1, 30,
                       'the target to link every connection of the live migration')
         time.sleep(1)
         since = {d.name: d.log_offset() for d in (tb.source, tb.target)}
         rotated = time.monotonic()
-        vh.rotate_tls(tb.tls_dirs['target'], pki.node2, layout='files')
-        vh.rotate_tls(tb.tls_dirs['source'], pki.node2, layout='kubernetes')
+        vt.rotate_tls(tb.tls_dirs['target'], pki.node2, layout='files')
+        vt.rotate_tls(tb.tls_dirs['source'], pki.node2, layout='kubernetes')
         for daemon in (tb.target, tb.source):
             line = wait_generation(daemon, 2, pki.node2, since[daemon.name])
             took = time.monotonic() - rotated
             interim = daemon.log_matches(REFUSED.format(1), since[daemon.name])
-            vh.log(f'  {daemon.name}: generation 2 within {took:.2f}s: {line.group(0)}'
+            vt.log(f'  {daemon.name}: generation 2 within {took:.2f}s: {line.group(0)}'
                    + (f' (after {len(interim)} refused interim state(s): '
                       f'{interim[0].group(1)})' if interim else ''))
             check_status(daemon, 2, pki.node2, problems)
         if m.status() != 'active':
             problems.append(f'the live migration was already {m.status()} when both daemons had '
                             'reloaded: the rotation did not happen in flight')
-        result = m.finish(timeout=120)
-        digest = vh.verify_memory(src, dst)
+        result, digest = m.finish_verified(timeout=120)
         check_migration(tb, result, problems)
-        vh.log(f'  in-flight migration survived: {result.summary()} sha256 {digest[:12]}')
+        vt.log(f'  in-flight migration survived: {result.summary()} sha256 {digest[:12]}')
         tb.close_qemus(src, dst)
 
-        vh.log('2. a new migration on generation 2')
+        vt.log('2. a new migration on generation 2')
         for daemon, side in ((tb.target, 'target'), (tb.source, 'source')):
             serial = check_serves(tb, daemon, side, pki.node2, problems)
-            vh.log(f'  {daemon.name} presents serial {serial} to a new connection')
+            vt.log(f'  {daemon.name} presents serial {serial} to a new connection')
         migrate(tb, 'gen2', 4, problems, peer_of={'source': pki.node2, 'target': pki.node2},
                 after_reload='the rotation')
 
-        vh.log('3. a garbage key is refused and generation 2 stays')
+        vt.log('3. a garbage key is refused and generation 2 stays')
         since_t = tb.target.log_offset()
-        vh.rotate_tls(tb.tls_dirs['target'], key_data=GARBAGE_KEY, layout='files')
+        vt.rotate_tls(tb.tls_dirs['target'], key_data=GARBAGE_KEY, layout='files')
         line = tb.target.wait_log(REFUSED.format(2), timeout=10, since=since_t)
-        vh.log(f'  {tb.target.name}: {line.group(0)}')
+        vt.log(f'  {tb.target.name}: {line.group(0)}')
         if tb.target.log_matches(GENERATION.format(r'\d+'), since_t):
             problems.append(f'{tb.target.name}: a new generation after a garbage key')
         check_status(tb.target, 2, pki.node2, problems)
         check_serves(tb, tb.target, 'target', pki.node2, problems)
         migrate(tb, 'badkey', 2, problems, peer_of={'source': pki.node2, 'target': pki.node2})
 
-        vh.log('4. SIGHUP')
+        vt.log('4. SIGHUP')
         since_t = tb.target.log_offset()
         tb.target.sighup()
         line = tb.target.wait_log(REFUSED.format(2), timeout=10, since=since_t)
-        vh.log(f'  {tb.target.name}, key still garbage: {line.group(0)}')
+        vt.log(f'  {tb.target.name}, key still garbage: {line.group(0)}')
         # The source's files behind ..data, changed in place: no event in the directory that
         # holds tls.crt and tls.key, so only SIGHUP can make the daemon notice.
         data_dir = os.path.join(tb.tls_dirs['source'], '..data')
         since_s = tb.source.log_offset()
-        vh.atomic_write(os.path.join(data_dir, 'tls.key'), read(pki.node.key))
-        vh.atomic_write(os.path.join(data_dir, 'tls.crt'), read(pki.node.cert))
+        vt.atomic_write(os.path.join(data_dir, 'tls.key'), read(pki.node.key))
+        vt.atomic_write(os.path.join(data_dir, 'tls.crt'), read(pki.node.cert))
         time.sleep(1.5)
         early = tb.source.log_matches(GENERATION.format(3), since_s)
         if early:
-            vh.log(f'  {tb.source.name} reloaded before SIGHUP (it watches the files behind '
+            vt.log(f'  {tb.source.name} reloaded before SIGHUP (it watches the files behind '
                    f'..data): {early[0].group(0)}; SIGHUP shown on the target only')
         else:
             tb.source.sighup()
             line = wait_generation(tb.source, 3, pki.node, since_s)
-            vh.log(f'  {tb.source.name} after SIGHUP: {line.group(0)}')
+            vt.log(f'  {tb.source.name} after SIGHUP: {line.group(0)}')
         check_status(tb.source, 3, pki.node, problems)
 
         since_t = tb.target.log_offset()
-        vh.rotate_tls(tb.tls_dirs['target'], pki.node2, layout='files')
+        vt.rotate_tls(tb.tls_dirs['target'], pki.node2, layout='files')
         time.sleep(1.5)
         after = [x.group(0) for x in tb.target.log_matches(r'TLS: .*', since_t)]
-        vh.log(f'  {tb.target.name}, good key back: {after or "no TLS line"}')
+        vt.log(f'  {tb.target.name}, good key back: {after or "no TLS line"}')
         if tb.target.tls_status().get('certificate') is None or \
-                not vh.shows_serial(tb.target.tls_status().get('certificate'), pki.node2.serial):
+                not vt.shows_serial(tb.target.tls_status().get('certificate'), pki.node2.serial):
             problems.append(f'{tb.target.name}: status tls {tb.target.tls_status()} after the '
                             'good key came back, expected node2\'s certificate')
         check_serves(tb, tb.source, 'source', pki.node, problems)
@@ -203,10 +201,10 @@ def main():
             if not daemon.alive():
                 problems.append(f'{daemon.name} exited')
         tb.stop_daemons()
-    vh.log(f'rotation test done in {time.monotonic() - started:.1f}s')
+    vt.log(f'rotation test done in {time.monotonic() - started:.1f}s')
     if problems:
-        raise vh.HarnessError(f'{len(problems)} problem(s):\n  ' + '\n  '.join(problems))
+        raise vt.HarnessError(f'{len(problems)} problem(s):\n  ' + '\n  '.join(problems))
 
 
 if __name__ == '__main__':
-    vh.run_main(main)
+    vt.run_main(main)

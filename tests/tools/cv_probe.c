@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /* cv-probe: drives one convergence backend (QMP or libvirt) by hand or from a test, a command at
- * a time, printing job samples as JSON lines. A test and debugging tool, not installed; the
- * daemon's monitor threads use the same ops. */
+ * a time, printing job samples as JSON lines (test_cv_qmp.py, test_cv_virt.py). A test and
+ * debugging tool, not installed; the daemon's monitor threads use the same ops. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -16,21 +16,31 @@
 
 enum { EXIT_FAIL = 1, EXIT_USAGE = 2 };
 
+/* --keep-going: every command prints a line and a failed one does not end the run. */
+static bool keep_going;
+static uint64_t t_start;
+
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: cv-probe (--qmp PATH | --libvirt URI --domain NAME) [--timeout-ms N] "
-		   "CMD...\n"
-		   "commands, run in order:\n"
-		   "  prepare [auto-converge] [post-copy] [dormant] [downtime=MS]\n"
-		   "  query                       one JSON line of the job\n"
-		   "  watch SECONDS INTERVAL_MS   a JSON line per sample until completed, failed,\n"
-		   "                              cancelled or SECONDS\n"
-		   "  bandwidth BPS               0: unlimited\n"
-		   "  downtime MS\n"
-		   "  throttle INIT STEP          auto-converge's start and step, percent\n"
-		   "  postcopy | pause | resume | abort\n"
-		   "  sleep MS\n"
-		   "Exit status: 0, 1 (the error on stderr), 2 (usage).\n");
+	fprintf(f,
+		"usage: cv-probe (--qmp PATH | --libvirt URI --domain NAME) [--timeout-ms N] "
+		"[--keep-going] CMD...\n"
+		"commands, run in order:\n"
+		"  prepare [auto-converge] [post-copy] [dormant] [downtime=MS]\n"
+		"  query                       one JSON line of the job\n"
+		"  watch SECONDS INTERVAL_MS   a JSON line per sample until completed, failed,\n"
+		"                              cancelled or SECONDS\n"
+		"  bandwidth BPS               0: unlimited\n"
+		"  downtime MS\n"
+		"  throttle INIT STEP          auto-converge's start and step, percent\n"
+		"  postcopy | pause | resume | abort\n"
+		"  sleep MS\n"
+		"--keep-going: every line carries cmd, t_ms (since the start) and rc; a command\n"
+		"that prints no job, or fails, prints {\"cmd\",\"t_ms\",\"rc\"} (with errno and\n"
+		"error when rc < 0: -errno); a failed command does not stop the run; an open\n"
+		"that fails prints a line with cmd \"open\".\n"
+		"Exit status: 0, 1 (the error on stderr, or with --keep-going any command or the\n"
+		"open failed), 2 (usage).\n");
 }
 
 static void __attribute__((noreturn, format(printf, 1, 2))) usage_error(const char *fmt, ...)
@@ -77,18 +87,44 @@ static void sleep_ms(uint64_t ms)
 		;
 }
 
-static void print_job(const struct cv_job *j, int64_t t_ms)
+static void print_json(struct json_object *o)
+{
+	printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+	fflush(stdout);
+	json_object_put(o);
+}
+
+/* A job sample printed by cmd ("query", "watch"); t_ms: since the watch started, -1: none. */
+static void print_job(const struct cv_job *j, const char *cmd, int64_t t_ms)
 {
 	struct json_object *o = cv_job_json(j);
 
+	if (keep_going) {
+		json_object_object_add(o, "cmd", json_object_new_string(cmd));
+		json_object_object_add(o, "rc", json_object_new_int(0));
+		t_ms = (int64_t)(now_ms() - t_start);
+	}
 	if (t_ms >= 0)
 		json_object_object_add(o, "t_ms", json_object_new_int64(t_ms));
 	/* Always there, empty when unset: tests read it without a default. */
 	if (!j->error[0])
 		json_object_object_add(o, "error", json_object_new_string(""));
-	printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
-	fflush(stdout);
-	json_object_put(o);
+	print_json(o);
+}
+
+/* --keep-going: what a command that prints no job did, or why one failed (rc -errno). */
+static void print_result(const char *cmd, int rc, const char *err)
+{
+	struct json_object *o = json_object_new_object();
+
+	json_object_object_add(o, "cmd", json_object_new_string(cmd));
+	json_object_object_add(o, "t_ms", json_object_new_int64((int64_t)(now_ms() - t_start)));
+	json_object_object_add(o, "rc", json_object_new_int(rc));
+	if (rc < 0) {
+		json_object_object_add(o, "errno", json_object_new_string(strerror(-rc)));
+		json_object_object_add(o, "error", json_object_new_string(err));
+	}
+	print_json(o);
 }
 
 static bool finished(enum cv_status s)
@@ -127,7 +163,7 @@ static int run_command(struct cv_backend *b, char **argv, int argc, int *i, char
 	if (strcmp(cmd, "query") == 0) {
 		r = b->ops->query(b, &job);
 		if (r == 0)
-			print_job(&job, -1);
+			print_job(&job, cmd, -1);
 		return r;
 	}
 	if (strcmp(cmd, "watch") == 0) {
@@ -141,7 +177,7 @@ static int run_command(struct cv_backend *b, char **argv, int argc, int *i, char
 			r = b->ops->query(b, &job);
 			if (r < 0)
 				return r;
-			print_job(&job, (int64_t)(now_ms() - t0));
+			print_job(&job, cmd, (int64_t)(now_ms() - t0));
 			if (finished(job.status))
 				return 0;
 			next += interval;
@@ -226,14 +262,19 @@ int main(int argc, char **argv)
 	unsigned int timeout_ms = 5000;
 	struct cv_backend *b = NULL;
 	char err[512];
-	int i = 1, r;
+	int i = 1, r, status = 0;
 
+	t_start = now_ms();
 	for (; i < argc && strncmp(argv[i], "--", 2) == 0; i++) {
 		const char *opt = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
 
 		if (strcmp(opt, "--help") == 0) {
 			usage(stdout);
 			return 0;
+		}
+		if (strcmp(opt, "--keep-going") == 0) {
+			keep_going = true;
+			continue;
 		}
 		if (!val)
 			usage_error("%s needs a value", opt);
@@ -263,26 +304,38 @@ int main(int argc, char **argv)
 		r = cv_qmp_open(qmp, timeout_ms, &b, err, sizeof(err));
 	} else if (!cv_virt_available()) {
 		snprintf(err, sizeof(err),
-			 "--libvirt: this build has no libvirt backend (not built "
-			 "with libvirt)");
+			 "--libvirt: no libvirt backend: vmigd was built without libvirt");
 		r = -ENOTSUP;
 	} else {
 		r = cv_virt_open(uri, domain, timeout_ms, &b, err, sizeof(err));
 	}
 	if (r < 0) {
-		fprintf(stderr, "cv-probe: %s\n", err);
+		if (keep_going)
+			print_result("open", r, err);
+		else
+			fprintf(stderr, "cv-probe: %s\n", err);
 		return EXIT_FAIL;
 	}
 	while (i < argc) {
 		const char *cmd = argv[i];
 
 		r = run_command(b, argv, argc, &i, err, sizeof(err));
+		if (r < 0 && !err[0])
+			snprintf(err, sizeof(err), "%s", b->ops->error(b));
+		if (keep_going) {
+			/* query and watch printed their samples; anything else says how it went. */
+			if (r < 0 || (strcmp(cmd, "query") != 0 && strcmp(cmd, "watch") != 0))
+				print_result(cmd, r, err);
+			if (r < 0)
+				status = EXIT_FAIL;
+			continue;
+		}
 		if (r < 0) {
-			fprintf(stderr, "cv-probe: %s: %s\n", cmd, err[0] ? err : b->ops->error(b));
+			fprintf(stderr, "cv-probe: %s: %s\n", cmd, err);
 			b->ops->free(b);
 			return EXIT_FAIL;
 		}
 	}
 	b->ops->free(b);
-	return 0;
+	return status;
 }

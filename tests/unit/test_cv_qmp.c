@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-/* Unit tests for the convergence module's QMP backend (ctrl/cv_backend.h, cv_qmp.c): the job
- * parser on real QEMU 7.2 replies and 9.x/10.x-shaped ones, and the client against a scripted
- * fake QMP server on a unix socket (greeting, commands in order, events, delays, errors,
- * garbage, overlong lines, a socket that closes). */
+/* Unit tests for the convergence module's QMP backend (ctrl/cv_backend.h; cv_qmp.c and
+ * cv_qmp_json.c): the job parser on real QEMU 7.2 replies and 9.x/10.x-shaped ones, and the
+ * client against a scripted fake QMP server on a unix socket (greeting, commands in order,
+ * events, delays, errors, garbage, overlong lines, a socket that closes). */
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>

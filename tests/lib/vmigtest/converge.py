@@ -6,13 +6,16 @@ The guest dirties a working set of ws_mib MiB at a set rate (catchup_ms small: i
 lost time, so that a throttle slows it); the migration is capped at cap_mib MiB/s by the daemons
 (`--bandwidth`), QEMU's own max-bandwidth is out of the way, no multifd (QEMU 7.2 cannot combine it
 with post-copy). The caller's side polls QEMU's query-migrate every `poll` s on the harness's QMP
-socket; times are seconds from the `migrate` command."""
+socket; times are seconds from the `migrate` command. Stdlib only."""
 
 import dataclasses
 import os
 import time
 
-import vmigharness as vh
+from .base import MIB, HarnessError, wait_until
+from .daemons import stop_quietly
+from .migrate import verify_memory
+from .qemu import GuestSpec
 
 
 @dataclasses.dataclass
@@ -22,17 +25,6 @@ class Sizes:
     ws_mib: int = 64
     cap_mib: int = 16
     catchup_ms: int = 2
-
-
-def conv(tb, key):
-    """The source daemon's convergence object for key (status --json)."""
-    for m in tb.source.status().get('migration_list', []):
-        if m['key'] == key and m['role'] == 'source':
-            c = m.get('convergence')
-            if c is None:
-                raise vh.HarnessError(f'{key}: no convergence object in status')
-            return c
-    raise vh.HarnessError(f'{key}: not in the source daemon\'s status')
 
 
 def run(tb, name, rate, mode='predictive', policy=(), postcopy=False, expect='completed',
@@ -49,8 +41,8 @@ def run(tb, name, rate, mode='predictive', policy=(), postcopy=False, expect='co
     s = sizes or Sizes()
     key = tb.new_key(name)
     vqmp = os.path.join(tb.workdir, f'{key}-vmigd.qmp')
-    src, dst = tb.qemu_pair(s.mem_mib, guest=vh.GuestSpec(s.ws_mib, rate, catchup_ms=s.catchup_ms,
-                                                          fill=True),
+    src, dst = tb.qemu_pair(s.mem_mib, guest=GuestSpec(s.ws_mib, rate, catchup_ms=s.catchup_ms,
+                                                       fill=True),
                             src_args=['-qmp', f'unix:{vqmp},server=on,wait=off'])
     try:
         src.start_guest()
@@ -82,24 +74,24 @@ def run(tb, name, rate, mode='predictive', policy=(), postcopy=False, expect='co
                 postcopy_s = now
             syncs = ram.get('dirty-sync-count', 0)
             dirty = ram.get('dirty-pages-rate', 0) * page
-            if evidence is None and syncs >= 2 and dirty >= 0.9 * s.cap_mib * vh.MIB:
+            if evidence is None and syncs >= 2 and dirty >= 0.9 * s.cap_mib * MIB:
                 evidence = now
             mark = (st, syncs, thr)
             if mark != last:
                 last = mark
-                timeline.append((round(now, 2), st, syncs, round(dirty / vh.MIB, 1),
-                                 round(ram.get('remaining', 0) / vh.MIB, 1), thr))
+                timeline.append((round(now, 2), st, syncs, round(dirty / MIB, 1),
+                                 round(ram.get('remaining', 0) / MIB, 1), thr))
             if st in ('completed', 'failed', 'cancelled'):
                 break
             if now > timeout:
-                raise vh.HarnessError(f'{key}: still {st} after {timeout}s')
+                raise HarnessError(f'{key}: still {st} after {timeout}s')
             time.sleep(poll)
         total = time.monotonic() - started
         if expect is not None and st != expect:
-            raise vh.HarnessError(f'{key}: QEMU says {st} ({info.get("error-desc", "")}), '
-                                  f'expected {expect}; convergence: {conv(tb, key)}')
-        c = vh.wait_until(lambda: (lambda c: c if c.get('state') == 'finished' else None)(
-            conv(tb, key)), 10, f'{key}: the convergence outcome')
+            raise HarnessError(f'{key}: QEMU says {st} ({info.get("error-desc", "")}), '
+                               f'expected {expect}; convergence: {tb.source.convergence(key)}')
+        c = wait_until(lambda: (lambda c: c if c.get('state') == 'finished' else None)(
+            tb.source.convergence(key)), 10, f'{key}: the convergence outcome')
         acts = c.get('actions', [])
         out = {'key': key, 'status': st, 'total_s': total, 'evidence_s': evidence,
                'downtime_ms': info.get('downtime'), 'conv': c, 'throttle': throttle,
@@ -108,14 +100,10 @@ def run(tb, name, rate, mode='predictive', policy=(), postcopy=False, expect='co
                'first': (acts[0]['action'], acts[0]['at_s']) if acts else None,
                'src': src, 'dst': dst}
         if st == 'completed' and verify:
-            vh.verify_memory(src, dst)
+            verify_memory(src, dst)
         if check:
             check(out)
         return out
     finally:
-        for stop in (tb.source.source_stop, tb.target.target_stop):
-            try:
-                stop(key)
-            except vh.HarnessError as e:
-                vh.log(f'    {e}')
+        stop_quietly(key, tb.source, tb.target)
         tb.close_qemus(src, dst)

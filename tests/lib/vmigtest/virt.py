@@ -14,7 +14,7 @@ import subprocess
 import time
 import uuid
 
-import vmigharness as vh
+from .base import HarnessError, Skip, stop_process, tail
 
 LIBVIRTD = '/usr/sbin/libvirtd'
 QEMU = shutil.which('qemu-system-x86_64') or '/usr/bin/qemu-system-x86_64'
@@ -57,19 +57,19 @@ exec {libvirtd} -f /etc/libvirt/libvirtd.conf -p /run/libvirt/libvirtd.pid
 def check_possible():
     """Skip unless root, libvirtd, virsh, unshare and QEMU are here."""
     if os.geteuid() != 0:
-        raise vh.Skip('needs root (private mount namespaces for libvirtd)')
+        raise Skip('needs root (private mount namespaces for libvirtd)')
     for path, pkg in ((LIBVIRTD, 'libvirt-daemon'), (QEMU, 'qemu-system-x86'),
                       (shutil.which('virsh') or '/usr/bin/virsh', 'libvirt-clients'),
                       (shutil.which('unshare') or '/usr/bin/unshare', 'util-linux')):
         if not os.access(path, os.X_OK):
-            raise vh.Skip(f'{path} missing (apt-get install {pkg}, or run tools/setup)')
+            raise Skip(f'{path} missing (apt-get install {pkg}, or run tools/setup)')
     if not os.path.exists('/usr/lib/x86_64-linux-gnu/libvirt/connection-driver/'
                           'libvirt_driver_qemu.so'):
-        raise vh.Skip('libvirt QEMU driver missing (apt-get install libvirt-daemon-driver-qemu)')
+        raise Skip('libvirt QEMU driver missing (apt-get install libvirt-daemon-driver-qemu)')
     probe = subprocess.run(['unshare', '-m', '--propagation', 'private', 'true'],
                            capture_output=True, text=True)
     if probe.returncode != 0:
-        raise vh.Skip(f'cannot make a mount namespace: {probe.stderr.strip()}')
+        raise Skip(f'cannot make a mount namespace: {probe.stderr.strip()}')
 
 
 class Libvirtd:
@@ -117,13 +117,13 @@ class Libvirtd:
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
-                raise vh.HarnessError(f'libvirtd {self.name} exited {self.proc.returncode}:\n'
-                                      f'{vh.tail(self.out.name)}{vh.tail(self.log_path)}')
+                raise HarnessError(f'libvirtd {self.name} exited {self.proc.returncode}:\n'
+                                   f'{tail(self.out.name)}{tail(self.log_path)}')
             if os.path.exists(self.sock) and self.virsh('version', check=False).returncode == 0:
                 return
             if time.monotonic() > deadline:
-                raise vh.HarnessError(f'libvirtd {self.name} not up after {timeout} s:\n'
-                                      f'{vh.tail(self.log_path)}')
+                raise HarnessError(f'libvirtd {self.name} not up after {timeout} s:\n'
+                                   f'{tail(self.log_path)}')
             time.sleep(0.1)
 
     def _private_accounts(self):
@@ -142,8 +142,8 @@ class Libvirtd:
         proc = subprocess.run(['virsh', '-q', '-c', self.uri, *args], capture_output=True,
                               text=True, timeout=timeout)
         if check and proc.returncode != 0:
-            raise vh.HarnessError(f'virsh {" ".join(args)} ({self.name}) exited '
-                                  f'{proc.returncode}: {proc.stderr.strip()}')
+            raise HarnessError(f'virsh {" ".join(args)} ({self.name}) exited '
+                               f'{proc.returncode}: {proc.stderr.strip()}')
         return proc
 
     def domstate(self, dom):
@@ -171,7 +171,7 @@ class Libvirtd:
             for dom in listing.stdout.split():
                 self.virsh('destroy', dom, check=False, timeout=20)
         pids = self.qemu_pids()
-        vh.stop_process(self.proc)
+        stop_process(self.proc)
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)

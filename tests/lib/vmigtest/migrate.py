@@ -1,0 +1,177 @@
+"""Migrations for the tests: QEMU to QEMU directly (a baseline) or through two vmigd daemons the
+KubeVirt way (`target start`, `source start`, `migrate`), waiting for completion with the run
+states checked, and comparing both sides' memory. Stdlib only."""
+
+import dataclasses
+import time
+
+from .base import DEFAULT_PORT_ID, HarnessError, wait_until
+
+DEFAULT_MAX_BANDWIDTH = 100 << 30          # bytes/s; QEMU's default of 128 MiB/s would cap us
+
+
+@dataclasses.dataclass
+class MigrationResult:
+    key: str
+    channels: int            # multifd channels; 0 = multifd off
+    size_mib: int
+    seconds: float           # wall time from `migrate` until query-migrate said completed
+    qemu_total_ms: int       # QEMU's total-time
+    bytes: int               # ram.transferred on the source
+    source_sockets: list = dataclasses.field(default_factory=list)
+    target: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def mib_per_s(self):
+        return self.bytes / self.seconds / (1 << 20)
+
+    @property
+    def gbit_per_s(self):
+        return self.bytes * 8 / self.seconds / 1e9
+
+    def summary(self):
+        mode = f'multifd={self.channels}' if self.channels else 'multifd=off'
+        return (f'{self.key}: {self.size_mib} MiB {mode} {self.bytes} bytes in '
+                f'{self.seconds:.2f}s (qemu {self.qemu_total_ms} ms) {self.mib_per_s:.0f} MiB/s '
+                f'{self.gbit_per_s:.2f} Gbit/s')
+
+
+def configure_migration(src, dst, channels, max_bandwidth=DEFAULT_MAX_BANDWIDTH):
+    """multifd on with `channels` channels (0: off) on both sides; max-bandwidth on the source."""
+    caps = [{'capability': 'multifd', 'state': channels > 0}]
+    for q in (src, dst):
+        q.execute('migrate-set-capabilities', {'capabilities': caps})
+        if channels:
+            q.execute('migrate-set-parameters', {'multifd-channels': channels})
+    src.execute('migrate-set-parameters', {'max-bandwidth': max_bandwidth})
+
+
+def wait_migration(src, dst, timeout, started, src_state):
+    """Poll until the source reports completed (HarnessError on failed/cancelled/timeout), then
+    check the run states: source 'postmigrate'; destination out of 'inmigrate' and in src_state, the
+    source's state before the migration, which QEMU carries over (a never-started -S guest is
+    'prelaunch', a stopped one 'paused'), except that a 'running' source leaves the destination
+    'paused' (it runs with -S: no autostart). Returns the source's final query-migrate, with
+    '_elapsed' added: seconds from `started` (time.monotonic()) until completed was seen."""
+    def finished():
+        info = src.migration_info()
+        return info if info.get('status') in ('completed', 'failed', 'cancelled') else None
+
+    def dst_loaded():
+        state = dst.run_state()
+        return state if state != 'inmigrate' else None
+
+    info = wait_until(finished, timeout, 'the migration to finish')
+    elapsed = time.monotonic() - started
+    if info['status'] != 'completed':
+        raise HarnessError(f'migration {info["status"]}: {info.get("error-desc", "")}')
+    dst_state = wait_until(dst_loaded, 30, 'destination to leave run state inmigrate')
+    expected = 'paused' if src_state == 'running' else src_state
+    if dst_state != expected:
+        raise HarnessError(f'destination run state {dst_state}, expected {expected}')
+    dst_status = dst.migration_info().get('status')
+    if dst_status != 'completed':
+        raise HarnessError(f'destination migration status {dst_status}, expected completed')
+    if src.run_state() != 'postmigrate':
+        raise HarnessError(f'source run state {src.run_state()}, expected postmigrate')
+    info['_elapsed'] = elapsed
+    return info
+
+
+def _result(key, channels, src, info, **kw):
+    return MigrationResult(key=key, channels=channels, size_mib=src.size_mib,
+                           seconds=info['_elapsed'], qemu_total_ms=info.get('total-time', 0),
+                           bytes=info['ram']['transferred'], **kw)
+
+
+def migrate_direct(src, dst, uri, channels=0, max_bandwidth=DEFAULT_MAX_BANDWIDTH, timeout=300):
+    """QEMU to QEMU without daemons (a baseline): dst listens on uri (unix:PATH or tcp:ADDR:PORT
+    reachable from the source's namespace), src connects to it."""
+    configure_migration(src, dst, channels, max_bandwidth)
+    dst.execute('migrate-incoming', {'uri': uri})
+    src_state = src.run_state()
+    started = time.monotonic()
+    src.execute('migrate', {'uri': uri})
+    return _result('direct', channels, src, wait_migration(src, dst, timeout, started, src_state))
+
+
+class DaemonMigration:
+    """A migration through two daemons, started by start_via_daemons(); finish() waits for it."""
+
+    def __init__(self, src, dst, source_daemon, target_daemon, key, channels):
+        self.src, self.dst, self.key, self.channels = src, dst, key, channels
+        self.source_daemon, self.target_daemon = source_daemon, target_daemon
+        self.target, self.target_raw, self.sockets = {}, '', []
+        self.started = self.src_state = self.info = None
+
+    def status(self):
+        """The source's query-migrate status ('active', 'completed', ...)."""
+        return self.src.migration_info().get('status')
+
+    def wait_active(self, timeout=30):
+        """Wait until the source's query-migrate says active."""
+        wait_until(lambda: self.status() == 'active', timeout, 'the migration to become active')
+
+    def wait(self, timeout=300):
+        """Wait for completion and check run states (see wait_migration()), without stopping
+        the daemons' side of it: the source's final query-migrate. finish() after it does not
+        wait again."""
+        if self.info is None:
+            self.info = wait_migration(self.src, self.dst, timeout, self.started, self.src_state)
+        return self.info
+
+    def finish(self, timeout=300):
+        """Wait for completion, check run states, `source stop` and `target stop`; the result."""
+        info = self.wait(timeout)
+        self.source_daemon.source_stop(self.key)
+        self.target_daemon.target_stop(self.key)
+        return _result(self.key, self.channels, self.src, info, source_sockets=self.sockets,
+                       target=self.target)
+
+    def finish_verified(self, timeout=300):
+        """finish(), then both sides' guest memory compared; (MigrationResult, sha256)."""
+        result = self.finish(timeout)
+        return result, verify_memory(self.src, self.dst)
+
+    def stop_records(self):
+        """Both daemons' stop lines for this migration (see Daemon.stop_record()):
+        [(daemon, role, fields)], source first."""
+        return [(d, role, d.stop_record(self.key, role))
+                for d, role in ((self.source_daemon, 'source'), (self.target_daemon, 'target'))]
+
+
+def start_via_daemons(src, dst, source_daemon, target_daemon, key, basedir, target_sock,
+                      channels=0, max_bandwidth=DEFAULT_MAX_BANDWIDTH, delay_first_ms=None,
+                      port_id=DEFAULT_PORT_ID, bandwidth=None, target_bandwidth=None,
+                      source_args=()):
+    """The KubeVirt-style flow: dst listens on target_sock, `target start` on the target daemon,
+    `source start` with its JSON on the source daemon, src migrates to the socket that returns.
+    bandwidth / target_bandwidth: the daemons' per-migration cap (`--bandwidth RATE` on `source
+    start` / `target start`; None: none); source_args: more `source start` arguments. Returns
+    the DaemonMigration once `migrate` is issued."""
+    m = DaemonMigration(src, dst, source_daemon, target_daemon, key, channels)
+    configure_migration(src, dst, channels, max_bandwidth)
+    dst.execute('migrate-incoming', {'uri': f'unix:{target_sock}'})
+    m.target_raw, m.target = target_daemon.target_start(key, {port_id: target_sock},
+                                                        bandwidth=target_bandwidth)
+    m.sockets = source_daemon.source_start(key, m.target_raw, basedir, delay_first_ms,
+                                           bandwidth=bandwidth, extra=source_args)
+    if len(m.sockets) != 1:
+        raise HarnessError(f'source start printed {m.sockets}, expected one socket path')
+    m.src_state = src.run_state()
+    m.started = time.monotonic()
+    src.execute('migrate', {'uri': f'unix:{m.sockets[0]}'})
+    return m
+
+
+def migrate_via_daemons(*args, timeout=300, **kw):
+    """start_via_daemons() and finish(); the MigrationResult."""
+    return start_via_daemons(*args, **kw).finish(timeout)
+
+
+def verify_memory(src, dst):
+    """Compare guest RAM of both sides; the common sha256, or HarnessError."""
+    a, b = src.memory_digest(), dst.memory_digest()
+    if a != b:
+        raise HarnessError(f'guest memory differs: source {a} destination {b}')
+    return a

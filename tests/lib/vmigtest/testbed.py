@@ -1,0 +1,227 @@
+"""The testbed: a NetPair, a work directory and two vmigd daemons (plain or mutual TLS), with
+QEMU pairs started on demand and migrations through the daemons; everything stopped and removed
+on leaving the block. Stdlib only."""
+
+import os
+import shutil
+import sys
+import tempfile
+
+from .base import DEFAULT_PORT_ID, HarnessError, Skip, log, tail
+from .daemons import Daemon, find_binaries
+from .migrate import start_via_daemons
+from .net import NetPair, UnixServer
+from .qemu import Qemu
+from .tls import PKI, install_tls, make_pki
+
+
+class Testbed:
+    """A NetPair, a work directory and two vmigd ("source" in the source namespace, "target" in the
+    target namespace), plus QEMU pairs started on demand. On leaving the block everything is
+    stopped and removed (the work directory is kept if $VMIG_KEEP is set); if the block raised,
+    the tails of all logs are printed first."""
+
+    def __init__(self, vmigd=None, vmigctl=None, loopback=False, daemon_args=(),
+                 source_args=(), target_args=(), qemu='qemu-system-x86_64', tls=None,
+                 source_tls=None, target_tls=None, tls_layout='files'):
+        """tls (or source_tls/target_tls for one side): None for --no-tls; True makes a PKI
+        under WORKDIR/pki (tb.pki) and uses it as a PKI does: each daemon gets its own copy of
+        the node certificate, key and CA under WORKDIR/tls-source and WORKDIR/tls-target (see
+        install_tls(); tls_layout 'files' or 'kubernetes', or a dict per side), so that a test
+        can rotate one side's files; anything else tls_paths() takes is passed as it is."""
+        if vmigd is None or vmigctl is None:
+            vmigd, vmigctl = find_binaries()
+        self.vmigd, self.vmigctl, self.qemu = vmigd, vmigctl, qemu
+        self.net = NetPair(loopback)
+        self.daemon_args = {'source': [*daemon_args, *source_args],
+                            'target': [*daemon_args, *target_args]}
+        self.tls = {'source': source_tls if source_tls is not None else tls,
+                    'target': target_tls if target_tls is not None else tls}
+        self.tls_layout = (tls_layout if isinstance(tls_layout, dict)
+                           else {'source': tls_layout, 'target': tls_layout})
+        self.tls_dirs = {}
+        self.pki = tls if isinstance(tls, PKI) else None
+        self.workdir = None
+        self.source = self.target = None
+        self.extra_daemons, self.retired = [], []
+        self.qemus = []
+        self._keys = self._pairs = self._replaced = 0
+
+    def __enter__(self):
+        if shutil.which(self.qemu) is None:
+            raise Skip(f'{self.qemu} not installed')
+        self.workdir = tempfile.mkdtemp(prefix='vmig-', dir='/tmp')
+        try:
+            self.net.__enter__()
+            os.makedirs(self.path('src'))
+            os.makedirs(self.path('dst'))
+            if any(v is True for v in self.tls.values()) and self.pki is None:
+                self.pki = make_pki(self.path('pki'))
+            tls = {side: self._daemon_tls(side) for side in ('source', 'target')}
+            # Assigned before start(), so that close() stops a daemon whose start-up timed out.
+            self.source = Daemon(self.vmigd, self.vmigctl, 'vmigd-source', self.workdir,
+                                 self.net.source_addr, self.net.prefix('source'),
+                                 self.daemon_args['source'], tls=tls['source'])
+            self.source.start()
+            self.target = Daemon(self.vmigd, self.vmigctl, 'vmigd-target', self.workdir,
+                                 self.net.target_addr, self.net.prefix('target'),
+                                 self.daemon_args['target'], tls=tls['target'])
+            self.target.start()
+        except BaseException:
+            self.__exit__(*sys.exc_info())
+            raise
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            if exc_type is not None and not issubclass(exc_type, Skip):
+                self.dump_logs()
+        finally:
+            self.close()
+
+    def close(self):
+        """Stop QEMUs and daemons, remove namespaces and the work directory. Idempotent."""
+        try:
+            while self.qemus:
+                self.qemus.pop().close()
+            for d in (self.source, self.target, *self.extra_daemons):
+                if d is not None:
+                    d.stop(timeout=10)
+        finally:
+            self.net.close()
+            if self.workdir and not os.environ.get('VMIG_KEEP'):
+                shutil.rmtree(self.workdir, ignore_errors=True)
+            elif self.workdir:
+                log(f'kept {self.workdir}')
+            self.workdir = None
+
+    def path(self, *names):
+        return os.path.join(self.workdir, *names)
+
+    def describe(self):
+        """'source vmigd ADDR (NS), target vmigd ADDR (NS)': the start of a test's first line."""
+        return (f'source vmigd {self.net.source_addr} ({self.net.source_ns}), target vmigd '
+                f'{self.net.target_addr} ({self.net.target_ns})')
+
+    def sides(self):
+        """((source daemon, 'source'), (target daemon, 'target')): the current ones."""
+        return ((self.source, 'source'), (self.target, 'target'))
+
+    def side_of(self, daemon):
+        """'source' for the source daemon, else 'target'."""
+        return 'source' if daemon is self.source else 'target'
+
+    def ns_of(self, daemon):
+        """The network namespace daemon runs in (see side_of())."""
+        return self.net.ns(self.side_of(daemon))
+
+    def _daemon_tls(self, side):
+        tls = self.pki if self.tls[side] is True else self.tls[side]
+        if isinstance(tls, PKI):
+            directory = self.path(f'tls-{side}')
+            self.tls_dirs[side] = directory
+            return install_tls(directory, tls.node, tls.ca, layout=self.tls_layout[side])
+        return tls
+
+    def extra_daemon(self, name, side='source', args=(), tls=None):
+        """Start one more vmigd in side's namespace (its own control socket and log, name
+        NAME); it is stopped with the testbed."""
+        addr = self.net.source_addr if side == 'source' else self.net.target_addr
+        d = Daemon(self.vmigd, self.vmigctl, name, self.workdir, addr, self.net.prefix(side),
+                   list(args), tls=tls)
+        self.extra_daemons.append(d)
+        return d.start()
+
+    def replace_daemon(self, side, args=None, tls=None, name=None):
+        """Stop side's daemon and start a new one in its place (new log NAME, default
+        vmigd-SIDE-2, ...) with args (default: the testbed's) and tls (default: the same files);
+        tb.source / tb.target then name the new one."""
+        old = self.source if side == 'source' else self.target
+        rc = old.stop()
+        if rc != 0:
+            raise HarnessError(f'{old.name} exited {rc} after SIGTERM:\n{tail(old.log_path)}')
+        self._replaced += 1
+        d = Daemon(self.vmigd, self.vmigctl, name or f'vmigd-{side}-{self._replaced + 1}',
+                   self.workdir, old.listen_addr, old.prefix,
+                   self.daemon_args[side] if args is None else list(args),
+                   tls=old.tls if tls is None else tls)
+        self.retired.append(old)
+        if side == 'source':
+            self.source = d
+        else:
+            self.target = d
+        return d.start()
+
+    def dump_logs(self, lines=40):
+        files = [d.log_path for d in (*self.retired, self.source, self.target,
+                                      *self.extra_daemons) if d is not None]
+        files += [q.log_path for q in self.qemus[-2:]]
+        files += [q.serial_path for q in self.qemus[-2:] if q.guest is not None]
+        try:
+            for path in files:
+                sys.stdout.write(f'--- tail of {path}\n{tail(path, lines)}')
+            sys.stdout.flush()
+        except OSError:                    # stdout gone (closed pipe): the logs cannot be shown
+            pass
+
+    def new_key(self, label='m'):
+        self._keys += 1
+        return f'{label}-{os.getpid()}-{self._keys}'
+
+    def qemu_pair(self, size_mib, ram_variant=0, private=False, steady=False, guest=None,
+                  src_args=()):
+        """Start a source QEMU (source namespace) and a destination QEMU (target namespace).
+        steady=True, for rate measurements: the destination's RAM is allocated at start
+        (prealloc=on) and the source's RAM file read into the page cache, so that neither
+        QEMU stalls on first touches or the disk while the migration runs. guest: a GuestSpec
+        (or dict) to boot the test guest on both (see Qemu); both stay paused until
+        src.start_guest(). src_args: more QEMU arguments for the source (a QMP socket of
+        vmigd's own, say)."""
+        self._pairs += 1
+        pair = (Qemu(f'q{self._pairs}-src', 'source', size_mib, self.workdir,
+                     self.net.prefix('source'), self.qemu, extra_args=src_args,
+                     ram_variant=ram_variant, private=private, guest=guest),
+                Qemu(f'q{self._pairs}-dst', 'destination', size_mib, self.workdir,
+                     self.net.prefix('target'), self.qemu, prealloc=steady, guest=guest))
+        for q in pair:
+            self.qemus.append(q)
+            q.start()
+        if steady:
+            pair[0].warm_ram()
+        return pair
+
+    def close_qemus(self, *qemus):
+        for q in qemus:
+            q.close()
+            self.qemus.remove(q)
+            for path in (q.log_path, q.qmp_path, q.serial_path):
+                if os.path.exists(path):
+                    os.unlink(path)
+
+    def start_migration(self, src, dst, key=None, channels=0, **kw):
+        """start_via_daemons() through this testbed's daemons, sockets under the work dir."""
+        key = key or self.new_key()
+        return start_via_daemons(src, dst, self.source, self.target, key, self.path('src'),
+                                 self.path('dst', f'{key}.sock'), channels, **kw)
+
+    def migrate(self, src, dst, key=None, channels=0, timeout=300, **kw):
+        """start_migration() and finish(); the MigrationResult."""
+        return self.start_migration(src, dst, key, channels, **kw).finish(timeout)
+
+    def start_route(self, key, dst_path, delay_first_ms=None):
+        """A migration KEY with no QEMU: `target start` to the unix socket dst_path and `source
+        start`; the source's socket path (connect to it in the source namespace)."""
+        raw, _ = self.target.target_start(key, {DEFAULT_PORT_ID: dst_path})
+        return self.source.source_start(key, raw, self.path('src'), delay_first_ms)[0]
+
+    def unix_server(self, name, handler, conns=1, timeout=60):
+        """A UnixServer at WORKDIR/dst/NAME in the target namespace, where a destination QEMU
+        would listen."""
+        return UnixServer(self.net, 'target', self.path('dst', name), handler, conns, timeout)
+
+    def stop_daemons(self):
+        """SIGTERM both daemons; HarnessError unless both exit 0."""
+        for d in (self.source, self.target):
+            rc = d.stop()
+            if rc != 0:
+                raise HarnessError(f'{d.name} exited {rc} after SIGTERM:\n{tail(d.log_path)}')
