@@ -131,8 +131,12 @@ int ctl_metrics_snapshot_take(struct px_node *n, struct cv_set *conv,
 	clock_gettime(CLOCK_REALTIME, &ts);
 	t.s->now_ms = vm_now_ms();
 	t.s->now_unix = ts.tv_sec + ts.tv_nsec / 1e9;
-	px_node_info(n, &t.s->node);
+	/*
+	 * The migrations first: their live counters keep growing, and the node's, read after them,
+	 * then holds at least what they showed (a scrape never has a node below its migrations).
+	 */
 	px_node_foreach(n, take_one, &t);
+	px_node_info(n, &t.s->node);
 	if (!t.err && conv && t.s->nmigs) {
 		t.s->conv = calloc(t.s->nmigs, sizeof(*t.s->conv));
 		if (!t.s->conv)

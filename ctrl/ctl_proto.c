@@ -444,7 +444,7 @@ static struct json_object *tls_object(const struct ctl_daemon_info *d)
 /* The daemon's own facts, then the node and its migrations as metrics has them. */
 static struct json_object *status_object(struct px_node *n, const struct ctl_daemon_info *d)
 {
-	struct json_object *s = json_object_new_object();
+	struct json_object *s = json_object_new_object(), *migs;
 	struct ctl_env env;
 
 	ctl_env_now(&env);
@@ -460,8 +460,9 @@ static struct json_object *status_object(struct px_node *n, const struct ctl_dae
 			       json_object_new_double((env.now_ms - d->started_ms) / 1000.0));
 	if (d->metrics)
 		json_object_object_add(s, "metrics", json_object_new_string(d->metrics));
+	migs = migration_list(n, d->conv, &env);
 	json_object_object_add(s, "node", node_object(n, &env));
-	json_object_object_add(s, "migrations", migration_list(n, d->conv, &env));
+	json_object_object_add(s, "migrations", migs);
 	return s;
 }
 
@@ -590,10 +591,14 @@ static int run_metrics(struct px_node *n, const struct ctl_daemon_info *d,
 {
 	struct ctl_env env;
 
+	struct json_object *migs;
+
 	ctl_env_now(&env);
 	*reply = ok_reply_versioned();
+	/* Migrations read before the node: see ctl_metrics_snapshot_take(). */
+	migs = migration_list(n, d->conv, &env);
 	json_object_object_add(*reply, "node", node_object(n, &env));
-	json_object_object_add(*reply, "migrations", migration_list(n, d->conv, &env));
+	json_object_object_add(*reply, "migrations", migs);
 	return 0;
 }
 
