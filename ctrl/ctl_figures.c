@@ -125,6 +125,8 @@ static const struct ctl_fig migration_figs[] = {
 	{ "role", CTL_STR, ENUM(role, CTL_N_ROLE), TEXT("head", " %s") },
 	{ "state", CTL_STR, FIELD(state), TEXT("head", " %s") },
 	{ "mode", CTL_STR, STR_OR(mode, "plain"), TEXT("head", ", mode %s") },
+	{ "tls", CTL_BOOL, FIELD(tls) },
+	{ "kubevirt", CTL_BOOL, FIELD(kubevirt), TEXT("head", ", KubeVirt ports|") },
 	{ "error", CTL_STR, FIELD(error), OMIT_EMPTY, TEXT("error", "error: %s") },
 	{ "bytes_tx", CTL_BYTES, FIELD(bytes_tx), TEXT("bytes", "sent %s"),
 	  PROM("vmigd_migration_sent_bytes_total", COUNTER,
@@ -231,6 +233,10 @@ static const struct ctl_fig port_figs[] = {
 	{ "conns.total", CTL_COUNT, FIELD(conns_total), TEXT("head", ", %s total"),
 	  PROM("vmigd_port_connections_total", COUNTER, "Connections of a logical port so far.") },
 	{ "socket", CTL_STR, FIELD(path), TEXT("head", ", socket %s") },
+	{ "listen", CTL_COUNT, FIELD(listen), OMIT_UNLESS(listen),
+	  TEXT("head", ", listening on %s") },
+	{ "peer_port", CTL_COUNT, FIELD(peer_port), OMIT_UNLESS(peer_port),
+	  TEXT("head", ", to TCP port %s") },
 };
 TABLE(ctl_port_table, "port", port_figs);
 #undef OBJ
@@ -246,6 +252,7 @@ static const struct ctl_fig conn_figs[] = {
 	{ "crypto", CTL_STR, FIELD(crypto), OMIT_UNLESS(tls), TEXT("head", " crypto=%s") },
 	{ "resumed", CTL_BOOL, FIELD(resumed), OMIT_UNLESS(tls),
 	  TEXT("head", " resumed=yes| resumed=no") },
+	{ "raw", CTL_BOOL, FIELD(raw), TEXT("head", " raw|") },
 	{ "bytes_tx", CTL_BYTES, FIELD(bytes_tx), TEXT("bytes", "sent %s"),
 	  PROM("vmigd_connection_sent_bytes_total", COUNTER,
 	       "Stream bytes sent on an open connection.") },

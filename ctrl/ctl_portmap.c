@@ -10,10 +10,38 @@
 #include "ctl_portmap.h"
 #include "xp_sock.h"
 
+/* KubeVirt's fields, as virt-handler publishes them in the VMI's migration state. */
+static struct json_object *kubevirt_to_json(const struct px_portmap *t)
+{
+	struct json_object *o = json_object_new_object(), *map = json_object_new_object();
+
+	if (!o || !map) {
+		json_object_put(o);
+		json_object_put(map);
+		return NULL;
+	}
+	json_object_object_add(o, "targetNodeAddress", json_object_new_string(t->address));
+	for (unsigned int i = 0; i < t->nports; i++) {
+		char tcp[16];
+
+		snprintf(tcp, sizeof(tcp), "%u", t->tcp[i]);
+		json_object_object_add(map, tcp, json_object_new_int(t->ports[i]));
+	}
+	json_object_object_add(o, "targetDirectMigrationNodePorts", map);
+	if (t->key[0])
+		json_object_object_add(o, "key", json_object_new_string(t->key));
+	json_object_object_add(o, "tls", json_object_new_boolean(t->tls));
+	return o;
+}
+
 struct json_object *ctl_portmap_to_json(const struct px_portmap *t)
 {
-	struct json_object *o = json_object_new_object(), *ports = json_object_new_array();
+	struct json_object *o, *ports;
 
+	if (t->kubevirt)
+		return kubevirt_to_json(t);
+	o = json_object_new_object();
+	ports = json_object_new_array();
 	if (!o || !ports) {
 		json_object_put(o);
 		json_object_put(ports);
@@ -49,6 +77,62 @@ static int get_uint(struct json_object *o, const char *name, unsigned int max, u
 	return 0;
 }
 
+/*
+ * {"targetNodeAddress": A, "targetDirectMigrationNodePorts": {"<tcp port>": logical, ...}}, as a
+ * stock virt-handler (or vmigd --kubevirt) publishes it; "key" may come along. Other fields are
+ * KubeVirt's to add, and are left alone.
+ */
+static int kubevirt_from_json(struct json_object *o, struct px_portmap *ret, char *err,
+			      size_t errlen)
+{
+	struct px_portmap t;
+	struct json_object *map, *v;
+	struct xp_addr a;
+	const char *s;
+
+	memset(&t, 0, sizeof(t));
+	t.kubevirt = true;
+	s = ctl_json_member_cstring(o, "targetNodeAddress");
+	if (!s)
+		return fail(err, errlen, "missing \"targetNodeAddress\"");
+	if (strlen(s) >= sizeof(t.address) || xp_addr_from_host(s, 1, &a) < 0)
+		return fail(err, errlen, "\"targetNodeAddress\" is not a numeric IP address");
+	strcpy(t.address, s);
+	if (json_object_object_get_ex(o, "key", &v)) {
+		s = ctl_json_cstring(v);
+		if (!s || !px_key_valid(s))
+			return fail(err, errlen, "bad \"key\"");
+		strcpy(t.key, s);
+	}
+	json_object_object_get_ex(o, "targetDirectMigrationNodePorts", &map);
+	if (!json_object_is_type(map, json_type_object))
+		return fail(err, errlen, "\"targetDirectMigrationNodePorts\" must be an object");
+	if (json_object_object_length(map) == 0 || json_object_object_length(map) > PX_PORTS_MAX)
+		return fail(err, errlen,
+			    "\"targetDirectMigrationNodePorts\" must map 1 to 8 TCP ports");
+	json_object_object_foreach (map, tcp, logical) {
+		uint32_t port, id;
+		int64_t n;
+
+		if (px_port_parse(tcp, &port) < 0 || port == 0)
+			return fail(err, errlen,
+				    "a key of \"targetDirectMigrationNodePorts\" is not a TCP port");
+		if (!json_object_is_type(logical, json_type_int))
+			return fail(err, errlen, "a logical port is not an integer");
+		n = json_object_get_int64(logical);
+		if (n < 0 || n > PX_PORT_MAX)
+			return fail(err, errlen, "a logical port is outside 0..65535");
+		id = (uint32_t)n;
+		for (unsigned int j = 0; j < t.nports; j++)
+			if (t.ports[j] == id)
+				return fail(err, errlen, "a logical port is listed twice");
+		t.ports[t.nports] = id;
+		t.tcp[t.nports++] = port;
+	}
+	*ret = t;
+	return 0;
+}
+
 int ctl_portmap_from_json(struct json_object *o, struct px_portmap *ret, char *err, size_t errlen)
 {
 	struct px_portmap t;
@@ -60,6 +144,8 @@ int ctl_portmap_from_json(struct json_object *o, struct px_portmap *ret, char *e
 	memset(&t, 0, sizeof(t));
 	if (!o || !json_object_is_type(o, json_type_object))
 		return fail(err, errlen, "not a JSON object");
+	if (json_object_object_get_ex(o, "targetDirectMigrationNodePorts", NULL))
+		return kubevirt_from_json(o, ret, err, errlen);
 	if (get_uint(o, "version", 65535, &version) < 0)
 		return fail(err, errlen, "missing or bad \"version\"");
 	if (version != CTL_PORTMAP_VERSION)

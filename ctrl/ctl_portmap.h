@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The port map's JSON form: the object `vmigctl target start` prints and `vmigctl source start
- * --target` takes back verbatim. Encoding, decoding and validation. */
+/* The port map's JSON forms: the object `vmigctl target start` prints and `vmigctl source start
+ * --target` takes back verbatim, in vmigd's own form or KubeVirt's (targetNodeAddress and
+ * targetDirectMigrationNodePorts). Encoding, decoding and validation. */
 #ifndef CTL_PORTMAP_H
 #define CTL_PORTMAP_H
 

@@ -112,6 +112,9 @@ static int parse_source(struct json_object *o, struct ctl_request *req, char *er
 	r = ctl_portmap_from_json(t, &req->target, err, errlen);
 	if (r < 0)
 		return r;
+	/* KubeVirt's fields carry no key: the request's is the migration's. */
+	if (req->target.kubevirt && !req->target.key[0])
+		strcpy(req->target.key, req->key);
 	if (strcmp(req->target.key, req->key) != 0) {
 		snprintf(err, errlen, "the target JSON is for migration %s, not %s",
 			 req->target.key, req->key);
@@ -298,12 +301,41 @@ static int parse_nothing(struct json_object *o, struct ctl_request *req, char *e
 	return 0;
 }
 
+/* An optional boolean field: absent leaves *v. */
+static int parse_flag(struct json_object *o, const char *name, bool *v, char *err, size_t errlen)
+{
+	struct json_object *f;
+
+	if (!json_object_object_get_ex(o, name, &f))
+		return 0;
+	if (!json_object_is_type(f, json_type_boolean))
+		return bad(err, errlen, "\"%s\" must be true or false", name);
+	*v = json_object_get_boolean(f);
+	return 0;
+}
+
+/* "tls": this migration's node hop with or without TLS (KubeVirt's disableTLS, per migration). */
+static int parse_tls(struct json_object *o, struct ctl_request *req, char *err, size_t errlen)
+{
+	bool tls = false;
+	int r;
+
+	if (!json_object_object_get_ex(o, "tls", NULL))
+		return 0;
+	r = parse_flag(o, "tls", &tls, err, errlen);
+	if (r == 0)
+		req->tls = tls ? PX_TLS_ON : PX_TLS_OFF;
+	return r;
+}
+
 static int parse_target_start(struct json_object *o, struct ctl_request *req, char *err,
 			      size_t errlen)
 {
 	int r = parse_key(o, req, err, errlen);
 
 	r = r ?: parse_sockets(o, req, err, errlen);
+	r = r ?: parse_flag(o, "kubevirt", &req->kubevirt, err, errlen);
+	r = r ?: parse_tls(o, req, err, errlen);
 	return r ?: parse_bandwidth(o, false, req, err, errlen);
 }
 
@@ -313,6 +345,7 @@ static int parse_source_start(struct json_object *o, struct ctl_request *req, ch
 	int r = parse_key(o, req, err, errlen);
 
 	r = r ?: parse_source(o, req, err, errlen);
+	r = r ?: parse_tls(o, req, err, errlen);
 	r = r ?: parse_bandwidth(o, false, req, err, errlen);
 	r = r ?: parse_convergence(o, req, err, errlen);
 	r = r ?: join_bandwidth(o, req, err, errlen);
@@ -354,15 +387,19 @@ static char *reply_text(struct json_object *o)
 	return s;
 }
 
-char *ctl_error_reply(const char *msg)
+char *ctl_error_reply(const char *msg, int err)
 {
 	struct json_object *o = json_object_new_object();
+	const char *code = err < 0 ? strerrorname_np(-err) : NULL;
 	char line[512];
 
 	snprintf(line, sizeof(line), "%s", msg);
 	one_line(line);
 	json_object_object_add(o, "ok", json_object_new_boolean(0));
 	json_object_object_add(o, "error", json_object_new_string(line));
+	/* For programs (KubeVirt's shim): ENOENT from a stop is a no-op to them. */
+	if (code)
+		json_object_object_add(o, "code", json_object_new_string(code));
 	return reply_text(o);
 }
 
@@ -434,10 +471,16 @@ static struct json_object *tls_object(const struct ctl_daemon_info *d)
 	json_object_object_add(o, "generation", json_object_new_int(xp_tls_generation(d->tls)));
 	json_object_object_add(o, "certificate", json_object_new_string(xp_tls_describe(d->tls)));
 	json_object_object_add(o, "ktls", json_object_new_boolean(xp_tls_ktls_enabled(d->tls)));
-	allow = json_object_new_array();
-	for (unsigned int i = 0; xp_tls_allow_list(d->tls, i); i++)
-		json_object_array_add(allow, json_object_new_string(xp_tls_allow_list(d->tls, i)));
-	json_object_object_add(o, "allow", allow);
+	json_object_object_add(o, "min_version",
+			       json_object_new_string(xp_tls_min_version(d->tls)));
+	for (int servers = 0; servers < 2; servers++) {
+		allow = json_object_new_array();
+		for (unsigned int i = 0; xp_tls_allow_list(d->tls, servers, i); i++)
+			json_object_array_add(
+				allow, json_object_new_string(xp_tls_allow_list(d->tls, servers, i)));
+		/* "allow": what this node accepts from sources, the list of old. */
+		json_object_object_add(o, servers ? "allow_servers" : "allow", allow);
+	}
 	return o;
 }
 
@@ -472,10 +515,11 @@ static int run_target_start(struct px_node *n, const struct ctl_daemon_info *d,
 			    const struct ctl_request *req, struct json_object **reply, char *err,
 			    size_t errlen)
 {
+	struct px_start opts = { .cap = req->bandwidth, .kubevirt = req->kubevirt, .tls = req->tls };
 	struct px_portmap t;
 	int r;
 
-	r = px_target_start(n, req->key, req->nports, req->ports, req->bandwidth, &t, err, errlen);
+	r = px_target_start(n, req->key, req->nports, req->ports, &opts, &t, err, errlen);
 	if (r < 0)
 		return r;
 	*reply = ok_reply();
@@ -487,8 +531,11 @@ static int run_source_start(struct px_node *n, const struct ctl_daemon_info *d,
 			    const struct ctl_request *req, struct json_object **reply, char *err,
 			    size_t errlen)
 {
+	struct px_start opts = { .cap = req->bandwidth,
+				 .tls = req->tls,
+				 .delay_first_ms = req->delay_first_ms };
 	struct px_port_info socks[PX_PORTS_MAX];
-	struct json_object *arr;
+	struct json_object *arr, *map;
 	int r;
 
 	if (req->converge && !d->conv) {
@@ -501,8 +548,7 @@ static int run_source_start(struct px_node *n, const struct ctl_daemon_info *d,
 		if (r < 0)
 			return r;
 	}
-	r = px_source_start(n, &req->target, req->dir, req->delay_first_ms, req->bandwidth, socks,
-			    err, errlen);
+	r = px_source_start(n, &req->target, req->dir, &opts, socks, err, errlen);
 	if (r < 0) {
 		if (req->converge)
 			cv_watch_stop(d->conv, req->key);
@@ -510,9 +556,16 @@ static int run_source_start(struct px_node *n, const struct ctl_daemon_info *d,
 	}
 	*reply = ok_reply();
 	arr = json_object_new_array();
-	for (unsigned int i = 0; i < req->target.nports; i++)
+	map = json_object_new_object();
+	for (unsigned int i = 0; i < req->target.nports; i++) {
+		char id[16];
+
+		snprintf(id, sizeof(id), "%u", socks[i].id);
 		json_object_array_add(arr, json_object_new_string(socks[i].path));
+		json_object_object_add(map, id, json_object_new_string(socks[i].path));
+	}
 	json_object_object_add(*reply, "sockets", arr);
+	json_object_object_add(*reply, "socket_map", map);
 	return 0;
 }
 
@@ -620,12 +673,13 @@ static const struct ctl_op_def {
 		   const struct ctl_request *req, struct json_object **reply, char *err,
 		   size_t errlen);
 } ops[] = {
-	[CTL_TARGET_START] = { "target-start", FIELDS("key", "sockets", "bandwidth"),
+	[CTL_TARGET_START] = { "target-start",
+			       FIELDS("key", "sockets", "bandwidth", "kubevirt", "tls"),
 			       parse_target_start, run_target_start },
 	[CTL_TARGET_STOP] = { "target-stop", FIELDS("key"), parse_stop, run_target_stop },
 	[CTL_SOURCE_START] = { "source-start",
 			       FIELDS("key", "target", "dir", "test_delay_first_ms", "bandwidth",
-				      "convergence"),
+				      "convergence", "tls"),
 			       parse_source_start, run_source_start },
 	[CTL_SOURCE_STOP] = { "source-stop", FIELDS("key"), parse_stop, run_source_stop },
 	[CTL_LIST] = { "list", NO_FIELDS, parse_nothing, run_list },
@@ -710,10 +764,13 @@ char *ctl_execute(struct px_node *n, const struct ctl_daemon_info *d, const stru
 	struct json_object *reply = NULL;
 	char err[512];
 
+	int r;
+
 	if ((unsigned int)req->op >= ARRAY_SIZE(ops))
-		return ctl_error_reply("unknown op");
-	if (ops[req->op].run(n, d, req, &reply, err, sizeof(err)) < 0)
-		return ctl_error_reply(err);
+		return ctl_error_reply("unknown op", -EINVAL);
+	r = ops[req->op].run(n, d, req, &reply, err, sizeof(err));
+	if (r < 0)
+		return ctl_error_reply(err, r);
 	return reply_text(reply);
 }
 
@@ -722,11 +779,13 @@ char *ctl_handle(struct px_node *n, const struct ctl_daemon_info *d, const char 
 	struct ctl_request *req = malloc(sizeof(*req));
 	char err[512];
 	char *reply;
+	int r;
 
 	if (!req)
 		return NULL;
-	if (ctl_request_parse(text, len, req, err, sizeof(err)) < 0)
-		reply = ctl_error_reply(err);
+	r = ctl_request_parse(text, len, req, err, sizeof(err));
+	if (r < 0)
+		reply = ctl_error_reply(err, r);
 	else
 		reply = ctl_execute(n, d, req);
 	free(req);

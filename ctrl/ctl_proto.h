@@ -36,7 +36,9 @@ struct ctl_request {
 	unsigned int delay_first_ms;
 	/* bytes/s, 0: none. target-start, source-start (optional), bandwidth, node-bandwidth */
 	uint64_t bandwidth;
-	bool converge; /* source-start: "convergence" was given */
+	bool kubevirt;	/* target-start: one listener per logical port, KubeVirt's map */
+	enum px_tls tls; /* target-start, source-start: "tls" true or false, else the daemon's */
+	bool converge;	/* source-start: "convergence" was given */
 	struct cv_spec conv;
 };
 
@@ -59,6 +61,7 @@ char *ctl_execute(struct px_node *n, const struct ctl_daemon_info *d,
 		  const struct ctl_request *req);
 /* The whole exchange: parse, execute, or an error reply. */
 char *ctl_handle(struct px_node *n, const struct ctl_daemon_info *d, const char *text, size_t len);
-char *ctl_error_reply(const char *msg);
+/* {"ok":false,"error":msg,"code":"ENOENT"}: code names err (-errno), absent for 0. */
+char *ctl_error_reply(const char *msg, int err);
 
 #endif

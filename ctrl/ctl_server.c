@@ -204,7 +204,9 @@ int ctl_server_new(struct xp_loop *loop, const char *path, struct px_node *n,
 	r = take_lock(s, holder);
 	if (r < 0)
 		goto fail;
-	r = xp_unix_listen(path, 16, &s->fd);
+	/* Whoever may connect may start and stop migrations: root and its group only. */
+	r = xp_unix_listen(path, 16, &(struct xp_unix_owner){ .uid = -1, .gid = -1, .mode = 0660 },
+			   &s->fd);
 	if (r < 0)
 		goto fail;
 	chmod(path, 0600);

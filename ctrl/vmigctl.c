@@ -41,10 +41,11 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: vmigctl [-c PATH] target start KEY --socket PORTID=UNIXPATH [--socket "
 		"...]\n"
-		"                         [--bandwidth RATE]\n"
+		"                         [--kubevirt] [--tls | --no-tls] [--bandwidth RATE]\n"
 		"       vmigctl [-c PATH] target stop KEY\n"
 		"       vmigctl [-c PATH] source start KEY --target JSON --dir BASEDIR "
 		"[--bandwidth RATE]\n"
+		"                         [--tls | --no-tls]\n"
 		"                         [--qmp PATH | --libvirt-domain NAME [--libvirt-uri "
 		"URI]]\n"
 		"                         [--mode predictive|kubevirt] [--policy JSON|@FILE]\n"
@@ -182,6 +183,16 @@ static bool bandwidth_opt(struct json_object *req, int argc, char **argv, int *i
 	return true;
 }
 
+/* --tls or --no-tls at argv[i]: this migration's TLS (KubeVirt's disableTLS); true when it
+ * was one (and adds it). */
+static bool tls_opt(struct json_object *req, const char *arg)
+{
+	if (strcmp(arg, "--tls") && strcmp(arg, "--no-tls"))
+		return false;
+	json_object_object_add(req, "tls", json_object_new_boolean(strcmp(arg, "--tls") == 0));
+	return true;
+}
+
 static void target_start(const char *key, int argc, char **argv)
 {
 	struct json_object *req = request("target-start", key), *socks = json_object_new_object();
@@ -191,8 +202,12 @@ static void target_start(const char *key, int argc, char **argv)
 		const char *spec = NULL;
 		char copy[4096], *eq;
 
-		if (bandwidth_opt(req, argc, argv, &i))
+		if (bandwidth_opt(req, argc, argv, &i) || tls_opt(req, argv[i]))
 			continue;
+		if (strcmp(argv[i], "--kubevirt") == 0) {
+			json_object_object_add(req, "kubevirt", json_object_new_boolean(true));
+			continue;
+		}
 		if (strcmp(argv[i], "--socket") == 0 && i + 1 < argc)
 			spec = argv[++i];
 		else if (strncmp(argv[i], "--socket=", 9) == 0)
@@ -317,7 +332,7 @@ static void source_start(const char *key, int argc, char **argv)
 		} else if (strcmp(argv[i], "--no-workload-disruption") == 0)
 			json_object_object_add(over, "allowWorkloadDisruption",
 					       json_object_new_boolean(false));
-		else if (!bandwidth_opt(req, argc, argv, &i))
+		else if (!bandwidth_opt(req, argc, argv, &i) && !tls_opt(req, argv[i]))
 			die(EXIT_FAIL, "source start: unexpected argument \"%s\"", argv[i]);
 	}
 	if (qmp && dom)

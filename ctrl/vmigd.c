@@ -66,6 +66,7 @@ struct options {
 	const char *metrics;
 	enum vm_log_level log_level;
 	bool check_only;
+	int socket_uid, socket_gid;
 	struct conf_text *conf_texts;
 };
 
@@ -149,6 +150,10 @@ static const struct opt_word shapers[] = {
 
 static int opt_log_level(const struct opt *op, const char *arg, const char *where,
 			 struct options *o);
+static int opt_socket_owner(const struct opt *op, const char *arg, const char *where,
+			    struct options *o);
+static int opt_tls_version(const struct opt *op, const char *arg, const char *where,
+			   struct options *o);
 static int opt_config(const struct opt *op, const char *arg, const char *where, struct options *o);
 static int opt_help(const struct opt *op, const char *arg, const char *where, struct options *o);
 static int opt_version(const struct opt *op, const char *arg, const char *where, struct options *o);
@@ -157,8 +162,9 @@ static int opt_version(const struct opt *op, const char *arg, const char *where,
 static const struct opt opts[] = {
 	{ "control", 'c', STR(control), .arg = "PATH", .def = VMIGD_DEFAULT_CONTROL,
 	  .help = "control socket; a second daemon on the same path refuses to start" },
-	{ "listen", 'l', STR(listen), .arg = "ADDR:PORT", .def = "0.0.0.0:0",
-	  .help = "node-hop TCP listener; port 0 picks a free port; IPv6 as [::1]:0" },
+	{ "listen", 'l', STR(listen), .arg = "ADDR:PORT", .def = "[::]:0",
+	  .help = "node-hop TCP listener, and the address of KubeVirt-mode per-port listeners; "
+		  "port 0 picks a free port; [::] is dual stack, 0.0.0.0 where IPv6 is off" },
 	{ "advertise", 'a', STR(advertise), .arg = "ADDR", .flags = OPT_DEF_TEXT,
 	  .def = "the listen address, or the first non-loopback address when listening on a "
 		 "wildcard",
@@ -180,6 +186,21 @@ static const struct opt opts[] = {
 	{ "tls-allow", 0, STR(tls.allow), .arg = "NAMES", .def = XP_TLS_DEFAULT_ALLOW,
 	  .help = "comma-separated CN or SAN names a peer certificate must carry, at most 16; "
 		  "* accepts any the CA signed" },
+	{ "tls-allow-client", 0, STR(tls.allow_clients), .arg = "NAMES", .flags = OPT_DEF_TEXT,
+	  .def = "--tls-allow",
+	  .help = "the names a source's certificate may carry, where they differ from a target's "
+		  "(KubeVirt: kubevirt.io:system:client:migration)" },
+	{ "tls-allow-server", 0, STR(tls.allow_servers), .arg = "NAMES", .flags = OPT_DEF_TEXT,
+	  .def = "--tls-allow",
+	  .help = "the names a target's certificate may carry, where they differ from a source's "
+		  "(KubeVirt: kubevirt.io:system:node:virt-handler)" },
+	{ "tls-min-version", 0, FUNC(opt_tls_version), .arg = "1.2|1.3", .def = "1.2",
+	  .help = "the lowest TLS version spoken (KubeVirt's tlsConfiguration minTLSVersion: "
+		  "VersionTLS12 or VersionTLS13)" },
+	{ "tls-ciphers", 0, STR(tls.ciphers12), .arg = "SUITES", .flags = OPT_DEF_TEXT,
+	  .def = "ECDHE with AES-GCM or ChaCha20-Poly1305",
+	  .help = "TLS 1.2 suites, comma-separated, IANA names as KubeVirt's tlsConfiguration "
+		  "ciphers (TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256) or OpenSSL's" },
 	{ "no-tls-resumption", 0, FLAG(no_tls_resumption), .flags = OPT_DEF_TEXT,
 	  .def = "resumption on",
 	  .help = "do not offer session tickets from earlier connections to the same peer" },
@@ -219,6 +240,9 @@ static const struct opt opts[] = {
 	  .help = "do not read the QEMU stream as it passes (pages, passes, dirty rate)" },
 	{ "keep-cap-at-switchover", 0, FLAG(keep_cap_at_switchover), .flags = OPT_DEF_TEXT,
 	  .def = "lifted", .help = "keep a migration's cap after its VM stopped for switchover" },
+	{ "socket-owner", 0, FUNC(opt_socket_owner), .arg = "UID[:GID]", .def = "107:107",
+	  .help = "owner of a source's sockets (mode 0660) and of migrationproxy/ (0750): "
+		  "KubeVirt's qemu user; -1 leaves them to the daemon" },
 	{ "metrics", 0, STR(metrics), .arg = "ADDR:PORT", .flags = OPT_DEF_TEXT, .def = "off",
 	  .help = "serve Prometheus metrics at http://ADDR:PORT/metrics; port 0 picks a free "
 		  "port" },
@@ -439,6 +463,60 @@ static int opt_log_level(const struct opt *op, const char *arg, const char *wher
 		return 0;
 	fprintf(stderr, "vmigd: %s--%s: use error, warning, info or debug\n", where, op->name);
 	return -EINVAL;
+}
+
+static int parse_id(const char *s, int *ret)
+{
+	char *end;
+	long v;
+
+	if (strcmp(s, "-1") == 0) {
+		*ret = -1;
+		return 0;
+	}
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno || end == s || *end || v < 0 || v > 0x7fffffff)
+		return -EINVAL;
+	*ret = (int)v;
+	return 0;
+}
+
+/* UID[:GID], numeric (a sidecar's passwd need not know KubeVirt's qemu user); GID: UID. */
+static int opt_socket_owner(const struct opt *op, const char *arg, const char *where,
+			    struct options *o)
+{
+	char uid[24];
+	const char *colon = strchr(arg, ':');
+	size_t n = colon ? (size_t)(colon - arg) : strlen(arg);
+
+	if (n < sizeof(uid)) {
+		memcpy(uid, arg, n);
+		uid[n] = '\0';
+		if (parse_id(uid, &o->socket_uid) == 0 &&
+		    parse_id(colon ? colon + 1 : uid, &o->socket_gid) == 0)
+			return 0;
+	}
+	fprintf(stderr, "vmigd: %s--%s: expected UID[:GID] (numbers, or -1), got \"%s\"\n", where,
+		op->name, arg);
+	return -EINVAL;
+}
+
+static int opt_tls_version(const struct opt *op, const char *arg, const char *where,
+			   struct options *o)
+{
+	if (!strcmp(arg, "1.2") || !strcmp(arg, "VersionTLS12"))
+		o->tls.min_version = 12;
+	else if (!strcmp(arg, "1.3") || !strcmp(arg, "VersionTLS13"))
+		o->tls.min_version = 13;
+	else {
+		fprintf(stderr,
+			"vmigd: %s--%s: use 1.2 or 1.3 (or VersionTLS12, VersionTLS13); vmigd speaks "
+			"no older TLS, got \"%s\"\n",
+			where, op->name, arg);
+		return -EINVAL;
+	}
+	return 0;
 }
 
 static int opt_help(const struct opt *op, const char *arg, const char *where, struct options *o)
@@ -740,6 +818,13 @@ static int daemon_configure(struct daemon *d, struct options *o)
 			o->listen);
 		return -EINVAL;
 	}
+	/* As KubeVirt: "::" for both families, "0.0.0.0" where IPv6 is off. */
+	if (pc->listen.ss.ss_family == AF_INET6 && xp_addr_is_wildcard(&pc->listen) &&
+	    !xp_ipv6_available()) {
+		unsigned int port = xp_addr_port(&pc->listen);
+
+		xp_addr_from_host("0.0.0.0", port, &pc->listen);
+	}
 	if (o->advertise) {
 		struct xp_addr a;
 
@@ -778,6 +863,8 @@ static int daemon_configure(struct daemon *d, struct options *o)
 	pc->shaper = o->shaper;
 	pc->inspect = !o->no_inspect;
 	pc->keep_cap_at_switchover = o->keep_cap_at_switchover;
+	pc->socket_uid = o->socket_uid;
+	pc->socket_gid = o->socket_gid;
 	d->drain_timeout_s = o->drain_timeout_s;
 	d->info.tls = d->tls;
 	d->info.control_path = o->control;
@@ -788,14 +875,20 @@ static void log_tls_start(struct daemon *d, const struct options *o)
 {
 	const char *files[5];
 	unsigned int nf = xp_tls_files(d->tls, files);
-	char allow[300] = "";
+	char allow[2][300] = { "", "" };
 	int r;
 
-	for (unsigned int i = 0; xp_tls_allow_list(d->tls, i); i++)
-		snprintf(allow + strlen(allow), sizeof(allow) - strlen(allow), "%s%s", i ? "," : "",
-			 xp_tls_allow_list(d->tls, i));
-	log_info("TLS: generation %u: %s; CA %s; allow %s; resumption %s; kernel kTLS %s",
-		 xp_tls_generation(d->tls), xp_tls_describe(d->tls), o->tls.ca, allow,
+	for (int servers = 0; servers < 2; servers++)
+		for (unsigned int i = 0; xp_tls_allow_list(d->tls, servers, i); i++)
+			snprintf(allow[servers] + strlen(allow[servers]),
+				 sizeof(allow[servers]) - strlen(allow[servers]), "%s%s",
+				 i ? "," : "", xp_tls_allow_list(d->tls, servers, i));
+	/* "allow" is what sources may present; a target's names only where they differ. */
+	log_info("TLS: generation %u: %s; CA %s; allow %s%s%s; min %s; resumption %s; kernel "
+		 "kTLS %s",
+		 xp_tls_generation(d->tls), xp_tls_describe(d->tls), o->tls.ca, allow[0],
+		 strcmp(allow[0], allow[1]) ? "; targets allowed " : "",
+		 strcmp(allow[0], allow[1]) ? allow[1] : "", xp_tls_min_version(d->tls),
 		 o->tls.resumption ? "on" : "off",
 		 xp_tls_kernel_has_ktls() ? (o->tls.ktls ? "used" : "present, off (--no-ktls)")
 					  : "absent: user-space crypto");

@@ -94,6 +94,7 @@ int px_conn_link(struct px_conn *c)
 	c->w = NULL;
 	c->t = NULL;
 	o.cookie = c;
+	o.raw = c->raw;
 	if (n->conf.shaper == PX_SHAPE_BUCKET) {
 		o.bucket[0] = c->m->bucket;
 		o.bucket[1] = n->bucket;
@@ -119,9 +120,9 @@ int px_conn_link(struct px_conn *c)
 	c->m->conns_total++;
 	c->port->conns_total++;
 	n->conns_total++;
-	log_info("migration %s role=%s: port %u connection %u linked %s", c->m->key,
+	log_info("migration %s role=%s: port %u connection %u linked %s wire=%s", c->m->key,
 		 px_role_str(c->m->role), c->port->id, c->seq,
-		 c->tls.describe[0] ? c->tls.describe : "tls=off");
+		 c->tls.describe[0] ? c->tls.describe : "tls=off", c->raw ? "raw" : "vmigd");
 	return 0;
 }
 

@@ -49,7 +49,7 @@ struct px_migration *px_migration_find(struct px_node *n, const char *key, enum 
 	return NULL;
 }
 
-int px_check_key(struct px_node *n, const char *key, enum px_role role, char *err, size_t errlen)
+int px_check_key(struct px_node *n, const char *key, char *err, size_t errlen)
 {
 	if (!px_key_valid(key)) {
 		snprintf(err, errlen,
@@ -60,11 +60,6 @@ int px_check_key(struct px_node *n, const char *key, enum px_role role, char *er
 	if (n->draining) {
 		snprintf(err, errlen, "vmigd is shutting down");
 		return -ESHUTDOWN;
-	}
-	if (px_migration_find(n, key, role)) {
-		snprintf(err, errlen, "migration %s already has a %s listener", key,
-			 px_role_str(role));
-		return -EEXIST;
 	}
 	return 0;
 }
@@ -176,11 +171,26 @@ void px_port_close(struct px_port *p)
 
 	IO(n, watch_del, p->w);
 	p->w = NULL;
-	if (p->lfd >= 0) {
-		IO(n, close_fd, p->lfd, false);
+	if (p->lfd < 0)
+		return;
+	IO(n, close_fd, p->lfd, false);
+	p->lfd = -1;
+	/* A source's socket is its own; a target's path is QEMU's, never removed here. */
+	if (p->m->role == PX_ROLE_SOURCE)
 		unlink(p->path);
-		p->lfd = -1;
+	else
+		px_target_drop_unbound(p);
+}
+
+int px_tls_choose(struct px_node *n, enum px_tls tls, bool *ret, char *err, size_t errlen)
+{
+	if (tls == PX_TLS_ON && !n->conf.tls) {
+		snprintf(err, errlen,
+			 "TLS asked for, but vmigd runs with --no-tls (no certificate to present)");
+		return -ENOTSUP;
 	}
+	*ret = tls == PX_TLS_DEFAULT ? n->conf.tls != NULL : tls == PX_TLS_ON;
+	return 0;
 }
 
 static void migration_unlink(struct px_migration **head, struct px_migration *m)

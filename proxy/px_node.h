@@ -43,6 +43,19 @@ struct px_config {
 	enum px_shaper shaper;
 	bool inspect;		     /* read the QEMU stream as it passes (px_inspect) */
 	bool keep_cap_at_switchover; /* else a migration's cap is lifted once its VM stopped */
+	/* A source's sockets and migrationproxy/: this owner (-1: the daemon's), mode 0660/0750. */
+	int socket_uid, socket_gid;
+};
+
+/* A migration's TLS: the daemon's (on unless --no-tls), or set per migration. */
+enum px_tls { PX_TLS_DEFAULT, PX_TLS_ON, PX_TLS_OFF };
+
+/* What a start asks for besides its key, ports and target. */
+struct px_start {
+	uint64_t cap;  /* bytes/s; 0: none */
+	bool kubevirt; /* target: one TCP listener per logical port, KubeVirt's map */
+	enum px_tls tls;
+	unsigned int delay_first_ms; /* source, tests: hold back each port's first connect */
 };
 
 /* Bytes/s over the last second and the last ten, each way. */
@@ -71,6 +84,9 @@ enum px_role { PX_ROLE_SOURCE, PX_ROLE_TARGET };
 struct px_port_info {
 	uint32_t id;
 	char path[108];
+	/* target in KubeVirt mode: its listener's TCP port; source: the port it dials; else 0 */
+	unsigned int tcp;
+	unsigned int listen, peer_port; /* the same, by role (status), 0 where not */
 	/* filled by px_node_foreach() */
 	uint64_t bytes_tx, bytes_rx;
 	struct px_rates rate;
@@ -84,6 +100,7 @@ struct px_conn_info {
 	const char *cipher;	     /* with tls */
 	const char *crypto;	     /* "user-space", "ktls", "ktls-tx" */
 	bool resumed;		     /* the TLS session was resumed from a ticket */
+	bool raw;		     /* a stock peer's: no preamble, first end of stream ends it */
 	uint64_t bytes_tx, bytes_rx; /* so far, while linked */
 	struct px_rates rate;
 	uint64_t shaped_ms; /* time it waited for tokens */
@@ -115,6 +132,8 @@ struct px_migration_info {
 	bool cap_lifted;    /* at switchover */
 	uint64_t shaped_ms; /* time its connections waited for tokens, summed */
 	const char *mode;   /* "plain", "tls", "ktls" (any connection with kTLS) */
+	bool kubevirt;	    /* per-port listeners (target) or KubeVirt's map (source) */
+	bool tls;	    /* its node hop is TLS */
 	bool inspected;
 	struct px_insp_summary insp;
 };
@@ -144,14 +163,18 @@ const char *px_node_data_path(const struct px_node *n);
 unsigned int px_node_migrations(const struct px_node *n);
 unsigned int px_node_active_conns(const struct px_node *n);
 
-/* All return 0 or -errno with one line for the operator in err. cap: bytes/s, 0: none. */
+/*
+ * All return 0 or -errno with one line for the operator in err. Starts are idempotent, as
+ * KubeVirt's ProxyManager: the same key with the same arguments again changes nothing and
+ * answers the same; with other arguments the old listeners stop (as stop) and new ones start.
+ */
 int px_target_start(struct px_node *n, const char *key, unsigned int nports,
-		    const struct px_port_info *ports, uint64_t cap, struct px_portmap *out,
-		    char *err, size_t errlen);
+		    const struct px_port_info *ports, const struct px_start *opts,
+		    struct px_portmap *out, char *err, size_t errlen);
 int px_target_stop(struct px_node *n, const char *key, char *err, size_t errlen);
-/* out receives the created socket paths, in the order of t->ports. */
+/* out receives the created socket paths (and the ports dialled), in the order of t->ports. */
 int px_source_start(struct px_node *n, const struct px_portmap *t, const char *dir,
-		    unsigned int delay_first_ms, uint64_t cap, struct px_port_info *out, char *err,
+		    const struct px_start *opts, struct px_port_info *out, char *err,
 		    size_t errlen);
 /* Changes a running migration's cap, in every role this node has it in; 0 lifts it. */
 int px_migration_set_cap(struct px_node *n, const char *key, uint64_t cap, char *err,

@@ -5,6 +5,7 @@
 #ifndef PX_PORTMAP_H
 #define PX_PORTMAP_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "px_preamble.h"
@@ -15,9 +16,16 @@
 struct px_portmap {
 	char key[PX_KEY_MAX + 1];
 	char address[PX_HOST_MAX]; /* numeric IPv4 or IPv6 address, no brackets */
-	unsigned int port;	   /* node-hop TCP port */
+	unsigned int port;	   /* the node-hop TCP port all logical ports share; 0: tcp[] */
 	unsigned int nports;
 	uint32_t ports[PX_PORTS_MAX]; /* logical ports */
+	/*
+	 * KubeVirt's form (targetDirectMigrationNodePorts): one TCP port per logical port, which a
+	 * stock peer serves raw, and a vmigd with the preamble once TLS's ALPN says so.
+	 */
+	bool kubevirt;
+	uint32_t tcp[PX_PORTS_MAX];
+	bool tls; /* what the target answers: its node hop for this migration is TLS */
 };
 
 /* Parses a logical port id ("49152"): 0 or -EINVAL; *ret written only on success. */

@@ -37,6 +37,7 @@ enum conn_state {
 	C_SRC_HANDSHAKE, /* TLS handshake with the target */
 	C_SRC_SEND,	 /* writing the preamble */
 	C_SRC_REPLY,	 /* waiting for the target's reply */
+	C_SRC_AWAIT,	 /* raw, TLS 1.3: waiting for the server's first record */
 	C_TGT_HANDSHAKE, /* TLS handshake with the source */
 	C_TGT_PREAMBLE,	 /* reading the preamble */
 	C_TGT_PARKED,	 /* waiting for its predecessors */
@@ -48,10 +49,13 @@ struct px_conn {
 	struct px_node *n;
 	struct px_migration *m; /* NULL for a target connection before its preamble */
 	struct px_port *port;
+	/* target, before m is known: the port whose own listener (KubeVirt mode) accepted it */
+	struct px_port *lport;
 	uint32_t seq;
 	enum conn_state st;
-	int lfd;		 /* local unix socket, -1 until there is one */
-	struct xp_conn *hop;	 /* node hop while set up; NULL once linked (the data path's) */
+	bool raw;	     /* a stock peer's connection: no preamble, no order, stock teardown */
+	int lfd;	     /* local unix socket, -1 until there is one */
+	struct xp_conn *hop; /* node hop while set up; NULL once linked (the data path's) */
 	struct xp_conn_info tls; /* after the handshake: what it runs on */
 	struct xp_watch *w;
 	struct xp_timer *t;
@@ -69,8 +73,10 @@ struct px_port {
 	struct px_migration *m;
 	uint32_t id;
 	char path[108];
-	int lfd; /* source: the unix listener */
+	int lfd; /* source: the unix listener; target in KubeVirt mode: its own TCP listener */
 	struct xp_watch *w;
+	unsigned int tcp;	/* target: lfd's TCP port; source: the port it dials */
+	struct xp_addr peer;	/* source: where it dials */
 	uint32_t next_seq;	/* source: next sequence number to hand out */
 	struct px_order *order; /* target */
 	uint64_t bytes[2];	/* of its ended connections */
@@ -82,6 +88,10 @@ struct px_migration {
 	struct px_node *n;
 	char key[PX_KEY_MAX + 1];
 	enum px_role role;
+	bool kubevirt;		  /* target: per-port listeners; source: given KubeVirt's map */
+	bool tls;		  /* its node hop is TLS */
+	struct px_start opts;	  /* as started: an identical start again changes nothing */
+	struct px_portmap target; /* source: the map it was given */
 	unsigned int nports;
 	struct px_port ports[PX_PORTS_MAX];
 	struct xp_addr peer;
@@ -179,7 +189,7 @@ struct px_migration *px_migration_new(struct px_node *n, const char *key, enum p
 void px_migration_discard(struct px_migration *m);
 struct px_migration *px_migration_find(struct px_node *n, const char *key, enum px_role role);
 /* Checks of start's arguments: 0 or -errno with one line for the operator in err. */
-int px_check_key(struct px_node *n, const char *key, enum px_role role, char *err, size_t errlen);
+int px_check_key(struct px_node *n, const char *key, char *err, size_t errlen);
 int px_check_path(const char *path, char *err, size_t errlen);
 int px_check_ports(unsigned int nports, const uint32_t *ids, char *err, size_t errlen);
 /* Fails it once: logs why and cuts every connection. */
@@ -193,9 +203,16 @@ void px_migration_stop(struct px_migration *m);
 void px_port_close(struct px_port *p);
 const char *px_cap_note(uint64_t cap, char *buf, size_t len);
 
+/* The migration's TLS as asked for, checked against the daemon's; 0 or -errno with err. */
+int px_tls_choose(struct px_node *n, enum px_tls tls, bool *ret, char *err, size_t errlen);
+
 /* px_source.c, px_target.c: the roles */
 void px_source_accept(struct xp_watch *w, int lfd, uint32_t events, void *arg);
+/* The node-hop listener's (lport NULL), or a KubeVirt-mode port's own. */
 void px_target_accept(struct xp_watch *w, int lfd, uint32_t events, void *arg);
+void px_target_accept_port(struct xp_watch *w, int lfd, uint32_t events, void *arg);
+/* Drops the unbound connections a KubeVirt-mode port's listener accepted. */
+void px_target_drop_unbound(struct px_port *p);
 
 /* px_caps.c: caps, node shares and pacing */
 void px_migration_apply_limit(struct px_migration *m, uint64_t limit);

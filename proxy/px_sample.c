@@ -141,9 +141,9 @@ static void rates_of(const struct vm_rate r[2], struct px_rates *out)
 static const char *const state_names[] = {
 	[C_SRC_DELAY] = "delayed",	 [C_SRC_CONNECT] = "connecting",
 	[C_SRC_HANDSHAKE] = "handshake", [C_SRC_SEND] = "preamble",
-	[C_SRC_REPLY] = "waiting-reply", [C_TGT_HANDSHAKE] = "handshake",
-	[C_TGT_PREAMBLE] = "preamble",	 [C_TGT_PARKED] = "parked",
-	[C_LINKED] = "linked",
+	[C_SRC_REPLY] = "waiting-reply", [C_SRC_AWAIT] = "waiting-server",
+	[C_TGT_HANDSHAKE] = "handshake", [C_TGT_PREAMBLE] = "preamble",
+	[C_TGT_PARKED] = "parked",	 [C_LINKED] = "linked",
 };
 
 /* One connection's entry; its live figures also go into the migration's and its port's. */
@@ -179,6 +179,7 @@ static void conn_info(struct px_migration *m, struct px_conn *c, struct px_migra
 	i->cipher = c->tls.cipher;
 	i->crypto = c->tls.crypto;
 	i->resumed = c->tls.resumed;
+	i->raw = c->raw;
 	i->bytes_tx = b[0];
 	i->bytes_rx = b[1];
 	rates_of(c->rate, &i->rate);
@@ -211,7 +212,9 @@ void px_node_foreach(struct px_node *n, px_migration_fn fn, void *arg)
 			.cap = m->cap,
 			.limit = m->limit,
 			.cap_lifted = m->cap_lifted,
-			.mode = n->conf.tls ? "tls" : "plain",
+			.mode = m->tls ? "tls" : "plain",
+			.kubevirt = m->kubevirt,
+			.tls = m->tls,
 			.inspected = n->conf.inspect,
 			.insp = m->insp_done,
 		};
@@ -222,6 +225,11 @@ void px_node_foreach(struct px_node *n, px_migration_fn fn, void *arg)
 			struct px_port_info *pi = &mi.ports[i];
 
 			pi->id = m->ports[i].id;
+			pi->tcp = m->ports[i].tcp;
+			if (m->role == PX_ROLE_SOURCE)
+				pi->peer_port = pi->tcp;
+			else
+				pi->listen = pi->tcp;
 			strcpy(pi->path, m->ports[i].path);
 			pi->bytes_tx = m->ports[i].bytes[0];
 			pi->bytes_rx = m->ports[i].bytes[1];

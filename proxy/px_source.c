@@ -8,9 +8,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "px_private.h"
+
+/*
+ * Raw over TLS 1.3: how long a source waits for a stock target's first record (its session
+ * ticket, or the alert that refuses our certificate) before it relays anyway. A Go server sends
+ * its ticket at once; one that sends none costs this much once per connection.
+ */
+#define RAW_AWAIT_MS 1000
 
 static void src_error(struct px_conn *c, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
@@ -24,16 +32,23 @@ static void src_error(struct px_conn *c, const char *fmt, ...)
 	va_end(ap);
 	c->m->conns_failed++;
 	log_err("migration %s role=source: port %u connection %u to %s: %s", c->m->key, c->port->id,
-		c->seq, c->m->peer_str, msg);
+		c->seq, c->peer, msg);
 	px_conn_release(c);
 }
+
+static void src_link(struct px_conn *c);
 
 static void src_timeout(void *arg)
 {
 	struct px_conn *c = arg;
 
 	c->t = NULL;
-	if (c->st == C_SRC_HANDSHAKE)
+	if (c->st == C_SRC_AWAIT) {
+		log_debug("migration %s role=source: port %u connection %u: no record from %s "
+			  "within %d ms of the handshake; relaying",
+			  c->m->key, c->port->id, c->seq, c->peer, RAW_AWAIT_MS);
+		src_link(c);
+	} else if (c->st == C_SRC_HANDSHAKE)
 		src_error(c,
 			  "TLS refused (handshake-timeout): no complete handshake within %llu ms",
 			  (unsigned long long)c->n->conf.handshake_timeout_ms);
@@ -121,6 +136,37 @@ static void src_start_send(struct px_conn *c)
 	src_send(c);
 }
 
+static void src_link(struct px_conn *c)
+{
+	int r = px_conn_link(c);
+
+	if (r < 0)
+		src_error(c, "cannot hand to the data path: %s", strerror(-r));
+}
+
+/* Raw: relay once the server's first record is in (TLS 1.3), or at once. */
+static void src_await(struct px_conn *c)
+{
+	struct xp_conn_why why;
+	uint32_t ev = EPOLLIN;
+	int r;
+
+	r = IO(c->n, await_server, c->hop, &ev);
+	if (r == -EAGAIN) {
+		src_set_wait(c, C_SRC_AWAIT, ev, RAW_AWAIT_MS);
+		return;
+	}
+	if (r < 0) {
+		IO(c->n, why, c->hop, r, &why);
+		if (why.token)
+			src_error(c, "TLS refused (%s): %s", why.token, why.detail);
+		else
+			src_error(c, "after the handshake: %s", strerror(-r));
+		return;
+	}
+	src_link(c);
+}
+
 /* Connected: TLS first when configured (done at once in plain text), then the preamble. */
 static void src_handshake(struct px_conn *c)
 {
@@ -128,7 +174,7 @@ static void src_handshake(struct px_conn *c)
 	uint32_t ev = EPOLLIN;
 	int r;
 
-	r = IO(c->n, handshake, c->hop, false, &ev);
+	r = IO(c->n, handshake, c->hop, c->m->tls ? XP_HS_TLS : 0, &ev);
 	if (r == -EAGAIN) {
 		src_set_wait(c, C_SRC_HANDSHAKE, ev, c->n->conf.handshake_timeout_ms);
 		return;
@@ -146,7 +192,12 @@ static void src_handshake(struct px_conn *c)
 		return;
 	}
 	IO(c->n, conn_info, c->hop, &c->tls);
-	src_start_send(c);
+	/* KubeVirt's map and no vmigd on the far side (no ALPN): a stock peer, raw. */
+	c->raw = c->m->kubevirt && !c->tls.vmigd;
+	if (c->raw)
+		src_await(c);
+	else
+		src_start_send(c);
 }
 
 static void src_read_reply(struct px_conn *c)
@@ -188,9 +239,7 @@ static void src_read_reply(struct px_conn *c)
 		src_error(c, "refused by the target: %s", px_status_str(st));
 		return;
 	}
-	r = px_conn_link(c);
-	if (r < 0)
-		src_error(c, "cannot hand to the data path: %s", strerror(-r));
+	src_link(c);
 }
 
 static void src_io(struct xp_watch *w, int fd, uint32_t events, void *arg)
@@ -216,6 +265,9 @@ static void src_io(struct xp_watch *w, int fd, uint32_t events, void *arg)
 	case C_SRC_REPLY:
 		src_read_reply(c);
 		return;
+	case C_SRC_AWAIT:
+		src_await(c);
+		return;
 	default:
 		return;
 	}
@@ -223,7 +275,7 @@ static void src_io(struct xp_watch *w, int fd, uint32_t events, void *arg)
 
 static void src_connect(struct px_conn *c)
 {
-	int r = IO(c->n, connect, &c->m->peer, c->m->peer_str, &c->hop);
+	int r = IO(c->n, connect, &c->port->peer, c->m->peer_str, &c->hop);
 
 	if (r < 0) {
 		src_error(c, "connect: %s", strerror(-r));
@@ -275,7 +327,7 @@ void px_source_accept(struct xp_watch *w, int lfd, uint32_t events, void *arg)
 		c->port = port;
 		c->lfd = fd;
 		c->seq = port->next_seq++;
-		snprintf(c->peer, sizeof(c->peer), "%s", m->peer_str);
+		xp_addr_format(&port->peer, c->peer, sizeof(c->peer));
 		px_conn_list_add(&m->conns, c);
 		m->conns_active++;
 		if (c->seq == 0 && m->delay_first_ms) {
@@ -299,21 +351,90 @@ static int make_socket_path(const char *dir, const char *key, uint32_t port, cha
 	return r < (int)len ? 0 : -ENAMETOOLONG;
 }
 
-int px_source_start(struct px_node *n, const struct px_portmap *t, const char *dir,
-		    unsigned int delay_first_ms, uint64_t cap, struct px_port_info *out, char *err,
-		    size_t errlen)
+/* Whether a running source was started with exactly this target, directory and options. */
+static bool same_source(const struct px_migration *m, const struct px_portmap *t, const char *dir,
+			const struct px_start *o, bool tls)
 {
-	char sub[4096], note[64];
-	struct px_migration *m;
-	struct stat st;
+	char path[sizeof(m->ports[0].path)];
+
+	if (m->tls != tls || m->opts.cap != o->cap || m->kubevirt != t->kubevirt ||
+	    strcmp(m->target.address, t->address) || m->target.port != t->port ||
+	    m->nports != t->nports)
+		return false;
+	for (unsigned int i = 0; i < t->nports; i++) {
+		if (m->ports[i].id != t->ports[i] || m->target.tcp[i] != t->tcp[i] ||
+		    make_socket_path(dir, t->key, t->ports[i], path, sizeof(path)) < 0 ||
+		    strcmp(path, m->ports[i].path))
+			return false;
+	}
+	return true;
+}
+
+/* A path a live source migration (not except) listens on: two keys can name the same file
+ * ("col" port 1 and "col-1" port 0), and the second must not take the first one's socket. */
+static const struct px_port *path_served(const struct px_node *n, const char *path,
+					 const struct px_migration *except)
+{
+	for (const struct px_migration *m = n->migrations; m; m = m->next) {
+		if (m == except || m->role != PX_ROLE_SOURCE)
+			continue;
+		for (unsigned int i = 0; i < m->nports; i++)
+			if (m->ports[i].lfd >= 0 && !strcmp(m->ports[i].path, path))
+				return &m->ports[i];
+	}
+	return NULL;
+}
+
+/* migrationproxy/: made if missing, then its owner and mode whatever the umask said. */
+static int socket_dir(struct px_node *n, const char *sub, char *err, size_t errlen)
+{
 	int r;
 
-	r = px_check_key(n, t->key, PX_ROLE_SOURCE, err, errlen);
+	if (mkdir(sub, 0750) < 0 && errno != EEXIST) {
+		r = -errno;
+		snprintf(err, errlen, "cannot create %.200s: %s", sub, strerror(errno));
+		return r;
+	}
+	if (chmod(sub, 0750) < 0 || ((n->conf.socket_uid >= 0 || n->conf.socket_gid >= 0) &&
+				     chown(sub, n->conf.socket_uid, n->conf.socket_gid) < 0)) {
+		r = -errno;
+		snprintf(err, errlen, "cannot give %.200s to %d:%d, mode 0750: %s", sub,
+			 n->conf.socket_uid, n->conf.socket_gid, strerror(errno));
+		return r;
+	}
+	return 0;
+}
+
+int px_source_start(struct px_node *n, const struct px_portmap *t, const char *dir,
+		    const struct px_start *opts, struct px_port_info *out, char *err, size_t errlen)
+{
+	struct xp_unix_owner owner = { .uid = n->conf.socket_uid,
+				       .gid = n->conf.socket_gid,
+				       .mode = 0660 };
+	char sub[4096], note[64];
+	struct px_migration *m, *old;
+	struct stat st;
+	bool tls;
+	int r;
+
+	r = px_check_key(n, t->key, err, errlen);
 	if (r < 0)
 		return r;
 	r = px_check_ports(t->nports, t->ports, err, errlen);
 	if (r < 0)
 		return r;
+	r = px_tls_choose(n, opts->tls, &tls, err, errlen);
+	if (r < 0)
+		return r;
+	if (tls) {
+		struct xp_io_info info = { 0 };
+
+		IO(n, info, &info);
+		if (info.tls_client_problem) {
+			snprintf(err, errlen, "%s", info.tls_client_problem);
+			return -EINVAL;
+		}
+	}
 	if (dir[0] != '/' || stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
 		snprintf(err, errlen, "directory %.200s does not exist (give an absolute path)",
 			 dir);
@@ -323,11 +444,18 @@ int px_source_start(struct px_node *n, const struct px_portmap *t, const char *d
 		snprintf(err, errlen, "directory path too long");
 		return -ENAMETOOLONG;
 	}
-	if (mkdir(sub, 0755) < 0 && errno != EEXIST) {
-		r = -errno;
-		snprintf(err, errlen, "cannot create %.200s: %s", sub, strerror(errno));
-		return r;
+	old = px_migration_find(n, t->key, PX_ROLE_SOURCE);
+	if (old && same_source(old, t, dir, opts, tls)) {
+		for (unsigned int i = 0; i < old->nports; i++) {
+			out[i].id = old->ports[i].id;
+			out[i].tcp = old->ports[i].tcp;
+			strcpy(out[i].path, old->ports[i].path);
+		}
+		return 0;
 	}
+	r = socket_dir(n, sub, err, errlen);
+	if (r < 0)
+		return r;
 	m = px_migration_new(n, t->key, PX_ROLE_SOURCE);
 	if (!m) {
 		snprintf(err, errlen, "out of memory");
@@ -338,14 +466,24 @@ int px_source_start(struct px_node *n, const struct px_portmap *t, const char *d
 		snprintf(err, errlen, "bad target address %s", t->address);
 		goto fail;
 	}
-	xp_addr_format(&m->peer, m->peer_str, sizeof(m->peer_str));
-	m->delay_first_ms = delay_first_ms;
+	if (t->kubevirt)
+		xp_addr_host(&m->peer, m->peer_str, sizeof(m->peer_str));
+	else
+		xp_addr_format(&m->peer, m->peer_str, sizeof(m->peer_str));
+	m->kubevirt = t->kubevirt;
+	m->tls = tls;
+	m->opts = *opts;
+	m->target = *t;
+	m->delay_first_ms = opts->delay_first_ms;
 	m->nports = t->nports;
-	px_migration_set_cap_now(m, cap);
+	px_migration_set_cap_now(m, opts->cap);
 	for (unsigned int i = 0; i < t->nports; i++) {
 		struct px_port *p = &m->ports[i];
+		const struct px_port *taken;
 
 		p->id = t->ports[i];
+		p->tcp = t->kubevirt ? t->tcp[i] : t->port;
+		xp_addr_from_host(t->address, p->tcp, &p->peer);
 		r = make_socket_path(dir, t->key, p->id, p->path, sizeof(p->path));
 		if (r < 0) {
 			snprintf(err, errlen,
@@ -353,7 +491,26 @@ int px_source_start(struct px_node *n, const struct px_portmap *t, const char *d
 				 sizeof(p->path) - 1, dir);
 			goto fail;
 		}
-		r = IO(n, listen_unix, p->path, &p->lfd);
+		taken = path_served(n, p->path, old);
+		if (taken) {
+			snprintf(err, errlen,
+				 "socket %.100s is served by migration %.100s (port %u)", p->path,
+				 taken->m->key, taken->id);
+			r = -EEXIST;
+			goto fail;
+		}
+	}
+	/* Only now, once the new one can start: the old listeners go (as stop). */
+	if (old) {
+		log_warn("migration %s role=source: started again with another target or options; "
+			 "the old listeners stop",
+			 t->key);
+		px_migration_stop(old);
+	}
+	for (unsigned int i = 0; i < t->nports; i++) {
+		struct px_port *p = &m->ports[i];
+
+		r = IO(n, listen_unix, p->path, &owner, &p->lfd);
 		if (r < 0) {
 			snprintf(err, errlen, "cannot listen on %s: %s", p->path,
 				 r == -EEXIST ? "a file that is not a socket is in the way"
@@ -366,13 +523,18 @@ int px_source_start(struct px_node *n, const struct px_portmap *t, const char *d
 			goto fail;
 		}
 		out[i].id = p->id;
+		out[i].tcp = p->tcp;
 		strcpy(out[i].path, p->path);
 	}
 	m->next = n->migrations;
 	n->migrations = m;
-	log_info("migration %s role=source start ports=%u%s target=%s sockets=%s%s%s", t->key,
-		 m->ports[0].id, m->nports > 1 ? ",..." : "", m->peer_str, m->ports[0].path,
-		 m->nports > 1 ? ",..." : "", px_cap_note(cap, note, sizeof(note)));
+	log_info("migration %s role=source start ports=%u%s target=%s%s sockets=%s%s%s%s", t->key,
+		 m->ports[0].id, m->nports > 1 ? ",..." : "", m->peer_str,
+		 m->kubevirt ? " kubevirt" : "", m->ports[0].path, m->nports > 1 ? ",..." : "",
+		 tls == (n->conf.tls != NULL) ? ""
+		 : tls			      ? " tls=on"
+					      : " tls=off",
+		 px_cap_note(opts->cap, note, sizeof(note)));
 	return 0;
 
 fail:

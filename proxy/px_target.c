@@ -108,13 +108,14 @@ static void tgt_dispatch(struct px_conn *c, const struct px_preamble *p)
 	struct px_port *port = NULL;
 	enum px_status st;
 
-	m = px_migration_find(n, p->key, PX_ROLE_TARGET);
-	if (!m) {
+	/* A port's own listener serves that port of that migration only. */
+	m = c->lport ? c->lport->m : px_migration_find(n, p->key, PX_ROLE_TARGET);
+	if (!m || strcmp(m->key, p->key)) {
 		tgt_reject(c, n->draining ? PX_ERR_SHUTDOWN : PX_ERR_UNKNOWN_KEY, p->key);
 		return;
 	}
 	for (unsigned int i = 0; i < m->nports; i++)
-		if (m->ports[i].id == p->port)
+		if (m->ports[i].id == p->port && (!c->lport || c->lport == &m->ports[i]))
 			port = &m->ports[i];
 	if (!port) {
 		tgt_reject(c, PX_ERR_UNKNOWN_PORT, p->key);
@@ -251,13 +252,90 @@ static void tgt_start_preamble(struct px_conn *c)
 	tgt_read(c);
 }
 
+/*
+ * A stock peer's connection on a port's own listener: no preamble, no order. The local socket
+ * is opened at once (NBD's server speaks first: nothing may wait for the peer's bytes).
+ */
+static void tgt_raw(struct px_conn *c)
+{
+	struct px_node *n = c->n;
+	struct px_port *port = c->lport;
+	struct px_migration *m = port->m;
+	int r;
+
+	if (m->failed || n->draining) {
+		log_warn("migration %s role=target: port %u: a raw connection from %s refused: %s",
+			 m->key, port->id, c->peer,
+			 n->draining ? "shutting down" : "the migration has failed");
+		px_conn_release(c);
+		return;
+	}
+	if (m->conns_active >= n->conf.max_migration_conns) {
+		log_err("migration %s role=target: port %u raw connection from %s refused "
+			"(migration-conn-limit): %u connections already (--max-migration-conns)",
+			m->key, port->id, c->peer, m->conns_active);
+		px_conn_release(c);
+		px_migration_fail(m, "more than %u connections (--max-migration-conns)",
+				  n->conf.max_migration_conns);
+		return;
+	}
+	IO(n, watch_del, c->w);
+	IO(n, timer_del, c->t);
+	c->w = NULL;
+	c->t = NULL;
+	px_conn_list_del(&n->unbound, c);
+	n->nunbound--;
+	c->m = m;
+	c->port = port;
+	c->lport = NULL;
+	c->seq = port->next_seq++;
+	c->raw = true;
+	c->st = C_TGT_PARKED;
+	px_conn_list_add(&m->conns, c);
+	m->conns_active++;
+	r = IO(n, connect_local, port->path, LOCAL_CONNECT_TIMEOUT_MS, &c->lfd);
+	if (r < 0) {
+		m->conns_failed++;
+		log_err("migration %s role=target: port %u raw connection %u from %s: connect to "
+			"%s: %s",
+			m->key, port->id, c->seq, c->peer, port->path, strerror(-r));
+		px_conn_release(c);
+		return;
+	}
+	r = px_conn_link(c);
+	if (r < 0) {
+		m->conns_failed++;
+		log_err("migration %s role=target: port %u raw connection %u: data path: %s",
+			m->key, port->id, c->seq, strerror(-r));
+		px_conn_release(c);
+	}
+}
+
+/* Authenticated (or plain text): a vmigd peer sends its preamble, a stock one relays raw. */
+static void tgt_authenticated(struct px_conn *c)
+{
+	IO(c->n, conn_info, c->hop, &c->tls);
+	if (c->lport && !c->tls.vmigd)
+		tgt_raw(c);
+	else
+		tgt_start_preamble(c);
+}
+
+/* TLS on the shared node-hop port is the daemon's; on a port's own, its migration's. */
+static unsigned int tgt_hs_flags(const struct px_conn *c)
+{
+	bool tls = c->lport ? c->lport->m->tls : c->n->conf.tls != NULL;
+
+	return XP_HS_SERVER | (tls ? XP_HS_TLS : 0);
+}
+
 static void tgt_handshake(struct px_conn *c)
 {
 	struct xp_conn_why why;
 	uint32_t ev = EPOLLIN;
 	int r;
 
-	r = IO(c->n, handshake, c->hop, true, &ev);
+	r = IO(c->n, handshake, c->hop, tgt_hs_flags(c), &ev);
 	if (r == -EAGAIN) {
 		if (IO(c->n, watch_mod, c->w, ev) < 0)
 			px_conn_release(c);
@@ -274,8 +352,7 @@ static void tgt_handshake(struct px_conn *c)
 		px_conn_release(c);
 		return;
 	}
-	IO(c->n, conn_info, c->hop, &c->tls);
-	tgt_start_preamble(c);
+	tgt_authenticated(c);
 }
 
 static void tgt_io(struct xp_watch *w, int fd, uint32_t events, void *arg)
@@ -307,9 +384,9 @@ static bool tgt_admit(struct px_node *n, const char *peer)
 	return false;
 }
 
-void px_target_accept(struct xp_watch *w, int lfd, uint32_t events, void *arg)
+/* lport: the KubeVirt-mode port whose own listener lfd is, NULL for the node-hop listener. */
+static void tgt_accept_on(struct px_node *n, int lfd, struct px_port *lport)
 {
-	struct px_node *n = arg;
 	struct xp_conn *hop;
 	char peer[80];
 	int r;
@@ -330,6 +407,7 @@ void px_target_accept(struct xp_watch *w, int lfd, uint32_t events, void *arg)
 		c->n = n;
 		c->hop = hop;
 		c->lfd = -1;
+		c->lport = lport;
 		strcpy(c->peer, peer);
 		px_conn_list_add(&n->unbound, c);
 		n->nunbound++;
@@ -338,9 +416,8 @@ void px_target_accept(struct xp_watch *w, int lfd, uint32_t events, void *arg)
 			px_conn_release(c);
 			continue;
 		}
-		if (!n->conf.tls) {
-			IO(n, conn_info, c->hop, &c->tls);
-			tgt_start_preamble(c);
+		if (!(tgt_hs_flags(c) & XP_HS_TLS)) {
+			tgt_authenticated(c);
 			continue;
 		}
 		c->st = C_TGT_HANDSHAKE;
@@ -353,20 +430,109 @@ void px_target_accept(struct xp_watch *w, int lfd, uint32_t events, void *arg)
 		tgt_handshake(c);
 	}
 	if (r != -EAGAIN && r != -EINTR && r != -ECONNABORTED)
-		log_err("node hop: accept: %s", strerror(-r));
+		log_err("node hop%s: accept: %s", lport ? " (a port's own listener)" : "",
+			strerror(-r));
+}
+
+void px_target_accept(struct xp_watch *w, int lfd, uint32_t events, void *arg)
+{
+	tgt_accept_on(arg, lfd, NULL);
+}
+
+void px_target_accept_port(struct xp_watch *w, int lfd, uint32_t events, void *arg)
+{
+	struct px_port *port = arg;
+
+	tgt_accept_on(port->m->n, lfd, port);
+}
+
+void px_target_drop_unbound(struct px_port *p)
+{
+	struct px_node *n = p->m->n;
+	struct px_conn *c = n->unbound, *next;
+
+	for (; c; c = next) {
+		next = c->next;
+		if (c->lport == p)
+			px_conn_free(c);
+	}
+}
+
+/* Whether a running target was started with exactly these arguments (ports as a set). */
+static bool same_target(const struct px_migration *m, unsigned int nports,
+			const struct px_port_info *ports, const struct px_start *o, bool tls)
+{
+	if (m->nports != nports || m->kubevirt != o->kubevirt || m->tls != tls ||
+	    m->opts.cap != o->cap)
+		return false;
+	for (unsigned int i = 0; i < nports; i++) {
+		unsigned int j;
+
+		for (j = 0; j < m->nports; j++)
+			if (m->ports[j].id == ports[i].id &&
+			    !strcmp(m->ports[j].path, ports[i].path))
+				break;
+		if (j == m->nports)
+			return false;
+	}
+	return true;
+}
+
+/* What target start answers: vmigd's own form, or KubeVirt's map of per-port listeners. */
+static void target_map(const struct px_migration *m, struct px_portmap *out)
+{
+	struct px_node *n = m->n;
+
+	memset(out, 0, sizeof(*out));
+	strcpy(out->key, m->key);
+	strcpy(out->address, n->advertise);
+	out->kubevirt = m->kubevirt;
+	out->tls = m->tls;
+	out->port = m->kubevirt ? 0 : xp_addr_port(&n->bound);
+	out->nports = m->nports;
+	for (unsigned int i = 0; i < m->nports; i++) {
+		out->ports[i] = m->ports[i].id;
+		out->tcp[i] = m->ports[i].tcp;
+	}
+}
+
+/* KubeVirt mode: each port gets a listener of its own, on the node hop's address, any port. */
+static int listen_ports(struct px_migration *m, char *err, size_t errlen)
+{
+	struct px_node *n = m->n;
+	int r;
+
+	for (unsigned int i = 0; i < m->nports; i++) {
+		struct px_port *p = &m->ports[i];
+		struct xp_addr a = n->bound, bound;
+
+		xp_addr_set_port(&a, 0);
+		r = IO(n, listen_tcp, &a, &p->lfd, &bound);
+		if (r < 0) {
+			snprintf(err, errlen, "cannot listen for port %u: %s", p->id, strerror(-r));
+			return r;
+		}
+		p->tcp = xp_addr_port(&bound);
+		r = IO(n, watch_add, p->lfd, EPOLLIN, px_target_accept_port, p, &p->w);
+		if (r < 0) {
+			snprintf(err, errlen, "out of memory");
+			return r;
+		}
+	}
+	return 0;
 }
 
 int px_target_start(struct px_node *n, const char *key, unsigned int nports,
-		    const struct px_port_info *ports, uint64_t cap, struct px_portmap *out,
-		    char *err, size_t errlen)
+		    const struct px_port_info *ports, const struct px_start *opts,
+		    struct px_portmap *out, char *err, size_t errlen)
 {
-	struct px_portmap t = { 0 };
-	struct px_migration *m;
+	struct px_migration *m, *old;
 	uint32_t ids[PX_PORTS_MAX] = { 0 };
 	char list[PX_PORTS_MAX * 120] = "", note[64];
+	bool tls;
 	int r;
 
-	r = px_check_key(n, key, PX_ROLE_TARGET, err, errlen);
+	r = px_check_key(n, key, err, errlen);
 	if (r < 0)
 		return r;
 	for (unsigned int i = 0; i < nports && i < PX_PORTS_MAX; i++)
@@ -379,11 +545,36 @@ int px_target_start(struct px_node *n, const char *key, unsigned int nports,
 		if (r < 0)
 			return r;
 	}
+	r = px_tls_choose(n, opts->tls, &tls, err, errlen);
+	if (r < 0)
+		return r;
+	if (!opts->kubevirt && tls != (n->conf.tls != NULL)) {
+		snprintf(err, errlen,
+			 "TLS %s for this migration needs per-port listeners (--kubevirt): the "
+			 "shared "
+			 "node-hop port is %s",
+			 tls ? "on" : "off", n->conf.tls ? "TLS" : "plain text (--no-tls)");
+		return -EINVAL;
+	}
+	old = px_migration_find(n, key, PX_ROLE_TARGET);
+	if (old && same_target(old, nports, ports, opts, tls)) {
+		target_map(old, out);
+		return 0;
+	}
+	if (old) {
+		log_warn("migration %s role=target: started again with other arguments; the old "
+			 "listeners stop",
+			 key);
+		px_migration_stop(old);
+	}
 	m = px_migration_new(n, key, PX_ROLE_TARGET);
 	if (!m)
 		goto fail_nomem;
 	m->nports = nports;
-	px_migration_set_cap_now(m, cap);
+	m->kubevirt = opts->kubevirt;
+	m->tls = tls;
+	m->opts = *opts;
+	px_migration_set_cap_now(m, opts->cap);
 	for (unsigned int i = 0; i < nports; i++) {
 		struct px_port *p = &m->ports[i];
 		size_t used = strlen(list);
@@ -394,20 +585,31 @@ int px_target_start(struct px_node *n, const char *key, unsigned int nports,
 				 &p->order);
 		if (r < 0)
 			goto fail_free;
-		t.ports[i] = p->id;
 		snprintf(list + used, sizeof(list) - used, "%s%u=%s", i ? "," : "", p->id, p->path);
 	}
-	strcpy(t.key, key);
-	strcpy(t.address, n->advertise);
-	t.port = xp_addr_port(&n->bound);
-	t.nports = nports;
+	if (m->kubevirt) {
+		r = listen_ports(m, err, errlen);
+		if (r < 0)
+			goto fail_listen;
+	}
 	m->next = n->migrations;
 	n->migrations = m;
-	log_info("migration %s role=target start ports=%s%s", key, list,
-		 px_cap_note(cap, note, sizeof(note)));
-	*out = t;
+	target_map(m, out);
+	log_info("migration %s role=target start ports=%s%s%s%s", key, list,
+		 m->kubevirt ? " kubevirt" : "",
+		 tls == (n->conf.tls != NULL) ? ""
+		 : tls			      ? " tls=on"
+					      : " tls=off",
+		 px_cap_note(opts->cap, note, sizeof(note)));
 	return 0;
 
+fail_listen:
+	for (unsigned int i = 0; i < nports; i++)
+		px_port_close(&m->ports[i]);
+	for (unsigned int i = 0; i < nports; i++)
+		px_order_free(m->ports[i].order);
+	px_migration_discard(m);
+	return r;
 fail_free:
 	for (unsigned int i = 0; i < nports; i++)
 		px_order_free(m->ports[i].order);

@@ -87,6 +87,7 @@ static void io_info(void *arg, struct xp_io_info *out)
 	struct xp_io *io = arg;
 
 	out->threads = io->pool ? xp_pool_threads(io->pool) : 0;
+	out->tls_client_problem = io->tls ? xp_tls_client_problem(io->tls) : NULL;
 	if (io->tls)
 		out->data_path =
 			xp_tls_ktls_enabled(io->tls) ? "io_uring+ktls" : "io_uring+openssl";
@@ -100,9 +101,10 @@ static int io_listen_tcp(void *io, const struct xp_addr *a, int *ret_fd, struct 
 	return xp_tcp_listen(a, 1024, ret_fd, bound);
 }
 
-static int io_listen_unix(void *io, const char *path, int *ret_fd)
+static int io_listen_unix(void *io, const char *path, const struct xp_unix_owner *owner,
+			  int *ret_fd)
 {
-	return xp_unix_listen(path, 128, ret_fd);
+	return xp_unix_listen(path, 128, owner, ret_fd);
 }
 
 static struct io_conn *conn_new(int fd)
@@ -174,15 +176,18 @@ static uint32_t want_events(enum xp_tls_want want, uint32_t otherwise)
 					  : otherwise;
 }
 
-static int io_handshake(void *arg, struct xp_conn *c, bool server, uint32_t *events)
+static int io_handshake(void *arg, struct xp_conn *c, unsigned int flags, uint32_t *events)
 {
 	struct xp_io *io = arg;
 	struct io_conn *ic = IO_CONN(c);
 	enum xp_tls_want want = XP_TLS_WANT_NONE;
+	bool server = flags & XP_HS_SERVER;
 	int r;
 
-	if (!io->tls)
+	if (!(flags & XP_HS_TLS))
 		return 0;
+	if (!io->tls)
+		return -ENOTSUP;
 	if (!ic->tls) {
 		r = xp_tls_sess_new(io->tls, c->fd, server, server ? NULL : ic->peer, &ic->tls);
 		if (r < 0)
@@ -193,6 +198,19 @@ static int io_handshake(void *arg, struct xp_conn *c, bool server, uint32_t *eve
 		*events = want_events(want, EPOLLIN);
 	else if (r < 0)
 		ic->graceful = true;
+	return r;
+}
+
+static int io_await_server(void *io, struct xp_conn *c, uint32_t *events)
+{
+	struct io_conn *ic = IO_CONN(c);
+	enum xp_tls_want want = XP_TLS_WANT_READ;
+	int r;
+
+	if (!ic->tls)
+		return 0;
+	r = xp_tls_await_server(ic->tls, &want);
+	*events = want_events(want, EPOLLIN);
 	return r;
 }
 
@@ -261,6 +279,7 @@ static void io_conn_info(void *io, const struct xp_conn *c, struct xp_conn_info 
 		 : xp_tls_ktls_tx(ic->tls)			    ? "ktls-tx"
 								    : "user-space");
 	out->resumed = xp_tls_sess_resumed(ic->tls);
+	out->vmigd = xp_tls_sess_alpn(ic->tls);
 	snprintf(out->describe, sizeof(out->describe), "%s", xp_tls_sess_describe(ic->tls));
 }
 
@@ -357,6 +376,7 @@ const struct xp_io_ops xp_io_ops = {
 	.connected = io_connected,
 	.connect_local = io_connect_local,
 	.handshake = io_handshake,
+	.await_server = io_await_server,
 	.read = io_read,
 	.write = io_write,
 	.why = io_why,

@@ -31,6 +31,7 @@ struct xp_conn_info {
 	char cipher[48];
 	char crypto[16]; /* "user-space", "ktls" or "ktls-tx" */
 	bool resumed;	 /* from a session ticket */
+	bool vmigd;	 /* the peer agreed on XP_TLS_ALPN: it speaks the preamble */
 	/* "tls=TLSv1.3 cipher=... crypto=... resumed=no peer=\"...\"", or "tls=off" */
 	char describe[320];
 };
@@ -42,10 +43,19 @@ struct xp_conn_why {
 	const char *detail; /* OpenSSL's reason; NULL when the -errno says it all */
 };
 
+/* How a handshake goes: which side, and whether this connection is TLS at all. */
+enum {
+	XP_HS_SERVER = 1 << 0, /* this side accepted the connection */
+	XP_HS_TLS = 1 << 1,    /* TLS (the migration's choice); without it, done at once */
+};
+
 /* The data path's shape, for `status` and the start-up line. */
 struct xp_io_info {
 	unsigned int threads;
 	const char *data_path; /* "io_uring+splice", "io_uring+copy", "io_uring+openssl", ... */
+	/* With TLS: why this node cannot connect as a TLS client (its client certificate is
+	 * for servers only), or NULL. */
+	const char *tls_client_problem;
 };
 
 /*
@@ -69,7 +79,8 @@ struct xp_io_ops {
 
 	/* Listeners: the node hop's TCP one, and the local unix ones of a source. */
 	int (*listen_tcp)(void *io, const struct xp_addr *a, int *ret_fd, struct xp_addr *bound);
-	int (*listen_unix)(void *io, const char *path, int *ret_fd);
+	int (*listen_unix)(void *io, const char *path, const struct xp_unix_owner *owner,
+			   int *ret_fd);
 	/* The next node-hop connection, and its peer's address as text; -EAGAIN: none waiting. */
 	int (*accept)(void *io, int lfd, struct xp_conn **ret, char *peer, size_t peerlen);
 	/* The next local connection of a unix listener, a plain fd; -EAGAIN: none waiting. */
@@ -85,11 +96,17 @@ struct xp_io_ops {
 	int (*connect_local)(void *io, const char *path, unsigned int timeout_ms, int *ret_fd);
 
 	/*
-	 * TLS, when the node hop has it: 0 once done and the peer is allowed (at once in plain
+	 * TLS, with XP_HS_TLS in flags: 0 once done and the peer is allowed (at once in plain
 	 * text), -EAGAIN with the epoll events to wait for in *events, or -errno (then why()).
-	 * server: this side accepted the connection.
+	 * -ENOTSUP: TLS asked for on an io made without it (vmigd --no-tls).
 	 */
-	int (*handshake)(void *io, struct xp_conn *c, bool server, uint32_t *events);
+	int (*handshake)(void *io, struct xp_conn *c, unsigned int flags, uint32_t *events);
+	/*
+	 * A source about to relay raw (no reply to wait for): 0 once the server's first record
+	 * came (in TLS 1.3 it refuses a client certificate only there), at once in plain text or
+	 * TLS 1.2; -EAGAIN with *events; -errno (then why()).
+	 */
+	int (*await_server)(void *io, struct xp_conn *c, uint32_t *events);
 	/* Bytes, 0 at the end of the stream, -EAGAIN with *events, or -errno (-EPROTO: TLS). */
 	ssize_t (*read)(void *io, struct xp_conn *c, void *buf, size_t len, uint32_t *events);
 	ssize_t (*write)(void *io, struct xp_conn *c, const void *buf, size_t len,

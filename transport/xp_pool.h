@@ -50,7 +50,8 @@ struct xp_link_result {
  * (splice), the worker shows it the bytes it asks to see with MSG_PEEK and passes the rest unseen.
  */
 struct xp_tap_ops {
-	/* How many of the next bytes may pass unseen; 0: show them, *want of them at once (>= 1). */
+	/* How many of the next bytes may pass unseen; 0: show them, *want of them at once (>= 1).
+	 */
 	uint64_t (*plan)(void *ctx, size_t *want);
 	/* The next len bytes; buf NULL when they passed unseen (len <= the last plan()). */
 	void (*feed)(void *ctx, const uint8_t *buf, size_t len);
@@ -67,6 +68,12 @@ struct xp_link_opts {
 	struct xp_bucket *bucket[2];
 	const struct xp_tap_ops *tap_ops[2]; /* per direction, or NULL */
 	void *tap_ctx[2];		     /* must outlive the link */
+	/*
+	 * A stock peer's teardown (KubeVirt's Go proxy): the first direction to reach its end of
+	 * stream ends the link once that direction is flushed, without waiting for the other; and
+	 * a TLS peer's TCP FIN without close_notify is an end of stream, not a truncation.
+	 */
+	bool raw;
 };
 
 /* Runs on the control thread, from xp_pool_reap(). The link is gone when it returns. */

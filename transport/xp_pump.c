@@ -69,9 +69,12 @@ static ssize_t pump_fill(struct xp_pump *p, int src, size_t len)
 	switch (p->kind) {
 	case PUMP_SPLICE:
 		return splice(src, NULL, p->pipe[1], NULL, len, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
-	case PUMP_TLS_RX:
-		return tls_ret(
-			xp_tls_read(p->link->tls, p->buf + p->head + p->held, len, &p->want));
+	case PUMP_TLS_RX: {
+		ssize_t r = xp_tls_read(p->link->tls, p->buf + p->head + p->held, len, &p->want);
+
+		/* A stock peer (Go) ends with a bare FIN, which Go itself reads as a clean end. */
+		return tls_ret(r == -EPIPE && p->link->opts.raw ? 0 : r);
+	}
 	default:
 		return read(src, p->buf + p->head + p->held, len);
 	}
@@ -397,6 +400,6 @@ void xp_pump_step(struct xp_worker *w, struct xp_pump *p)
 	}
 	if (r > 0)
 		ready_push(w, p);
-	else if (l->p[0].done && l->p[1].done)
+	else if ((l->p[0].done && l->p[1].done) || (l->opts.raw && (l->p[0].done || l->p[1].done)))
 		xp_link_close(w, l, XP_END_CLEAN, 0, 0);
 }

@@ -110,6 +110,14 @@ int xp_addr_format(const struct xp_addr *a, char *buf, size_t len)
 	return r < (int)len ? 0 : -ENOSPC;
 }
 
+void xp_addr_set_port(struct xp_addr *a, unsigned int port)
+{
+	if (a->ss.ss_family == AF_INET6)
+		((struct sockaddr_in6 *)&a->ss)->sin6_port = htons(port);
+	else
+		((struct sockaddr_in *)&a->ss)->sin_port = htons(port);
+}
+
 int xp_addr_is_wildcard(const struct xp_addr *a)
 {
 	if (a->ss.ss_family == AF_INET)
@@ -147,14 +155,37 @@ int xp_addr_guess_public(char *buf, size_t len)
 	return r;
 }
 
+int xp_ipv6_available(void)
+{
+	FILE *f = fopen("/proc/sys/net/ipv6/conf/default/disable_ipv6", "re");
+	int disabled = 0, fd;
+
+	if (f) {
+		if (fscanf(f, "%d", &disabled) != 1)
+			disabled = 0;
+		fclose(f);
+	}
+	if (disabled)
+		return 0;
+	fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return 0;
+	close(fd);
+	return 1;
+}
+
 int xp_tcp_listen(const struct xp_addr *a, int backlog, int *ret_fd, struct xp_addr *bound)
 {
-	int one = 1, fd, r;
+	int one = 1, zero = 0, fd, r;
 
 	fd = socket(a->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
 	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0)
+		goto fail_errno;
+	/* KubeVirt listens on "::" for both families; net.ipv6.bindv6only must not decide. */
+	if (a->ss.ss_family == AF_INET6 && xp_addr_is_wildcard(a) &&
+	    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero)) < 0)
 		goto fail_errno;
 	if (bind(fd, (const struct sockaddr *)&a->ss, a->len) < 0)
 		goto fail_errno;
@@ -225,7 +256,7 @@ int xp_unix_path_ok(const char *path)
 	return unix_addr(path, &sun);
 }
 
-int xp_unix_listen(const char *path, int backlog, int *ret_fd)
+int xp_unix_listen(const char *path, int backlog, const struct xp_unix_owner *owner, int *ret_fd)
 {
 	struct sockaddr_un sun;
 	struct stat st;
@@ -246,6 +277,14 @@ int xp_unix_listen(const char *path, int backlog, int *ret_fd)
 		return -errno;
 	if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0)
 		goto fail_errno;
+	/* A bound socket that does not listen yet refuses every connect: no window. */
+	if (owner && (chmod(path, owner->mode) < 0 || ((owner->uid >= 0 || owner->gid >= 0) &&
+						       lchown(path, owner->uid, owner->gid) < 0))) {
+		r = -errno;
+		unlink(path);
+		close(fd);
+		return r;
+	}
 	if (listen(fd, backlog) < 0) {
 		r = -errno;
 		unlink(path);

@@ -20,18 +20,32 @@ int xp_addr_from_host(const char *host, unsigned int port, struct xp_addr *ret);
 int xp_addr_format(const struct xp_addr *a, char *buf, size_t len);
 int xp_addr_host(const struct xp_addr *a, char *buf, size_t len);
 unsigned int xp_addr_port(const struct xp_addr *a);
+void xp_addr_set_port(struct xp_addr *a, unsigned int port);
 int xp_addr_is_wildcard(const struct xp_addr *a);
 /* First global IPv4 (else IPv6) address of this host/namespace, for --advertise's default. */
 int xp_addr_guess_public(char *buf, size_t len);
 
-/* Binds and listens; *bound gets the address the kernel chose (port 0 → a free port). */
+/* Whether this host (network namespace) has IPv6: a "[::]" listener would work. */
+int xp_ipv6_available(void);
+/* Binds and listens; *bound gets the address the kernel chose (port 0 → a free port). An IPv6
+ * wildcard ("[::]") listens dual stack, IPv4 too. */
 int xp_tcp_listen(const struct xp_addr *a, int backlog, int *ret_fd, struct xp_addr *bound);
 /* Returns 0 when connected at once, 1 when in progress (wait for EPOLLOUT, then xp_sock_error). */
 int xp_tcp_connect(const struct xp_addr *a, int *ret_fd);
 int xp_sock_error(int fd);
 
-/* -ENAMETOOLONG when path does not fit sun_path. An existing socket file at path is replaced. */
-int xp_unix_listen(const char *path, int backlog, int *ret_fd);
+/* Who may connect to a unix listener: its owner and mode, whatever the process's umask. */
+struct xp_unix_owner {
+	int uid, gid; /* -1: leave as created */
+	unsigned int mode;
+};
+
+/*
+ * -ENAMETOOLONG when path does not fit sun_path. An existing socket file at path is replaced.
+ * With owner, the socket file gets its owner and mode before it listens, so no one else can
+ * connect in between.
+ */
+int xp_unix_listen(const char *path, int backlog, const struct xp_unix_owner *owner, int *ret_fd);
 /* Connects to a listening unix socket, waiting up to timeout_ms for room in its backlog. The fd
  * returned is non-blocking. */
 int xp_unix_connect(const char *path, unsigned int timeout_ms, int *ret_fd);

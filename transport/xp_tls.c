@@ -78,29 +78,30 @@ static void time_line(const ASN1_TIME *tm, char *buf, size_t len)
 	BIO_free(b);
 }
 
-/* ---- allow-list ---- */
+/* ---- allow-lists ---- */
 
-static bool name_allowed(const struct xp_tls *t, const char *name, size_t len)
+static bool name_allowed(const struct allow_list *a, const char *name, size_t len)
 {
-	for (unsigned int i = 0; i < t->nallow; i++)
-		if (strlen(t->allow[i]) == len && memcmp(t->allow[i], name, len) == 0)
+	for (unsigned int i = 0; i < a->n; i++)
+		if (strlen(a->names[i]) == len && memcmp(a->names[i], name, len) == 0)
 			return true;
 	return false;
 }
 
-bool xp_tls_cert_allowed(const struct xp_tls *t, X509 *x)
+bool xp_tls_cert_allowed(const struct xp_tls *t, bool server, X509 *x)
 {
+	const struct allow_list *a = &t->allow[server ? 0 : 1];
 	X509_NAME *subj = X509_get_subject_name(x);
 	GENERAL_NAMES *sans;
 	bool ok = false;
 	int i = -1;
 
-	if (t->allow_any)
+	if (a->any)
 		return true;
 	while ((i = X509_NAME_get_index_by_NID(subj, NID_commonName, i)) >= 0 && !ok) {
 		ASN1_STRING *d = X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subj, i));
 
-		ok = name_allowed(t, (const char *)ASN1_STRING_get0_data(d), ASN1_STRING_length(d));
+		ok = name_allowed(a, (const char *)ASN1_STRING_get0_data(d), ASN1_STRING_length(d));
 	}
 	sans = X509_get_ext_d2i(x, NID_subject_alt_name, NULL, NULL);
 	for (int k = 0; sans && !ok && k < sk_GENERAL_NAME_num(sans); k++) {
@@ -110,23 +111,26 @@ bool xp_tls_cert_allowed(const struct xp_tls *t, X509 *x)
 						      : NULL;
 
 		if (d)
-			ok = name_allowed(t, (const char *)ASN1_STRING_get0_data(d),
+			ok = name_allowed(a, (const char *)ASN1_STRING_get0_data(d),
 					  ASN1_STRING_length(d));
 	}
 	GENERAL_NAMES_free(sans);
 	return ok;
 }
 
-static void allow_list_line(const struct xp_tls *t, char *buf, size_t len)
+void xp_tls_allow_line(const struct xp_tls *t, bool server, char *buf, size_t len)
 {
 	size_t used = 0;
+	const char *name;
 
 	buf[0] = '\0';
-	for (unsigned int i = 0; i < t->nallow && used < len; i++)
-		used += snprintf(buf + used, len - used, "%s%s", i ? "," : "", t->allow[i]);
+	for (unsigned int i = 0; (name = xp_tls_allow_list(t, !server, i)) && used < len; i++)
+		used += snprintf(buf + used, len - used, "%s%s", i ? "," : "", name);
 }
 
-static int parse_allow(struct xp_tls *t, const char *list, char *err, size_t errlen)
+/* option names the list in errors: "--tls-allow", "--tls-allow-client", ... */
+static int parse_allow(struct allow_list *a, const char *option, const char *list, char *err,
+		       size_t errlen)
 {
 	const char *p = list;
 
@@ -138,23 +142,76 @@ static int parse_allow(struct xp_tls *t, const char *list, char *err, size_t err
 		while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t'))
 			n--;
 		if (n == 1 && *p == '*') {
-			t->allow_any = true;
+			a->any = true;
 		} else if (n > 0) {
-			if (t->nallow == XP_TLS_ALLOW_MAX || n > 255) {
-				snprintf(err, errlen, "--tls-allow: at most %d names of 255 bytes",
+			if (a->n == XP_TLS_ALLOW_MAX || n > 255) {
+				snprintf(err, errlen, "%s: at most %d names of 255 bytes", option,
 					 XP_TLS_ALLOW_MAX);
 				return -EINVAL;
 			}
-			t->allow[t->nallow] = strndup(p, n);
-			if (!t->allow[t->nallow++])
+			a->names[a->n] = strndup(p, n);
+			if (!a->names[a->n++])
 				return -ENOMEM;
 		}
 		p += n;
 		p += strspn(p, " \t");
 		p += *p == ',';
 	}
-	if (!t->allow_any && t->nallow == 0) {
-		snprintf(err, errlen, "--tls-allow: no names given");
+	if (!a->any && a->n == 0) {
+		snprintf(err, errlen, "%s: no names given", option);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static void allow_free(struct allow_list *a)
+{
+	for (unsigned int i = 0; i < a->n; i++)
+		free(a->names[i]);
+	a->n = 0;
+}
+
+/*
+ * --tls-ciphers: each name as IANA (and Go, and KubeVirt's CR) writes it, or OpenSSL's own,
+ * into OpenSSL's list. A name OpenSSL does not know is an error here rather than a suite quietly
+ * missing on the wire.
+ */
+static int parse_ciphers12(struct xp_tls *t, const char *list, char *err, size_t errlen)
+{
+	size_t used = 0;
+	const char *p = list;
+
+	t->ciphers12[0] = '\0';
+	while (*p) {
+		char name[128];
+		const char *ossl;
+		size_t n;
+
+		p += strspn(p, " \t,:");
+		n = strcspn(p, " \t,:");
+		if (n == 0)
+			break;
+		if (n >= sizeof(name)) {
+			snprintf(err, errlen, "--tls-ciphers: a name is too long: %.40s...", p);
+			return -EINVAL;
+		}
+		memcpy(name, p, n);
+		name[n] = '\0';
+		p += n;
+		ossl = strncmp(name, "TLS_", 4) == 0 ? OPENSSL_cipher_name(name) : name;
+		if (!ossl || !strcmp(ossl, "(NONE)")) {
+			snprintf(err, errlen, "--tls-ciphers: unknown TLS 1.2 suite \"%s\"", name);
+			return -EINVAL;
+		}
+		if (used + strlen(ossl) + 2 > sizeof(t->ciphers12)) {
+			snprintf(err, errlen, "--tls-ciphers: too many suites");
+			return -EINVAL;
+		}
+		used += snprintf(t->ciphers12 + used, sizeof(t->ciphers12) - used, "%s%s",
+				 used ? ":" : "", ossl);
+	}
+	if (!used) {
+		snprintf(err, errlen, "--tls-ciphers: no suites given");
 		return -EINVAL;
 	}
 	return 0;
@@ -211,10 +268,10 @@ static int verify_cb(int ok, X509_STORE_CTX *ctx)
 		}
 		return 0;
 	}
-	if (depth == 0 && !xp_tls_cert_allowed(s->t, x)) {
+	if (depth == 0 && !xp_tls_cert_allowed(s->t, s->server, x)) {
 		char allow[256];
 
-		allow_list_line(s->t, allow, sizeof(allow));
+		xp_tls_allow_line(s->t, s->server, allow, sizeof(allow));
 		s->refusal = XP_TLS_NAME;
 		snprintf(s->error, sizeof(s->error),
 			 "certificate \"%.100s\" is signed by our CA but neither its CN nor a SAN "
@@ -260,6 +317,8 @@ static int new_session_cb(SSL *ssl, SSL_SESSION *sess)
 	struct xp_tls *t;
 	struct cache_entry *slot = NULL;
 
+	if (s)
+		s->ticket = true; /* the server took our certificate (xp_tls_await_server()) */
 	if (!s || !s->peer[0] || !SSL_SESSION_is_resumable(sess))
 		return 0;
 	t = s->t;
@@ -322,7 +381,7 @@ static int ctx_common(SSL_CTX *ctx, const struct xp_tls *t, const char *cert, co
 {
 	char e[200];
 
-	SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+	SSL_CTX_set_min_proto_version(ctx, t->min_version);
 	SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION |
 					 SSL_OP_CIPHER_SERVER_PREFERENCE);
 	if (t->ktls)
@@ -331,7 +390,7 @@ static int ctx_common(SSL_CTX *ctx, const struct xp_tls *t, const char *cert, co
 	SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
 	SSL_CTX_set_read_ahead(ctx, 1);
 	SSL_CTX_set_default_read_buffer_len(ctx, READ_BUFFER);
-	if (!SSL_CTX_set_cipher_list(ctx, CIPHERS_12) ||
+	if (!SSL_CTX_set_cipher_list(ctx, t->ciphers12) ||
 	    !SSL_CTX_set_ciphersuites(ctx, CIPHERS_13) || !SSL_CTX_set1_groups_list(ctx, GROUPS)) {
 		xp_tls_ssl_error_line(e, sizeof(e));
 		snprintf(err, errlen, "cipher configuration: %s", e);
@@ -376,8 +435,42 @@ static int ctx_common(SSL_CTX *ctx, const struct xp_tls *t, const char *cert, co
 	return 0;
 }
 
+/* The server's half of ALPN: XP_TLS_ALPN when the client offers it, else none (a stock peer). */
+static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outlen,
+		       const unsigned char *in, unsigned int inlen, void *arg)
+{
+	static const unsigned char ours[] = "\x07" XP_TLS_ALPN;
+	unsigned char *sel;
+
+	if (SSL_select_next_proto(&sel, outlen, ours, sizeof(ours) - 1, in, inlen) !=
+	    OPENSSL_NPN_NEGOTIATED)
+		return SSL_TLSEXT_ERR_NOACK;
+	*out = sel;
+	return SSL_TLSEXT_ERR_OK;
+}
+
+/*
+ * A source presents its client pair: one KubeVirt issues for servers only (serverAuth) would be
+ * refused by every target. Such a node can still be a target, so this is no reason to refuse
+ * the pair; sources refuse to start with this line instead (xp_tls_client_problem()).
+ */
+static void check_client_cert(struct xp_tls *t, SSL_CTX *cli)
+{
+	X509 *x = SSL_CTX_get0_certificate(cli);
+
+	t->client_problem[0] = '\0';
+	if (X509_check_purpose(x, X509_PURPOSE_SSL_CLIENT, 0) == 1)
+		return;
+	snprintf(t->client_problem, sizeof(t->client_problem),
+		 "certificate %.200s cannot be a client certificate (its extendedKeyUsage lacks "
+		 "clientAuth), so this node cannot be a source: give --tls-client-cert and "
+		 "--tls-client-key (KubeVirt's migration client pair)",
+		 t->client_cert);
+}
+
 static int ctx_build(struct xp_tls *t, SSL_CTX **srv, SSL_CTX **cli, char *err, size_t errlen)
 {
+	static const unsigned char alpn[] = "\x07" XP_TLS_ALPN;
 	int r = -ENOMEM;
 
 	*srv = SSL_CTX_new(TLS_server_method());
@@ -392,6 +485,14 @@ static int ctx_build(struct xp_tls *t, SSL_CTX **srv, SSL_CTX **cli, char *err, 
 	r = ctx_common(*cli, t, t->client_cert, t->client_key, err, errlen);
 	if (r < 0)
 		goto fail;
+	check_client_cert(t, *cli);
+	SSL_CTX_set_alpn_select_cb(*srv, alpn_select, NULL);
+	/* Every source offers it: a vmigd target selects it, a stock one ignores it. */
+	if (SSL_CTX_set_alpn_protos(*cli, alpn, sizeof(alpn) - 1) != 0) {
+		snprintf(err, errlen, "out of memory");
+		r = -ENOMEM;
+		goto fail;
+	}
 	SSL_CTX_set_verify(*srv, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, verify_cb);
 	SSL_CTX_set_verify(*cli, SSL_VERIFY_PEER, verify_cb);
 	/* Stateless tickets; a fresh context (a new generation) has a fresh ticket key. */
@@ -480,7 +581,27 @@ int xp_tls_new(const struct xp_tls_conf *conf, struct xp_tls **ret, char *err, s
 	t->ktls = conf->ktls && xp_tls_kernel_has_ktls();
 	if (!t->cert || !t->key || !t->client_cert || !t->client_key || !t->ca)
 		goto fail_nomem;
-	r = parse_allow(t, conf->allow ? conf->allow : XP_TLS_DEFAULT_ALLOW, err, errlen);
+	if (conf->min_version && conf->min_version != 12 && conf->min_version != 13) {
+		snprintf(err, errlen, "--tls-min-version: vmigd speaks TLS 1.2 and 1.3");
+		r = -EINVAL;
+		goto fail;
+	}
+	t->min_version = conf->min_version == 13 ? TLS1_3_VERSION : TLS1_2_VERSION;
+	r = parse_ciphers12(t, conf->ciphers12 ? conf->ciphers12 : CIPHERS_12, err, errlen);
+	if (r < 0)
+		goto fail;
+	r = parse_allow(&t->allow[0], conf->allow_clients ? "--tls-allow-client" : "--tls-allow",
+			conf->allow_clients ? conf->allow_clients
+			: conf->allow	    ? conf->allow
+					    : XP_TLS_DEFAULT_ALLOW,
+			err, errlen);
+	if (r < 0)
+		goto fail;
+	r = parse_allow(&t->allow[1], conf->allow_servers ? "--tls-allow-server" : "--tls-allow",
+			conf->allow_servers ? conf->allow_servers
+			: conf->allow	    ? conf->allow
+					    : XP_TLS_DEFAULT_ALLOW,
+			err, errlen);
 	if (r < 0)
 		goto fail;
 	r = xp_tls_reload(t, err, errlen);
@@ -505,8 +626,8 @@ void xp_tls_free(struct xp_tls *t)
 	cache_clear(t);
 	SSL_CTX_free(t->srv);
 	SSL_CTX_free(t->cli);
-	for (unsigned int i = 0; i < t->nallow; i++)
-		free(t->allow[i]);
+	allow_free(&t->allow[0]);
+	allow_free(&t->allow[1]);
 	free(t->cert);
 	free(t->key);
 	free(t->client_cert);
@@ -526,12 +647,24 @@ const char *xp_tls_describe(const struct xp_tls *t)
 	return t->desc;
 }
 
-const char *xp_tls_allow_list(const struct xp_tls *t, unsigned int i)
+const char *xp_tls_allow_list(const struct xp_tls *t, bool servers, unsigned int i)
 {
-	if (t->allow_any && i == 0)
+	const struct allow_list *a = &t->allow[servers ? 1 : 0];
+
+	if (a->any && i == 0)
 		return "*";
-	i -= t->allow_any;
-	return i < t->nallow ? t->allow[i] : NULL;
+	i -= a->any;
+	return i < a->n ? a->names[i] : NULL;
+}
+
+const char *xp_tls_client_problem(const struct xp_tls *t)
+{
+	return t->client_problem[0] ? t->client_problem : NULL;
+}
+
+const char *xp_tls_min_version(const struct xp_tls *t)
+{
+	return t->min_version == TLS1_3_VERSION ? "TLSv1.3" : "TLSv1.2";
 }
 
 bool xp_tls_ktls_enabled(const struct xp_tls *t)

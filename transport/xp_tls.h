@@ -19,6 +19,9 @@ struct xp_tls_sess;
 	"kubevirt.io:system:node:virt-handler,kubevirt.io:system:client:virt-handler,"             \
 	"kubevirt.io:system:client:migration"
 #define XP_TLS_ALLOW_MAX 16
+/* The ALPN protocol two vmigd speak: a source offers it, a target selects it; a stock peer
+ * (KubeVirt's Go proxy) neither offers nor selects one, so the link is raw (doc/design.md). */
+#define XP_TLS_ALPN "vmigd/1"
 
 struct xp_tls_conf {
 	const char *cert, *key;		      /* PEM: what this node presents as a server */
@@ -26,6 +29,13 @@ struct xp_tls_conf {
 	const char *ca;			      /* PEM bundle the peer must chain to */
 	/* Comma-separated CN/SAN names a peer certificate must carry; "*": any name. */
 	const char *allow;
+	/* The same per role, where they differ (KubeVirt checks a client's CN and a server's
+	 * apart): what a source's certificate may carry, and a target's. NULL: allow. */
+	const char *allow_clients, *allow_servers;
+	unsigned int min_version; /* 12 or 13: TLS 1.2 or 1.3 at least; 0: 12 */
+	/* TLS 1.2 suites, IANA names (as KubeVirt and Go write them) or OpenSSL's, separated by
+	 * commas or colons; NULL: vmigd's ECDHE with AES-GCM or ChaCha20-Poly1305. */
+	const char *ciphers12;
 	bool resumption; /* client: offer tickets from earlier connections to the same peer */
 	bool ktls;	 /* ask OpenSSL for kTLS (used only where the kernel has it) */
 };
@@ -60,8 +70,15 @@ int xp_tls_reload(struct xp_tls *t, char *err, size_t errlen);
 unsigned int xp_tls_generation(const struct xp_tls *t);
 /* One line on the current certificate: subject, serial, notAfter. */
 const char *xp_tls_describe(const struct xp_tls *t);
-/* The allow-list's i-th name ("*" first when any name is accepted), NULL past the end. */
-const char *xp_tls_allow_list(const struct xp_tls *t, unsigned int i);
+/*
+ * The i-th name of an allow-list ("*" first when any name is accepted), NULL past the end:
+ * servers false, what this node accepts from sources; true, from targets.
+ */
+const char *xp_tls_allow_list(const struct xp_tls *t, bool servers, unsigned int i);
+/* Why the client pair cannot serve a source (a serverAuth-only certificate), or NULL. */
+const char *xp_tls_client_problem(const struct xp_tls *t);
+/* "TLSv1.2" or "TLSv1.3": the lowest version this node speaks. */
+const char *xp_tls_min_version(const struct xp_tls *t);
 /* Whether sessions ask OpenSSL for kTLS: configured and the kernel has it. */
 bool xp_tls_ktls_enabled(const struct xp_tls *t);
 /* Files to watch for rotation (the ones given in the configuration, duplicates included). */
@@ -112,6 +129,15 @@ bool xp_tls_ktls_rx(const struct xp_tls_sess *s);
 /* "tls=TLSv1.3 cipher=TLS_AES_128_GCM_SHA256 crypto=user-space resumed=no peer=\"/CN=...\"". */
 const char *xp_tls_sess_describe(const struct xp_tls_sess *s);
 const char *xp_tls_sess_version(const struct xp_tls_sess *s);
+/* Whether the handshake agreed on XP_TLS_ALPN: the peer is a vmigd. */
+bool xp_tls_sess_alpn(const struct xp_tls_sess *s);
+/*
+ * A client in TLS 1.3 learns that the server refused its certificate only from the server's
+ * next record. Reads records without taking application data: 0 once the server's session
+ * ticket or its first data has arrived (at once below TLS 1.3), -EAGAIN with *want, or -errno
+ * (then xp_tls_sess_refusal()).
+ */
+int xp_tls_await_server(struct xp_tls_sess *s, enum xp_tls_want *want);
 const char *xp_tls_sess_cipher(const struct xp_tls_sess *s);
 bool xp_tls_sess_resumed(const struct xp_tls_sess *s);
 /* The latest OpenSSL reason from a failed read/write, for the log line. */

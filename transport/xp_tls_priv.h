@@ -19,11 +19,20 @@ struct cache_entry {
 	SSL_SESSION *sess;
 };
 
+/* Names a peer's certificate must carry (CN or a DNS/URI SAN). */
+struct allow_list {
+	char *names[XP_TLS_ALLOW_MAX];
+	unsigned int n;
+	bool any;
+};
+
 struct xp_tls {
 	char *cert, *key, *client_cert, *client_key, *ca;
-	char *allow[XP_TLS_ALLOW_MAX];
-	unsigned int nallow;
-	bool allow_any, resumption, ktls;
+	struct allow_list allow[2]; /* [0]: clients we accept, [1]: servers we accept */
+	bool resumption, ktls;
+	int min_version;     /* TLS1_2_VERSION or TLS1_3_VERSION */
+	char ciphers12[512]; /* OpenSSL's names */
+	char client_problem[400]; /* why the client pair cannot be a client; empty: it can */
 	SSL_CTX *srv, *cli;
 	unsigned int generation;
 	unsigned char digest[32]; /* of the files' bytes, to tell a real change from a touch */
@@ -44,6 +53,7 @@ struct xp_tls_sess {
 	uint8_t *rbatch;
 	size_t rbatch_cap, rbatch_off, rbatch_len;
 	bool server;
+	bool ticket; /* client: the server's session ticket arrived */
 	unsigned int generation;
 	char peer[80];
 	enum xp_tls_refusal refusal;
@@ -60,8 +70,11 @@ static inline void name_line(X509 *x, char *buf, size_t len)
 /* xp_tls.c */
 /* The most recent OpenSSL error as one line; empties the thread's queue. */
 void xp_tls_ssl_error_line(char *buf, size_t len);
-/* Whether the certificate's CN or one of its DNS/URI SANs is on the list. */
-bool xp_tls_cert_allowed(const struct xp_tls *t, X509 *x);
+/* Whether the certificate's CN or one of its DNS/URI SANs is on the list of its role: a server
+ * checks its clients against allow[0], a client its server against allow[1]. */
+bool xp_tls_cert_allowed(const struct xp_tls *t, bool server, X509 *x);
+/* The allow-list a side checks its peer against, as one line. */
+void xp_tls_allow_line(const struct xp_tls *t, bool server, char *buf, size_t len);
 /* The refusal an X509_V_ERR_* code stands for. */
 enum xp_tls_refusal xp_tls_verify_refusal(int e);
 /* The newest ticket kept for peer, a reference the caller frees; NULL: none. */

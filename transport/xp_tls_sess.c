@@ -315,7 +315,7 @@ int xp_tls_handshake(struct xp_tls_sess *s, enum xp_tls_want *want)
 				 "certificate \"%s\" has expired since this session began", subj);
 			return -EPROTO;
 		}
-		if (!xp_tls_cert_allowed(s->t, peer)) {
+		if (!xp_tls_cert_allowed(s->t, s->server, peer)) {
 			char subj[200];
 
 			name_line(peer, subj, sizeof(subj));
@@ -402,6 +402,48 @@ ssize_t xp_tls_read(struct xp_tls_sess *s, void *buf, size_t len, enum xp_tls_wa
 	if (r == 1)
 		return (ssize_t)n;
 	return io_fail(s, r, errno, want);
+}
+
+int xp_tls_await_server(struct xp_tls_sess *s, enum xp_tls_want *want)
+{
+	char c;
+	size_t n;
+	int r;
+
+	if (s->server || s->ticket || SSL_version(s->ssl) < TLS1_3_VERSION)
+		return 0;
+	ERR_clear_error();
+	errno = 0;
+	/* A peek runs the record layer (a ticket, an alert) and leaves data where it is. */
+	r = SSL_peek_ex(s->ssl, &c, 1, &n);
+	if (r == 1 || s->ticket)
+		return 0;
+	r = io_fail(s, r, errno, want);
+	if (r == -EAGAIN && s->ticket)
+		return 0;
+	if (r == 0) {
+		/* close_notify before anything: the server hung up on us. */
+		s->refusal = XP_TLS_PEER_REFUSED;
+		snprintf(s->error, sizeof(s->error),
+			 "the server closed the connection right after the handshake");
+		return -ECONNRESET;
+	}
+	if (r < 0 && r != -EAGAIN && s->refusal == XP_TLS_OK) {
+		s->refusal = XP_TLS_CLOSED;
+		snprintf(s->error, sizeof(s->error),
+			 "the server ended the connection right after the handshake: %s",
+			 s->io_error ? s->io_error : strerror(-r));
+	}
+	return r;
+}
+
+bool xp_tls_sess_alpn(const struct xp_tls_sess *s)
+{
+	const unsigned char *p;
+	unsigned int len;
+
+	SSL_get0_alpn_selected(s->ssl, &p, &len);
+	return len == sizeof(XP_TLS_ALPN) - 1 && memcmp(p, XP_TLS_ALPN, len) == 0;
 }
 
 ssize_t xp_tls_write(struct xp_tls_sess *s, const void *buf, size_t len, enum xp_tls_want *want)

@@ -18,15 +18,21 @@ static void check_target(const struct ctl_request *req)
 	FUZZ_CHECK(strcmp(t->key, req->key) == 0);
 	FUZZ_CHECK(inet_pton(AF_INET, t->address, addr) == 1 ||
 		   inet_pton(AF_INET6, t->address, addr) == 1);
-	FUZZ_CHECK(t->port >= 1 && t->port <= 65535);
+	/* KubeVirt's form: a TCP port per logical port, none shared. */
+	if (t->kubevirt)
+		FUZZ_CHECK(t->port == 0);
+	else
+		FUZZ_CHECK(t->port >= 1 && t->port <= 65535);
 	FUZZ_CHECK(t->nports >= 1 && t->nports <= PX_PORTS_MAX);
 	for (unsigned int i = 0; i < t->nports; i++) {
 		FUZZ_CHECK(t->ports[i] <= PX_PORT_MAX);
+		FUZZ_CHECK(t->kubevirt ? t->tcp[i] >= 1 && t->tcp[i] <= 65535 : t->tcp[i] == 0);
 		for (unsigned int j = 0; j < i; j++)
 			FUZZ_CHECK(t->ports[i] != t->ports[j]);
 	}
 	FUZZ_CHECK(strnlen(req->dir, sizeof(req->dir)) < sizeof(req->dir));
 	FUZZ_CHECK(req->delay_first_ms <= 600000);
+	FUZZ_CHECK(req->tls == PX_TLS_DEFAULT || req->tls == PX_TLS_ON || req->tls == PX_TLS_OFF);
 }
 
 static void check_accepted(const struct ctl_request *req, size_t size)
@@ -131,7 +137,7 @@ static void check_exact(const uint8_t *data, size_t size, const struct ctl_reque
 /* The reply the daemon sends for a refusal: one JSON object on one line, carrying err. */
 static void check_error_reply(const char *err)
 {
-	char *reply = ctl_error_reply(err);
+	char *reply = ctl_error_reply(err, -EINVAL);
 	struct json_object *o, *v;
 	size_t n;
 

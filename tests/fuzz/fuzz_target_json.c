@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-/* libFuzzer target for the target port map: bytes -> json_tokener -> ctl_portmap_from_json().
- * What is accepted must be valid by the contract and survive a round trip through the text. */
+/* libFuzzer target for the target port map, vmigd's form and KubeVirt's: bytes -> json_tokener
+ * -> ctl_portmap_from_json(). What is accepted must be valid by the contract and survive a round
+ * trip through the text. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <json-c/json.h>
@@ -14,14 +15,19 @@ static void check_valid(const struct px_portmap *t)
 {
 	unsigned char addr[16];
 
-	FUZZ_CHECK(px_key_valid(t->key));
+	/* KubeVirt's form may come without a key: the request's is the migration's. */
+	FUZZ_CHECK(px_key_valid(t->key) || (t->kubevirt && !t->key[0]));
 	FUZZ_CHECK(strnlen(t->address, sizeof(t->address)) < sizeof(t->address));
 	FUZZ_CHECK(inet_pton(AF_INET, t->address, addr) == 1 ||
 		   inet_pton(AF_INET6, t->address, addr) == 1);
-	FUZZ_CHECK(t->port >= 1 && t->port <= 65535);
+	if (t->kubevirt)
+		FUZZ_CHECK(t->port == 0);
+	else
+		FUZZ_CHECK(t->port >= 1 && t->port <= 65535);
 	FUZZ_CHECK(t->nports >= 1 && t->nports <= PX_PORTS_MAX);
 	for (unsigned int i = 0; i < t->nports; i++) {
 		FUZZ_CHECK(t->ports[i] <= PX_PORT_MAX);
+		FUZZ_CHECK(t->kubevirt ? t->tcp[i] >= 1 && t->tcp[i] <= 65535 : t->tcp[i] == 0);
 		for (unsigned int j = 0; j < i; j++)
 			FUZZ_CHECK(t->ports[i] != t->ports[j]);
 	}
@@ -43,8 +49,10 @@ static void check_round_trip(const struct px_portmap *t)
 	FUZZ_CHECK(strcmp(u.key, t->key) == 0);
 	FUZZ_CHECK(strcmp(u.address, t->address) == 0);
 	FUZZ_CHECK(u.port == t->port);
+	FUZZ_CHECK(u.kubevirt == t->kubevirt);
 	FUZZ_CHECK(u.nports == t->nports);
 	FUZZ_CHECK(memcmp(u.ports, t->ports, t->nports * sizeof(t->ports[0])) == 0);
+	FUZZ_CHECK(memcmp(u.tcp, t->tcp, t->nports * sizeof(t->tcp[0])) == 0);
 	json_object_put(back);
 	json_object_put(o);
 }
@@ -71,9 +79,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		FUZZ_CHECK(json_object_is_type(o, json_type_object));
 		/* Strings are taken whole: a NUL inside does not cut them short. */
 		if (!fuzz_skip("nul")) {
-			FUZZ_CHECK(json_object_object_get_ex(o, "key", &v) &&
-				   (size_t)json_object_get_string_len(v) == strlen(t.key));
-			FUZZ_CHECK(json_object_object_get_ex(o, "address", &v) &&
+			FUZZ_CHECK((t.kubevirt && !t.key[0]) ||
+				   (json_object_object_get_ex(o, "key", &v) &&
+				    (size_t)json_object_get_string_len(v) == strlen(t.key)));
+			FUZZ_CHECK(json_object_object_get_ex(
+					   o, t.kubevirt ? "targetNodeAddress" : "address", &v) &&
 				   (size_t)json_object_get_string_len(v) == strlen(t.address));
 		}
 		check_valid(&t);

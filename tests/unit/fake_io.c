@@ -116,24 +116,36 @@ static void f_info(void *io, struct xp_io_info *out)
 {
 	out->threads = 1;
 	out->data_path = "fake";
+	out->tls_client_problem = NULL;
 }
 
+/* The first listener is the node hop's (FAKE_TCP_LISTEN, port 40000); KubeVirt-mode ports get
+ * fds from FAKE_FIRST_PORT_LISTEN and ports from 41000. */
 static int f_listen_tcp(void *io, const struct xp_addr *a, int *ret_fd, struct xp_addr *bound)
 {
+	struct fake_io *f = io;
+
 	*bound = *a;
-	if (xp_addr_port(a) == 0)
-		xp_addr_from_host("198.18.0.2", 40000, bound);
-	*ret_fd = FAKE_TCP_LISTEN;
+	if (!f->listened) {
+		f->listened = true;
+		if (xp_addr_port(a) == 0)
+			xp_addr_from_host("198.18.0.2", 40000, bound);
+		*ret_fd = FAKE_TCP_LISTEN;
+		return 0;
+	}
+	xp_addr_set_port(bound, 41000 + f->nport_listeners);
+	*ret_fd = FAKE_FIRST_PORT_LISTEN + (int)f->nport_listeners++;
 	return 0;
 }
 
-static int f_listen_unix(void *io, const char *path, int *ret_fd)
+static int f_listen_unix(void *io, const char *path, const struct xp_unix_owner *owner, int *ret_fd)
 {
 	struct fake_io *f = io;
 	struct fake_local *l = &f->listeners[f->nlisteners++];
 
 	snprintf(l->path, sizeof(l->path), "%s", path);
 	l->fd = f->next_fd++;
+	l->owner = owner ? *owner : (struct xp_unix_owner){ -1, -1, 0 };
 	*ret_fd = l->fd;
 	return 0;
 }
@@ -153,13 +165,15 @@ static int f_accept(void *io, int lfd, struct xp_conn **ret, char *peer, size_t 
 {
 	struct fake_io *f = io;
 	struct fake_conn *c;
+	unsigned int i;
 
-	if (lfd != FAKE_TCP_LISTEN)
-		die("accept on a fd that is not the node-hop listener");
-	if (f->npending == 0)
+	for (i = 0; i < f->npending && f->pending[i]->lfd != lfd; i++)
+		;
+	if (i == f->npending)
 		return -EAGAIN;
-	c = f->pending[0];
-	memmove(f->pending, f->pending + 1, --f->npending * sizeof(f->pending[0]));
+	c = f->pending[i];
+	f->npending--;
+	memmove(f->pending + i, f->pending + i + 1, (f->npending - i) * sizeof(f->pending[0]));
 	snprintf(peer, peerlen, "198.18.0.1:%d", 50000 + c->c.fd);
 	*ret = &c->c;
 	return 0;
@@ -220,13 +234,17 @@ static int f_connect_local(void *io, const char *path, unsigned int timeout_ms, 
 	return 0;
 }
 
-static int f_handshake(void *io, struct xp_conn *xc, bool server, uint32_t *events)
+static int f_handshake(void *io, struct xp_conn *xc, unsigned int flags, uint32_t *events)
 {
 	struct fake_io *f = io;
 	struct fake_conn *c = (struct fake_conn *)xc;
+	bool server = flags & XP_HS_SERVER;
 
-	if (!f->tls)
+	c->hs_flags = flags;
+	if (!(flags & XP_HS_TLS))
 		return 0;
+	if (!f->tls)
+		return -ENOTSUP;
 	if (server != c->accepted)
 		die("handshake on the wrong side");
 	c->hs_calls++;
@@ -241,6 +259,19 @@ static int f_handshake(void *io, struct xp_conn *xc, bool server, uint32_t *even
 		return c->hs_result;
 	c->tls_done = true;
 	return 0;
+}
+
+static int f_await_server(void *io, struct xp_conn *xc, uint32_t *events)
+{
+	struct fake_conn *c = (struct fake_conn *)xc;
+
+	c->await_calls++;
+	*events = EPOLLIN;
+	if (!c->tls_done || c->await_again == 0)
+		return c->await_result;
+	c->await_again--;
+	c->hs_waiting = true;
+	return -EAGAIN;
 }
 
 static ssize_t f_read(void *io, struct xp_conn *xc, void *buf, size_t len, uint32_t *events)
@@ -295,6 +326,7 @@ static void f_conn_info(void *io, const struct xp_conn *xc, struct xp_conn_info 
 		snprintf(out->describe, sizeof(out->describe), "tls=off");
 		return;
 	}
+	out->vmigd = c->alpn;
 	snprintf(out->version, sizeof(out->version), "TLSv1.3");
 	snprintf(out->cipher, sizeof(out->cipher), "TLS_AES_128_GCM_SHA256");
 	snprintf(out->crypto, sizeof(out->crypto), "user-space");
@@ -384,6 +416,7 @@ const struct xp_io_ops fake_io_ops = {
 	.connected = f_connected,
 	.connect_local = f_connect_local,
 	.handshake = f_handshake,
+	.await_server = f_await_server,
 	.read = f_read,
 	.write = f_write,
 	.why = f_why,
@@ -418,9 +451,15 @@ void fake_io_done(struct fake_io *f)
 
 struct fake_conn *fake_incoming(struct fake_io *f, const void *data, size_t len)
 {
+	return fake_incoming_on(f, FAKE_TCP_LISTEN, data, len);
+}
+
+struct fake_conn *fake_incoming_on(struct fake_io *f, int lfd, const void *data, size_t len)
+{
 	struct fake_conn *c = conn_new(f);
 
 	c->accepted = true;
+	c->lfd = lfd;
 	fake_feed(c, data, len);
 	f->pending[f->npending++] = c;
 	return c;
@@ -488,8 +527,13 @@ static bool ready(const struct fake_io *f, const struct xp_watch *w)
 {
 	struct fake_conn *c = conn_of(f, w->fd);
 
-	if (w->fd == FAKE_TCP_LISTEN)
-		return f->npending > 0;
+	if (w->fd == FAKE_TCP_LISTEN ||
+	    (w->fd >= FAKE_FIRST_PORT_LISTEN && w->fd < FAKE_FIRST_CONN)) {
+		for (unsigned int i = 0; i < f->npending; i++)
+			if (f->pending[i]->lfd == w->fd)
+				return true;
+		return false;
+	}
 	if (!c) {
 		for (unsigned int i = 0; i < f->nlocal_queue; i++)
 			if (f->local_queue_lfd[i] == w->fd)
@@ -520,6 +564,24 @@ void fake_settle(struct fake_io *f)
 			return;
 	}
 	die("fake_settle: still busy after 1000 rounds");
+}
+
+void fake_settle_some(struct fake_io *f, unsigned int rounds)
+{
+	for (unsigned int r = 0; r < rounds; r++) {
+		bool fired = false;
+
+		for (unsigned int i = 0; i < FAKE_MAX; i++) {
+			struct xp_watch *w = f->watches[i];
+
+			if (w && ready(f, w)) {
+				w->fn(w, w->fd, w->events, w->arg);
+				fired = true;
+			}
+		}
+		if (!fired)
+			return;
+	}
 }
 
 void fake_advance(struct fake_io *f, uint64_t ms)

@@ -11,17 +11,24 @@
 
 #include "xp_io.h"
 
-#define FAKE_MAX	 64
-#define FAKE_BUF	 4096
-#define FAKE_PATH_MAX	 108
-#define FAKE_TCP_LISTEN	 3 /* the node-hop listener's fd */
-#define FAKE_FIRST_CONN	 100
-#define FAKE_FIRST_LOCAL 1000
+#define FAKE_MAX	       64
+#define FAKE_BUF	       4096
+#define FAKE_PATH_MAX	       108
+#define FAKE_TCP_LISTEN	       3  /* the node-hop listener's fd */
+#define FAKE_FIRST_PORT_LISTEN 50 /* KubeVirt-mode per-port listeners, ports from 41000 */
+#define FAKE_FIRST_CONN	       100
+#define FAKE_FIRST_LOCAL       1000
 
 /* A node-hop connection, as both ends see it: what the far end sent and what we wrote. */
 struct fake_conn {
 	struct xp_conn c;
-	bool accepted; /* came from the node-hop listener (the target side) */
+	bool accepted; /* came from a TCP listener (the target side) */
+	int lfd;       /* ... that one */
+	bool alpn;     /* the source offered and the target chose XP_TLS_ALPN: a vmigd peer */
+	unsigned int hs_flags; /* XP_HS_* of the last handshake call */
+	/* await_server(): -EAGAIN this many times, then await_result */
+	unsigned int await_again, await_calls;
+	int await_result;
 	/* The far end: bytes for us to read, then the end of the stream or an error. */
 	uint8_t in[FAKE_BUF];
 	size_t in_len, in_off;
@@ -59,6 +66,7 @@ struct fake_local {
 	char path[FAKE_PATH_MAX];
 	int fd;
 	bool closed, reset;
+	struct xp_unix_owner owner; /* listeners: as asked for */
 };
 
 struct fake_io {
@@ -94,6 +102,8 @@ struct fake_io {
 	unsigned int nlinks;
 	int attach_err;
 	int next_fd;
+	bool listened; /* the node-hop listener is made */
+	unsigned int nport_listeners;
 };
 
 extern const struct xp_io_ops fake_io_ops;
@@ -105,6 +115,8 @@ void fake_io_done(struct fake_io *f);
 /* A node-hop connection from a source, waiting on the listener; the target's accept handler
  * runs when the test fires the listener's watch (fake_fire(f, FAKE_TCP_LISTEN)). */
 struct fake_conn *fake_incoming(struct fake_io *f, const void *data, size_t len);
+/* The same on a KubeVirt-mode port's own listener lfd. */
+struct fake_conn *fake_incoming_on(struct fake_io *f, int lfd, const void *data, size_t len);
 /* More bytes from the far end of c, or its end of stream. */
 void fake_feed(struct fake_conn *c, const void *data, size_t len);
 /* QEMU connects to the source's unix socket at path: returns the local fd. */
@@ -113,6 +125,8 @@ int fake_qemu_connect(struct fake_io *f, const char *path);
 bool fake_fire(struct fake_io *f, int fd);
 /* Fires the watches of every connection and listener until nothing more happens. */
 void fake_settle(struct fake_io *f);
+/* The same for at most rounds rounds: for peers that keep answering "again". */
+void fake_settle_some(struct fake_io *f, unsigned int rounds);
 /* Moves the clock and runs the timers that are due, in deadline order. */
 void fake_advance(struct fake_io *f, uint64_t ms);
 /* Finishes a pending connect (err 0: connected). */

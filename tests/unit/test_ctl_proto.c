@@ -281,7 +281,7 @@ static void test_op(void **state)
 
 static void test_key(void **state)
 {
-	static const char *const ops[] = {"target-stop", "source-stop"};
+	static const char *const ops[] = { "target-stop", "source-stop" };
 	char text[512], key[PX_KEY_MAX + 2];
 
 	for (size_t i = 0; i < 2; i++) {
@@ -346,7 +346,7 @@ static void test_sockets(void **state)
 	snprintf(text + n, sizeof(text) - n, "}}");
 	check_reject(text);
 	/* Paths of 108 bytes and more do not fit sun_path. */
-	static const size_t lens[] = {108, 109, 200};
+	static const size_t lens[] = { 108, 109, 200 };
 
 	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
 		memset(path, 'p', lens[i]);
@@ -584,7 +584,7 @@ static void test_convergence(void **state)
 	assert_int_equal(req->conv.policy.bandwidth, 16777216);
 	free(req);
 	req = parse_ok(SS "\"target\":" TARGET_JSON("vm") ",\"dir\":\"/b\",\"bandwidth\":1000,"
-			  "\"convergence\":{\"qmp\":\"/q\"}}");
+							  "\"convergence\":{\"qmp\":\"/q\"}}");
 	assert_int_equal(req->conv.policy.bandwidth, 1000);
 	free(req);
 }
@@ -611,8 +611,9 @@ static void test_convergence_bad(void **state)
 		CV_HEAD "{\"qmp\":\"/q\",\"policy\":{\"maxDowntimeMs\":2000001}}}",
 		CV_HEAD "{\"qmp\":\"/q\",\"policy\":{\"evidenceWindowMs\":0}}}",
 		CV_HEAD "{\"qmp\":\"/q\",\"policy\":{\"bandwidth\":\"64Mi\"}}}",
-		SS "\"target\":" TARGET_JSON("vm") ",\"dir\":\"/b\",\"bandwidth\":1000,"
-		   "\"convergence\":{\"qmp\":\"/q\",\"policy\":{\"bandwidth\":2000}}}",
+		SS "\"target\":" TARGET_JSON(
+			"vm") ",\"dir\":\"/b\",\"bandwidth\":1000,"
+			      "\"convergence\":{\"qmp\":\"/q\",\"policy\":{\"bandwidth\":2000}}}",
 	};
 	int failed = 0;
 
@@ -775,7 +776,7 @@ static void test_error_reply(void **state)
 	};
 
 	for (size_t i = 0; i < sizeof(msgs) / sizeof(msgs[0]); i++) {
-		char *reply = ctl_error_reply(msgs[i]);
+		char *reply = ctl_error_reply(msgs[i], 0);
 		struct json_object *o, *v;
 		size_t n;
 
@@ -812,11 +813,48 @@ static void test_error_reply(void **state)
 
 static void test_error_reply_exact(void **state)
 {
-	char *reply = ctl_error_reply("no such migration");
+	char *reply = ctl_error_reply("no such migration", 0);
 
 	assert_non_null(reply);
 	assert_string_equal(reply, "{\"ok\":false,\"error\":\"no such migration\"}\n");
 	free(reply);
+	/* A program (KubeVirt's shim) reads the errno's name. */
+	reply = ctl_error_reply("unknown migration k", -ENOENT);
+	assert_string_equal(
+		reply, "{\"ok\":false,\"error\":\"unknown migration k\",\"code\":\"ENOENT\"}\n");
+	free(reply);
+}
+
+/* KubeVirt mode and TLS per migration; KubeVirt's map on the source, with or without a key. */
+static void test_kubevirt_fields(void **state)
+{
+	struct ctl_request *req;
+
+	req = parse_ok("{\"op\":\"target-start\",\"key\":\"k\",\"sockets\":{\"49152\":\"/a\"},"
+		       "\"kubevirt\":true,\"tls\":false}");
+	assert_true(req->kubevirt);
+	assert_int_equal(req->tls, PX_TLS_OFF);
+	free(req);
+	req = parse_ok("{\"op\":\"target-start\",\"key\":\"k\",\"sockets\":{\"49152\":\"/a\"}}");
+	assert_false(req->kubevirt);
+	assert_int_equal(req->tls, PX_TLS_DEFAULT);
+	free(req);
+	req = parse_ok("{\"op\":\"source-start\",\"key\":\"k\",\"dir\":\"/d\",\"tls\":true,"
+		       "\"target\":{\"targetNodeAddress\":\"198.18.0.2\","
+		       "\"targetDirectMigrationNodePorts\":{\"40123\":49152,\"40124\":0}}}");
+	assert_int_equal(req->tls, PX_TLS_ON);
+	assert_true(req->target.kubevirt);
+	assert_string_equal(req->target.key, "k");
+	assert_int_equal(req->target.nports, 2);
+	free(req);
+	check_reject("{\"op\":\"target-start\",\"key\":\"k\",\"sockets\":{\"1\":\"/a\"},"
+		     "\"kubevirt\":1}");
+	check_reject("{\"op\":\"target-start\",\"key\":\"k\",\"sockets\":{\"1\":\"/a\"},"
+		     "\"tls\":\"off\"}");
+	/* KubeVirt's map for another key. */
+	check_reject("{\"op\":\"source-start\",\"key\":\"k\",\"dir\":\"/d\",\"target\":{"
+		     "\"targetNodeAddress\":\"198.18.0.2\",\"key\":\"j\","
+		     "\"targetDirectMigrationNodePorts\":{\"40123\":49152}}}");
 }
 
 int main(void)
@@ -847,6 +885,7 @@ int main(void)
 		cmocka_unit_test(test_key_embedded_nul),
 		cmocka_unit_test(test_error_reply),
 		cmocka_unit_test(test_error_reply_exact),
+		cmocka_unit_test(test_kubevirt_fields),
 	};
 
 	return cmocka_run_group_tests_name("ctl_proto", tests, NULL, NULL);

@@ -652,7 +652,8 @@ static void test_schema_v2(void **state)
 	json_object_put(o);
 	o = mig_json(0);
 	check_keys(o, "bytes_rx,bytes_tx,cap,cap_lifted,connections,conns,convergence,duration_s,"
-		      "inspect,key,limit,mode,peer,ports,rates,role,shaped_ms,started_unix,state");
+		      "inspect,key,kubevirt,limit,mode,peer,ports,rates,role,shaped_ms,started_unix,"
+		      "state,tls");
 	check_keys(json_object_object_get(o, "conns"), "active,failed,reordered,total");
 	check_keys(json_object_array_get_idx(json_object_object_get(o, "ports"), 0),
 		   "bytes_rx,bytes_tx,conns,id,rates,socket");
@@ -661,10 +662,10 @@ static void test_schema_v2(void **state)
 			json_object_array_get_idx(json_object_object_get(o, "ports"), 0), "conns"),
 		"active,total");
 	check_keys(json_object_array_get_idx(json_object_object_get(o, "connections"), 0),
-		   "bytes_rx,bytes_tx,inspect,pacing,port,rates,seq,shaped_ms,state,tls");
+		   "bytes_rx,bytes_tx,inspect,pacing,port,rates,raw,seq,shaped_ms,state,tls");
 	check_keys(
 		json_object_array_get_idx(json_object_object_get(o, "connections"), 1),
-		"bytes_rx,bytes_tx,cipher,crypto,inspect,pacing,port,rates,resumed,seq,shaped_ms,"
+		"bytes_rx,bytes_tx,cipher,crypto,inspect,pacing,port,rates,raw,resumed,seq,shaped_ms,"
 		"state,tls");
 	check_keys(
 		json_object_object_get(o, "inspect"),
@@ -693,7 +694,8 @@ static void test_schema_v2(void **state)
 	/* A failed target: error, no peer. */
 	o = mig_json(1);
 	check_keys(o, "bytes_rx,bytes_tx,cap,cap_lifted,connections,conns,convergence,duration_s,"
-		      "error,inspect,key,limit,mode,ports,rates,role,shaped_ms,started_unix,state");
+		      "error,inspect,key,kubevirt,limit,mode,ports,rates,role,shaped_ms,started_unix,"
+		      "state,tls");
 	json_object_put(o);
 	o = mig_json(2);
 	check_keys(json_object_object_get(o, "convergence"),

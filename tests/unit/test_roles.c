@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -50,6 +51,7 @@ static void conf_default(struct px_config *c, bool tls)
 	c->max_unauth = 64;
 	c->max_migration_conns = 64;
 	c->shaper = PX_SHAPE_BUCKET;
+	c->socket_uid = c->socket_gid = -1;
 }
 
 static void start(struct t *t)
@@ -120,6 +122,16 @@ static struct fake_conn *arrive(struct t *t, const char *key, uint32_t port, uin
 	return c;
 }
 
+/* A node-hop connection on the own listener of the KubeVirt-mode port whose TCP port is tcp. */
+static struct fake_conn *arrive_on(struct t *t, unsigned int tcp)
+{
+	struct fake_conn *c =
+		fake_incoming_on(&t->f, FAKE_FIRST_PORT_LISTEN + (int)(tcp - 41000), "", 0);
+
+	fake_settle(&t->f);
+	return c;
+}
+
 /* The status a target answered on c; -1 while it has not answered. */
 static int reply_of(const struct fake_conn *c)
 {
@@ -138,7 +150,9 @@ static void target_start(struct t *t, const char *key, uint64_t cap)
 	char err[256];
 
 	strcpy(p.path, DST_SOCK);
-	assert_int_equal(px_target_start(t->n, key, 1, &p, cap, &out, err, sizeof(err)), 0);
+	assert_int_equal(px_target_start(t->n, key, 1, &p, &(struct px_start){ .cap = cap }, &out,
+					 err, sizeof(err)),
+			 0);
 	assert_int_equal(out.port, 40000);
 	assert_string_equal(out.address, "198.18.0.2");
 }
@@ -152,8 +166,11 @@ static const char *source_start(struct t *t, const char *key, unsigned int delay
 
 	strcpy(pm.key, key);
 	strcpy(pm.address, "198.18.0.2");
-	assert_int_equal(px_source_start(t->n, &pm, t->dir, delay_ms, cap, out, err, sizeof(err)),
-			 0);
+	assert_int_equal(
+		px_source_start(t->n, &pm, t->dir,
+				&(struct px_start){ .cap = cap, .delay_first_ms = delay_ms }, out,
+				err, sizeof(err)),
+		0);
 	return out[0].path;
 }
 
@@ -680,6 +697,276 @@ static void test_source_migration_conn_limit(void **state)
 	assert_true(t->f.conns[0]->closed && t->f.conns[1]->closed);
 }
 
+/* ---- KubeVirt mode: per-port listeners, stock (raw) peers, ALPN between vmigd ---- */
+
+static void target_start_kubevirt(struct t *t, enum px_tls tls, struct px_portmap *out)
+{
+	struct px_port_info p[2] = { { .id = PORT }, { .id = 0 } };
+	char err[256];
+
+	strcpy(p[0].path, DST_SOCK);
+	strcpy(p[1].path, "/tmp/vmigd-test-roles-virtqemud-sock");
+	assert_int_equal(px_target_start(t->n, KEY, 2, p,
+					 &(struct px_start){ .kubevirt = true, .tls = tls }, out,
+					 err, sizeof(err)),
+			 0);
+	assert_true(out->kubevirt);
+	assert_int_equal(out->port, 0);
+	assert_int_equal(out->nports, 2);
+	assert_int_equal(out->ports[0], PORT);
+	assert_int_equal(out->tcp[0], 41000);
+	assert_int_equal(out->ports[1], 0);
+	assert_int_equal(out->tcp[1], 41001);
+}
+
+/* A stock source on a port's own listener: no preamble, no reply, the local socket at once,
+ * stock teardown on the link; each port's connections go to that port's socket. */
+static void test_kubevirt_target_raw(void **state)
+{
+	struct t *t = *state;
+	struct px_portmap map;
+	struct fake_conn *c[3];
+	struct seen s;
+
+	start(t);
+	target_start_kubevirt(t, PX_TLS_DEFAULT, &map);
+	c[0] = arrive_on(t, 41000);
+	c[1] = arrive_on(t, 41000);
+	c[2] = arrive_on(t, 41001);
+	assert_int_equal(t->f.nlocal_connects, 3);
+	assert_string_equal(t->f.local_connects[0].path, DST_SOCK);
+	assert_string_equal(t->f.local_connects[2].path, "/tmp/vmigd-test-roles-virtqemud-sock");
+	for (unsigned int i = 0; i < 3; i++) {
+		assert_true(c[i]->attached);
+		assert_int_equal(c[i]->out_len, 0);
+		assert_true(t->f.links[i].opts.raw);
+	}
+	s = see(t, KEY);
+	assert_true(s.mi.kubevirt);
+	assert_int_equal(s.mi.conns_total, 3);
+	assert_int_equal(s.mi.conns_reordered, 0);
+	assert_int_equal(s.mi.ports[0].tcp, 41000);
+	assert_logged("port 49152 connection 1 linked tls=off wire=raw");
+	/* A stock source dials a port whose QEMU side is not there: that connection goes, and
+	 * only it (no order to break). */
+	strcpy(t->f.refuse_local, DST_SOCK);
+	c[0] = arrive_on(t, 41000);
+	assert_true(c[0]->closed);
+	assert_string_equal(see(t, KEY).state, "active");
+	assert_logged("raw connection 2 from 198.18.0.1:");
+	/* Stop drops the listeners; the links get their grace. */
+	assert_int_equal(px_target_stop(t->n, KEY, NULL, 0), 0);
+	assert_false(fake_watched(&t->f, FAKE_FIRST_PORT_LISTEN));
+}
+
+/* Over TLS a vmigd source says so with ALPN: preamble and order on the port's own listener, for
+ * that port only; a client without ALPN (stock) is served raw. */
+static void test_kubevirt_target_alpn(void **state)
+{
+	struct t *t = *state;
+	struct px_portmap map;
+	uint8_t buf[PX_PREAMBLE_MAX];
+	struct fake_conn *v1, *v0, *wrong, *stock;
+
+	start(t);
+	target_start_kubevirt(t, PX_TLS_DEFAULT, &map);
+	assert_true(map.tls);
+	v1 = fake_incoming_on(&t->f, FAKE_FIRST_PORT_LISTEN, buf, preamble(KEY, PORT, 1, buf));
+	v1->alpn = true;
+	fake_settle(&t->f);
+	assert_int_equal(reply_of(v1), -1); /* parked: waits for 0 */
+	v0 = fake_incoming_on(&t->f, FAKE_FIRST_PORT_LISTEN, buf, preamble(KEY, PORT, 0, buf));
+	v0->alpn = true;
+	fake_settle(&t->f);
+	assert_int_equal(reply_of(v0), PX_OK);
+	assert_int_equal(reply_of(v1), PX_OK);
+	assert_false(t->f.links[0].opts.raw);
+	assert_int_equal(see(t, KEY).mi.conns_reordered, 1);
+	/* Port 0's preamble on port 49152's listener: refused. */
+	wrong = fake_incoming_on(&t->f, FAKE_FIRST_PORT_LISTEN, buf, preamble(KEY, 0, 0, buf));
+	wrong->alpn = true;
+	fake_settle(&t->f);
+	assert_int_equal(reply_of(wrong), PX_ERR_UNKNOWN_PORT);
+	stock = arrive_on(t, 41001);
+	assert_true(stock->attached);
+	assert_true(t->f.links[2].opts.raw);
+	assert_int_equal(stock->hs_flags, XP_HS_SERVER | XP_HS_TLS);
+}
+
+/* A target stopped while a connection on its port's listener is still in its handshake: that
+ * connection goes with it. */
+static void test_kubevirt_target_stop_unbound(void **state)
+{
+	struct t *t = *state;
+	struct px_portmap map;
+	struct fake_conn *c;
+
+	start(t);
+	target_start_kubevirt(t, PX_TLS_DEFAULT, &map);
+	c = fake_incoming_on(&t->f, FAKE_FIRST_PORT_LISTEN, "", 0);
+	c->hs_again = 5;
+	fake_fire(&t->f, FAKE_FIRST_PORT_LISTEN);
+	assert_int_equal(px_node_active_conns(t->n), 1);
+	assert_int_equal(px_target_stop(t->n, KEY, NULL, 0), 0);
+	assert_true(c->closed);
+	assert_int_equal(px_node_active_conns(t->n), 0);
+}
+
+/* Plain text per migration on a TLS daemon needs the per-port listeners. */
+static void test_kubevirt_tls_per_migration(void **state)
+{
+	struct t *t = *state;
+	struct px_port_info p = { .id = PORT };
+	struct px_portmap map;
+	struct fake_conn *c;
+	char err[256];
+
+	start(t);
+	strcpy(p.path, DST_SOCK);
+	assert_int_equal(px_target_start(t->n, KEY, 1, &p, &(struct px_start){ .tls = PX_TLS_OFF },
+					 &map, err, sizeof(err)),
+			 -EINVAL);
+	assert_string_equal(err,
+			    "TLS off for this migration needs per-port listeners (--kubevirt): "
+			    "the shared node-hop port is TLS");
+	target_start_kubevirt(t, PX_TLS_OFF, &map);
+	assert_false(map.tls);
+	c = arrive_on(t, 41000);
+	assert_int_equal(c->hs_flags, 0);
+	assert_true(c->attached);
+}
+
+static const char *source_start_kubevirt(struct t *t, enum px_tls tls)
+{
+	static struct px_port_info out[PX_PORTS_MAX];
+	struct px_portmap pm = {
+		.kubevirt = true, .nports = 2, .ports = { PORT, 0 }, .tcp = { 42000, 42001 }
+	};
+	char err[256];
+
+	strcpy(pm.key, KEY);
+	strcpy(pm.address, "198.18.0.2");
+	assert_int_equal(px_source_start(t->n, &pm, t->dir, &(struct px_start){ .tls = tls }, out,
+					 err, sizeof(err)),
+			 0);
+	assert_int_equal(out[0].tcp, 42000);
+	assert_non_null(strstr(out[1].path, "/migrationproxy/vm1-source.sock"));
+	return out[0].path;
+}
+
+/* KubeVirt's map on the source, plain text: each logical port dials its own TCP port and relays
+ * at once, with no preamble. */
+static void test_kubevirt_source_raw(void **state)
+{
+	struct t *t = *state;
+	char path0[128];
+	int q;
+
+	start(t);
+	source_start_kubevirt(t, PX_TLS_DEFAULT);
+	q = fake_qemu_connect(&t->f, source_start_kubevirt(t, PX_TLS_DEFAULT));
+	snprintf(path0, sizeof(path0), "%s/migrationproxy/vm1-source.sock", t->dir);
+	fake_qemu_connect(&t->f, path0);
+	fake_settle(&t->f);
+	assert_int_equal(t->f.nconns, 2);
+	assert_int_equal(t->f.nlinks, 2);
+	assert_int_equal(t->f.links[0].local_fd, q);
+	assert_true(t->f.links[0].opts.raw && t->f.links[1].opts.raw);
+	assert_int_equal(t->f.conns[0]->out_len, 0);
+	assert_string_equal(t->f.conns[0]->peer, "198.18.0.2");
+	assert_logged("port 49152 connection 0 linked tls=off wire=raw");
+	assert_logged("port 0 connection 0 linked tls=off wire=raw");
+	/* The same start again changed nothing (one listener per port, as before). */
+	assert_int_equal(t->f.nlisteners, 2);
+}
+
+/* KubeVirt's map over TLS: a vmigd target (ALPN) gets the preamble; a stock one is relayed
+ * once its first record arrived, and one that refuses our certificate fails the connection
+ * before a byte of QEMU's is sent. */
+static void test_kubevirt_source_tls(void **state)
+{
+	struct t *t = *state;
+	const char *path;
+
+	start(t);
+	path = source_start_kubevirt(t, PX_TLS_DEFAULT);
+	t->f.connect_later = true;
+	for (unsigned int i = 0; i < 4; i++)
+		fake_qemu_connect(&t->f, path);
+	fake_settle(&t->f);
+	assert_int_equal(t->f.nconns, 4);
+	t->f.conns[0]->alpn = true;
+	t->f.conns[1]->await_again = 2;
+	t->f.conns[2]->await_result = -EPROTO;
+	t->f.conns[2]->refusal = "peer-refused";
+	t->f.conns[2]->detail = "the peer refused us: alert \"bad certificate\"";
+	t->f.conns[3]->await_again = 1000000;
+	for (unsigned int i = 0; i < 4; i++)
+		fake_connect_done(&t->f, t->f.conns[i], 0);
+	fake_settle_some(&t->f, 50);
+	assert_int_equal(written_preamble(t->f.conns[0]).seq, 0);
+	assert_true(t->f.conns[1]->attached);
+	assert_int_equal(t->f.conns[1]->out_len, 0);
+	assert_int_equal(t->f.conns[1]->await_calls, 3);
+	assert_true(t->f.conns[2]->closed);
+	assert_logged(
+		"connection 2 to 198.18.0.2:42000: TLS refused (peer-refused): the peer refused "
+		"us: alert \"bad certificate\"");
+	assert_false(t->f.conns[3]->attached);
+	/* A server that sends nothing after the handshake: relayed after 1 s anyway. */
+	fake_advance(&t->f, 1000);
+	assert_true(t->f.conns[3]->attached);
+	answer(t, t->f.conns[0], PX_OK);
+	assert_false(fake_link_of(&t->f, t->f.conns[0])->opts.raw);
+}
+
+/* Two keys can name the same socket file ("col" port 1, "col-1" port 0): the second start must
+ * not take the live one's socket. */
+static void test_source_socket_hijack(void **state)
+{
+	struct t *t = *state;
+	struct px_port_info out[PX_PORTS_MAX];
+	struct px_portmap a = {
+		.key = "col", .address = "198.18.0.2", .port = 40000, .nports = 1, .ports = { 1 }
+	};
+	struct px_portmap b = {
+		.key = "col-1", .address = "198.18.0.2", .port = 40000, .nports = 1, .ports = { 0 }
+	};
+	char err[256];
+
+	start(t);
+	assert_int_equal(
+		px_source_start(t->n, &a, t->dir, &(struct px_start){ 0 }, out, err, sizeof(err)),
+		0);
+	assert_int_equal(
+		px_source_start(t->n, &b, t->dir, &(struct px_start){ 0 }, out, err, sizeof(err)),
+		-EEXIST);
+	assert_non_null(strstr(err, "/migrationproxy/col-1-source.sock is served by migration col "
+				    "(port 1)"));
+	assert_int_equal(t->f.nlisteners, 1);
+}
+
+/* The sockets and migrationproxy/ get --socket-owner and their modes, whatever the umask. */
+static void test_source_socket_owner(void **state)
+{
+	struct t *t = *state;
+	char sub[128];
+	struct stat st;
+	mode_t old = umask(077);
+
+	t->conf.socket_uid = (int)getuid();
+	t->conf.socket_gid = (int)getgid();
+	start(t);
+	source_start(t, KEY, 0, 0);
+	umask(old);
+	assert_int_equal(t->f.listeners[0].owner.uid, (int)getuid());
+	assert_int_equal(t->f.listeners[0].owner.gid, (int)getgid());
+	assert_int_equal(t->f.listeners[0].owner.mode, 0660);
+	snprintf(sub, sizeof(sub), "%s/migrationproxy", t->dir);
+	assert_int_equal(stat(sub, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0750);
+}
+
 /* ---- caps ---- */
 
 /* A sender presses against bucket b: takes until one comes back short. */
@@ -790,7 +1077,8 @@ static void test_drain_waits_for_links(void **state)
 		char err[256];
 
 		strcpy(p.path, DST_SOCK);
-		assert_int_equal(px_target_start(t->n, "vm2", 1, &p, 0, &out, err, sizeof(err)),
+		assert_int_equal(px_target_start(t->n, "vm2", 1, &p, &(struct px_start){ 0 }, &out,
+						 err, sizeof(err)),
 				 -ESHUTDOWN);
 		assert_string_equal(err, "vmigd is shutting down");
 	}
@@ -800,26 +1088,64 @@ static void test_start_refusals(void **state)
 {
 	struct t *t = *state;
 	struct px_port_info p[2] = { { .id = PORT }, { .id = PORT } };
+	struct px_start none = { 0 };
 	struct px_portmap out;
 	char err[256];
 
 	start(t);
 	strcpy(p[0].path, DST_SOCK);
 	strcpy(p[1].path, "/tmp/other.sock");
-	assert_int_equal(px_target_start(t->n, "bad key", 1, p, 0, &out, err, sizeof(err)),
+	assert_int_equal(px_target_start(t->n, "bad key", 1, p, &none, &out, err, sizeof(err)),
 			 -EINVAL);
-	assert_int_equal(px_target_start(t->n, KEY, 2, p, 0, &out, err, sizeof(err)), -EINVAL);
+	assert_int_equal(px_target_start(t->n, KEY, 2, p, &none, &out, err, sizeof(err)), -EINVAL);
 	assert_string_equal(err, "port 49152 is given twice");
 	strcpy(p[0].path, "relative.sock");
-	assert_int_equal(px_target_start(t->n, KEY, 1, p, 0, &out, err, sizeof(err)), -EINVAL);
+	assert_int_equal(px_target_start(t->n, KEY, 1, p, &none, &out, err, sizeof(err)), -EINVAL);
 	strcpy(p[0].path, "/nonexistent-dir/x.sock");
-	assert_int_equal(px_target_start(t->n, KEY, 1, p, 0, &out, err, sizeof(err)), -ENOENT);
+	assert_int_equal(px_target_start(t->n, KEY, 1, p, &none, &out, err, sizeof(err)), -ENOENT);
 	assert_string_equal(err, "directory /nonexistent-dir does not exist");
+	/* TLS for one migration needs a daemon with a certificate. */
 	strcpy(p[0].path, DST_SOCK);
-	assert_int_equal(px_target_start(t->n, KEY, 1, p, 0, &out, err, sizeof(err)), 0);
-	assert_int_equal(px_target_start(t->n, KEY, 1, p, 0, &out, err, sizeof(err)), -EEXIST);
+	assert_int_equal(px_target_start(t->n, KEY, 1, p, &(struct px_start){ .tls = PX_TLS_ON },
+					 &out, err, sizeof(err)),
+			 -ENOTSUP);
 	assert_int_equal(px_target_stop(t->n, "nope", err, sizeof(err)), -ENOENT);
 	assert_string_equal(err, "unknown migration nope: no target listener with that key");
+}
+
+/* Starts are idempotent, as KubeVirt's ProxyManager: the same arguments do nothing (the same
+ * answer, nothing logged, nothing replaced); other ones replace the listeners. */
+static void test_start_idempotent(void **state)
+{
+	struct t *t = *state;
+	struct px_port_info p = { .id = PORT };
+	struct px_portmap a, b, c;
+	struct fake_conn *conn;
+	char err[256];
+
+	start(t);
+	strcpy(p.path, DST_SOCK);
+	assert_int_equal(px_target_start(t->n, KEY, 1, &p, &(struct px_start){ .kubevirt = true },
+					 &a, err, sizeof(err)),
+			 0);
+	conn = arrive_on(t, a.tcp[0]);
+	assert_true(conn->attached);
+	assert_int_equal(px_target_start(t->n, KEY, 1, &p, &(struct px_start){ .kubevirt = true },
+					 &b, err, sizeof(err)),
+			 0);
+	assert_memory_equal(&a, &b, sizeof(a));
+	assert_false(t->f.links[0].aborted);
+	assert_int_equal(t->f.nport_listeners, 1);
+	/* Another cap is another start: new listeners, the old migration stops. */
+	assert_int_equal(px_target_start(t->n, KEY, 1, &p,
+					 &(struct px_start){ .kubevirt = true, .cap = 1000000 }, &c,
+					 err, sizeof(err)),
+			 0);
+	assert_int_equal(t->f.nport_listeners, 2);
+	assert_int_not_equal(c.tcp[0], a.tcp[0]);
+	assert_logged("migration vm1 role=target: started again with other arguments");
+	fake_advance(&t->f, 5000);
+	assert_true(t->f.links[0].aborted);
 }
 
 #define T(f)  cmocka_unit_test_setup_teardown(f, setup_plain, teardown)
@@ -849,7 +1175,16 @@ int main(void)
 		T(test_caps_applied_to_links),
 		T(test_caps_pacing_split),
 		T(test_drain_waits_for_links),
+		T(test_kubevirt_target_raw),
+		TT(test_kubevirt_target_alpn),
+		TT(test_kubevirt_target_stop_unbound),
+		TT(test_kubevirt_tls_per_migration),
+		T(test_kubevirt_source_raw),
+		TT(test_kubevirt_source_tls),
+		T(test_source_socket_hijack),
+		T(test_source_socket_owner),
 		T(test_start_refusals),
+		T(test_start_idempotent),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-/* Unit tests for the target port map JSON (proxy/px_target.h): round trips through text, every
- * rejection with its message, and the logical port id parser. */
+/* Unit tests for the port map's JSON (ctrl/ctl_portmap.h), vmigd's form and KubeVirt's: round
+ * trips through text, every rejection with its message, and the logical port id parser. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -43,11 +43,11 @@ static void round_trip(const struct px_portmap *in)
 
 static void test_round_trip(void **state)
 {
-	struct px_portmap t = {.key = "vm-1",
-				   .address = "198.18.0.2",
-				   .port = 40123,
-				   .nports = 1,
-				   .ports = {49152}};
+	struct px_portmap t = { .key = "vm-1",
+				.address = "198.18.0.2",
+				.port = 40123,
+				.nports = 1,
+				.ports = { 49152 } };
 
 	round_trip(&t);
 	/* Logical port 0 (the main migration stream). */
@@ -66,7 +66,7 @@ static void test_round_trip(void **state)
 	round_trip(&t);
 
 	/* Eight ports, in the order given (not sorted), including 0 and 65535. */
-	static const uint32_t eight[] = {49160, 0, 65535, 49152, 1, 7, 49153, 30000};
+	static const uint32_t eight[] = { 49160, 0, 65535, 49152, 1, 7, 49153, 30000 };
 
 	t.nports = 8;
 	memcpy(t.ports, eight, sizeof(eight));
@@ -79,11 +79,11 @@ static void test_round_trip(void **state)
 
 static void test_to_json_fields(void **state)
 {
-	struct px_portmap t = {.key = "KEY",
-				   .address = "198.18.0.2",
-				   .port = 40123,
-				   .nports = 2,
-				   .ports = {0, 49152}};
+	struct px_portmap t = { .key = "KEY",
+				.address = "198.18.0.2",
+				.port = 40123,
+				.nports = 2,
+				.ports = { 0, 49152 } };
 	struct json_object *o = ctl_portmap_to_json(&t);
 
 	assert_non_null(o);
@@ -96,7 +96,7 @@ static void test_to_json_fields(void **state)
 }
 
 #define VALID_TAIL "\"address\":\"198.18.0.2\",\"port\":40123,\"ports\":[0,49152]"
-#define VALID "{\"version\":1,\"key\":\"vm-1\"," VALID_TAIL "}"
+#define VALID	   "{\"version\":1,\"key\":\"vm-1\"," VALID_TAIL "}"
 
 /* 0 when o is refused as it should be, else prints why and returns -1. */
 static int try_reject_obj(struct json_object *o, const char *text)
@@ -305,16 +305,16 @@ static void test_port_parse(void **state)
 		int ok;
 		uint32_t val;
 	} cases[] = {
-		{"0", 1, 0},	      {"1", 1, 1},
-		{"49152", 1, 49152},  {"65535", 1, 65535},
-		{"", 0, 0},	      {"-1", 0, 0},
-		{"-0", 0, 0},	      {"65536", 0, 0},
-		{"4294967296", 0, 0}, {"99999999999999999999999", 0, 0},
-		{"12a", 0, 0},	      {"a12", 0, 0},
-		{"+5", 0, 0},	      {" 5", 0, 0},
-		{"\t5", 0, 0},	      {"\n5", 0, 0},
-		{"5 ", 0, 0},	      {"0x10", 0, 0},
-		{"1e3", 0, 0},	      {"1.0", 0, 0},
+		{ "0", 1, 0 },		{ "1", 1, 1 },
+		{ "49152", 1, 49152 },	{ "65535", 1, 65535 },
+		{ "", 0, 0 },		{ "-1", 0, 0 },
+		{ "-0", 0, 0 },		{ "65536", 0, 0 },
+		{ "4294967296", 0, 0 }, { "99999999999999999999999", 0, 0 },
+		{ "12a", 0, 0 },	{ "a12", 0, 0 },
+		{ "+5", 0, 0 },		{ " 5", 0, 0 },
+		{ "\t5", 0, 0 },	{ "\n5", 0, 0 },
+		{ "5 ", 0, 0 },		{ "0x10", 0, 0 },
+		{ "1e3", 0, 0 },	{ "1.0", 0, 0 },
 	};
 
 	int bad = 0;
@@ -339,6 +339,70 @@ static void test_port_parse(void **state)
 }
 
 /* A KEY is 1 to 128 of [A-Za-z0-9._-]: a NUL inside the JSON string is not the end of it. */
+/* KubeVirt's form: what a stock virt-handler publishes, and what target start --kubevirt
+ * prints. */
+static void test_kubevirt_form(void **state)
+{
+	struct json_object *o = json_tokener_parse(
+		"{\"targetNodeAddress\":\"fd00::2\",\"targetDirectMigrationNodePorts\":"
+		"{\"35001\":0,\"41068\":49152,\"38284\":49153},\"sourceNodeAddress\":\"x\"}");
+	struct px_portmap t, u = { .key = "vm-1",
+				   .address = "198.18.0.2",
+				   .kubevirt = true,
+				   .tls = true,
+				   .nports = 2,
+				   .ports = { 49152, 0 },
+				   .tcp = { 40123, 40124 } };
+	struct json_object *back;
+	char err[256] = "";
+
+	assert_int_equal(ctl_portmap_from_json(o, &t, err, sizeof(err)), 0);
+	json_object_put(o);
+	assert_true(t.kubevirt);
+	assert_string_equal(t.key, "");
+	assert_string_equal(t.address, "fd00::2");
+	assert_int_equal(t.port, 0);
+	assert_int_equal(t.nports, 3);
+	for (unsigned int i = 0; i < 3; i++)
+		assert_int_equal(t.tcp[i], t.ports[i] == 0	 ? 35001
+					   : t.ports[i] == 49152 ? 41068
+								 : 38284);
+	/* The round trip keeps every TCP port with its logical port. */
+	o = ctl_portmap_to_json(&u);
+	assert_string_equal(
+		json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN),
+		"{\"targetNodeAddress\":\"198.18.0.2\",\"targetDirectMigrationNodePorts\":"
+		"{\"40123\":49152,\"40124\":0},\"key\":\"vm-1\",\"tls\":true}");
+	back = json_tokener_parse(json_object_to_json_string(o));
+	assert_int_equal(ctl_portmap_from_json(back, &t, err, sizeof(err)), 0);
+	assert_string_equal(t.key, "vm-1");
+	assert_memory_equal(t.tcp, u.tcp, sizeof(u.tcp[0]) * 2);
+	json_object_put(back);
+	json_object_put(o);
+
+	check_reject(
+		"{\"targetNodeAddress\":\"198.18.0.2\",\"targetDirectMigrationNodePorts\":{}}");
+	check_reject(
+		"{\"targetNodeAddress\":\"198.18.0.2\",\"targetDirectMigrationNodePorts\":[1]}");
+	check_reject("{\"targetNodeAddress\":\"node-1\","
+		     "\"targetDirectMigrationNodePorts\":{\"40123\":49152}}");
+	check_reject("{\"targetDirectMigrationNodePorts\":{\"40123\":49152}}");
+	check_reject("{\"targetNodeAddress\":\"198.18.0.2\","
+		     "\"targetDirectMigrationNodePorts\":{\"0\":49152}}");
+	check_reject("{\"targetNodeAddress\":\"198.18.0.2\","
+		     "\"targetDirectMigrationNodePorts\":{\"70000\":49152}}");
+	check_reject("{\"targetNodeAddress\":\"198.18.0.2\","
+		     "\"targetDirectMigrationNodePorts\":{\"1\":49152,\"2\":49152}}");
+	check_reject("{\"targetNodeAddress\":\"198.18.0.2\","
+		     "\"targetDirectMigrationNodePorts\":{\"1\":\"49152\"}}");
+	check_reject("{\"targetNodeAddress\":\"198.18.0.2\","
+		     "\"targetDirectMigrationNodePorts\":{\"1\":-1}}");
+	check_reject("{\"targetNodeAddress\":\"198.18.0.2\",\"key\":\"bad/key\","
+		     "\"targetDirectMigrationNodePorts\":{\"1\":0}}");
+	check_reject("{\"targetNodeAddress\":\"198.18.0.2\",\"targetDirectMigrationNodePorts\":"
+		     "{\"1\":1,\"2\":2,\"3\":3,\"4\":4,\"5\":5,\"6\":6,\"7\":7,\"8\":8,\"9\":9}}");
+}
+
 static void test_key_embedded_nul(void **state)
 {
 	check_reject("{\"version\":1,\"key\":\"vm\\u0000x\"," VALID_TAIL "}");
@@ -360,6 +424,7 @@ int main(void)
 		cmocka_unit_test(test_ports),
 		cmocka_unit_test(test_port_parse),
 		cmocka_unit_test(test_key_embedded_nul),
+		cmocka_unit_test(test_kubevirt_form),
 	};
 
 	return cmocka_run_group_tests_name("px_target", tests, NULL, NULL);

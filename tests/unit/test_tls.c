@@ -131,6 +131,9 @@ struct ctx_opt {
 	const char *client_leaf; /* client_cert and client_key, or NULL */
 	const char *ca;		 /* NULL: ca1 */
 	const char *allow;	 /* NULL: the default list */
+	const char *allow_clients, *allow_servers;
+	unsigned int min_version;
+	const char *ciphers12;
 	bool resumption;
 };
 
@@ -144,6 +147,10 @@ static struct xp_tls *ctx_new(const struct ctx_opt *o)
 		.client_key = cl ? cl->key : NULL,
 		.ca = o->ca ? o->ca : ca1.path,
 		.allow = o->allow,
+		.allow_clients = o->allow_clients,
+		.allow_servers = o->allow_servers,
+		.min_version = o->min_version,
+		.ciphers12 = o->ciphers12,
 		.resumption = o->resumption,
 	};
 	struct xp_tls *t = NULL;
@@ -483,15 +490,16 @@ static void test_context(void **state)
 	assert_non_null(strstr(xp_tls_describe(t), NODE_CN));
 	assert_non_null(strstr(xp_tls_describe(t), "serial"));
 	/* The default list. */
-	assert_string_equal(xp_tls_allow_list(t, 0), "kubevirt.io:system:node:virt-handler");
-	assert_string_equal(xp_tls_allow_list(t, 1), "kubevirt.io:system:client:virt-handler");
-	assert_string_equal(xp_tls_allow_list(t, 2), "kubevirt.io:system:client:migration");
-	assert_null(xp_tls_allow_list(t, 3));
+	assert_string_equal(xp_tls_allow_list(t, false, 0), "kubevirt.io:system:node:virt-handler");
+	assert_string_equal(xp_tls_allow_list(t, false, 1),
+			    "kubevirt.io:system:client:virt-handler");
+	assert_string_equal(xp_tls_allow_list(t, false, 2), "kubevirt.io:system:client:migration");
+	assert_null(xp_tls_allow_list(t, false, 3));
 	/* "*" first; empty names skipped. */
-	assert_string_equal(xp_tls_allow_list(u, 0), "*");
-	assert_string_equal(xp_tls_allow_list(u, 1), "a");
-	assert_string_equal(xp_tls_allow_list(u, 2), "b");
-	assert_null(xp_tls_allow_list(u, 3));
+	assert_string_equal(xp_tls_allow_list(u, false, 0), "*");
+	assert_string_equal(xp_tls_allow_list(u, false, 1), "a");
+	assert_string_equal(xp_tls_allow_list(u, false, 2), "b");
+	assert_null(xp_tls_allow_list(u, false, 3));
 	/* Client files default to the server pair. */
 	assert_int_equal(xp_tls_files(t, files), 5);
 	assert_string_equal(files[0], leaf("node-a")->crt);
@@ -611,6 +619,156 @@ static void test_truncation(void **state)
 	conn_close(&c);
 	xp_tls_free(a);
 	xp_tls_free(b);
+}
+
+/* ---- KubeVirt's TLS: ALPN between vmigd, names per role, versions, suites ---- */
+
+/* Two vmigd agree on XP_TLS_ALPN; a client that offers none (KubeVirt's Go proxy) gets none. */
+static void test_alpn(void **state)
+{
+	struct xp_tls *a = ctx_new(&(struct ctx_opt){ .leaf = "node-a" });
+	struct xp_tls *b = ctx_new(&(struct ctx_opt){ .leaf = "node-b" });
+	struct conn c;
+
+	(void)state;
+	conn_open(&c, a, b, NULL);
+	assert_ok(&c);
+	assert_true(xp_tls_sess_alpn(c.cli.x));
+	assert_true(xp_tls_sess_alpn(c.srv.x));
+	conn_close(&c);
+	sockpair(c.fd);
+	end_raw_client(&c.cli, c.fd[0], "node-a", 0);
+	end_xp(&c.srv, "server", b, c.fd[1], true, NULL);
+	handshake(&c.cli, &c.srv);
+	assert_int_equal(c.srv.rc, 0);
+	assert_false(xp_tls_sess_alpn(c.srv.x));
+	conn_close(&c);
+	xp_tls_free(a);
+	xp_tls_free(b);
+}
+
+/* KubeVirt checks a client's CN and a server's apart: a target admits only its client names,
+ * a source only its server names. */
+static void test_allow_per_role(void **state)
+{
+	struct xp_tls *srv = ctx_new(&(struct ctx_opt){
+		.leaf = "node-b", .allow_clients = "mallory", .allow_servers = "nobody" });
+	struct xp_tls *cli = ctx_new(&(struct ctx_opt){
+		.leaf = "stranger", .allow_clients = "nobody", .allow_servers = NODE_CN });
+	struct conn c;
+
+	(void)state;
+	assert_string_equal(xp_tls_allow_list(srv, false, 0), "mallory");
+	assert_null(xp_tls_allow_list(srv, false, 1));
+	assert_string_equal(xp_tls_allow_list(srv, true, 0), "nobody");
+	/* stranger (CN mallory) may come to srv; srv (CN node) may be reached by cli. */
+	conn_open(&c, cli, srv, NULL);
+	assert_ok(&c);
+	conn_close(&c);
+	/* The other way round neither name fits: the target refuses the source. */
+	conn_open(&c, srv, cli, NULL);
+	assert_int_equal(xp_tls_sess_refusal(c.cli.x), XP_TLS_NAME);
+	conn_close(&c);
+	xp_tls_free(srv);
+	xp_tls_free(cli);
+}
+
+/* --tls-min-version 1.3 refuses a TLS 1.2 client; --tls-ciphers takes IANA names (as KubeVirt's
+ * CR) and OpenSSL's, and names a suite it does not know. */
+static void test_version_and_suites(void **state)
+{
+	struct xp_tls *srv = ctx_new(&(struct ctx_opt){ .leaf = "node-b", .min_version = 13 });
+	struct xp_tls_conf conf = { .cert = leaf("node-a")->crt,
+				    .key = leaf("node-a")->key,
+				    .ca = ca1.path };
+	struct xp_tls *t = NULL;
+	struct conn c;
+	char err[256];
+
+	(void)state;
+	assert_string_equal(xp_tls_min_version(srv), "TLSv1.3");
+	sockpair(c.fd);
+	end_raw_client(&c.cli, c.fd[0], "node-a", TLS1_2_VERSION);
+	end_xp(&c.srv, "server", srv, c.fd[1], true, NULL);
+	handshake(&c.cli, &c.srv);
+	assert_true(c.srv.rc < 0 && c.srv.rc != -EAGAIN);
+	assert_int_equal(xp_tls_sess_refusal(c.srv.x), XP_TLS_PROTOCOL);
+	conn_close(&c);
+	xp_tls_free(srv);
+
+	conf.ciphers12 = "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,ECDHE-RSA-AES256-GCM-SHA384";
+	assert_int_equal(xp_tls_new(&conf, &t, err, sizeof(err)), 0);
+	xp_tls_free(t);
+	t = NULL;
+	conf.ciphers12 = "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,TLS_NO_SUCH_SUITE";
+	assert_int_equal(xp_tls_new(&conf, &t, err, sizeof(err)), -EINVAL);
+	assert_string_equal(err, "--tls-ciphers: unknown TLS 1.2 suite \"TLS_NO_SUCH_SUITE\"");
+	conf.ciphers12 = NULL;
+	conf.min_version = 11;
+	assert_int_equal(xp_tls_new(&conf, &t, err, sizeof(err)), -EINVAL);
+	assert_null(t);
+}
+
+/* A serverAuth-only pair is a target's, never a source's: it loads, and says why it cannot be
+ * a client. */
+static void test_client_problem(void **state)
+{
+	struct xp_tls *t = ctx_new(&(struct ctx_opt){ .leaf = "server-only" });
+	struct xp_tls *u =
+		ctx_new(&(struct ctx_opt){ .leaf = "server-only", .client_leaf = "client-only" });
+
+	(void)state;
+	assert_non_null(xp_tls_client_problem(t));
+	assert_non_null(strstr(xp_tls_client_problem(t), "lacks clientAuth"));
+	assert_null(xp_tls_client_problem(u));
+	xp_tls_free(t);
+	xp_tls_free(u);
+}
+
+/* TLS 1.3: a client hears that the server took its certificate from the server's ticket, and
+ * that it did not from an alert; xp_tls_await_server() waits for either without eating data. */
+static void test_await_server(void **state)
+{
+	struct xp_tls *srv = ctx_new(&(struct ctx_opt){ .leaf = "node-b" });
+	struct xp_tls *cli = ctx_new(&(struct ctx_opt){ .leaf = "node-a" });
+	struct xp_tls *strict = ctx_new(&(struct ctx_opt){ .leaf = "node-b", .allow = "nobody" });
+	enum xp_tls_want want;
+	struct conn c;
+	char buf[16];
+	int r = -EAGAIN;
+
+	(void)state;
+	conn_open(&c, cli, srv, NULL);
+	assert_ok(&c);
+	for (int i = 0; i < STEPS && r == -EAGAIN; i++) {
+		struct pollfd p = { .fd = c.cli.fd, .events = POLLIN };
+
+		r = xp_tls_await_server(c.cli.x, &want);
+		if (r == -EAGAIN)
+			assert_true(poll(&p, 1, POLL_MS) > 0);
+	}
+	assert_int_equal(r, 0);
+	/* The server's data after the ticket is still there to read. */
+	write_all(&c.srv, "nbd", 3);
+	assert_int_equal(read_until(&c.cli, buf, sizeof(buf)), 3);
+	conn_close(&c);
+
+	conn_open(&c, cli, strict, NULL);
+	assert_int_equal(c.cli.rc, 0); /* TLS 1.3: the client finished first */
+	r = -EAGAIN;
+	for (int i = 0; i < STEPS && r == -EAGAIN; i++) {
+		struct pollfd p = { .fd = c.cli.fd, .events = POLLIN };
+
+		r = xp_tls_await_server(c.cli.x, &want);
+		if (r == -EAGAIN)
+			assert_true(poll(&p, 1, POLL_MS) > 0);
+	}
+	assert_true(r < 0 && r != -EAGAIN);
+	assert_int_equal(xp_tls_sess_refusal(c.cli.x), XP_TLS_PEER_REFUSED);
+	conn_close(&c);
+	xp_tls_free(srv);
+	xp_tls_free(cli);
+	xp_tls_free(strict);
 }
 
 /* ---- resumption ---- */
@@ -1048,11 +1206,12 @@ static void test_new_errors(void **state)
 			 -EKEYEXPIRED);
 	assert_non_null(strstr(err, "not valid yet"));
 	/* Spaces around allow-list names are not part of them. */
-	conf = (struct xp_tls_conf){ .cert = a->crt, .key = a->key, .ca = ca1.path,
-				     .allow = " x , " NODE_CN " " };
+	conf = (struct xp_tls_conf){
+		.cert = a->crt, .key = a->key, .ca = ca1.path, .allow = " x , " NODE_CN " "
+	};
 	assert_int_equal(xp_tls_new(&conf, &t, err, sizeof(err)), 0);
-	assert_string_equal(xp_tls_allow_list(t, 1), NODE_CN);
-	assert_null(xp_tls_allow_list(t, 2));
+	assert_string_equal(xp_tls_allow_list(t, false, 1), NODE_CN);
+	assert_null(xp_tls_allow_list(t, false, 2));
 	xp_tls_free(t);
 	t = NULL;
 
@@ -1076,7 +1235,7 @@ static void test_new_errors(void **state)
 		char last[16];
 
 		snprintf(last, sizeof(last), "n%d", XP_TLS_ALLOW_MAX - 1);
-		assert_string_equal(xp_tls_allow_list(t, XP_TLS_ALLOW_MAX - 1), last);
+		assert_string_equal(xp_tls_allow_list(t, false, XP_TLS_ALLOW_MAX - 1), last);
 		xp_tls_free(t);
 		t = NULL;
 		snprintf(list + n, sizeof(list) - n, ",one-more");
@@ -1193,6 +1352,11 @@ int main(void)
 		cmocka_unit_test(test_protocol_and_closed),
 		cmocka_unit_test(test_new_errors),
 		cmocka_unit_test(test_reload),
+		cmocka_unit_test(test_alpn),
+		cmocka_unit_test(test_allow_per_role),
+		cmocka_unit_test(test_version_and_suites),
+		cmocka_unit_test(test_client_problem),
+		cmocka_unit_test(test_await_server),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);

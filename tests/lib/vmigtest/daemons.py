@@ -195,10 +195,11 @@ class Daemon:
         """`vmigctl list` as a list of field lists (KEY ROLE PORTS CONNS BYTES)."""
         return [line.split() for line in self.ctl_ok('list').splitlines() if line.strip()]
 
-    def target_start(self, key, sockets, bandwidth=None):
-        """sockets: {portid: unix path}; bandwidth: a RATE for --bandwidth (None: no option).
-        Returns (JSON text exactly as printed, parsed dict)."""
-        args = []
+    def target_start(self, key, sockets, bandwidth=None, extra=()):
+        """sockets: {portid: unix path}; bandwidth: a RATE for --bandwidth (None: no option);
+        extra: more vmigctl arguments (--kubevirt, --tls, --no-tls). Returns (JSON text exactly
+        as printed, parsed dict)."""
+        args = list(extra)
         for portid, path in sockets.items():
             args += ['--socket', f'{portid}={path}']
         if bandwidth is not None:
@@ -297,10 +298,8 @@ def parse_linked(line):
     return rec
 
 
-# The status JSON (`vmigctl status --json`), named in these functions only, so that a moved key
-# is one change here: reply version 1 (vmigd 0.1.0 before the figure tables: node figures at the
-# top, "migration_list", "connection_list") and version 2 (doc/interfaces.md: "node",
-# "migrations", "connections").
+# The status JSON (`vmigctl status --json`, reply version 2: doc/interfaces.md), named in these
+# functions only, so that a moved key is one change here.
 
 def status_field(status, name):
     """A figure of a status object (reply version 2, doc/interfaces.md): the daemon's own (listen,

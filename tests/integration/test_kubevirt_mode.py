@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""Integration test of KubeVirt mode between two vmigd (issue 12): per-port listeners published
+as KubeVirt's map (targetNodeAddress, targetDirectMigrationNodePorts), the source given that
+map, ALPN keeping the preamble and the order between two vmigd over TLS, raw relaying in plain
+text, idempotent starts, the socket owner and modes, a socket another migration serves, and the
+error codes a shim reads. Real daemons, real QEMU 7.2, two network namespaces."""
+
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
+import vmigtest as vt  # noqa: E402
+
+QEMU_UID = 107
+
+
+def kubevirt_map_ok(target):
+    """KubeVirt's fields, with one TCP port per logical port."""
+    ports = target.get('targetDirectMigrationNodePorts') or {}
+    return (isinstance(target.get('targetNodeAddress'), str) and ports
+            and all(k.isdigit() and int(k) > 0 for k in ports)
+            and sorted(ports.values()) == [vt.DEFAULT_PORT_ID])
+
+
+def alpn_ordered(tb, check):
+    """TLS, 8 multifd channels, the first connection held back: the target must still open the
+    channels in order (QEMU 7.2 needs it), which only the preamble over ALPN can give it."""
+    src, dst = tb.qemu_pair(256)
+    key = tb.new_key('kv-tls')
+    m = tb.start_migration(src, dst, key, 8, delay_first_ms=700, target_args=['--kubevirt'])
+    check(kubevirt_map_ok(m.target), f'target start printed KubeVirt\'s map: {m.target_raw}')
+    check('port' not in m.target and m.target.get('tls') is True,
+          f'no shared port in the map, tls true: {m.target_raw}')
+    result, digest = m.finish_verified(timeout=180)
+    linked = tb.target.linked(key, 'target')
+    check(len(linked) == 9 and all(r.get('wire') == 'vmigd' and r.get('tls', '').startswith('TLS')
+                                   for r in linked),
+          f'9 connections linked over TLS with the preamble (ALPN): '
+          f'{[(r.get("tls"), r.get("wire")) for r in linked]}')
+    reordered = int(tb.target.stop_record(key, 'target').get('reordered', -1))
+    check(reordered == 8, f'the target held the 8 multifd channels for the main one: '
+          f'reordered={reordered}')
+    tb.close_qemus(src, dst)
+    return f'{result.summary()}, reordered {reordered}, memory sha256 {digest[:12]}'
+
+
+def plain_raw(tb, check):
+    """TLS off for this migration on TLS daemons: raw both ways (no preamble, no order), so
+    multifd off with QEMU 7.2."""
+    src, dst = tb.qemu_pair(256)
+    key = tb.new_key('kv-plain')
+    m = tb.start_migration(src, dst, key, 0, target_args=['--kubevirt', '--no-tls'],
+                           source_args=['--no-tls'])
+    check(m.target.get('tls') is False, f'the map says tls false: {m.target_raw}')
+    result, digest = m.finish_verified(timeout=120)
+    for daemon, role in tb.sides():
+        linked = daemon.linked(key, role)
+        check(linked and all(r.get('wire') == 'raw' and r.get('tls') == 'off' for r in linked),
+              f'{daemon.name}: linked raw in plain text: {[r["line"] for r in linked]}')
+        check(daemon.stop_record(key, role).get('outcome') == 'ok',
+              f'{daemon.name}: outcome ok')
+    tb.close_qemus(src, dst)
+    return f'{result.summary()}, memory sha256 {digest[:12]}'
+
+
+def idempotent(tb, check):
+    """ProxyManager's rule: the same start again answers the same and changes nothing; another
+    one replaces the listeners."""
+    key = tb.new_key('kv-idem')
+    socks = {vt.DEFAULT_PORT_ID: tb.path('dst', f'{key}.sock'), 0: tb.path('dst', 'virtqemud')}
+    raw1, t1 = tb.target.target_start(key, socks, extra=['--kubevirt'])
+    raw2, t2 = tb.target.target_start(key, socks, extra=['--kubevirt'])
+    check(raw1 == raw2, f'the same target start answers the same: {raw1} / {raw2}')
+    s1 = tb.source.source_start(key, raw1, tb.path('src'))
+    s2 = tb.source.source_start(key, raw1, tb.path('src'))
+    check(s1 == s2 and len(s1) == 2, f'the same source start answers the same: {s1} / {s2}')
+    check(any(p.endswith(f'/migrationproxy/{key}-source.sock') for p in s1),
+          f'logical port 0 gets KubeVirt\'s name {key}-source.sock: {s1}')
+    raw3, t3 = tb.target.target_start(key, socks, bandwidth='10Mi', extra=['--kubevirt'])
+    check(set(t3['targetDirectMigrationNodePorts']) != set(t1['targetDirectMigrationNodePorts']),
+          f'another start replaced the listeners: {raw1} -> {raw3}')
+    check(len([m for m in tb.target.migrations() if m.get('key') == key]) == 1,
+          'one target migration for the key after the replace')
+    for d, what in ((tb.target, 'target'), (tb.source, 'source')):
+        d.ctl_ok(what, 'stop', key)
+    return f'same answers; replaced: {raw1} -> {raw3}'
+
+
+def owner_and_modes(tb, check):
+    """Sockets 0660 and migrationproxy/ 0750, owned by --socket-owner (KubeVirt's 107), whatever
+    the daemon's umask; uid 107 may connect, anyone else may not."""
+    key = tb.new_key('kv-own')
+    raw, _ = tb.target.target_start(key, {vt.DEFAULT_PORT_ID: tb.path('dst', f'{key}.sock')},
+                                    extra=['--kubevirt'])
+    # As /proc/PID/root/var/run/kubevirt: a base directory others may pass through; then only
+    # the socket's own owner and mode decide.
+    base = tb.path('owned')
+    os.makedirs(base, exist_ok=True)
+    os.chmod(tb.workdir, 0o711)
+    os.chmod(base, 0o755)
+    path = tb.source.source_start(key, raw, base)[0]
+    st, dst = os.stat(path), os.stat(os.path.dirname(path))
+    check(stat.S_IMODE(st.st_mode) == 0o660 and (st.st_uid, st.st_gid) == (QEMU_UID, QEMU_UID),
+          f'socket mode {oct(stat.S_IMODE(st.st_mode))} owner {st.st_uid}:{st.st_gid}')
+    check(stat.S_IMODE(dst.st_mode) == 0o750 and dst.st_uid == QEMU_UID,
+          f'migrationproxy/ mode {oct(stat.S_IMODE(dst.st_mode))} owner {dst.st_uid}')
+    for uid, want in ((QEMU_UID, None), (65534, 'EACCES')):
+        got = connect_as(tb, path, uid)
+        check(got == want, f'uid {uid} connecting: {got or "connected"}, expected '
+              f'{want or "connected"}')
+    tb.source.ctl_ok('source', 'stop', key)
+    tb.target.ctl_ok('target', 'stop', key)
+    return f'{path}: 0660 107:107 in a 0750 directory; uid 107 connects, 65534 gets EACCES'
+
+
+def connect_as(tb, path, uid):
+    """Connects to the unix socket path as uid (setpriv) in the source namespace; None, or the
+    errno name the connect failed with."""
+    probe = ('import errno, socket, sys\n'
+             's = socket.socket(socket.AF_UNIX)\n'
+             'try:\n'
+             '    s.connect(sys.argv[1])\n'
+             'except OSError as e:\n'
+             '    print(errno.errorcode.get(e.errno, e.errno)); sys.exit(1)\n')
+    cmd = [*vt.netns_prefix(tb.net.source_ns), 'setpriv', f'--reuid={uid}', f'--regid={uid}',
+           '--clear-groups', '/usr/bin/python3', '-c', probe, path]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+    if p.returncode not in (0, 1):
+        raise vt.HarnessError(f'{" ".join(cmd[:6])}... exited {p.returncode}: {p.stderr}')
+    return p.stdout.strip() or None
+
+
+def hijack(tb, check):
+    """Two keys can name the same socket: "col" port 1 and "col-1" port 0. The second start is
+    refused, and the first one keeps its socket."""
+    base = tb.new_key('col')
+    t = json.dumps({'version': 1, 'key': base, 'address': tb.net.target_addr,
+                    'port': tb.target.node_hop()[1], 'ports': [1]})
+    first = tb.source.source_start(base, t, tb.path('src'))[0]
+    other = f'{base}-1'
+    t2 = json.dumps({'version': 1, 'key': other, 'address': tb.net.target_addr,
+                     'port': tb.target.node_hop()[1], 'ports': [0]})
+    try:
+        tb.source.source_start(other, t2, tb.path('src'))
+        check(False, 'the second start was refused')
+    except vt.VmigctlError as e:
+        check('is served by migration' in str(e) and base in str(e),
+              f'refused naming the live migration: {e}')
+    check(os.path.exists(first) and stat.S_ISSOCK(os.stat(first).st_mode),
+          f'{first} is still there')
+    tb.source.ctl_ok('source', 'stop', base)
+    return f'{other} refused; {first} still served'
+
+
+def codes(tb, check):
+    """A program (KubeVirt's shim) reads why a request failed from "code"."""
+    reply = control(tb.source, {'op': 'target-stop', 'key': 'never-started'})
+    check(reply.get('ok') is False and reply.get('code') == 'ENOENT',
+          f'an unknown key answers code ENOENT: {reply}')
+    reply = control(tb.source, {'op': 'target-start', 'key': 'k', 'sockets': {'49152': 'rel'},
+                                'kubevirt': 'yes'})
+    check(reply.get('code') == 'EINVAL' and '"kubevirt" must be true or false' in
+          reply.get('error', ''), f'a bad field answers EINVAL and says which: {reply}')
+
+
+def control(daemon, request):
+    """One request on daemon's control socket, the reply as a dict."""
+    with vt.netns_socket(None, socket.AF_UNIX) as s:
+        s.connect(daemon.control)
+        s.sendall(json.dumps(request).encode() + b'\n')
+        return json.loads(vt.recv_all(s).decode())
+
+
+def main():
+    checks = vt.Checks('KubeVirt-mode checks')
+    with vt.Testbed(tls=True) as tb:
+        vt.log(f'KubeVirt mode between two vmigd: {tb.describe()}')
+        for name, fn in (('TLS, ALPN: preamble and order on per-port listeners', alpn_ordered),
+                         ('plain text per migration: raw both ways', plain_raw),
+                         ('idempotent starts', idempotent),
+                         ('socket owner and modes', owner_and_modes),
+                         ('a socket another migration serves', hijack),
+                         ('error codes', codes)):
+            vt.log(f'[{name}]')
+            checks.run(name, fn, tb, checks.check)
+        tb.stop_daemons()
+    checks.finish()
+
+
+if __name__ == '__main__':
+    vt.run_main(main)
