@@ -123,6 +123,10 @@ static int kubevirt_from_json(struct json_object *o, struct px_portmap *ret, cha
 		if (n < 0 || n > PX_PORT_MAX)
 			return fail(err, errlen, "a logical port is outside 0..65535");
 		id = (uint32_t)n;
+		if (!px_kubevirt_port(id))
+			return fail(err, errlen,
+				    "KubeVirt's map names a logical port other than 0 (libvirt), 49152 "
+				    "(QEMU) and 49153 (NBD)");
 		for (unsigned int j = 0; j < t.nports; j++)
 			if (t.ports[j] == id)
 				return fail(err, errlen, "a logical port is listed twice");

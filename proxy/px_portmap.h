@@ -28,6 +28,17 @@ struct px_portmap {
 	bool tls; /* what the target answers: its node hop for this migration is TLS */
 };
 
+/* KubeVirt's logical ports: libvirt's own connection, QEMU's migration stream, NBD. */
+#define PX_KUBEVIRT_LIBVIRT 0
+#define PX_KUBEVIRT_QEMU    49152
+#define PX_KUBEVIRT_NBD	    49153
+
+/* Whether KubeVirt uses logical port id (its maps name no other). */
+static inline bool px_kubevirt_port(uint32_t id)
+{
+	return id == PX_KUBEVIRT_LIBVIRT || id == PX_KUBEVIRT_QEMU || id == PX_KUBEVIRT_NBD;
+}
+
 /* Parses a logical port id ("49152"): 0 or -EINVAL; *ret written only on success. */
 int px_port_parse(const char *s, uint32_t *ret);
 

@@ -545,6 +545,15 @@ int px_target_start(struct px_node *n, const char *key, unsigned int nports,
 		if (r < 0)
 			return r;
 	}
+	for (unsigned int i = 0; opts->kubevirt && i < nports; i++) {
+		if (!px_kubevirt_port(ports[i].id)) {
+			snprintf(err, errlen,
+				 "port %u is not one of KubeVirt's logical ports (0 libvirt, 49152 QEMU, "
+				 "49153 NBD): give vmigd's own ports without --kubevirt",
+				 ports[i].id);
+			return -EINVAL;
+		}
+	}
 	r = px_tls_choose(n, opts->tls, &tls, err, errlen);
 	if (r < 0)
 		return r;

@@ -167,6 +167,30 @@ def codes(tb, check):
           reply.get('error', ''), f'a bad field answers EINVAL and says which: {reply}')
 
 
+def dual_stack(tb, check):
+    """Without --listen, vmigd listens on [::] for both families, as KubeVirt's proxy does."""
+    ctl = tb.path('dual.ctl')
+    log = open(tb.path('dual.log'), 'w')
+    proc = subprocess.Popen([tb.vmigd, '--control', ctl, '--no-tls'], stdout=log,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        vt.wait_until(lambda: os.path.exists(ctl), 10, 'the daemon\'s control socket')
+        status = json.loads(subprocess.run([tb.vmigctl, '-c', ctl, 'status', '--json'],
+                                           capture_output=True, text=True, check=True).stdout)
+        listen = status['listen']
+        check(listen.startswith('[::]:'), f'default listen address: {listen}')
+        port = int(listen.rpartition(':')[2])
+        for family, host in ((socket.AF_INET, '127.0.0.1'), (socket.AF_INET6, '::1')):
+            with socket.socket(family, socket.SOCK_STREAM) as s:
+                s.settimeout(5)
+                s.connect((host, port))
+        return f'{listen} takes IPv4 and IPv6'
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+
+
 def control(daemon, request):
     """One request on daemon's control socket, the reply as a dict."""
     with vt.netns_socket(None, socket.AF_UNIX) as s:
@@ -184,7 +208,8 @@ def main():
                          ('idempotent starts', idempotent),
                          ('socket owner and modes', owner_and_modes),
                          ('a socket another migration serves', hijack),
-                         ('error codes', codes)):
+                         ('error codes', codes),
+                         ('dual-stack listener by default', dual_stack)):
             vt.log(f'[{name}]')
             checks.run(name, fn, tb, checks.check)
         tb.stop_daemons()

@@ -397,6 +397,9 @@ static void test_kubevirt_form(void **state)
 		     "\"targetDirectMigrationNodePorts\":{\"1\":\"49152\"}}");
 	check_reject("{\"targetNodeAddress\":\"198.18.0.2\","
 		     "\"targetDirectMigrationNodePorts\":{\"1\":-1}}");
+	/* KubeVirt names three logical ports, no others. */
+	check_reject("{\"targetNodeAddress\":\"198.18.0.2\","
+		     "\"targetDirectMigrationNodePorts\":{\"40123\":7}}");
 	check_reject("{\"targetNodeAddress\":\"198.18.0.2\",\"key\":\"bad/key\","
 		     "\"targetDirectMigrationNodePorts\":{\"1\":0}}");
 	check_reject("{\"targetNodeAddress\":\"198.18.0.2\",\"targetDirectMigrationNodePorts\":"
