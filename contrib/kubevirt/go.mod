@@ -1,0 +1,3 @@
+module vmigd/contrib/kubevirt
+
+go 1.19
