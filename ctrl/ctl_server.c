@@ -204,12 +204,12 @@ int ctl_server_new(struct xp_loop *loop, const char *path, struct px_node *n,
 	r = take_lock(s, holder);
 	if (r < 0)
 		goto fail;
-	/* Whoever may connect may start and stop migrations: root and its group only. */
-	r = xp_unix_listen(path, 16, &(struct xp_unix_owner){ .uid = -1, .gid = -1, .mode = 0660 },
+	/* Whoever may connect may start and stop migrations: the daemon's user only, from the
+	 * moment it listens. */
+	r = xp_unix_listen(path, 16, &(struct xp_unix_owner){ .uid = -1, .gid = -1, .mode = 0600 },
 			   &s->fd);
 	if (r < 0)
 		goto fail;
-	chmod(path, 0600);
 	r = xp_watch_add(loop, s->fd, EPOLLIN, server_accept, s, &s->w);
 	if (r < 0)
 		goto fail;

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "ctl_metrics.h"
+#include "ctl_notify.h"
 #include "ctl_server.h"
 #include "log.h"
 #include "px_node.h"
@@ -779,6 +780,7 @@ static void on_signal(struct xp_watch *w, int fd, uint32_t events, void *arg)
 	}
 	d->draining = true;
 	log_info("%s: no new connections; draining", strsignal(si.ssi_signo));
+	(void)ctl_notify("STOPPING=1\nSTATUS=draining: no new connections");
 	px_node_drain(d->node, d->drain_timeout_s, drained, d);
 }
 
@@ -967,6 +969,10 @@ static int daemon_start(struct daemon *d, const struct options *o)
 	log_info("bandwidth: node cap %s, shaper %s, inspection %s, caps %s at switchover",
 		 vm_format_rate(o->node_bandwidth, rate, sizeof(rate)), px_shaper_str(o->shaper),
 		 o->no_inspect ? "off" : "on", o->keep_cap_at_switchover ? "kept" : "lifted");
+	/* systemd (Type=notify): the control socket and the node-hop listener accept from here. */
+	r = ctl_notify("READY=1");
+	if (r < 0)
+		log_warn("systemd: cannot send READY=1 to $NOTIFY_SOCKET: %s", strerror(-r));
 	return 0;
 }
 
