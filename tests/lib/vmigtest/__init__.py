@@ -8,7 +8,8 @@ deadline, every resource is released by a context manager.
 A test puts tests/lib on sys.path and writes `import vmigtest as vt`; the names below are the
 ones tests use. Anything else is in its module (vt.tls.cert_info, vt.virt.Libvirtd...)."""
 
-from . import converge, virt
+from . import converge, stockpeer, virt
+from . import virtmigrate  # noqa: F401 -- vt.virtmigrate, for test_kubevirt_libvirt
 from .base import (DEFAULT_PORT_ID, MIB, REPO_ROOT, SKIP_EXIT, HarnessError, Skip, log,
                    stop_process, tail, tool_binary, wait_until, work_directory)
 from .checks import Checks, answers, run_main, still_in_flight, within
@@ -31,13 +32,14 @@ from .qemuversions import qemu_binary, qemu_version
 from .rates import (RateSample, RateWatch, backlogged, cpu_idle_between, flow_span, fmt_rates,
                     held_back, held_shares, qemu_faults_between, qemu_pending, rate_between,
                     window_rates)
+from .stockpeer import StockPeer, StockTestbed, stockpeer_binary
 from .testbed import Testbed
 from .tls import (CLIENT_CN, CRYPTO_MODES, DEFAULT_TLS_ALLOW, NODE_CN, PKI, CertFiles,
                   atomic_write, install_tls, make_pki, normalize_serial, rotate_tls,
                   shows_serial, tls_paths)
 
 __all__ = [  # what `from vmigtest import *` gives; the same names as above
-    'converge', 'virt',
+    'converge', 'stockpeer', 'virt',
     'DEFAULT_PORT_ID', 'MIB', 'REPO_ROOT', 'SKIP_EXIT', 'HarnessError', 'Skip', 'log',
     'stop_process', 'tail', 'tool_binary', 'wait_until', 'work_directory',
     'Checks', 'answers', 'run_main', 'still_in_flight', 'within',
@@ -59,6 +61,7 @@ __all__ = [  # what `from vmigtest import *` gives; the same names as above
     'RateSample', 'RateWatch', 'backlogged', 'cpu_idle_between', 'flow_span', 'fmt_rates',
     'held_back', 'held_shares', 'qemu_faults_between', 'qemu_pending', 'rate_between',
     'window_rates',
+    'StockPeer', 'StockTestbed', 'stockpeer_binary',
     'Testbed',
     'CLIENT_CN', 'CRYPTO_MODES', 'DEFAULT_TLS_ALLOW', 'NODE_CN', 'PKI', 'CertFiles',
     'atomic_write', 'install_tls', 'make_pki', 'normalize_serial', 'rotate_tls', 'shows_serial',

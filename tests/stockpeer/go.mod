@@ -1,0 +1,3 @@
+module vmigd/stockpeer
+
+go 1.19
