@@ -152,6 +152,18 @@ static void link_finalize(struct xp_worker *w, struct xp_link *l)
 	w->posted = true;
 }
 
+/* Asks the kernel to end direction d's armed poll or timer; its completion finalizes the link. */
+static void pump_cancel(struct xp_worker *w, struct xp_link *l, unsigned int d)
+{
+	struct io_uring_sqe *sqe = get_sqe(w);
+
+	if (l->p[d].timer)
+		io_uring_prep_timeout_remove(sqe, UD(OP_TIMER, d, l->idx), 0);
+	else
+		io_uring_prep_poll_remove(sqe, UD(OP_POLL, d, l->idx));
+	io_uring_sqe_set_data64(sqe, UD(OP_CANCEL, d, l->idx));
+}
+
 void xp_link_close(struct xp_worker *w, struct xp_link *l, enum xp_link_end end, int err,
 		   unsigned int side)
 {
@@ -161,17 +173,9 @@ void xp_link_close(struct xp_worker *w, struct xp_link *l, enum xp_link_end end,
 	l->res.end = end;
 	l->res.err = err;
 	l->res.err_side = side;
-	for (int d = 0; d < 2; d++) {
-		if (l->p[d].armed) {
-			struct io_uring_sqe *sqe = get_sqe(w);
-
-			if (l->p[d].timer)
-				io_uring_prep_timeout_remove(sqe, UD(OP_TIMER, d, l->idx), 0);
-			else
-				io_uring_prep_poll_remove(sqe, UD(OP_POLL, d, l->idx));
-			io_uring_sqe_set_data64(sqe, UD(OP_CANCEL, d, l->idx));
-		}
-	}
+	for (unsigned int d = 0; d < 2; d++)
+		if (l->p[d].armed)
+			pump_cancel(w, l, d);
 	if (l->inflight == 0)
 		link_finalize(w, l);
 }
@@ -339,6 +343,19 @@ static void handle_cqe(struct xp_worker *w, const struct io_uring_cqe *cqe)
 			return;
 		}
 		xp_pump_step(w, p);
+		return;
+	case OP_CANCEL:
+		/*
+		 * EALREADY: the poll was being woken when the cancel came (a socket's state
+		 * changed, e.g. our own FIN was acknowledged, and its re-poll is queued as task
+		 * work); once that runs it is armed again, with nothing left to end it. A link
+		 * whose first finished direction ends it (raw) meets this at every close. Ask
+		 * again: the next io_uring_enter runs the task work before it waits.
+		 */
+		l = &w->links[UD_IDX(ud)];
+		p = &l->p[UD_DIR(ud)];
+		if (cqe->res == -EALREADY && l->live && l->closing && p->armed)
+			pump_cancel(w, l, UD_DIR(ud));
 		return;
 	default:
 		return;

@@ -67,6 +67,47 @@ def plain_raw(tb, check):
     return f'{result.summary()}, memory sha256 {digest[:12]}'
 
 
+def raw_teardown(tb, check):
+    """A stock source never closes its TCP side (the Go proxy closes only its unix side when its
+    first copy ends): the destination closing its socket alone must end vmigd's raw link, at
+    once, with outcome ok. No QEMU: a unix server that reads everything and closes."""
+    payload = 1 << 20
+    def read_then_close(conn):
+        got = 0
+        while got < payload:
+            chunk = conn.recv(1 << 16)
+            if not chunk:
+                break
+            got += len(chunk)
+        return got  # and the server closes the connection
+
+    dst = tb.unix_server('teardown.sock', read_then_close)
+    key = tb.new_key('kv-teardown')
+    _, target = tb.target.target_start(key, {vt.DEFAULT_PORT_ID: dst.path},
+                                       extra=['--kubevirt', '--no-tls'])
+    port = int(next(iter(target['targetDirectMigrationNodePorts'])))
+    with tb.net.socket('source') as s:
+        s.settimeout(10)
+        s.connect((target['targetNodeAddress'], port))
+        s.sendall(os.urandom(payload))
+        received, = dst.join()
+        check(received == payload, f'the destination read {received} of {payload} bytes')
+        check(s.recv(1) == b'', 'vmigd passed the destination\'s close on (FIN)')
+        # The socket stays open on our side, as a stock source's does.
+        try:
+            vt.wait_until(lambda: not tb.target.connections(key), 5, 'the raw link to end')
+            ended = True
+        except vt.HarnessError:
+            ended = False
+        check(ended, 'the link ended within 5 s while the stock side still held its socket '
+              f'open: {tb.target.connections(key)}')
+        tb.target.target_stop(key)
+        rec = tb.target.stop_record(key, 'target')
+        check(rec.get('outcome') == 'ok' and rec.get('conns') == '1',
+              f'target stop: outcome ok, 1 connection: {rec}')
+    return f'{payload} bytes, link ended by the destination\'s close alone'
+
+
 def idempotent(tb, check):
     """ProxyManager's rule: the same start again answers the same and changes nothing; another
     one replaces the listeners."""
@@ -205,6 +246,8 @@ def main():
         vt.log(f'KubeVirt mode between two vmigd: {tb.describe()}')
         for name, fn in (('TLS, ALPN: preamble and order on per-port listeners', alpn_ordered),
                          ('plain text per migration: raw both ways', plain_raw),
+                         ("raw teardown: the destination's close alone ends the link",
+                          raw_teardown),
                          ('idempotent starts', idempotent),
                          ('socket owner and modes', owner_and_modes),
                          ('a socket another migration serves', hijack),
