@@ -123,10 +123,13 @@ static int kubevirt_from_json(struct json_object *o, struct px_portmap *ret, cha
 		if (n < 0 || n > PX_PORT_MAX)
 			return fail(err, errlen, "a logical port is outside 0..65535");
 		id = (uint32_t)n;
-		if (!px_kubevirt_port(id))
-			return fail(err, errlen,
-				    "KubeVirt's map names a logical port other than 0 (libvirt), 49152 "
-				    "(QEMU) and 49153 (NBD)");
+		if (!px_kubevirt_port(id)) {
+			snprintf(err, errlen,
+				 "invalid target JSON: KubeVirt's map names logical port %u (TCP port "
+				 "%u); it has only 0 (libvirt), 49152 (QEMU) and 49153 (NBD)",
+				 id, port);
+			return -EINVAL;
+		}
 		for (unsigned int j = 0; j < t.nports; j++)
 			if (t.ports[j] == id)
 				return fail(err, errlen, "a logical port is listed twice");

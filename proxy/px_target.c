@@ -94,8 +94,12 @@ static void tgt_order_check(void *arg)
 
 static void tgt_reject(struct px_conn *c, enum px_status st, const char *key)
 {
-	log_warn("node hop from %s%s%s: %s; connection refused", c->peer, key ? " for " : "",
-		 key ? key : "", px_status_str(st));
+	/* Raw bytes on the shared port: most likely a stock KubeVirt source. */
+	log_warn("node hop from %s%s%s: %s; connection refused%s", c->peer, key ? " for " : "",
+		 key ? key : "", px_status_str(st),
+		 st == PX_ERR_MALFORMED ? " (a stock KubeVirt peer? it needs a target started "
+					  "with --kubevirt)"
+					: "");
 	px_conn_reply(c, st);
 	px_conn_release(c);
 }

@@ -297,7 +297,9 @@ def stock_source_to_shared_port(tb, check):
         source = tb.stock_source(key, kmap, tls=sp.stock_tls(tb.pki, 'source'))
         src.execute('migrate', {'uri': f'unix:{source.sockets[0]}'})
         err = failed_at_home(src)
-        line = tb.target.wait_log(r'node hop from \S+: malformed preamble; connection refused',
+        line = tb.target.wait_log(r'node hop from \S+: malformed preamble; connection refused '
+                                  r'\(a stock KubeVirt peer\? it needs a target started with '
+                                  r'--kubevirt\)',
                                   since=since).group(0)
         check(not tb.target.linked(key), f'{tb.target.name}: linked a connection for {key}')
         state = dst_outcome(dst)
@@ -441,7 +443,8 @@ def unknown_logical_ports(tb, check):
         check(proc.returncode != 0, f'vmigctl source start with {ports} exited '
               f'{proc.returncode}')
         check(len(err.splitlines()) == 1 and err.startswith('vmigctl: ') and 'invalid' in err
-              and 'logical port' in err, f'one line saying the logical port is invalid: {err!r}')
+              and 'logical port 5900' in err,
+              f'one line naming the logical port that is invalid: {err!r}')
         key2 = tb.new_key('mx-3d')
         reply = control(tb.source, {'op': 'source-start', 'key': key2, 'target': kmap,
                                     'dir': tb.path('src'), 'tls': True})
