@@ -104,6 +104,43 @@ static void tgt_reject(struct px_conn *c, enum px_status st, const char *key)
 	px_conn_release(c);
 }
 
+/*
+ * Moves an authenticated connection from the unbound list to its migration's port, parked as
+ * connection seq; past --max-migration-conns it is refused instead (with a reply where the peer
+ * reads one: not a raw peer's) and the migration fails. 0, or -EMFILE when refused.
+ */
+static int tgt_bind(struct px_conn *c, struct px_port *port, uint32_t seq)
+{
+	struct px_node *n = c->n;
+	struct px_migration *m = port->m;
+
+	if (m->conns_active >= n->conf.max_migration_conns) {
+		log_err("migration %s role=target: port %u %sconnection %u from %s refused "
+			"(migration-conn-limit): %u connections already (--max-migration-conns)",
+			m->key, port->id, c->raw ? "raw " : "", seq, c->peer, m->conns_active);
+		if (!c->raw)
+			px_conn_reply(c, PX_ERR_LIMIT);
+		px_conn_release(c);
+		px_migration_fail(m, "more than %u connections (--max-migration-conns)",
+				  n->conf.max_migration_conns);
+		return -EMFILE;
+	}
+	IO(n, watch_del, c->w);
+	IO(n, timer_del, c->t);
+	c->w = NULL;
+	c->t = NULL;
+	px_conn_list_del(&n->unbound, c);
+	n->nunbound--;
+	c->m = m;
+	c->port = port;
+	c->lport = NULL;
+	c->seq = seq;
+	c->st = C_TGT_PARKED;
+	px_conn_list_add(&m->conns, c);
+	m->conns_active++;
+	return 0;
+}
+
 /* A complete preamble: bind the connection to its migration and port, then to the order. */
 static void tgt_dispatch(struct px_conn *c, const struct px_preamble *p)
 {
@@ -129,28 +166,8 @@ static void tgt_dispatch(struct px_conn *c, const struct px_preamble *p)
 		tgt_reject(c, PX_ERR_SHUTDOWN, p->key);
 		return;
 	}
-	if (m->conns_active >= n->conf.max_migration_conns) {
-		log_err("migration %s role=target: port %u connection %u from %s refused "
-			"(migration-conn-limit): %u connections already (--max-migration-conns)",
-			m->key, port->id, p->seq, c->peer, m->conns_active);
-		px_conn_reply(c, PX_ERR_LIMIT);
-		px_conn_release(c);
-		px_migration_fail(m, "more than %u connections (--max-migration-conns)",
-				  n->conf.max_migration_conns);
+	if (tgt_bind(c, port, p->seq) < 0)
 		return;
-	}
-	IO(n, watch_del, c->w);
-	IO(n, timer_del, c->t);
-	c->w = NULL;
-	c->t = NULL;
-	px_conn_list_del(&n->unbound, c);
-	n->nunbound--;
-	c->m = m;
-	c->port = port;
-	c->seq = p->seq;
-	c->st = C_TGT_PARKED;
-	px_conn_list_add(&m->conns, c);
-	m->conns_active++;
 	if (p->seq > px_order_next(port->order))
 		m->conns_reordered++;
 	st = px_order_arrive(port->order, p->seq, c, px_now(n));
@@ -274,29 +291,10 @@ static void tgt_raw(struct px_conn *c)
 		px_conn_release(c);
 		return;
 	}
-	if (m->conns_active >= n->conf.max_migration_conns) {
-		log_err("migration %s role=target: port %u raw connection from %s refused "
-			"(migration-conn-limit): %u connections already (--max-migration-conns)",
-			m->key, port->id, c->peer, m->conns_active);
-		px_conn_release(c);
-		px_migration_fail(m, "more than %u connections (--max-migration-conns)",
-				  n->conf.max_migration_conns);
-		return;
-	}
-	IO(n, watch_del, c->w);
-	IO(n, timer_del, c->t);
-	c->w = NULL;
-	c->t = NULL;
-	px_conn_list_del(&n->unbound, c);
-	n->nunbound--;
-	c->m = m;
-	c->port = port;
-	c->lport = NULL;
-	c->seq = port->next_seq++;
 	c->raw = true;
-	c->st = C_TGT_PARKED;
-	px_conn_list_add(&m->conns, c);
-	m->conns_active++;
+	if (tgt_bind(c, port, port->next_seq) < 0)
+		return;
+	port->next_seq++;
 	r = IO(n, connect_local, port->path, LOCAL_CONNECT_TIMEOUT_MS, &c->lfd);
 	if (r < 0) {
 		m->conns_failed++;

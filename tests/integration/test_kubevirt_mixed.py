@@ -218,32 +218,6 @@ def mixed(tb, check, source, target, tls, channels=0, qemu=None, delay_main_ms=N
 
 # Bad input.
 
-def failed_at_home(src, timeout=60):
-    """Wait until the source QEMU ends its migration as failed with its guest running again;
-    QEMU's error text."""
-    def ended():
-        info = src.migration_info()
-        return info if info.get('status') not in ('setup', 'active', 'device') else None
-    try:
-        info = vt.wait_until(ended, timeout, 'the source QEMU to end the migration', 0.2)
-    except vt.HarnessError:
-        info = src.migration_info()
-        try:
-            src.execute('migrate_cancel')
-        except vt.HarnessError:
-            pass
-        raise vt.HarnessError(f'the migration still {info.get("status")} after {timeout}s '
-                              '(cancelled)') from None
-    if info.get('status') != 'failed':
-        raise vt.HarnessError(f'source QEMU says {info.get("status")}, expected failed')
-    state = vt.wait_until(lambda: src.run_state() != 'finish-migrate' and src.run_state(), 10,
-                          'the source guest to settle')
-    if state != 'running':
-        raise vt.HarnessError(f'source guest {state} after the failed migration, expected '
-                              'running at home')
-    return info.get('error-desc', '')
-
-
 def nothing_crashed(tb, check, *peers):
     for d in (tb.source, tb.target):
         try:
@@ -296,7 +270,7 @@ def stock_source_to_shared_port(tb, check):
         since = tb.target.log_offset()
         source = tb.stock_source(key, kmap, tls=sp.stock_tls(tb.pki, 'source'))
         src.execute('migrate', {'uri': f'unix:{source.sockets[0]}'})
-        err = failed_at_home(src)
+        err = vt.wait_failed_at_home(src)
         line = tb.target.wait_log(r'node hop from \S+: malformed preamble; connection refused '
                                   r'\(a stock KubeVirt peer\? it needs a target started with '
                                   r'--kubevirt\)',
@@ -336,7 +310,7 @@ def vmigd_form_to_stock_target(tb, check, tls):
                                          extra=sp.vmigd_tls_flag(tls))
         started = time.monotonic()
         src.execute('migrate', {'uri': f'unix:{sockets[0]}'})
-        err = failed_at_home(src)
+        err = vt.wait_failed_at_home(src)
         took = time.monotonic() - started
         m = tb.source.wait_log(rf'migration {key} role=source: port {vt.DEFAULT_PORT_ID} '
                                r'connection 0.*', since=since)
@@ -368,7 +342,7 @@ def node_cert_as_client(tb, check):
     try:
         m = sp.start_migration(tb, src, dst, source='stock', target='vmigd', tls=True,
                                source_cert='node')
-        err = failed_at_home(src)
+        err = vt.wait_failed_at_home(src)
         line = tb.target.wait_log(r'node hop from \S+: TLS refused \(name-not-allowed\).*',
                                   since=since).group(0)
         check(not tb.target.linked(m.key), f'{tb.target.name}: linked a connection for {m.key}')
@@ -395,7 +369,7 @@ def client_name_refused_by_stock(tb, check):
     try:
         m = sp.start_migration(tb, src, dst, source='vmigd', target='stock', tls=True,
                                client_cns=[sp.OLD_CLIENT_CN])
-        err = failed_at_home(src)
+        err = vt.wait_failed_at_home(src)
         line = tb.source.wait_log(rf'migration {m.key} role=source: port \d+ connection \d+ '
                                   r'to \S+: TLS refused \(peer-refused\).*', since=since).group(0)
         target = m.peers['target']

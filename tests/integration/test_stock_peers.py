@@ -63,32 +63,6 @@ def migrate(tb, tls):
         tb.close_qemus(src, dst)
 
 
-def wait_failed(src, timeout=60):
-    """Wait for the source QEMU to end the migration as failed, with its guest running again;
-    the error QEMU gives."""
-    def ended():
-        info = src.migration_info()
-        return info if info.get('status') not in ('setup', 'active', 'device') else None
-    try:
-        info = vt.wait_until(ended, timeout, 'the source QEMU to end the migration', 0.2)
-    except vt.HarnessError:
-        info = src.migration_info()
-        try:
-            src.execute('migrate_cancel')
-        except vt.HarnessError:
-            pass
-        raise vt.HarnessError(f'the migration still {info.get("status")} after {timeout}s '
-                              '(cancelled)') from None
-    if info.get('status') != 'failed':
-        raise vt.HarnessError(f'source QEMU says {info.get("status")}, expected failed')
-    state = vt.wait_until(lambda: src.run_state() != 'finish-migrate' and src.run_state(), 10,
-                          'the source guest to settle')
-    if state != 'running':
-        raise vt.HarnessError(f'source guest {state} after the failed migration, expected '
-                              'running at home')
-    return info.get('error-desc', '')
-
-
 def refused(tb, source_cert, client_cns, expect):
     """A TLS migration whose client identity the target refuses: QEMU fails, the guest runs on,
     the target's line for the connection says `expect` and shows no byte delivered."""
@@ -97,7 +71,7 @@ def refused(tb, source_cert, client_cns, expect):
         src.execute('cont')
         m = sp.start_migration(tb, src, dst, channels=0, tls=True, source_cert=source_cert,
                                client_cns=client_cns)
-        err = wait_failed(src)
+        err = vt.wait_failed_at_home(src)
         target = m.peers['target']
         recs = target.wait_conns(1)
         bad = [r for r in recs if expect not in r.get('error', '')]

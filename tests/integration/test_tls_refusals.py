@@ -193,32 +193,6 @@ def finish_ok(tb, m, src, dst, what):
 
 # ---- failing migrations --------------------------------------------------------------------------
 
-def wait_failed(m, src, timeout=60):
-    """Wait until the source QEMU reports the migration failed; the guest must still be running
-    at home. Returns QEMU's error text."""
-    def ended():
-        info = m.src.migration_info()
-        return info if info.get('status') not in ('setup', 'active', 'device') else None
-    try:
-        info = vt.wait_until(ended, timeout, 'the source QEMU to end the migration', 0.2)
-    except vt.HarnessError:
-        info = m.src.migration_info()
-        try:
-            m.src.execute('migrate_cancel')
-        except vt.HarnessError:
-            pass
-        raise vt.HarnessError(f'the migration still {info.get("status")} after {timeout}s '
-                              '(cancelled)') from None
-    if info.get('status') != 'failed':
-        raise vt.HarnessError(f'source QEMU says {info.get("status")}, expected failed')
-    state = vt.wait_until(lambda: src.run_state() != 'finish-migrate' and src.run_state(), 10,
-                          'the source guest to settle')
-    if state != 'running':
-        raise vt.HarnessError(f'source guest {state} after the failed migration, expected running '
-                              'at home')
-    return info.get('error-desc', '')
-
-
 def source_untrusts_target(tb):
     """A source daemon whose CA did not sign the target's certificate refuses the target: the
     source logs untrusted-ca and QEMU's migration fails with its guest still running."""
@@ -232,7 +206,7 @@ def source_untrusts_target(tb):
     m = vt.start_via_daemons(src, dst, wrong, tb.target, key, tb.path('src'),
                              tb.path('dst', f'{key}.sock'), channels=0)
     try:
-        err = wait_failed(m, src)
+        err = vt.wait_failed_at_home(src)
         line = wrong.wait_log(rf'migration {key} role=source: port \d+ connection \d+ to \S+: '
                               r'TLS refused \(untrusted-ca\)', timeout=5)
         theirs = [x.group(0) for x in tb.target.log_matches(r'TLS refused \([\w-]+\)', since)]
@@ -255,7 +229,7 @@ def over_migration_limit(tb):
     key = tb.new_key('overlimit')
     m = tb.start_migration(src, dst, key, 8)
     try:
-        err = wait_failed(m, src)
+        err = vt.wait_failed_at_home(src)
         pattern = rf'migration {key} role=(target|source):.*refused \(migration-conn-limit\)'
         try:
             line = tb.target.wait_log(pattern, timeout=5)

@@ -18,7 +18,8 @@ from .daemons import (Daemon, VmigctlError, find_binaries, migration_connections
                       status_migration_count, status_migrations, stop_quietly)
 from .migrate import (DEFAULT_MAX_BANDWIDTH, DaemonMigration, MigrationResult,
                       configure_migration, migrate_direct, migrate_via_daemons,
-                      start_via_daemons, verify_memory, wait_migration)
+                      start_via_daemons, verify_memory, wait_failed_at_home,
+                      wait_migration)
 from .net import (NetPair, UnixServer, digest_all, netns_prefix, netns_socket, read_until_close,
                   recv_all, wait_closed)
 from .nodehop import (REPLY_BAD_VERSION, REPLY_DUPLICATE, REPLY_MALFORMED, REPLY_OK,
@@ -48,7 +49,7 @@ __all__ = [  # what `from vmigtest import *` gives; the same names as above
     'status_migration_count', 'status_migrations', 'stop_quietly',
     'DEFAULT_MAX_BANDWIDTH', 'DaemonMigration', 'MigrationResult', 'configure_migration',
     'migrate_direct', 'migrate_via_daemons', 'start_via_daemons', 'verify_memory',
-    'wait_migration',
+    'wait_failed_at_home', 'wait_migration',
     'NetPair', 'UnixServer', 'digest_all', 'netns_prefix', 'netns_socket', 'read_until_close',
     'recv_all', 'wait_closed',
     'REPLY_BAD_VERSION', 'REPLY_DUPLICATE', 'REPLY_MALFORMED', 'REPLY_OK', 'REPLY_UNKNOWN_KEY',

@@ -78,6 +78,33 @@ def wait_migration(src, dst, timeout, started, src_state):
     return info
 
 
+def wait_failed_at_home(src, timeout=60):
+    """Wait until the source QEMU ends its migration as failed with its guest running again at
+    home; QEMU's error text. HarnessError (after migrate_cancel) if it is still going after
+    timeout s, or if it ended any other way."""
+    def ended():
+        info = src.migration_info()
+        return info if info.get('status') not in ('setup', 'active', 'device') else None
+    try:
+        info = wait_until(ended, timeout, 'the source QEMU to end the migration', 0.2)
+    except HarnessError:
+        info = src.migration_info()
+        try:
+            src.execute('migrate_cancel')
+        except HarnessError:
+            pass
+        raise HarnessError(f'the migration still {info.get("status")} after {timeout}s '
+                           '(cancelled)') from None
+    if info.get('status') != 'failed':
+        raise HarnessError(f'source QEMU says {info.get("status")}, expected failed')
+    state = wait_until(lambda: src.run_state() != 'finish-migrate' and src.run_state(), 10,
+                       'the source guest to settle')
+    if state != 'running':
+        raise HarnessError(f'source guest {state} after the failed migration, expected '
+                           'running at home')
+    return info.get('error-desc', '')
+
+
 def _result(key, channels, src, info, **kw):
     return MigrationResult(key=key, channels=channels, size_mib=src.size_mib,
                            seconds=info['_elapsed'], qemu_total_ms=info.get('total-time', 0),
