@@ -23,7 +23,6 @@ or, for postcopy, to a local destination QEMU.
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -31,7 +30,6 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
 import vmigtest as vt  # noqa: E402
 
-QEMU = 'qemu-system-x86_64'
 QEMU_MAX_BANDWIDTH = 2251799813685247
 CAP_BPS = 1000000           # part A: 64 MiB at 1 MB/s stays active for a minute
 GUEST_CAP_BPS = 4000000     # part C: a 4 MiB working set is re-sent about once a second
@@ -79,6 +77,12 @@ def wait_status(q, statuses, timeout=30):
                          q.execute('query-migrate'), timeout, f'migration status in {statuses}')
 
 
+def machine():
+    """The machine type for this run's QEMUs ($VMIG_QEMU_SRC/$VMIG_QEMU_DST pick each side's,
+    as meson test --setup qemu10 or cross do)."""
+    return vt.machine_for(vt.side_qemu('source'), vt.side_qemu('destination'))
+
+
 def qemu_version(q):
     v = q.execute('query-version')['qemu']
     return v['major'], v['minor']
@@ -86,6 +90,8 @@ def qemu_version(q):
 
 def source(name, wd, **kw):
     probe_qmp = os.path.join(wd, f'{name}.probe.qmp')
+    kw.setdefault('binary', vt.side_qemu('source'))
+    kw.setdefault('machine', machine())
     q = vt.Qemu(name, 'source', 64, wd, private=True,
                 extra_args=['-qmp', f'unix:{probe_qmp},server=on,wait=off'], **kw)
     return q, probe_qmp
@@ -268,7 +274,8 @@ def part_postcopy(probe_bin, wd, check):
     """D: migrate-start-postcopy on a real migration."""
     vt.log('D: postcopy to a destination QEMU')
     q, pq = source('src-d', wd)
-    dst = vt.Qemu('dst-d', 'destination', 64, wd)
+    dst = vt.Qemu('dst-d', 'destination', 64, wd, binary=vt.side_qemu('destination'),
+                  machine=machine())
     q.start()
     dst.start()
     try:
@@ -296,8 +303,7 @@ def part_postcopy(probe_bin, wd, check):
 def main():
     if os.geteuid() != 0:
         raise vt.Skip('needs root (like the other QEMU tests)')
-    if not shutil.which(QEMU):
-        raise vt.Skip(f'{QEMU} not found')
+    vt.log(f'QEMU {vt.side_qemu("source")} -> {vt.side_qemu("destination")} ({machine()})')
     probe_bin = vt.tool_binary('CV_PROBE', 'tests/tools/cv-probe')
     checks = vt.Checks('checks')
     with vt.work_directory('vmig-cvqmp-') as wd:

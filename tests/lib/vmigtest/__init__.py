@@ -29,7 +29,7 @@ from .nodehop import (REPLY_BAD_VERSION, REPLY_DUPLICATE, REPLY_MALFORMED, REPLY
 from .prometheus import http_get, parse_prometheus, prom_value
 from .qemu import (GUEST_READY, QMP, GuestReport, GuestSpec, QMPError, Qemu, guest_binary,
                    random_ram_file)
-from .qemuversions import qemu_binary, qemu_version
+from .qemuversions import machine_for, qemu_binary, qemu_version, resolve_qemu, side_qemu
 from .rates import (RateSample, RateWatch, backlogged, cpu_idle_between, flow_span, fmt_rates,
                     held_back, held_shares, qemu_faults_between, qemu_pending, rate_between,
                     window_rates)
@@ -58,7 +58,7 @@ __all__ = [  # what `from vmigtest import *` gives; the same names as above
     'http_get', 'parse_prometheus', 'prom_value',
     'GUEST_READY', 'QMP', 'GuestReport', 'GuestSpec', 'QMPError', 'Qemu', 'guest_binary',
     'random_ram_file',
-    'qemu_binary', 'qemu_version',
+    'machine_for', 'qemu_binary', 'qemu_version', 'resolve_qemu', 'side_qemu',
     'RateSample', 'RateWatch', 'backlogged', 'cpu_idle_between', 'flow_span', 'fmt_rates',
     'held_back', 'held_shares', 'qemu_faults_between', 'qemu_pending', 'rate_between',
     'window_rates',

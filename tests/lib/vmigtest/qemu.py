@@ -191,10 +191,12 @@ class Qemu:
     then plain memory-backend-ram, so that the guest's writes dirty ordinary pages. The VM still
     starts paused (-S): start_guest() lets it run and waits for its ready line. A destination
     started with -S stays paused after an incoming migration (QEMU's autostart is off), so that
-    both sides' RAM can be compared before it is let run with `cont`."""
+    both sides' RAM can be compared before it is let run with `cont`. machine: the -machine type
+    (a versioned one, pc-q35-7.2, when the two sides run different QEMU versions)."""
 
     def __init__(self, name, role, size_mib, workdir, prefix=(), binary='qemu-system-x86_64',
-                 extra_args=(), ram_variant=0, private=False, prealloc=False, guest=None):
+                 extra_args=(), ram_variant=0, private=False, prealloc=False, guest=None,
+                 machine='q35'):
         self.name, self.role, self.size_mib = name, role, size_mib
         self.ram_variant, self.private, self.prealloc = ram_variant, private, prealloc
         self.guest = GuestSpec(**guest) if isinstance(guest, dict) else guest
@@ -204,6 +206,7 @@ class Qemu:
         self.log_path = os.path.join(workdir, f'{name}.log')
         self.workdir, self.prefix = workdir, list(prefix)
         self.binary, self.extra_args = binary, list(extra_args)
+        self.machine = machine
         self.proc = self.qmp = None
 
     def command(self):
@@ -218,8 +221,8 @@ class Qemu:
             backend = f'memory-backend-ram,id=mem0,size={size}'
             if self.prealloc:
                 backend += ',prealloc=on'
-        cmd = [self.binary, '-name', self.name, '-machine', 'q35,memory-backend=mem0', '-m', size,
-               '-object', backend, '-S', '-nodefaults', '-display', 'none',
+        cmd = [self.binary, '-name', self.name, '-machine', f'{self.machine},memory-backend=mem0',
+               '-m', size, '-object', backend, '-S', '-nodefaults', '-display', 'none',
                '-qmp', f'unix:{self.qmp_path},server=on,wait=off', *self.extra_args]
         if self.guest is not None:
             cmd += ['-kernel', self.guest_path, '-append', self.guest.append(),

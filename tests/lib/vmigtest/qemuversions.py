@@ -1,8 +1,11 @@
 """Which QEMU binary a test runs, by version: Debian 12's QEMU 7.2 on PATH, or QEMU 10.0 from
 bookworm-backports that tools/setup extracts beside it (build/qemu10/qemu-system-x86_64, a
 wrapper that points it at its own firmware), or $VMIG_QEMU10. A version that is not there is a
-Skip that says how to get it. Stdlib only."""
+Skip that says how to get it. Each side's QEMU comes from $VMIG_QEMU_SRC and $VMIG_QEMU_DST (a
+version or a path; 7.2 when unset), and a cross-version pair gets one versioned machine type.
+Stdlib only."""
 
+import functools
 import os
 import re
 import shutil
@@ -50,6 +53,40 @@ def qemu_binary(version):
     raise ValueError(f'QEMU version {version!r}: one of {", ".join(VERSIONS)}')
 
 
+# Which QEMU each side of a testbed runs: a version of VERSIONS or a path; 7.2 when unset.
+SIDE_ENV = {'source': 'VMIG_QEMU_SRC', 'destination': 'VMIG_QEMU_DST'}
+
+
+def resolve_qemu(spec):
+    """A QEMU binary's path from a version ('7.2', '10.0'), a path or a command name on PATH;
+    Skip when it is not there."""
+    if spec in VERSIONS:
+        return qemu_binary(spec)
+    path = spec if os.sep in spec else shutil.which(spec)
+    if not path or not os.access(path, os.X_OK):
+        raise Skip(f'QEMU {spec!r} is not an executable (give a version, {", ".join(VERSIONS)}, '
+                   'or a path)')
+    return path
+
+
+def side_qemu(side):
+    """The QEMU binary for side 'source' or 'destination', from $VMIG_QEMU_SRC/$VMIG_QEMU_DST
+    (meson test --setup qemu10 or --setup cross set them); the system's 7.2 when unset."""
+    return resolve_qemu(os.environ.get(SIDE_ENV[side]) or '7.2')
+
+
+def machine_for(src_binary, dst_binary):
+    """The -machine type both sides of a migration run: 'q35' (each binary's newest) when both
+    are the same major.minor, else the older one's versioned q35 (pc-q35-7.2 for 7.2 -> 10.0),
+    since q35 names a different machine in each version and the stream would not load."""
+    vs, vd = qemu_version(src_binary), qemu_version(dst_binary)
+    if vs is None or vd is None or vs[:2] == vd[:2]:
+        return 'q35'
+    low = min(vs, vd)
+    return f'pc-q35-{low[0]}.{low[1]}'
+
+
+@functools.lru_cache(maxsize=None)
 def qemu_version(binary):
     """(major, minor, micro) from `binary --version`, for a test's log; None when it cannot
     tell."""

@@ -9,7 +9,6 @@ import json
 import os
 import re
 import select
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -271,8 +270,7 @@ class StockTestbed(Testbed):
                 self.__exit__(*sys.exc_info())
                 raise
             return self
-        if shutil.which(self.qemu) is None:
-            raise Skip(f'{self.qemu} not installed')
+        self.resolve_qemus()
         self.workdir = tempfile.mkdtemp(prefix='vmig-', dir='/tmp')
         try:
             self.net.__enter__()
@@ -296,7 +294,7 @@ class StockTestbed(Testbed):
         if self.with_daemons:
             return super().describe()
         return (f'source namespace {self.net.source_ns} {self.net.source_addr}, target '
-                f'namespace {self.net.target_ns} {self.net.target_addr}')
+                f'namespace {self.net.target_ns} {self.net.target_addr}, {self.qemu_versions()}')
 
     def dump_logs(self, lines=40):
         try:

@@ -12,6 +12,7 @@ from .daemons import Daemon, find_binaries
 from .migrate import start_via_daemons
 from .net import NetPair, UnixServer
 from .qemu import Qemu
+from .qemuversions import machine_for, qemu_version, resolve_qemu, side_qemu
 from .tls import PKI, install_tls, make_pki
 
 
@@ -22,16 +23,22 @@ class Testbed:
     the tails of all logs are printed first."""
 
     def __init__(self, vmigd=None, vmigctl=None, loopback=False, daemon_args=(),
-                 source_args=(), target_args=(), qemu='qemu-system-x86_64', tls=None,
-                 source_tls=None, target_tls=None, tls_layout='files'):
+                 source_args=(), target_args=(), qemu=None, tls=None,
+                 source_tls=None, target_tls=None, tls_layout='files', qemu_src=None,
+                 qemu_dst=None):
         """tls (or source_tls/target_tls for one side): None for --no-tls; True makes a PKI
         under WORKDIR/pki (tb.pki) and uses it as a PKI does: each daemon gets its own copy of
         the node certificate, key and CA under WORKDIR/tls-source and WORKDIR/tls-target (see
         install_tls(); tls_layout 'files' or 'kubernetes', or a dict per side), so that a test
-        can rotate one side's files; anything else tls_paths() takes is passed as it is."""
+        can rotate one side's files; anything else tls_paths() takes is passed as it is.
+        qemu (both sides) or qemu_src/qemu_dst: a QEMU version ('7.2', '10.0') or binary; by
+        default $VMIG_QEMU_SRC and $VMIG_QEMU_DST (see side_qemu), else the system's 7.2. When
+        the two differ, both run the older one's versioned q35 machine (machine_for)."""
         if vmigd is None or vmigctl is None:
             vmigd, vmigctl = find_binaries()
-        self.vmigd, self.vmigctl, self.qemu = vmigd, vmigctl, qemu
+        self.vmigd, self.vmigctl = vmigd, vmigctl
+        self.qemu_spec = {'source': qemu_src or qemu, 'destination': qemu_dst or qemu}
+        self.qemu = self.qemu_dst = self.machine = None
         self.net = NetPair(loopback)
         self.daemon_args = {'source': [*daemon_args, *source_args],
                             'target': [*daemon_args, *target_args]}
@@ -48,8 +55,7 @@ class Testbed:
         self._keys = self._pairs = self._replaced = 0
 
     def __enter__(self):
-        if shutil.which(self.qemu) is None:
-            raise Skip(f'{self.qemu} not installed')
+        self.resolve_qemus()
         self.workdir = tempfile.mkdtemp(prefix='vmig-', dir='/tmp')
         try:
             self.net.__enter__()
@@ -98,10 +104,26 @@ class Testbed:
     def path(self, *names):
         return os.path.join(self.workdir, *names)
 
+    def resolve_qemus(self):
+        """Find each side's QEMU binary and the machine type both run; Skip when one is not
+        there."""
+        bins = {side: resolve_qemu(spec) if spec else side_qemu(side)
+                for side, spec in self.qemu_spec.items()}
+        self.qemu, self.qemu_dst = bins['source'], bins['destination']
+        self.machine = machine_for(self.qemu, self.qemu_dst)
+
     def describe(self):
-        """'source vmigd ADDR (NS), target vmigd ADDR (NS)': the start of a test's first line."""
+        """'source vmigd ADDR (NS), target vmigd ADDR (NS), QEMU 7.2.22 -> 10.0.2 (pc-q35-7.2)':
+        the start of a test's first line."""
         return (f'source vmigd {self.net.source_addr} ({self.net.source_ns}), target vmigd '
-                f'{self.net.target_addr} ({self.net.target_ns})')
+                f'{self.net.target_addr} ({self.net.target_ns}), {self.qemu_versions()}')
+
+    def qemu_versions(self):
+        """'QEMU 7.2.22 -> 10.0.2 (pc-q35-7.2)': which QEMU each side of a pair runs."""
+        def text(binary):
+            v = qemu_version(binary)
+            return '.'.join(map(str, v)) if v else binary
+        return f'QEMU {text(self.qemu)} -> {text(self.qemu_dst)} ({self.machine})'
 
     def sides(self):
         """((source daemon, 'source'), (target daemon, 'target')): the current ones."""
@@ -180,9 +202,11 @@ class Testbed:
         self._pairs += 1
         pair = (Qemu(f'q{self._pairs}-src', 'source', size_mib, self.workdir,
                      self.net.prefix('source'), self.qemu, extra_args=src_args,
-                     ram_variant=ram_variant, private=private, guest=guest),
+                     ram_variant=ram_variant, private=private, guest=guest,
+                     machine=self.machine),
                 Qemu(f'q{self._pairs}-dst', 'destination', size_mib, self.workdir,
-                     self.net.prefix('target'), self.qemu, prealloc=steady, guest=guest))
+                     self.net.prefix('target'), self.qemu_dst, prealloc=steady, guest=guest,
+                     machine=self.machine))
         for q in pair:
             self.qemus.append(q)
             q.start()
