@@ -419,6 +419,13 @@ static void mfd_hdr(struct px_insp *in)
 	}
 	if (in->have == MFD_HDR_RAM) {
 		pa = vm_get_be32(in->hb + 12);
+		/*
+		 * 9.2+ fills a SYNC packet's header only (pages_alloc 0) but still sends the
+		 * whole packet: the offsets it would have, MULTIFD_PACKET_SIZE / page size.
+		 */
+		if (pa == 0 && (in->mfd_flags & MFD_F_SYNC))
+			pa = in->mfd_pages_alloc ? in->mfd_pages_alloc
+						 : MFD_PACKET_SIZE / MAIN_PAGE_SIZE;
 		if (pa == 0 || pa > MFD_PAGES_MAX || (pa & (pa - 1))) {
 			stop(in, "multifd: pages_alloc %u at byte %llu", pa, at);
 			return;

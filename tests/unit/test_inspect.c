@@ -96,6 +96,7 @@ struct mfd_pkt {
 	const char *block;
 	const uint64_t *offs; /* normal + zero offsets */
 	uint32_t data;	      /* payload bytes actually written; UINT32_MAX: size */
+	bool hdr_only;	      /* 9.2+ SYNC: pages_alloc written as 0, offsets still sent */
 };
 
 static void mfd_packet(struct wb *w, const struct mfd_pkt *p)
@@ -108,7 +109,7 @@ static void mfd_packet(struct wb *w, const struct mfd_pkt *p)
 	put32(w, MFD_MAGIC);
 	put32(w, 1);
 	put32(w, p->flags);
-	put32(w, pa);
+	put32(w, p->hdr_only ? 0 : pa);
 	put32(w, p->normal);
 	put32(w, size);
 	put64(w, packet_num++);
@@ -486,7 +487,8 @@ static void test_multifd_10(void **state)
 
 	(void)state;
 	mfd_init(&w, 0, 1);
-	mfd_packet(&w, &(struct mfd_pkt){ .flags = 0x1, .size = UINT32_MAX, .data = UINT32_MAX });
+	/* 9.2+ fills only the header of a SYNC packet: pages_alloc 0, the first thing sent. */
+	mfd_packet(&w, &(struct mfd_pkt){ .flags = 0x1, .size = 0, .data = 0, .hdr_only = true });
 	mfd_packet(&w, &(struct mfd_pkt){ .normal = 3,
 					  .zero = 2,
 					  .size = UINT32_MAX,
@@ -509,7 +511,7 @@ static void test_multifd_10(void **state)
 					  .offs = offs_from(8, 4),
 					  .data = UINT32_MAX });
 	mfd_devstate(&w, 0);
-	mfd_packet(&w, &(struct mfd_pkt){ .flags = 0x1, .size = UINT32_MAX, .data = UINT32_MAX });
+	mfd_packet(&w, &(struct mfd_pkt){ .flags = 0x1, .size = 0, .data = 0, .hdr_only = true });
 	sync_end = w.n;
 	/* All zero pages, from the start again: a wrap judged on the packet as a whole. */
 	mfd_packet(&w, &(struct mfd_pkt){ .zero = 3,
@@ -594,6 +596,8 @@ static void test_multifd_garbage(void **state)
 {
 	(void)state;
 	check_multifd_bad(&(struct mfd_pkt){ .pages_alloc = 3, .size = 0 }, "pages_alloc 3");
+	/* Only a SYNC packet may leave pages_alloc 0. */
+	check_multifd_bad(&(struct mfd_pkt){ .size = 0, .hdr_only = true }, "pages_alloc 0");
 	check_multifd_bad(&(struct mfd_pkt){ .pages_alloc = 2048, .size = 0 }, "pages_alloc 2048");
 	check_multifd_bad(&(struct mfd_pkt){ .pages_alloc = 64, .size = 0 },
 			  "pages_alloc 64 after");
