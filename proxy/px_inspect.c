@@ -567,6 +567,11 @@ static void main_cmd(struct px_insp *in)
 			     item_at(in));
 			return;
 		}
+		/*
+		 * Post-copy starts: the source VM has stopped and QEMU's limit is now
+		 * max-postcopy-bandwidth. 10.0 says SWITCHOVER_START first; 7.2 only this.
+		 */
+		set_switchover(in);
 		expect(in, S_CMD_PACKAGED, 4);
 		return;
 	}
