@@ -614,6 +614,13 @@ static int qmp_set_throttle(struct cv_backend *b, unsigned int initial_pct, unsi
 					       json_object_new_int64(clamp_pct(step_pct)));
 			json_object_object_add(a, "throttle-trigger-threshold",
 					       json_object_new_int64(50));
+			/*
+			 * Near the tail QEMU then steps by less than step_pct, to the throttle
+			 * that brings the dirty rate to the threshold (QEMU 5.1+): no more
+			 * guest slowdown than converging needs.
+			 */
+			json_object_object_add(a, "cpu-throttle-tailslow",
+					       json_object_new_boolean(true));
 		}
 		r = qmp_call(q, "migrate-set-parameters", a, deadline, NULL);
 	}

@@ -17,7 +17,7 @@ or, for postcopy, to a local destination QEMU.
   `watch` of a second migration: `QEMU closed its QMP socket`.
 - The test guest (tests/guest) dirtying 4 MiB flat out under a 4 MB/s cap: dirty_rate and syncs
   appear, dormant auto-converge does not bite over several syncs, `throttle 30 10` makes it bite
-  at 30 % and step +10; `abort` leaves the guest running. Skipped (the rest still runs) without
+  at 30 % (with cpu-throttle-tailslow on) and step +10; `abort` leaves the guest running. Skipped (the rest still runs) without
   the guest.
 - `postcopy` on a migration to a real destination: postcopy-active, then completed."""
 
@@ -256,6 +256,9 @@ def part_guest(probe_bin, wd, check):
                             interval=0.5)
         vt.log(f'  after throttle 30 10: {json.dumps(job)}')
         check(job['throttle_pct'] == 30, f'throttle bit at {job["throttle_pct"]} %, not 30')
+        params = q.execute('query-migrate-parameters')
+        check(params.get('cpu-throttle-tailslow') is True,
+              f'cpu-throttle-tailslow {params.get("cpu-throttle-tailslow")} after throttle')
         job = vt.wait_until(sample(lambda j: j['throttle_pct'] > 30 or
                                    j['status'] != 'active'), 30, 'the throttle to step',
                             interval=0.5)

@@ -970,7 +970,7 @@ static const struct action_case action_cases[] = {
 	  { HANDSHAKE, EXPECT("query-migrate-capabilities", NULL), OK(CAPS("false", "true")),
 	    EXPECT("migrate-set-parameters",
 		   "{\"cpu-throttle-initial\": 30, \"cpu-throttle-increment\": 5, "
-		   "\"throttle-trigger-threshold\": 50}"),
+		   "\"throttle-trigger-threshold\": 50, \"cpu-throttle-tailslow\": true}"),
 	    OK("{}"), END },
 	  0,
 	  NULL },
@@ -981,7 +981,7 @@ static const struct action_case action_cases[] = {
 	  { HANDSHAKE, EXPECT("query-migrate-capabilities", NULL), OK(CAPS("false", "true")),
 	    EXPECT("migrate-set-parameters",
 		   "{\"cpu-throttle-initial\": 1, \"cpu-throttle-increment\": 99, "
-		   "\"throttle-trigger-threshold\": 50}"),
+		   "\"throttle-trigger-threshold\": 50, \"cpu-throttle-tailslow\": true}"),
 	    OK("{}"), END },
 	  0,
 	  NULL },

@@ -33,7 +33,8 @@ def run(tb, name, rate, mode='predictive', policy=(), postcopy=False, expect='co
     Returns a dict: status, first action (name, at_s), evidence_s (the first sample with QEMU's
     dirty-sync-count >= 2 and its dirty rate >= 0.9 x the cap), total_s, downtime_ms, the
     convergence object, max throttle seen and when QEMU first throttled (throttle_s), when
-    post-copy was first seen (postcopy_s), the statuses seen, a timeline of the samples in which
+    post-copy was first seen (postcopy_s), the statuses seen (polled, and from QEMU's MIGRATION
+    events), a timeline of the samples in which
     status, sync count or throttle changed (t, status, dirty-sync-count, dirty MiB/s, remaining
     MiB, throttle %), QEMU's last query-migrate (info). expect: the final status QEMU must reach
     (None: any). verify: compare both sides' memory after a completed migration.
@@ -87,6 +88,10 @@ def run(tb, name, rate, mode='predictive', policy=(), postcopy=False, expect='co
                 raise HarnessError(f'{key}: still {st} after {timeout}s')
             time.sleep(poll)
         total = time.monotonic() - started
+        # A status QEMU passed through between two polls (post-copy with the cap lifted can
+        # finish in less than `poll`) is in its MIGRATION events (vmigd turns them on).
+        seen |= {e['data'].get('status') for e in src.qmp.events
+                 if e.get('event') == 'MIGRATION' and isinstance(e.get('data'), dict)}
         if expect is not None and st != expect:
             raise HarnessError(f'{key}: QEMU says {st} ({info.get("error-desc", "")}), '
                                f'expected {expect}; convergence: {tb.source.convergence(key)}')
