@@ -113,6 +113,16 @@
 	"\"postcopy-non-vcpu-latency\": 12, \"dirty-limit-throttle-time-per-round\": 0, "          \
 	"\"dirty-limit-ring-full-time\": 0}}"
 
+/* A real reply of QEMU 10.0.2 (bookworm-backports) during a multifd migration. */
+#define R100_ACTIVE_MULTIFD                                                                        \
+	"{\"return\": {\"expected-downtime\": 300, \"status\": \"active\", \"setup-time\": 1, "    \
+	"\"total-time\": 2501, \"ram\": {\"total\": 67641344, \"postcopy-requests\": 0, "          \
+	"\"dirty-sync-count\": 1, \"multifd-bytes\": 39425216, \"pages-per-second\": 3801, "         \
+	"\"downtime-bytes\": 200, \"page-size\": 4096, \"remaining\": 28315648, "                    \
+	"\"postcopy-bytes\": 0, \"mbps\": 124.90407920792079, \"transferred\": 39425861, "           \
+	"\"dirty-sync-missed-zero-copy\": 0, \"precopy-bytes\": 0, \"duplicate\": 0, "               \
+	"\"dirty-pages-rate\": 0, \"normal-bytes\": 39321600, \"normal\": 9600}}}"
+
 #define S10_RUNNING "{\"return\": {\"status\": \"running\", \"running\": true}}"
 
 #define GREETING_72                                                                                \
@@ -453,6 +463,9 @@ static const struct parse_case parse_cases[] = {
 	{ "9.2 active, throttled", R92_ACTIVE, S10_RUNNING,
 	  JOB(CV_ST_ACTIVE, 48211, 4312793088u, 812646400, 9877262336u, 25300 * 4096, 7, 117901671,
 	      412, -1, 30, 0, true, "") },
+	{ "10.0 active, multifd", R100_ACTIVE_MULTIFD, S10_RUNNING,
+	  JOB(CV_ST_ACTIVE, 2501, 67641344, 28315648, 39425861, 0, 1, 15613010, 300, -1, 0, 0, true,
+	      "") },
 	{ "10.1 postcopy", R101_POSTCOPY, S10_RUNNING,
 	  JOB(CV_ST_POSTCOPY, 93012, 4312793088u, 2147483648u, 9877262336u, 0, 12, 1176437500, 300,
 	      -1, 0, 117, true, "") },
