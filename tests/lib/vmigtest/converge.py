@@ -34,9 +34,9 @@ def run(tb, name, rate, mode='predictive', policy=(), postcopy=False, expect='co
     dirty-sync-count >= 2 and its dirty rate >= 0.9 x the cap), total_s, downtime_ms, the
     convergence object, max throttle seen and when QEMU first throttled (throttle_s), when
     post-copy was first seen (postcopy_s), the statuses seen (polled, and from QEMU's MIGRATION
-    events), a timeline of the samples in which
-    status, sync count or throttle changed (t, status, dirty-sync-count, dirty MiB/s, remaining
-    MiB, throttle %), QEMU's last query-migrate (info). expect: the final status QEMU must reach
+    events), a timeline of the samples in which status, sync count or throttle changed (t,
+    status, dirty-sync-count, dirty MiB/s, remaining MiB, throttle %), QEMU's last query-migrate
+    (info). expect: the final status QEMU must reach
     (None: any). verify: compare both sides' memory after a completed migration.
     on_migrate(src, dst) runs just after `migrate`; check(r) while both QEMUs are still up."""
     s = sizes or Sizes()
