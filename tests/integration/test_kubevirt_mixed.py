@@ -68,13 +68,8 @@ STOP_GRACE_S = 5
 
 
 def qemu_pair(tb, binary, **kw):
-    """tb.qemu_pair() with another QEMU binary."""
-    saved = tb.qemu
-    tb.qemu = binary
-    try:
-        return tb.qemu_pair(GUEST_MIB, **kw)
-    finally:
-        tb.qemu = saved
+    """tb.qemu_pair() with QEMU `binary` on both sides."""
+    return tb.qemu_pair(GUEST_MIB, qemu=binary, **kw)
 
 
 def links_end_by_themselves(tb, m, check):

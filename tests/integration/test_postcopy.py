@@ -8,8 +8,9 @@ $VMIG_QEMU_SRC/$VMIG_QEMU_DST name (meson test --setup qemu10 or cross runs it o
   stopped, QEMU's own limit is max-postcopy-bandwidth from then on, unlimited by default);
 - post-copy with postcopy-preempt: QEMU opens a second connection to the same port (the preempt
   channel, pages the destination faulted on); the target must connect it second, after the main
-  channel, which the destination takes to be the main channel (it tells them apart by order
-  without multifd). Checked: two links, sequence 0 then 1, completed, RAMs equal;
+  channel (the destination tells them apart by order without multifd). 7.2 opens it with the
+  main channel, 10.0 only when post-copy starts, in the middle of a running migration (the log
+  says how many were linked then). Checked: two links, sequence 0 then 1, completed, RAMs equal;
 - post-copy with multifd: 10.0 refuses the pair (QEMU's error is logged; 10.1 allows it), 7.2
   takes it and breaks later (doc/design.md), so neither is migrated;
 - switchover-ack (8.1+): the destination answers on the return path (the main channel, the other
@@ -61,6 +62,9 @@ def migrate(tb, label, capabilities, postcopy, channels=0, rate=RATE):
                 raise vt.HarnessError(f'{key}: {st} after {POSTCOPY_AFTER}s, expected active')
             before = tb.source.migration_metrics(key)
             held = time.monotonic() - m.started
+            # When QEMU opened its connections: the preempt channel in pre-copy already, or
+            # only when post-copy starts.
+            precopy_conns = len(tb.target.connections(key) or [])
             src.execute('migrate-start-postcopy')
             posted = time.monotonic() - m.started
             # A cap is a maximum: up to post-copy the source daemon held the stream to it
@@ -87,7 +91,8 @@ def migrate(tb, label, capabilities, postcopy, channels=0, rate=RATE):
         links = [r['seq'] for r in tb.target.linked(key, 'target')]
         text = f'{result.summary()}; memory sha256 {digest[:12]}; target links (seq) {links}'
         if postcopy:
-            text += f'; post-copy started at {posted:.1f}s, statuses {seen}'
+            text += (f'; post-copy started at {posted:.1f}s with {precopy_conns} connection(s) '
+                     f'linked, statuses {seen}')
         return text, links, seen
     except BaseException:
         vt.stop_quietly(key, tb.source, tb.target)
