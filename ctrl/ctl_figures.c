@@ -317,13 +317,16 @@ static const struct ctl_fig conv_figs[] = {
 	  TEXT("policy", ", max downtime %s"), NONZERO },
 	{ "policy.evidenceWindowMs", CTL_MS, FIELD(policy.window_ms),
 	  TEXT("policy", ", evidence window %s") },
+	{ "policy.shadow", CTL_BOOL, FIELD(policy.shadow),
+	  TEXT("policy", ", shadow (decides, never acts)|") },
 	{ "state", CTL_STR, CALC(conv_state), TEXT("head", ", %s") },
 	{ "elapsed_ms", CTL_MS, FIELD(elapsed_ms), TEXT("head", " at %s"), NONZERO },
 	{ "action_counts", CTL_COUNT, COUNTS(counts, CTL_N_CV_ACT, CV_ACT_RAISE_CAP, CV_ACT_ABORT),
 	  TEXT("actions", "actions: %s"), NONZERO,
 	  PROM_V("vmigd_convergence_actions_total", COUNTER,
-		 "Convergence actions taken (action: raise-cap, auto-converge, post-copy, pause, "
-		 "abort), including failed attempts.",
+		 "Convergence actions taken (action: raise-cap, relax-downtime, auto-converge, "
+		 "post-copy, pause, abort), including failed attempts and, in shadow mode, the "
+		 "decisions not acted on.",
 		 "action") },
 	{ "job.status", CTL_STR, ENUM(job.status, CTL_N_CV_STATUS), GROUP_NULL_UNLESS(have_job),
 	  TEXT("head", ", QEMU %s") },
@@ -342,6 +345,7 @@ static const struct ctl_fig conv_figs[] = {
 	{ "dirty_rate_from", CTL_STR, FIELD(dirty_from), NULL_EMPTY, TEXT("judged", " (%s)"),
 	  NONZERO },
 	{ "link_rate", CTL_RATE, FIELD(link_rate), TEXT("judged", ", link %s") },
+	{ "evidence", CTL_STR, FIELD(evidence), OMIT_EMPTY, TEXT("judged", "; %s") },
 	{ "job.dirty_rate", CTL_RATE, JOB(dirty_rate), TEXT("head", ", dirty %s") },
 	{ "job.throttle_pct", CTL_COUNT, JOB(throttle_pct), TEXT("head", ", throttle %s%%"),
 	  PROM("vmigd_convergence_throttle_percent", GAUGE,

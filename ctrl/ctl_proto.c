@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "ctl_json.h"
@@ -164,32 +165,156 @@ static int policy_u64(struct json_object *o, const char *name, uint64_t max, uin
 	return 0;
 }
 
+/* A fraction written as KubeVirt does (a JSON number, or a string such as "0.4"), as
+ * hundredths, from lo to hi. Absent leaves *v. */
+static int policy_hundredths(struct json_object *o, const char *name, unsigned int lo,
+			     unsigned int hi, unsigned int *v, char *err, size_t errlen)
+{
+	struct json_object *f;
+	const char *str;
+	char *end;
+	double d;
+
+	if (!json_object_object_get_ex(o, name, &f))
+		return 0;
+	if (json_object_is_type(f, json_type_double) || json_object_is_type(f, json_type_int)) {
+		d = json_object_get_double(f);
+	} else if ((str = ctl_json_cstring(f)) && *str) {
+		d = strtod(str, &end);
+		if (*end)
+			d = -1;
+	} else {
+		d = -1;
+	}
+	if (!(d * 100 >= lo && d * 100 <= hi))
+		return bad(err, errlen, "policy: \"%s\" must be a number from %.2f to %.2f", name,
+			   lo / 100.0, hi / 100.0);
+	*v = (unsigned int)(d * 100 + 0.5);
+	return 0;
+}
+
+/*
+ * bandwidthPerMigration as KubeVirt serialises it: a Quantity ("64Mi", "1Gi", "500M", "0")
+ * or a whole number of bytes/s. KubeVirt hands libvirt whole MiB/s, half up, at least 1 unless
+ * 0 (unlimited); the same here.
+ */
+static int policy_quantity(struct json_object *o, const char *name, uint64_t *v, char *err,
+			   size_t errlen)
+{
+	struct json_object *f;
+	const char *str;
+	char q[40];
+	uint64_t b;
+
+	if (!json_object_object_get_ex(o, name, &f))
+		return 0;
+	if (json_object_is_type(f, json_type_int) && json_object_get_int64(f) >= 0) {
+		b = json_object_get_uint64(f);
+	} else {
+		str = ctl_json_cstring(f);
+		if (!str || strlen(str) >= sizeof(q))
+			goto refuse;
+		snprintf(q, sizeof(q), "%s", str);
+		/* Kubernetes writes kilo as "k"; vmigd's units take "K". Milli ("m") is no rate. */
+		if (strlen(q) == strspn(q, "0123456789.") + 1 && q[strlen(q) - 1] == 'k')
+			q[strlen(q) - 1] = 'K';
+		if (vm_parse_rate(q, &b) < 0 || strstr(q, "bit") || strstr(q, "bps"))
+			goto refuse;
+	}
+	if (b > VM_RATE_MAX)
+		goto refuse;
+	if (b) {
+		uint64_t mib = (b + (1u << 19)) >> 20;
+
+		b = (mib ? mib : 1) << 20;
+	}
+	*v = b;
+	return 0;
+refuse:
+	return bad(err, errlen,
+		   "policy: \"%s\" must be a Kubernetes quantity of bytes/s such as \"64Mi\" or "
+		   "\"1Gi\", or a whole number",
+		   name);
+}
+
+/* VEP 248's options, in a "stallDetector" object (KubeVirt's StallDetectorOptions). */
+static int parse_stall(struct json_object *o, struct cv_stall_opts *so, char *ign, size_t ignlen,
+		       char *err, size_t errlen)
+{
+	static const char *const known[] = {
+		"stallMargin",	     "stallProgressTimeout",	"switchoverTimeout",
+		"ewmaAlpha",	     "precopyPossibleFactor",	"patienceWindowDecayFactor",
+		"searchLocalMinima", "completionTimeoutFactor",
+	};
+	uint64_t margin = so->margin_pct, factor = so->completion_factor;
+	int r = 0;
+
+	if (!json_object_is_type(o, json_type_object))
+		return bad(err, errlen, "policy: \"stallDetector\" must be a JSON object");
+	json_object_object_foreach (o, name, val) {
+		unsigned int i;
+		size_t n = strlen(ign);
+
+		(void)val;
+		for (i = 0; i < ARRAY_SIZE(known) && strcmp(name, known[i]); i++)
+			if (!strcasecmp(name, known[i]))
+				return bad(err, errlen, "policy: \"%.40s\": did you mean \"%s\"?",
+					   name, known[i]);
+		if (i == ARRAY_SIZE(known) && n + 2 < ignlen)
+			snprintf(ign + n, ignlen - n, "%sstallDetector.%.40s", n ? ", " : "", name);
+	}
+	r = r ?: policy_u64(o, "stallMargin", 99, &margin, err, errlen);
+	r = r ?: policy_u64(o, "stallProgressTimeout", 86400, &so->window_s, err, errlen);
+	r = r ?: policy_u64(o, "switchoverTimeout", 86400, &so->switchover_timeout_s, err, errlen);
+	r = r ?: policy_hundredths(o, "ewmaAlpha", 1, 100, &so->ewma_alpha_pct, err, errlen);
+	r = r
+		    ?: policy_hundredths(o, "precopyPossibleFactor", 100, 10000,
+					 &so->precopy_factor_pct, err, errlen);
+	r = r
+		    ?: policy_hundredths(o, "patienceWindowDecayFactor", 1, 100, &so->decay_pct,
+					 err, errlen);
+	r = r ?: policy_bool(o, "searchLocalMinima", &so->local_minima, err, errlen);
+	r = r ?: policy_u64(o, "completionTimeoutFactor", 100, &factor, err, errlen);
+	if (r == 0 && so->window_s == 0)
+		return bad(err, errlen, "policy: \"stallProgressTimeout\" must be at least 1");
+	so->margin_pct = (unsigned int)margin;
+	so->completion_factor = (unsigned int)factor;
+	return r;
+}
+
 static const char *const policy_fields[] = {
-	"allowAutoConverge", "allowPostCopy",	"allowWorkloadDisruption", "completionTimeoutPerGiB",
-	"progressTimeout",   "bandwidth",	"maxDowntimeMs",	   "evidenceWindowMs",
+	"allowAutoConverge",	   "allowPostCopy",    "allowWorkloadDisruption",
+	"completionTimeoutPerGiB", "progressTimeout",  "bandwidth",
+	"maxDowntimeMs",	   "evidenceWindowMs", "shadow",
+	"bandwidthPerMigration",   "stallDetector",    "experimental",
 };
 
-/* KubeVirt's names; allowWorkloadDisruption follows allowPostCopy unless given (as there). */
-static int parse_policy(struct json_object *o, struct cv_policy *p, char *err, size_t errlen)
+/*
+ * KubeVirt's names, in its migration options object as it serialises it (MigrationConfiguration,
+ * a Policy's spec, VMIMConfigurationOptions): fields vmigd does not use are listed in ign for one
+ * log line, not refused; a field it uses with a wrong type is. allowWorkloadDisruption follows
+ * allowPostCopy unless given (as there).
+ */
+static int parse_policy(struct json_object *o, struct cv_policy *p, char *ign, size_t ignlen,
+			char *err, size_t errlen)
 {
 	bool disruption_given = json_object_object_get_ex(o, "allowWorkloadDisruption", NULL);
+	struct json_object *v;
 	int r = 0;
 
 	if (!json_object_is_type(o, json_type_object))
 		return bad(err, errlen, "\"policy\" must be a JSON object");
 	json_object_object_foreach (o, name, val) {
 		unsigned int i;
+		size_t n = strlen(ign);
 
 		(void)val;
-		for (i = 0; i < ARRAY_SIZE(policy_fields); i++)
-			if (!strcmp(name, policy_fields[i]))
-				break;
-		if (i == ARRAY_SIZE(policy_fields))
-			return bad(err, errlen,
-				   "policy: unknown field \"%.40s\" (known: allowAutoConverge, "
-				   "allowPostCopy, allowWorkloadDisruption, completionTimeoutPerGiB, "
-				   "progressTimeout, bandwidth, maxDowntimeMs, evidenceWindowMs)",
-				   name);
+		for (i = 0; i < ARRAY_SIZE(policy_fields) && strcmp(name, policy_fields[i]); i++)
+			if (!strcasecmp(name, policy_fields[i]))
+				return bad(err, errlen, "policy: \"%.40s\": did you mean \"%s\"?",
+					   name, policy_fields[i]);
+		if (i == ARRAY_SIZE(policy_fields) && n + 2 < ignlen)
+			snprintf(ign + n, ignlen - n, "%s%.40s", n ? ", " : "", name);
 	}
 	r = r ?: policy_bool(o, "allowAutoConverge", &p->allow_auto_converge, err, errlen);
 	r = r ?: policy_bool(o, "allowPostCopy", &p->allow_post_copy, err, errlen);
@@ -199,8 +324,34 @@ static int parse_policy(struct json_object *o, struct cv_policy *p, char *err, s
 			    err, errlen);
 	r = r ?: policy_u64(o, "progressTimeout", 1000000, &p->progress_timeout_s, err, errlen);
 	r = r ?: policy_u64(o, "bandwidth", VM_RATE_MAX, &p->bandwidth, err, errlen);
+	r = r ?: policy_quantity(o, "bandwidthPerMigration", &p->bandwidth, err, errlen);
 	r = r ?: policy_u64(o, "maxDowntimeMs", 2000000, &p->max_downtime_ms, err, errlen);
 	r = r ?: policy_u64(o, "evidenceWindowMs", 600000, &p->window_ms, err, errlen);
+	r = r ?: policy_bool(o, "shadow", &p->shadow, err, errlen);
+	if (r == 0 && json_object_object_get_ex(o, "bandwidth", NULL) &&
+	    json_object_object_get_ex(o, "bandwidthPerMigration", NULL))
+		return bad(err, errlen,
+			   "policy: give \"bandwidth\" or \"bandwidthPerMigration\", "
+			   "not both");
+	if (r == 0 && json_object_object_get_ex(o, "stallDetector", &v))
+		r = parse_stall(v, &p->stall, ign, ignlen, err, errlen);
+	/* A Policy's spec carries it as experimental.stallDetector. */
+	if (r == 0 && json_object_object_get_ex(o, "experimental", &v)) {
+		struct json_object *sd;
+
+		if (!json_object_is_type(v, json_type_object))
+			return bad(err, errlen, "policy: \"experimental\" must be a JSON object");
+		json_object_object_foreach (v, ename, eval) {
+			size_t n = strlen(ign);
+
+			(void)eval;
+			if (strcmp(ename, "stallDetector") && n + 2 < ignlen)
+				snprintf(ign + n, ignlen - n, "%sexperimental.%.40s", n ? ", " : "",
+					 ename);
+		}
+		if (json_object_object_get_ex(v, "stallDetector", &sd))
+			r = parse_stall(sd, &p->stall, ign, ignlen, err, errlen);
+	}
 	if (r == 0 && !disruption_given)
 		p->allow_workload_disruption = p->allow_post_copy;
 	return r;
@@ -225,10 +376,13 @@ static int parse_convergence(struct json_object *o, struct ctl_request *req, cha
 	cv_policy_default(&sp->policy);
 	s = ctl_json_member_cstring(c, "mode");
 	if (json_object_object_get_ex(c, "mode", NULL)) {
-		if (!s || (strcmp(s, "predictive") && strcmp(s, "kubevirt")))
+		if (!s || (strcmp(s, "predictive") && strcmp(s, "kubevirt") && strcmp(s, "stall")))
 			return bad(err, errlen,
-				   "convergence: \"mode\" must be \"predictive\" or \"kubevirt\"");
-		sp->policy.mode = strcmp(s, "kubevirt") ? CV_MODE_PREDICTIVE : CV_MODE_KUBEVIRT;
+				   "convergence: \"mode\" must be \"predictive\", \"stall\" or "
+				   "\"kubevirt\"");
+		sp->policy.mode = !strcmp(s, "kubevirt") ? CV_MODE_KUBEVIRT
+				  : !strcmp(s, "stall")	 ? CV_MODE_STALL
+							 : CV_MODE_PREDICTIVE;
 	}
 	if (json_object_object_get_ex(c, "qmp", &v) == json_object_object_get_ex(c, "libvirt", &lv))
 		return bad(err, errlen,
@@ -257,7 +411,7 @@ static int parse_convergence(struct json_object *o, struct ctl_request *req, cha
 			strcpy(sp->uri, uri);
 	}
 	if (json_object_object_get_ex(c, "policy", &v)) {
-		r = parse_policy(v, &sp->policy, err, errlen);
+		r = parse_policy(v, &sp->policy, sp->ignored, sizeof(sp->ignored), err, errlen);
 		if (r < 0)
 			return r;
 		sp->policy_given = true;

@@ -1,18 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
-/* The convergence policy: KubeVirt's legacy decision order, and the predictive mode that
- * escalates as soon as the dirty rate holds at the link rate. Pure: no clock, no I/O. */
+/* The convergence policy: KubeVirt's legacy decision order, VEP 248's stall detector, and the
+ * predictive mode that escalates on evidence from the passes over RAM and gives up only when no
+ * allowed action is left. Pure: no clock, no I/O. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cv_policy.h"
 
 #define MIB (1024.0 * 1024.0)
-/*
- * How long auto-converge gets before the next step, unless QEMU's throttle is at its top or the
- * deadline has passed: counted in bitmap syncs, because QEMU throttles only at a sync, after two
- * in a row dirtied over its threshold, and steps up only after two more.
- */
-#define THROTTLE_GRACE_SYNCS 4
+/* The highest throttle QEMU applies (cpu-throttle-percentage is at most 99). */
 #define THROTTLE_TOP	  99
 
 void cv_policy_default(struct cv_policy *p)
@@ -22,19 +19,33 @@ void cv_policy_default(struct cv_policy *p)
 	p->completion_timeout_per_gib = CV_DEFAULT_COMPLETION_PER_GIB;
 	p->progress_timeout_s = CV_DEFAULT_PROGRESS_TIMEOUT_S;
 	p->window_ms = CV_DEFAULT_WINDOW_MS;
+	p->stall = (struct cv_stall_opts){
+		.margin_pct = 4,
+		.window_s = 40,
+		.switchover_timeout_s = 60,
+		.ewma_alpha_pct = 40,
+		.precopy_factor_pct = 150,
+		.decay_pct = 50,
+		.local_minima = true,
+		.completion_factor = 2,
+	};
 }
 
 const char *cv_mode_str(enum cv_mode m)
 {
-	return m == CV_MODE_KUBEVIRT ? "kubevirt" : "predictive";
+	return m == CV_MODE_KUBEVIRT ? "kubevirt" : m == CV_MODE_STALL ? "stall" : "predictive";
 }
 
 const char *cv_act_str(enum cv_act a)
 {
 	static const char *const names[] = {
-		[CV_ACT_NONE] = "none",		  [CV_ACT_RAISE_CAP] = "raise-cap",
-		[CV_ACT_THROTTLE] = "auto-converge", [CV_ACT_POSTCOPY] = "post-copy",
-		[CV_ACT_PAUSE] = "pause",		  [CV_ACT_ABORT] = "abort",
+		[CV_ACT_NONE] = "none",
+		[CV_ACT_RAISE_CAP] = "raise-cap",
+		[CV_ACT_DOWNTIME] = "relax-downtime",
+		[CV_ACT_THROTTLE] = "auto-converge",
+		[CV_ACT_POSTCOPY] = "post-copy",
+		[CV_ACT_PAUSE] = "pause",
+		[CV_ACT_ABORT] = "abort",
 	};
 
 	return (unsigned int)a < sizeof(names) / sizeof(names[0]) ? names[a] : "unknown";
@@ -46,6 +57,8 @@ void cv_state_init(struct cv_state *s)
 	s->evidence_since_ms = -1;
 	s->action_ms = -1;
 	s->acceptable_s = -1;
+	s->stall_ms = -1;
+	s->relaxed_ms = -1;
 }
 
 static bool done(const struct cv_state *s, enum cv_act a)
@@ -61,12 +74,18 @@ static void take(struct cv_state *s, const struct cv_inputs *in, struct cv_actio
 	s->action_ms = in->now_ms;
 	s->syncs_at_action = in->job.dirty_syncs;
 	s->evidence_since_ms = -1;
+	s->stalled = 0;
+	s->low = 0;
+	s->niters_at_action = s->niters;
 	if (act == CV_ACT_POSTCOPY)
 		s->postcopy = true;
 	if (act == CV_ACT_PAUSE)
 		s->paused = true;
-	if (act == CV_ACT_THROTTLE)
+	if (act == CV_ACT_THROTTLE) {
 		s->throttling = true;
+		s->throttle_from = in->job.throttle_pct;
+		s->dirty_at_throttle = in->job.dirty_rate;
+	}
 }
 
 /* KubeVirt: ceil(memory in decimal GB) x completionTimeoutPerGiB, set once the total is known. */
@@ -147,27 +166,55 @@ static void kubevirt(const struct cv_policy *p, struct cv_state *s, const struct
 	take(s, in, a, CV_ACT_ABORT);
 }
 
-/*
- * The dirty rate to judge by: QEMU's once it has one (two bitmap syncs), and only from a sync
- * after the last action, so an action is judged by its effect; else the stream's estimate.
- */
-static bool dirty_rate(struct cv_state *s, const struct cv_inputs *in, uint64_t *rate)
+/* The newest pass and the one before it; NULL when there is none. */
+static const struct cv_iter *iter_back(const struct cv_state *s, unsigned int back)
+{
+	if (back >= s->niters || back >= CV_ITERS)
+		return NULL;
+	return &s->iters[(s->niters - 1 - back) % CV_ITERS];
+}
+
+/* A new pass began (QEMU synced its dirty bitmap since the last sample): record it. The first
+ * pass (sync 1) sends all of RAM and says nothing of convergence: passes count from sync 2. */
+static bool new_pass(struct cv_state *s, const struct cv_inputs *in)
 {
 	const struct cv_job *j = &in->job;
+	struct cv_iter *it;
 
-	if (j->dirty_syncs >= 2) {
-		if (s->action_ms >= 0 && j->dirty_syncs <= s->syncs_at_action)
-			return false;
-		s->dirty_from = "qemu";
-		*rate = j->dirty_rate;
-		return true;
-	}
-	if (in->stream_dirty_rate && s->action_ms < 0) {
-		s->dirty_from = "stream";
-		*rate = in->stream_dirty_rate;
-		return true;
-	}
-	return false;
+	if (j->dirty_syncs == s->last_syncs)
+		return false;
+	s->last_syncs = j->dirty_syncs;
+	if (j->dirty_syncs < 2)
+		return false;
+	it = &s->iters[s->niters++ % CV_ITERS];
+	it->t_ms = in->now_ms;
+	it->remaining = j->remaining;
+	it->dirty = j->dirty_rate;
+	it->throttle = j->throttle_pct;
+	return true;
+}
+
+/* What the link carries for this migration: its limit (cap or node share), else the EWMA of
+ * what it sent. */
+static uint64_t link_rate(struct cv_state *s, const struct cv_inputs *in, unsigned int alpha_pct)
+{
+	uint64_t now = in->wire_rate ? in->wire_rate : in->job.rate;
+
+	if (now)
+		s->bw = s->bw ? (alpha_pct * now + (100 - alpha_pct) * s->bw) / 100 : now;
+	s->link_rate = in->limit ? in->limit : s->bw;
+	return s->link_rate;
+}
+
+static uint64_t allowed_downtime_ms(const struct cv_policy *p)
+{
+	return p->max_downtime_ms ? p->max_downtime_ms : 300; /* QEMU's default */
+}
+
+/* ms to send remaining at rate; a huge figure when the rate is unknown. */
+static uint64_t send_ms(uint64_t remaining, uint64_t rate)
+{
+	return rate ? remaining * 1000 / rate : UINT64_MAX / 2;
 }
 
 /* What the node could give this migration: its cap less what the others send. */
@@ -180,52 +227,119 @@ static uint64_t headroom(const struct cv_inputs *in)
 	return in->node_cap - others;
 }
 
+/*
+ * Projected time to converge, assuming each pass leaves the same share of the one before (the
+ * geometric model), that share taken over the last CV_STALL_PASSES passes since the last action
+ * so that one noisy pass does not decide. Only used to see whether a falling remaining beats a
+ * deadline. -1 when there are too few passes or remaining is not falling.
+ */
+static int64_t projected_ms(const struct cv_state *s, uint64_t link, uint64_t target)
+{
+	const struct cv_iter *a = iter_back(s, CV_STALL_PASSES), *b = iter_back(s, 0);
+	double q, r, total = 0;
+
+	if (!a || !b || s->niters - s->niters_at_action <= CV_STALL_PASSES || !a->remaining ||
+	    b->remaining >= a->remaining || !link)
+		return -1;
+	q = pow((double)b->remaining / a->remaining, 1.0 / CV_STALL_PASSES);
+	for (r = b->remaining; r > target && total < 1e9; r *= q)
+		total += r * 1000.0 / link;
+	return (int64_t)total;
+}
+
+/* The passes as "64.0/63.8/64.1 MiB", oldest first, for reasons. */
+static void passes_str(const struct cv_state *s, unsigned int n, char *buf, size_t len)
+{
+	size_t off = 0;
+
+	buf[0] = '\0';
+	for (unsigned int i = n; i-- > 0;) {
+		const struct cv_iter *it = iter_back(s, i);
+
+		if (it && off < len)
+			off += snprintf(buf + off, len - off, "%s%.1f", off ? "/" : "",
+					it->remaining / MIB);
+	}
+}
+
+/*
+ * Predictive. Judged once per pass over RAM: pre-copy converges while each pass makes a new
+ * low of remaining (by CV_MARGIN_PCT) or the pass would fit the allowed downtime. Evidence that
+ * it does not: CV_STALL_PASSES passes in a row without a new low, held for window_ms, with the
+ * expected downtime over the allowed one; or a falling remaining that the geometric projection
+ * puts past the completion deadline (completionTimeoutPerGiB), or that deadline passed. Then the
+ * ladder: node headroom, auto-converge (and its throttle gets to its top while the passes still
+ * show no low), post-copy, pause. An abort only when none is left and the passes (or the
+ * projection) show pre-copy cannot converge before CV_HARD_FACTOR x the deadline, or once that
+ * has passed; its reason says so with the figures.
+ */
 static void predictive(const struct cv_policy *p, struct cv_state *s, const struct cv_inputs *in,
 		       struct cv_action *a)
 {
 	const struct cv_job *j = &in->job;
-	uint64_t dirty = 0, link = in->wire_rate ? in->wire_rate : j->rate, room;
-	bool known, hopeless, overdue;
-	char why[160];
+	const struct cv_iter *it;
+	uint64_t link, target, down_ms, room, allowed = allowed_downtime_ms(p);
+	bool overdue, hard, slow = false, slow_hard = false, evidence;
+	int64_t proj;
+	char why[320], passes[64];
 
-	if (j->status != CV_ST_ACTIVE) {
-		s->evidence_since_ms = -1;
+	if (j->status != CV_ST_ACTIVE)
 		return;
-	}
 	track_progress(s, in);
 	if (s->postcopy || done(s, CV_ACT_ABORT))
 		return;
-	known = link > 0 && dirty_rate(s, in, &dirty);
-	if (known) {
-		s->dirty_rate = dirty;
-		s->link_rate = link;
+	link = link_rate(s, in, 40);
+	if (j->dirty_syncs >= 2) {
+		s->dirty_rate = j->dirty_rate;
+		s->dirty_from = "qemu";
 	}
-	hopeless = known && dirty * 100 >= link * CV_CONVERGE_PCT;
-	overdue = late(s, in);
 	if (abort_if_stuck(p, s, in, a))
 		return;
-	if (!hopeless && !overdue) {
-		/* Unknown (no fresh sync yet) keeps the evidence; a good sample clears it. */
-		if (known)
+	overdue = late(s, in);
+	target = link * allowed / 1000;
+	if (new_pass(s, in)) {
+		it = iter_back(s, 0);
+		down_ms = send_ms(it->remaining, link);
+		if (down_ms <= allowed || !s->low ||
+		    it->remaining * 100 <= s->low * (100 - CV_MARGIN_PCT)) {
+			s->stalled = 0;
 			s->evidence_since_ms = -1;
-		return;
+		} else if (s->stalled++ == 0) {
+			s->evidence_since_ms = in->now_ms;
+		}
+		if (!s->low || it->remaining < s->low)
+			s->low = it->remaining;
+		if (s->throttling && it->throttle >= THROTTLE_TOP && !s->top_pass)
+			s->top_pass = s->niters;
+		proj = projected_ms(s, link, target);
+		slow = proj >= 0 && s->acceptable_s >= 0 &&
+		       in->now_ms + proj > s->acceptable_s * 1000;
+		slow_hard = slow && in->now_ms + proj > s->acceptable_s * 1000 * CV_HARD_FACTOR;
+		passes_str(s, 4, passes, sizeof(passes));
+		snprintf(s->evidence, sizeof(s->evidence),
+			 "pass %llu: remaining %s MiB (low %.1f), %u without a new low, expected "
+			 "downtime %llu ms (allowed %llu) at %.1f MiB/s%s",
+			 (unsigned long long)j->dirty_syncs, passes, s->low / MIB, s->stalled,
+			 (unsigned long long)(down_ms > 999999 ? 999999 : down_ms),
+			 (unsigned long long)allowed, link / MIB,
+			 slow ? ", too slow for the deadline" : "");
 	}
-	if (hopeless && s->evidence_since_ms < 0)
-		s->evidence_since_ms = in->now_ms;
-	if (!overdue && in->now_ms - s->evidence_since_ms < (int64_t)p->window_ms)
+	/* Evidence that pre-copy does not converge, or will not before the hard limit. */
+	evidence = slow_hard || (s->stalled >= CV_STALL_PASSES &&
+				 in->now_ms - s->evidence_since_ms >= (int64_t)p->window_ms);
+	hard = s->acceptable_s >= 0 && in->now_ms > s->acceptable_s * 1000 * CV_HARD_FACTOR;
+	if (!evidence && !overdue && !slow)
 		return;
-	if (hopeless)
+	if (hard)
 		snprintf(why, sizeof(why),
-			 "dirty %.1f MiB/s (%s) >= %d%% of link %.1f MiB/s for %.1f s, pass %llu, "
-			 "remaining %.1f MiB",
-			 dirty / MIB, s->dirty_from, CV_CONVERGE_PCT, link / MIB,
-			 (in->now_ms - s->evidence_since_ms) / 1000.0,
-			 (unsigned long long)j->dirty_syncs, j->remaining / MIB);
+			 "not completed after %lld s (%d x the acceptable %lld s); %s",
+			 (long long)(in->now_ms / 1000), CV_HARD_FACTOR, (long long)s->acceptable_s,
+			 s->evidence);
+	else if (overdue)
+		snprintf(why, sizeof(why), "not completed after %lld s (acceptable %lld s); %s",
+			 (long long)(in->now_ms / 1000), (long long)s->acceptable_s, s->evidence);
 	else
-		snprintf(why, sizeof(why),
-			 "not completed after %lld s (acceptable %lld s), remaining %.1f MiB",
-			 (long long)(in->now_ms / 1000), (long long)s->acceptable_s,
-			 j->remaining / MIB);
+		snprintf(why, sizeof(why), "not converging: %s", s->evidence);
 
 	/* The ladder: headroom, auto-converge, post-copy, pause, abort. */
 	room = headroom(in);
@@ -244,10 +358,10 @@ static void predictive(const struct cv_policy *p, struct cv_state *s, const stru
 		take(s, in, a, CV_ACT_THROTTLE);
 		return;
 	}
-	/* Auto-converge gets its grace (see THROTTLE_GRACE_SYNCS). */
-	if (s->throttling && !done(s, CV_ACT_POSTCOPY) && !done(s, CV_ACT_PAUSE) && !overdue &&
-	    j->throttle_pct < THROTTLE_TOP &&
-	    j->dirty_syncs < s->syncs_at_action + THROTTLE_GRACE_SYNCS)
+	/* The throttle has headroom until QEMU has held it at its top for a whole pass (the hard
+	 * limit aside). */
+	if (s->throttling && !done(s, CV_ACT_POSTCOPY) && !done(s, CV_ACT_PAUSE) && !hard &&
+	    (!s->top_pass || s->niters < s->top_pass + 1))
 		return;
 	if (p->allow_post_copy && p->allow_workload_disruption && !done(s, CV_ACT_POSTCOPY)) {
 		snprintf(a->reason, sizeof(a->reason), "%s: switch to post-copy", why);
@@ -261,12 +375,161 @@ static void predictive(const struct cv_policy *p, struct cv_state *s, const stru
 	}
 	if (done(s, CV_ACT_PAUSE))
 		return; /* a paused guest dirties nothing: the next pass completes */
-	if (hopeless)
+	/* Late, or slow, while the passes still make new lows: no abort before the hard limit. */
+	if (!evidence && !hard)
+		return;
+	{
+		char thr[100];
+
+		if (s->throttling)
+			snprintf(thr, sizeof(thr),
+				 "auto-converge at %u%% (dirty %.1f MiB/s at %u%%, %.1f now)",
+				 j->throttle_pct, s->dirty_at_throttle / MIB, s->throttle_from,
+				 j->dirty_rate / MIB);
+		else
+			snprintf(thr, sizeof(thr), "auto-converge %s",
+				 p->allow_auto_converge ? "refused by the hypervisor"
+							: "not allowed");
 		snprintf(a->reason, sizeof(a->reason),
-			 "cannot converge: dirty %.1f MiB/s >= link %.1f MiB/s (%s)", dirty / MIB,
-			 link / MIB, why);
-	else
-		snprintf(a->reason, sizeof(a->reason), "cannot converge in time: %s", why);
+			 "cannot converge%s (%s): no action left: %s, post-copy %s, no node headroom",
+			 hard ? " in time" : "", why, thr,
+			 p->allow_post_copy ? "refused" : "not allowed");
+	}
+	take(s, in, a, CV_ACT_ABORT);
+}
+
+/* stall: the lowest remaining among the passes at least window_ms old; 0 when none is. */
+static uint64_t low_before(const struct cv_state *s, int64_t before_ms)
+{
+	uint64_t low = 0;
+
+	for (unsigned int i = 0; i < CV_ITERS; i++) {
+		const struct cv_iter *it = iter_back(s, i);
+
+		if (!it)
+			break;
+		if (it->t_ms <= before_ms && (!low || it->remaining < low))
+			low = it->remaining;
+	}
+	return low;
+}
+
+/* stall: the lowest remaining among the passes since since_ms (the patience window). */
+static uint64_t low_since(const struct cv_state *s, int64_t since_ms)
+{
+	uint64_t low = 0;
+
+	for (unsigned int i = 0; i < CV_ITERS; i++) {
+		const struct cv_iter *it = iter_back(s, i);
+
+		if (!it || it->t_ms < since_ms)
+			break;
+		if (!low || it->remaining < low)
+			low = it->remaining;
+	}
+	return low;
+}
+
+/*
+ * VEP 248 as published (see doc/design.md, "Convergence control", for what is interpreted):
+ * bandwidth as an EWMA; a stall at a pass whose remaining is not a new low by stallMargin
+ * against every pass older than stallProgressTimeout; then relax the downtime up to
+ * maxDowntimeMs when the implied downtime is within precopyPossibleFactor of it, else post-copy
+ * (allowed, and its implied downtime within 2 x the completion time less elapsed) at a local low
+ * of remaining or when the patience window runs out, else abort. A relaxed downtime
+ * that brings no switch-over within switchoverTimeout, and completionTimeoutFactor x the
+ * completion time, abort.
+ */
+static void stall(const struct cv_policy *p, struct cv_state *s, const struct cv_inputs *in,
+		  struct cv_action *a)
+{
+	const struct cv_stall_opts *o = &p->stall;
+	const struct cv_job *j = &in->job;
+	uint64_t link,
+		max_down = p->max_downtime_ms ? p->max_downtime_ms : CV_STALL_MAX_DOWNTIME_MS;
+	uint64_t old_low, implied, remaining;
+	int64_t window = (int64_t)o->window_s * 1000;
+	char why[320];
+
+	if (j->status != CV_ST_ACTIVE)
+		return;
+	if (s->postcopy || done(s, CV_ACT_ABORT))
+		return;
+	link = link_rate(s, in, o->ewma_alpha_pct);
+	if (j->dirty_syncs >= 2) {
+		s->dirty_rate = j->dirty_rate;
+		s->dirty_from = "qemu";
+	}
+	if (s->acceptable_s >= 0 && o->completion_factor &&
+	    in->now_ms > s->acceptable_s * 1000 * (int64_t)o->completion_factor) {
+		snprintf(a->reason, sizeof(a->reason),
+			 "abort_timeout: not completed after %lld s (%u x the completion time %lld "
+			 "s)",
+			 (long long)(in->now_ms / 1000), o->completion_factor,
+			 (long long)s->acceptable_s);
+		take(s, in, a, CV_ACT_ABORT);
+		return;
+	}
+	if (s->relaxed_ms >= 0 && o->switchover_timeout_s &&
+	    in->now_ms - s->relaxed_ms > (int64_t)o->switchover_timeout_s * 1000) {
+		bool pc = p->allow_post_copy && p->allow_workload_disruption &&
+			  !done(s, CV_ACT_POSTCOPY);
+
+		snprintf(a->reason, sizeof(a->reason),
+			 "%s: no switch-over %llu s after the downtime was relaxed to %llu ms "
+			 "(switchoverTimeout)%s",
+			 pc ? "switchover to post-copy" : "abort_timeout",
+			 (unsigned long long)o->switchover_timeout_s, (unsigned long long)max_down,
+			 pc ? "" : "; post-copy not allowed");
+		take(s, in, a, pc ? CV_ACT_POSTCOPY : CV_ACT_ABORT);
+		return;
+	}
+	/* Relaxed: pre-copy gets its switchoverTimeout to switch over. */
+	if (s->relaxed_ms >= 0) {
+		new_pass(s, in);
+		return;
+	}
+	if (!new_pass(s, in))
+		return;
+	remaining = iter_back(s, 0)->remaining;
+	implied = send_ms(remaining, link);
+	old_low = low_before(s, in->now_ms - window);
+	snprintf(s->evidence, sizeof(s->evidence),
+		 "pass %llu: remaining %.1f MiB, low before the last %llu s %.1f MiB, implied "
+		 "downtime %llu ms at %.1f MiB/s (EWMA)",
+		 (unsigned long long)j->dirty_syncs, remaining / MIB,
+		 (unsigned long long)o->window_s, old_low / MIB,
+		 (unsigned long long)(implied > 999999 ? 999999 : implied), link / MIB);
+	if (s->stall_ms < 0) {
+		if (!old_low || remaining * 100 < old_low * (100 - o->margin_pct))
+			return;
+		s->stall_ms = in->now_ms;
+		s->patience_ms = window * o->decay_pct / 100;
+	}
+	snprintf(why, sizeof(why), "stall (since %.1f s): %s", s->stall_ms / 1000.0, s->evidence);
+	if (!done(s, CV_ACT_DOWNTIME) && implied * 100 <= max_down * o->precopy_factor_pct) {
+		a->downtime_ms = max_down;
+		snprintf(a->reason, sizeof(a->reason), "%s: relax_downtime to %llu ms", why,
+			 (unsigned long long)max_down);
+		take(s, in, a, CV_ACT_DOWNTIME);
+		s->relaxed_ms = in->now_ms;
+		return;
+	}
+	if (p->allow_post_copy && p->allow_workload_disruption && !done(s, CV_ACT_POSTCOPY) &&
+	    (s->acceptable_s < 0 || (int64_t)implied <= 2 * s->acceptable_s * 1000 - in->now_ms)) {
+		/* At a local low of remaining, or once the patience window (the stall window
+		 * times patienceWindowDecayFactor) has run out. */
+		if (o->local_minima && in->now_ms - s->stall_ms < s->patience_ms &&
+		    remaining * 100 >
+			    low_since(s, in->now_ms - s->patience_ms) * (100 + o->margin_pct))
+			return;
+		snprintf(a->reason, sizeof(a->reason), "%s: switchover to post-copy", why);
+		take(s, in, a, CV_ACT_POSTCOPY);
+		return;
+	}
+	snprintf(a->reason, sizeof(a->reason), "abort_low_bandwidth: %s; post-copy %s", why,
+		 p->allow_post_copy && p->allow_workload_disruption ? "would take too long"
+								    : "not allowed");
 	take(s, in, a, CV_ACT_ABORT);
 }
 
@@ -281,6 +544,8 @@ void cv_decide(const struct cv_policy *p, struct cv_state *s, const struct cv_in
 	set_deadline(p, s, &in->job);
 	if (p->mode == CV_MODE_KUBEVIRT)
 		kubevirt(p, s, in, a);
+	else if (p->mode == CV_MODE_STALL)
+		stall(p, s, in, a);
 	else
 		predictive(p, s, in, a);
 }

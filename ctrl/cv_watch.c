@@ -73,6 +73,8 @@ static int execute(struct cv_watch *w, const struct cv_action *a)
 		pthread_mutex_unlock(&w->lock);
 		/* The hypervisor may hold its own limit at the old cap (libvirt, KubeVirt). */
 		return ops->set_bandwidth(w->b, a->cap);
+	case CV_ACT_DOWNTIME:
+		return ops->set_downtime(w->b, a->downtime_ms);
 	case CV_ACT_THROTTLE:
 		return ops->set_throttle(w->b, a->throttle_initial, a->throttle_step);
 	case CV_ACT_POSTCOPY:
@@ -105,7 +107,11 @@ static void record(struct cv_watch *w, const struct cv_action *a, int64_t at_ms,
 	}
 	rep->nactions++;
 	pthread_mutex_unlock(&w->lock);
-	if (r < 0)
+	if (w->spec.policy.shadow)
+		log_info("migration %s role=source: convergence (%s, shadow: not acted on) at %.1f "
+			 "s: %s: %s",
+			 w->key, mode, at_ms / 1000.0, cv_act_str(a->act), a->reason);
+	else if (r < 0)
 		log_err("migration %s role=source: convergence (%s) at %.1f s: %s failed: %s; "
 			"it was for: %s",
 			w->key, mode, at_ms / 1000.0, cv_act_str(a->act), w->b->ops->error(w->b),
@@ -125,18 +131,20 @@ static void finish(struct cv_watch *w, struct cv_state *st, bool saw_postcopy, s
 {
 	const struct cv_backend_ops *ops = w->b->ops;
 	struct cv_report *rep = &w->rep;
-	bool aborted = rep->counts[CV_ACT_ABORT] > 0, irrecoverable = false;
+	bool shadow = w->spec.policy.shadow;
+	bool aborted = !shadow && rep->counts[CV_ACT_ABORT] > 0, irrecoverable = false;
 	char out[sizeof(rep->outcome)], why[300] = "";
 	double secs = j->elapsed_ms > 0 ? j->elapsed_ms / 1000.0 : 0;
 
 	if (j->status == CV_ST_COMPLETED) {
 		snprintf(out, sizeof(out), "completed in %.1f s, downtime %lld ms%s%s", secs,
 			 (long long)j->downtime_ms, saw_postcopy ? ", through post-copy" : "",
-			 !st->paused ? ""
+			 !st->paused || shadow	    ? ""
 			 : strcmp(ops->name, "qmp") ? "; vmigd paused the guest for it (libvirt "
 						      "resumes it on the destination)"
-			 : "; vmigd paused the guest for it, so it is paused on the destination "
-			   "until resumed (cont)");
+						    : "; vmigd paused the guest for it, so it is "
+						      "paused on the destination "
+						      "until resumed (cont)");
 		log_info("migration %s role=source: convergence: %s", w->key, out);
 	} else if (saw_postcopy) {
 		irrecoverable = true;
@@ -154,7 +162,7 @@ static void finish(struct cv_watch *w, struct cv_state *st, bool saw_postcopy, s
 				if (rep->actions[i].act == CV_ACT_ABORT)
 					snprintf(why, sizeof(why), ": %s", rep->actions[i].reason);
 		/* A guest vmigd paused runs again where it was. */
-		if (st->paused && ops->resume(w->b) < 0)
+		if (st->paused && !shadow && ops->resume(w->b) < 0)
 			log_err("migration %s role=source: convergence: cannot resume the guest vmigd "
 				"paused: %s",
 				w->key, ops->error(w->b));
@@ -167,13 +175,21 @@ static void finish(struct cv_watch *w, struct cv_state *st, bool saw_postcopy, s
 			snprintf(out, sizeof(out), "%s%s; the guest %s on the source%s",
 				 aborted ? "aborted by vmigd" : cv_status_str(j->status), why,
 				 j->guest_running ? "is running" : "is NOT running",
-				 j->guest_running ? ""
-				 : st->paused	  ? " (resuming it failed)"
-						  : " (it was not running before either?)");
+				 j->guest_running	 ? ""
+				 : st->paused && !shadow ? " (resuming it failed)"
+							 : " (it was not running before either?)");
 		if (j->guest_running)
 			log_warn("migration %s role=source: convergence: %s", w->key, out);
 		else
 			log_err("migration %s role=source: convergence: %s", w->key, out);
+	}
+	if (shadow && rep->nactions) {
+		size_t n = strlen(out);
+
+		snprintf(out + n, sizeof(out) - n,
+			 "; shadow: %u decisions not acted on, the first %s at %.1f s",
+			 rep->nactions, cv_act_str(rep->actions[0].act),
+			 rep->actions[0].at_ms / 1000.0);
 	}
 	pthread_mutex_lock(&w->lock);
 	snprintf(rep->outcome, sizeof(rep->outcome), "%s", out);
@@ -208,7 +224,7 @@ static void *watch_main(void *arg)
 	struct cv_watch *w = arg;
 	const struct cv_policy *p = &w->spec.policy;
 	unsigned int poll_ms =
-		p->mode == CV_MODE_KUBEVIRT ? CV_KUBEVIRT_POLL_MS : CV_PREDICTIVE_POLL_MS;
+		p->mode == CV_MODE_PREDICTIVE ? CV_PREDICTIVE_POLL_MS : CV_KUBEVIRT_POLL_MS;
 	struct cv_state st;
 	bool seen = false, going = true, saw_postcopy = false, told_paused = false;
 	unsigned int failing = 0; /* query errors in a row */
@@ -287,9 +303,11 @@ static void *watch_main(void *arg)
 		w->rep.dirty_rate = st.dirty_rate;
 		w->rep.link_rate = st.link_rate;
 		w->rep.dirty_from = st.dirty_from;
+		snprintf(w->rep.evidence, sizeof(w->rep.evidence), "%s", st.evidence);
 		pthread_mutex_unlock(&w->lock);
 		if (a.act != CV_ACT_NONE) {
-			r = execute(w, &a);
+			/* Shadow: recorded and logged as decided, nothing done. */
+			r = p->shadow ? 0 : execute(w, &a);
 			record(w, &a, in.now_ms, r);
 			/* A step that did not happen is not in force: the ladder goes on past it. */
 			if (r < 0 && a.act == CV_ACT_POSTCOPY)
@@ -438,6 +456,7 @@ int cv_watch_start(struct cv_set *set, const char *key, const struct cv_spec *sp
 		.throttle_dormant = p->mode == CV_MODE_PREDICTIVE,
 		.max_downtime_ms = p->max_downtime_ms,
 	};
+	uint64_t stall_max = p->max_downtime_ms ? p->max_downtime_ms : CV_STALL_MAX_DOWNTIME_MS;
 	struct cv_watch *w;
 	char e[300];
 	int r;
@@ -477,6 +496,14 @@ int cv_watch_start(struct cv_set *set, const char *key, const struct cv_spec *sp
 		goto fail;
 	}
 	w->rep.backend = w->b->ops->name;
+	/* VEP 248 starts QEMU's downtime at min(maxDowntimeMs, 300) and relaxes it on a stall. */
+	if (p->mode == CV_MODE_STALL)
+		setup.max_downtime_ms = stall_max < CV_STALL_START_DOWNTIME_MS
+						? stall_max
+						: CV_STALL_START_DOWNTIME_MS;
+	/* Shadow changes nothing in the hypervisor: its capabilities are whoever's set them. */
+	if (p->shadow)
+		setup = (struct cv_setup){ 0 };
 	r = w->b->ops->prepare(w->b, &setup, e, sizeof(e));
 	if (r < 0) {
 		snprintf(err, errlen, "convergence: %s", e);
@@ -493,15 +520,20 @@ int cv_watch_start(struct cv_set *set, const char *key, const struct cv_spec *sp
 	set->watches = w;
 	pthread_mutex_unlock(&set->lock);
 	arm(set);
-	log_info("migration %s role=source: convergence %s via %s: auto-converge %s, post-copy "
+	log_info("migration %s role=source: convergence %s%s via %s: auto-converge %s, post-copy "
 		 "%s, workload disruption %s, completionTimeoutPerGiB %llu s, progressTimeout %llu "
 		 "s, max downtime %llu ms%s",
-		 key, cv_mode_str(p->mode), w->b->ops->name, p->allow_auto_converge ? "on" : "off",
-		 p->allow_post_copy ? "on" : "off", p->allow_workload_disruption ? "on" : "off",
+		 key, cv_mode_str(p->mode),
+		 p->shadow ? " (shadow: decides and logs, never acts)" : "", w->b->ops->name,
+		 p->allow_auto_converge ? "on" : "off", p->allow_post_copy ? "on" : "off",
+		 p->allow_workload_disruption ? "on" : "off",
 		 (unsigned long long)p->completion_timeout_per_gib,
-		 (unsigned long long)p->progress_timeout_s,
-		 (unsigned long long)p->max_downtime_ms,
+		 (unsigned long long)p->progress_timeout_s, (unsigned long long)p->max_downtime_ms,
 		 p->max_downtime_ms ? "" : " (the hypervisor's)");
+	if (spec->ignored[0])
+		log_info("migration %s role=source: convergence: policy fields vmigd does not use, "
+			 "ignored: %s",
+			 key, spec->ignored);
 	return 0;
 fail:
 	watch_free(w);

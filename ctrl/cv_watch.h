@@ -22,6 +22,7 @@ struct cv_spec {
 	char uri[256];	   /* libvirt: connection URI, empty for qemu:///system */
 	char domain[256];  /* libvirt: name or UUID */
 	bool policy_given; /* else cv_policy_default() with the request's bandwidth */
+	char ignored[160]; /* policy fields vmigd does not use, for one log line at start */
 };
 
 #define CV_ACTIONS_MAX 16
@@ -30,7 +31,7 @@ struct cv_action_rec {
 	int64_t at_ms; /* since the migration started */
 	enum cv_act act;
 	bool ok;
-	char reason[256];
+	char reason[512];
 	char error[160]; /* when !ok: the backend's reason */
 };
 
@@ -47,6 +48,7 @@ struct cv_report {
 	int64_t elapsed_ms;  /* since the migration started; -1 before */
 	uint64_t dirty_rate, link_rate; /* what the policy last judged by */
 	const char *dirty_from;
+	char evidence[200];    /* the policy's last judgement */
 	unsigned int nactions; /* actions[] holds the first CV_ACTIONS_MAX */
 	struct cv_action_rec actions[CV_ACTIONS_MAX];
 	unsigned int counts[CV_ACT_ABORT + 1];

@@ -48,7 +48,8 @@ static void usage(FILE *f)
 		"                         [--tls | --no-tls]\n"
 		"                         [--qmp PATH | --libvirt-domain NAME [--libvirt-uri "
 		"URI]]\n"
-		"                         [--mode predictive|kubevirt] [--policy JSON|@FILE]\n"
+		"                         [--mode predictive|stall|kubevirt] [--shadow]\n"
+		"                         [--policy JSON|@FILE]\n"
 		"                         [--allow-auto-converge] [--allow-post-copy]\n"
 		"                         [--allow-workload-disruption | "
 		"--no-workload-disruption]\n"
@@ -286,6 +287,7 @@ static void source_start(const char *key, int argc, char **argv)
 		{ "--allow-auto-converge", "allowAutoConverge" },
 		{ "--allow-post-copy", "allowPostCopy" },
 		{ "--allow-workload-disruption", "allowWorkloadDisruption" },
+		{ "--shadow", "shadow" },
 	}, counts[] = {
 		{ "--completion-timeout-per-gib", "completionTimeoutPerGiB" },
 		{ "--progress-timeout", "progressTimeout" },

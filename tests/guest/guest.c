@@ -219,6 +219,7 @@ void guest_exception(u32 vector)
 
 struct params {
 	u32 ws_mib, rate_mib_s, start_mib, report_ms, catchup_ms;
+	u32 populate_mib, repeat, burst_on_ms, burst_off_ms;
 	int has_start, spin, fill;
 };
 
@@ -250,9 +251,9 @@ static int parse_u32(const char *s, u32 n, u32 *out)
 	return 0;
 }
 
-// "ws=64 rate=48 [start=8] [report=1000] [wait=hlt|spin] [catchup=20] [fill=0|1]". A first
-// word without '=' (QEMU puts
-// the kernel's path there) is skipped; anything else unknown is an error.
+// "ws=64 rate=48 [start=8] [report=1000] [wait=hlt|spin] [catchup=20] [fill=0|1]
+// [populate=MIB] [repeat=N] [burst=ON/OFF]". A first word without '=' (QEMU puts the kernel's
+// path there) is skipped; anything else unknown is an error.
 static void parse_cmdline(const char *s, struct params *p)
 {
 	int first = 1, have_ws = 0, have_rate = 0;
@@ -306,6 +307,22 @@ static void parse_cmdline(const char *s, struct params *p)
 				p->fill = 0;
 			else
 				fail("fill= wants 0 or 1");
+		} else if (streq_n(word, "populate", klen)) {
+			if (parse_u32(eq + 1, vlen, &p->populate_mib) < 0)
+				fail("populate= wants a number of MiB");
+		} else if (streq_n(word, "repeat", klen)) {
+			if (parse_u32(eq + 1, vlen, &p->repeat) < 0 || !p->repeat ||
+			    p->repeat > 1000)
+				fail("repeat= wants writes per page from 1 to 1000");
+		} else if (streq_n(word, "burst", klen)) {
+			const char *v = eq + 1, *slash = v;
+
+			while (slash < s && *slash != '/')
+				slash++;
+			if (slash == s || parse_u32(v, (u32)(slash - v), &p->burst_on_ms) < 0 ||
+			    parse_u32(slash + 1, (u32)(s - slash - 1), &p->burst_off_ms) < 0 ||
+			    !p->burst_on_ms || p->burst_on_ms + p->burst_off_ms > 3600000)
+				fail("burst= wants ON/OFF milliseconds, such as 2000/4000");
 		} else if (streq_n(word, "wait", klen)) {
 			if (streq_n(eq + 1, "spin", vlen))
 				p->spin = 1;
@@ -314,7 +331,8 @@ static void parse_cmdline(const char *s, struct params *p)
 			else
 				fail("wait= wants hlt or spin");
 		} else {
-			fail("unknown -append key (known: ws rate start report wait catchup fill)");
+			fail("unknown -append key (known: ws rate start report wait catchup fill "
+			     "populate repeat burst)");
 		}
 	}
 	if (!have_ws || !have_rate)
@@ -323,6 +341,10 @@ static void parse_cmdline(const char *s, struct params *p)
 		fail("ws=0: the working set is empty");
 	if (p->rate_mib_s > RATE_MAX)
 		fail("rate= too high (at most 1048576 MiB/s; 0 means flat out)");
+	if (p->populate_mib && p->populate_mib < p->ws_mib)
+		fail("populate= is smaller than the working set");
+	if (p->burst_on_ms && !p->rate_mib_s)
+		fail("burst= needs a paced rate (rate= above 0)");
 }
 
 // ---- timers ---------------------------------------------------------------------------------
@@ -429,7 +451,8 @@ static void interrupts_init(void)
 static struct {
 	u32 start, end, cur;	// addresses
 	u32 pass;		// full walks completed
-	u64 pages;		// pages written since ready
+	u64 pages;		// page writes since ready
+	u32 repeat, again;	// writes per page before the next (repeat=), done on this one
 } ws;
 
 // Each write bumps a counter in the first word of the page: QEMU sees the page dirty, and the
@@ -444,6 +467,9 @@ static void dirty(u32 n)
 	while (n--) {
 		invlpg(cur);
 		++*(volatile u32 *)cur;
+		if (++ws.again < ws.repeat)
+			continue;
+		ws.again = 0;
 		cur += PAGE;
 		if (cur == ws.end) {
 			cur = ws.start;
@@ -528,9 +554,13 @@ static void idle_until(u64 deadline, int spin)
 // Up to catchup_ms of missed slices are made up at once; a longer stall's excess is dropped. A
 // small catchup makes the guest behave like a CPU-bound workload: time the vCPU does not run
 // (QEMU's auto-converge throttle sleeps it) is writing it does not do.
-static void __attribute__((noreturn)) run_paced(u32 rate_mib_s, int spin, u32 catchup_ms)
+//
+// burst=ON/OFF: writes only in the first ON ms of every ON+OFF ms (TSC time since ready); the
+// slices of the quiet part write nothing and are not made up.
+static void __attribute__((noreturn)) run_paced(u32 rate_mib_s, int spin, u32 catchup_ms,
+						u32 on_ms, u32 off_ms)
 {
-	u32 per_slice = rate_mib_s * PAGES_PER_MIB, credit = 0, n;
+	u32 per_slice = rate_mib_s * PAGES_PER_MIB, credit = 0, n, phase;
 	u64 next = rdtsc() + rep.tsc_ms, now;
 
 	for (;;) {
@@ -544,6 +574,11 @@ static void __attribute__((noreturn)) run_paced(u32 rate_mib_s, int spin, u32 ca
 		credit += per_slice;
 		n = credit / 1000;
 		credit -= n * 1000;
+		if (on_ms) {
+			udiv64(udiv64(now - rep.t0, rep.tsc_ms, 0), on_ms + off_ms, &phase);
+			if (phase >= on_ms)
+				n = 0;
+		}
 		dirty(n);
 		next += rep.tsc_ms;
 		report(now);
@@ -641,6 +676,21 @@ void guest_main(u32 magic, const struct mb_info *mbi)
 	interrupts_init();
 	ws.start = ws.cur = start;
 	ws.end = end;
+	ws.repeat = 1; // fill= writes each page once; repeat= applies from ready on
+	if (p.populate_mib) {
+		// Every page of [start, start + populate) written once before ready: RAM that a
+		// first pass must send, beyond the working set that keeps changing.
+		u32 top = start + p.populate_mib * MIB;
+
+		if (top > mem_top || top < start || !in_usable_ram(mbi, start, top))
+			fail("populate= reaches beyond the usable RAM");
+		for (u32 a = start; a < top; a += PAGE) {
+			if ((a & (FLAT_BATCH * PAGE - 1)) == 0)
+				flush_hot();
+			invlpg(a);
+			++*(volatile u32 *)a;
+		}
+	}
 	if (p.fill) {
 		// Each page written once, flat out, before ready: a populated working set, as a VM
 		// that has been running has. The counters start after it.
@@ -653,6 +703,7 @@ void guest_main(u32 magic, const struct mb_info *mbi)
 		ws.pass = 0;
 		ws.cur = start;
 	}
+	ws.repeat = p.repeat ? p.repeat : 1;
 
 	puts("vmig-guest: ws=");
 	put_u32(p.ws_mib);
@@ -680,6 +731,6 @@ void guest_main(u32 magic, const struct mb_info *mbi)
 	rep.t0 = rep.last = rdtsc();
 	rep.next = rep.t0 + (u64)rep.period_ms * rep.tsc_ms;
 	if (p.rate_mib_s)
-		run_paced(p.rate_mib_s, p.spin, p.catchup_ms);
+		run_paced(p.rate_mib_s, p.spin, p.catchup_ms, p.burst_on_ms, p.burst_off_ms);
 	run_flat_out();
 }

@@ -587,6 +587,40 @@ static void test_convergence(void **state)
 							  "\"convergence\":{\"qmp\":\"/q\"}}");
 	assert_int_equal(req->conv.policy.bandwidth, 1000);
 	free(req);
+
+	/* KubeVirt's options object as it serialises it: a Quantity bandwidth (whole MiB/s, half
+	 * up), VEP 248's stall detector under experimental, fields vmigd does not use listed. */
+	req = parse_ok(CV_HEAD "{\"qmp\":\"/q\",\"mode\":\"stall\",\"policy\":{"
+			       "\"allowAutoConverge\":true,\"bandwidthPerMigration\":\"64Mi\","
+			       "\"completionTimeoutPerGiB\":20,\"nodeDrainTaintKey\":\"k\","
+			       "\"network\":null,\"experimental\":{\"compression\":\"zstd\","
+			       "\"stallDetector\":{\"stallMargin\":5,\"stallProgressTimeout\":30,"
+			       "\"ewmaAlpha\":\"0.5\",\"precopyPossibleFactor\":2,"
+			       "\"searchLocalMinima\":false,\"future\":1}}}}}");
+	assert_int_equal(req->conv.policy.mode, CV_MODE_STALL);
+	assert_int_equal(req->conv.policy.bandwidth, 64ull << 20);
+	assert_int_equal(req->conv.policy.completion_timeout_per_gib, 20);
+	assert_int_equal(req->conv.policy.stall.margin_pct, 5);
+	assert_int_equal(req->conv.policy.stall.window_s, 30);
+	assert_int_equal(req->conv.policy.stall.ewma_alpha_pct, 50);
+	assert_int_equal(req->conv.policy.stall.precopy_factor_pct, 200);
+	assert_false(req->conv.policy.stall.local_minima);
+	assert_int_equal(req->conv.policy.stall.switchover_timeout_s, 60);
+	assert_string_equal(req->conv.ignored, "nodeDrainTaintKey, network, "
+					       "experimental.compression, stallDetector.future");
+	free(req);
+	req = parse_ok(CV_HEAD "{\"qmp\":\"/q\",\"policy\":{\"bandwidthPerMigration\":\"1.4Mi\","
+			       "\"shadow\":true}}}");
+	assert_int_equal(req->conv.policy.bandwidth, 1ull << 20);
+	assert_true(req->conv.policy.shadow);
+	assert_string_equal(req->conv.ignored, "");
+	free(req);
+	req = parse_ok(CV_HEAD "{\"qmp\":\"/q\",\"policy\":{\"bandwidthPerMigration\":\"500k\"}}}");
+	assert_int_equal(req->conv.policy.bandwidth, 1ull << 20); /* under 1 MiB/s: 1 */
+	free(req);
+	req = parse_ok(CV_HEAD "{\"qmp\":\"/q\",\"policy\":{\"bandwidthPerMigration\":\"0Mi\"}}}");
+	assert_int_equal(req->conv.policy.bandwidth, 0);
+	free(req);
 }
 
 static void test_convergence_bad(void **state)
@@ -611,6 +645,17 @@ static void test_convergence_bad(void **state)
 		CV_HEAD "{\"qmp\":\"/q\",\"policy\":{\"maxDowntimeMs\":2000001}}}",
 		CV_HEAD "{\"qmp\":\"/q\",\"policy\":{\"evidenceWindowMs\":0}}}",
 		CV_HEAD "{\"qmp\":\"/q\",\"policy\":{\"bandwidth\":\"64Mi\"}}}",
+		CV_HEAD "{\"qmp\":\"/q\",\"policy\":{\"bandwidthPerMigration\":\"64Mbit\"}}}",
+		CV_HEAD "{\"qmp\":\"/q\",\"policy\":{\"bandwidthPerMigration\":\"fast\"}}}",
+		CV_HEAD "{\"qmp\":\"/q\",\"policy\":{\"bandwidthPerMigration\":\"1Mi\","
+			"\"bandwidth\":1048576}}}",
+		CV_HEAD "{\"qmp\":\"/q\",\"policy\":{\"stallDetector\":{\"stallmargin\":4}}}}",
+		CV_HEAD "{\"qmp\":\"/q\",\"policy\":{\"stallDetector\":{\"ewmaAlpha\":1.5}}}}",
+		CV_HEAD "{\"qmp\":\"/q\",\"policy\":{\"stallDetector\":{\"ewmaAlpha\":\"x\"}}}}",
+		CV_HEAD
+		"{\"qmp\":\"/q\",\"policy\":{\"stallDetector\":{\"stallProgressTimeout\":0}}}}",
+		CV_HEAD "{\"qmp\":\"/q\",\"policy\":{\"experimental\":7}}}",
+		CV_HEAD "{\"qmp\":\"/q\",\"policy\":{\"shadow\":1}}}",
 		SS "\"target\":" TARGET_JSON(
 			"vm") ",\"dir\":\"/b\",\"bandwidth\":1000,"
 			      "\"convergence\":{\"qmp\":\"/q\",\"policy\":{\"bandwidth\":2000}}}",

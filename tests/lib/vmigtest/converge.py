@@ -27,8 +27,59 @@ class Sizes:
     catchup_ms: int = 2
 
 
+@dataclasses.dataclass
+class Scenario:
+    """One of issue 14's guests, relative to a Sizes: the guest writes pages at rate x the cap
+    (repeat: writes per page, so distinct pages go at rate / repeat; burst: (on_ms, off_ms);
+    catchup_ms: None is the Sizes' (a throttle slows the guest), 20 the guest's default (a
+    service that keeps its pace under a throttle)); mem_x: guest memory x the Sizes'. policy:
+    `source start` flags; postcopy: the capability on the destination too. expect: QEMU's final
+    status; acts: the actions predictive must take, in order (empty: none)."""
+    name: str
+    what: str
+    rate_x: float
+    policy: tuple = ()
+    postcopy: bool = False
+    catchup_ms: int = None
+    repeat: int = None
+    burst: tuple = None
+    mem_x: int = 1
+    expect: str = 'completed'
+    acts: tuple = ()
+
+
+SCENARIOS = {s.name: s for s in (
+    Scenario('throttle', 'throttle-responsive guest at 3x the cap, auto-converge only', 3.0,
+             ('--allow-auto-converge',), mem_x=2, acts=('auto-converge',)),
+    Scenario('service', 'service-paced guest at 2x the cap, nothing allowed', 2.0,
+             catchup_ms=20, expect='cancelled', acts=('abort',)),
+    Scenario('service-postcopy', 'service-paced guest at 2x the cap, post-copy allowed', 2.0,
+             ('--allow-post-copy',), postcopy=True, catchup_ms=20, acts=('post-copy',)),
+    Scenario('overlap', 'page writes at 2x the cap, each page 4 times: remaining falls', 2.0,
+             ('--allow-auto-converge', '--allow-post-copy'), postcopy=True, repeat=4),
+    Scenario('bursty', '3 s at 3x the cap, 5 s quiet, auto-converge allowed', 3.0,
+             ('--allow-auto-converge',), burst=(3000, 5000)),
+    Scenario('low', 'a quarter of the cap, everything allowed', 0.25,
+             ('--allow-auto-converge', '--allow-post-copy'), postcopy=True),
+)}
+
+
+def run_scenario(tb, scen, mode='predictive', sizes=None, policy=(), **kw):
+    """run() for a Scenario at sizes (its guest, policy flags, post-copy capability and expected
+    status; more flags in policy, e.g. a mode's knobs); run()'s dict."""
+    s = sizes or Sizes()
+    sz = dataclasses.replace(s, mem_mib=s.mem_mib * scen.mem_x)
+    if scen.catchup_ms is not None:
+        sz = dataclasses.replace(sz, catchup_ms=scen.catchup_ms)
+    kw.setdefault('expect', scen.expect)
+    return run(tb, f'{scen.name}-{mode}', max(1, round(scen.rate_x * s.cap_mib)), mode,
+               [*scen.policy, *policy], postcopy=scen.postcopy, sizes=sz,
+               guest_extra={'repeat': scen.repeat, 'burst': scen.burst}, **kw)
+
+
 def run(tb, name, rate, mode='predictive', policy=(), postcopy=False, expect='completed',
-        timeout=120, check=None, sizes=None, verify=True, poll=0.2, on_migrate=None):
+        timeout=120, check=None, sizes=None, verify=True, poll=0.2, on_migrate=None,
+        guest_extra=None, on_poll=None):
     """One migration of a guest dirtying `rate` MiB/s; follows QEMU's query-migrate every `poll` s.
     Returns a dict: status, first action (name, at_s), evidence_s (the first sample with QEMU's
     dirty-sync-count >= 2 and its dirty rate >= 0.9 x the cap), total_s, downtime_ms, the
@@ -38,12 +89,15 @@ def run(tb, name, rate, mode='predictive', policy=(), postcopy=False, expect='co
     status, dirty-sync-count, dirty MiB/s, remaining MiB, throttle %), QEMU's last query-migrate
     (info). expect: the final status QEMU must reach
     (None: any). verify: compare both sides' memory after a completed migration.
-    on_migrate(src, dst) runs just after `migrate`; check(r) while both QEMUs are still up."""
+    on_migrate(src, dst) runs just after `migrate`; check(r) while both QEMUs are still up.
+    guest_extra: more GuestSpec fields (repeat, burst); on_poll(key, info, t) after each poll. The dict also has syncs_s: when QEMU's
+    dirty-sync-count first reached each value, {count: s}."""
     s = sizes or Sizes()
     key = tb.new_key(name)
     vqmp = os.path.join(tb.workdir, f'{key}-vmigd.qmp')
-    src, dst = tb.qemu_pair(s.mem_mib, guest=GuestSpec(s.ws_mib, rate, catchup_ms=s.catchup_ms,
-                                                       fill=True),
+    spec = GuestSpec(s.ws_mib, rate, catchup_ms=s.catchup_ms, fill=True,
+                     **{k: v for k, v in (guest_extra or {}).items() if v is not None})
+    src, dst = tb.qemu_pair(s.mem_mib, guest=spec,
                             src_args=['-qmp', f'unix:{vqmp},server=on,wait=off'])
     try:
         src.start_guest()
@@ -59,7 +113,7 @@ def run(tb, name, rate, mode='predictive', policy=(), postcopy=False, expect='co
         evidence = throttle_s = postcopy_s = None
         throttle = 0
         seen = set()
-        timeline, last = [], None
+        timeline, last, syncs_s = [], None, {}
         while True:
             info = src.migration_info()
             now = time.monotonic() - started
@@ -74,6 +128,7 @@ def run(tb, name, rate, mode='predictive', policy=(), postcopy=False, expect='co
             if st == 'postcopy-active' and postcopy_s is None:
                 postcopy_s = now
             syncs = ram.get('dirty-sync-count', 0)
+            syncs_s.setdefault(syncs, now)
             dirty = ram.get('dirty-pages-rate', 0) * page
             if evidence is None and syncs >= 2 and dirty >= 0.9 * s.cap_mib * MIB:
                 evidence = now
@@ -84,6 +139,8 @@ def run(tb, name, rate, mode='predictive', policy=(), postcopy=False, expect='co
                                  round(ram.get('remaining', 0) / MIB, 1), thr))
             if st in ('completed', 'failed', 'cancelled'):
                 break
+            if on_poll:
+                on_poll(key, info, now)
             if now > timeout:
                 raise HarnessError(f'{key}: still {st} after {timeout}s')
             time.sleep(poll)
@@ -101,7 +158,7 @@ def run(tb, name, rate, mode='predictive', policy=(), postcopy=False, expect='co
         out = {'key': key, 'status': st, 'total_s': total, 'evidence_s': evidence,
                'downtime_ms': info.get('downtime'), 'conv': c, 'throttle': throttle,
                'throttle_s': throttle_s, 'postcopy_s': postcopy_s, 'seen': seen,
-               'timeline': timeline, 'info': info,
+               'timeline': timeline, 'info': info, 'syncs_s': syncs_s,
                'first': (acts[0]['action'], acts[0]['at_s']) if acts else None,
                'src': src, 'dst': dst}
         if st == 'completed' and verify:

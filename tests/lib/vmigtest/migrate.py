@@ -3,9 +3,11 @@ KubeVirt way (`target start`, `source start`, `migrate`), waiting for completion
 states checked, and comparing both sides' memory. Stdlib only."""
 
 import dataclasses
+import os
 import time
 
 from .base import DEFAULT_PORT_ID, HarnessError, wait_until
+from .qemu import VGA_BIOS_WINDOW
 
 DEFAULT_MAX_BANDWIDTH = 100 << 30          # bytes/s; QEMU's default of 128 MiB/s would cap us
 
@@ -200,8 +202,56 @@ def migrate_via_daemons(*args, timeout=300, **kw):
 
 
 def verify_memory(src, dst):
-    """Compare guest RAM of both sides; the common sha256, or HarnessError."""
+    """Compare guest RAM of both sides; the common sha256, or HarnessError that says which
+    pages differ."""
     a, b = src.memory_digest(), dst.memory_digest()
     if a != b:
-        raise HarnessError(f'guest memory differs: source {a} destination {b}')
+        raise HarnessError(f'guest memory differs: source {a} destination {b}; '
+                           f'{memory_difference(src, dst)}')
     return a
+
+
+def memory_difference(src, dst, page=4096, shown=8):
+    """Dump both RAMs again and say which 4 KiB pages differ (count, first few ranges, bytes
+    differing in the first page), outside the VGA/BIOS window. The dumps are kept with
+    VMIG_KEEP=1."""
+    paths = [os.path.join(q.workdir, f'{q.name}.diff.mem') for q in (src, dst)]
+    try:
+        for q, path in zip((src, dst), paths):
+            q.memory_dump(path)
+        ranges, count, first = [], 0, None
+        with open(paths[0], 'rb') as fa, open(paths[1], 'rb') as fb:
+            addr = 0
+            while True:
+                x, y = fa.read(1 << 20), fb.read(1 << 20)
+                if not x and not y:
+                    break
+                if x != y:
+                    for off in range(0, max(len(x), len(y)), page):
+                        p = addr + off
+                        if VGA_BIOS_WINDOW[0] <= p < VGA_BIOS_WINDOW[1]:
+                            continue
+                        u, v = x[off:off + page], y[off:off + page]
+                        if u == v:
+                            continue
+                        count += 1
+                        if first is None:
+                            first = (p, sum(1 for i, j in zip(u, v) if i != j))
+                        if ranges and ranges[-1][1] == p:
+                            ranges[-1][1] = p + page
+                        else:
+                            ranges.append([p, p + page])
+                addr += len(x)
+        if not count:
+            return 'the second dumps are equal (the RAM changed between the dumps)'
+        where = ', '.join(f'{a:#x}-{b:#x}' for a, b in ranges[:shown])
+        more = f' and {len(ranges) - shown} more ranges' if len(ranges) > shown else ''
+        return (f'{count} pages differ in {len(ranges)} ranges: {where}{more}; '
+                f'{first[1]} bytes differ in the page at {first[0]:#x}')
+    except (OSError, HarnessError) as e:
+        return f'no page comparison: {e}'
+    finally:
+        if not os.environ.get('VMIG_KEEP'):
+            for path in paths:
+                if os.path.exists(path):
+                    os.unlink(path)

@@ -118,7 +118,10 @@ class GuestSpec:
     dirtied at rate_mib_s MiB/s (0: flat out), a status line every report_ms ms; wait 'hlt'
     (default) or 'spin' between pacing slices; catchup_ms: the most pacing backlog made up
     (None: the guest's 20 ms; small makes it CPU-bound, so that a throttle slows it); fill: write
-    the whole working set once before ready."""
+    the whole working set once before ready; populate_mib: write that much RAM from the working
+    set's start once before ready (what a first pass must send); repeat: writes per page before
+    the next (the rate counts writes, so distinct pages go at rate / repeat); burst: (on_ms,
+    off_ms), writing only in the first on_ms of each cycle."""
     ws_mib: int
     rate_mib_s: int
     start_mib: int = None
@@ -126,6 +129,9 @@ class GuestSpec:
     wait: str = None
     catchup_ms: int = None
     fill: bool = False
+    populate_mib: int = None
+    repeat: int = None
+    burst: tuple = None
 
     def append(self):
         words = [f'ws={self.ws_mib}', f'rate={self.rate_mib_s}']
@@ -138,6 +144,12 @@ class GuestSpec:
             words.append(f'catchup={self.catchup_ms}')
         if self.fill:
             words.append('fill=1')
+        if self.populate_mib:
+            words.append(f'populate={self.populate_mib}')
+        if self.repeat:
+            words.append(f'repeat={self.repeat}')
+        if self.burst:
+            words.append(f'burst={self.burst[0]}/{self.burst[1]}')
         return ' '.join(words)
 
 
@@ -333,16 +345,21 @@ class Qemu:
     def migration_info(self):
         return self.execute('query-migrate')
 
+    def memory_dump(self, path):
+        """pmemsave guest RAM [0, size) to path."""
+        size = self.size_mib << 20
+        self.execute('pmemsave', {'val': 0, 'size': size, 'filename': path}, timeout=300)
+        if os.path.getsize(path) != size:
+            raise HarnessError(f'{self.name}: pmemsave wrote {os.path.getsize(path)} bytes, '
+                               f'not {size}')
+
     def memory_digest(self):
         """sha256 of guest RAM [0, size), without the VGA/BIOS window, via pmemsave to a file
         that is removed afterwards."""
         size = self.size_mib << 20
         dump = os.path.join(self.workdir, f'{self.name}.mem')
         try:
-            self.execute('pmemsave', {'val': 0, 'size': size, 'filename': dump}, timeout=300)
-            if os.path.getsize(dump) != size:
-                raise HarnessError(f'{self.name}: pmemsave wrote {os.path.getsize(dump)} bytes, '
-                                   f'not {size}')
+            self.memory_dump(dump)
             digest = hashlib.sha256()
             with open(dump, 'rb') as f:
                 for start, end in ((0, VGA_BIOS_WINDOW[0]), (VGA_BIOS_WINDOW[1], size)):
