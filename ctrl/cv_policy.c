@@ -269,9 +269,9 @@ static void passes_str(const struct cv_state *s, unsigned int n, char *buf, size
  * expected downtime over the allowed one; or a falling remaining that the geometric projection
  * puts past the completion deadline (completionTimeoutPerGiB), or that deadline passed. Then the
  * ladder: node headroom, auto-converge (and its throttle gets to its top while the passes still
- * show no low), post-copy, pause. An abort only when none is left and the passes (or the
- * projection) show pre-copy cannot converge before CV_HARD_FACTOR x the deadline, or once that
- * has passed; its reason says so with the figures.
+ * show no low), post-copy, pause. An abort only when none is left and the passes show no new
+ * low, or the projection puts convergence past CV_HARD_FACTOR x the deadline; a deadline alone
+ * never aborts. Its reason says so with the figures.
  */
 static void predictive(const struct cv_policy *p, struct cv_state *s, const struct cv_inputs *in,
 		       struct cv_action *a)
@@ -279,7 +279,7 @@ static void predictive(const struct cv_policy *p, struct cv_state *s, const stru
 	const struct cv_job *j = &in->job;
 	const struct cv_iter *it;
 	uint64_t link, target, down_ms, room, allowed = allowed_downtime_ms(p);
-	bool overdue, hard, slow = false, slow_hard = false, evidence;
+	bool overdue, slow = false, slow_hard = false, evidence, throttle_room;
 	int64_t proj;
 	char why[320], passes[64];
 
@@ -327,15 +327,9 @@ static void predictive(const struct cv_policy *p, struct cv_state *s, const stru
 	/* Evidence that pre-copy does not converge, or will not before the hard limit. */
 	evidence = slow_hard || (s->stalled >= CV_STALL_PASSES &&
 				 in->now_ms - s->evidence_since_ms >= (int64_t)p->window_ms);
-	hard = s->acceptable_s >= 0 && in->now_ms > s->acceptable_s * 1000 * CV_HARD_FACTOR;
 	if (!evidence && !overdue && !slow)
 		return;
-	if (hard)
-		snprintf(why, sizeof(why),
-			 "not completed after %lld s (%d x the acceptable %lld s); %s",
-			 (long long)(in->now_ms / 1000), CV_HARD_FACTOR, (long long)s->acceptable_s,
-			 s->evidence);
-	else if (overdue)
+	if (overdue)
 		snprintf(why, sizeof(why), "not completed after %lld s (acceptable %lld s); %s",
 			 (long long)(in->now_ms / 1000), (long long)s->acceptable_s, s->evidence);
 	else
@@ -358,10 +352,10 @@ static void predictive(const struct cv_policy *p, struct cv_state *s, const stru
 		take(s, in, a, CV_ACT_THROTTLE);
 		return;
 	}
-	/* The throttle has headroom until QEMU has held it at its top for a whole pass (the hard
-	 * limit aside). */
-	if (s->throttling && !done(s, CV_ACT_POSTCOPY) && !done(s, CV_ACT_PAUSE) && !hard &&
-	    (!s->top_pass || s->niters < s->top_pass + 1))
+	/* The throttle has headroom until QEMU has held it at its top for a whole pass; past the
+	 * deadline, post-copy or a pause (where allowed) do not wait for it. */
+	throttle_room = s->throttling && (!s->top_pass || s->niters < s->top_pass + 1);
+	if (throttle_room && !overdue && !done(s, CV_ACT_POSTCOPY) && !done(s, CV_ACT_PAUSE))
 		return;
 	if (p->allow_post_copy && p->allow_workload_disruption && !done(s, CV_ACT_POSTCOPY)) {
 		snprintf(a->reason, sizeof(a->reason), "%s: switch to post-copy", why);
@@ -375,8 +369,9 @@ static void predictive(const struct cv_policy *p, struct cv_state *s, const stru
 	}
 	if (done(s, CV_ACT_PAUSE))
 		return; /* a paused guest dirties nothing: the next pass completes */
-	/* Late, or slow, while the passes still make new lows: no abort before the hard limit. */
-	if (!evidence && !hard)
+	/* No abort while the throttle can still rise, or while the passes make new lows fast
+	 * enough for CV_HARD_FACTOR x the deadline, late or not. */
+	if (!evidence || throttle_room)
 		return;
 	{
 		char thr[100];
@@ -392,7 +387,7 @@ static void predictive(const struct cv_policy *p, struct cv_state *s, const stru
 							: "not allowed");
 		snprintf(a->reason, sizeof(a->reason),
 			 "cannot converge%s (%s): no action left: %s, post-copy %s, no node headroom",
-			 hard ? " in time" : "", why, thr,
+			 slow_hard ? " in time" : "", why, thr,
 			 p->allow_post_copy ? "refused" : "not allowed");
 	}
 	take(s, in, a, CV_ACT_ABORT);

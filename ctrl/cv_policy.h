@@ -142,8 +142,9 @@ const char *cv_act_str(enum cv_act a);
 /* Predictive: passes in a row without a new low of remaining (by the stall margin) before
  * pre-copy counts as not converging; the evidence must also have held for window_ms. */
 #define CV_STALL_PASSES 3
-/* Predictive: past the completion deadline it escalates; past this many times it, it may abort
- * with the passes still falling (VEP 248's completionTimeoutFactor, 2). */
+/* Predictive: past the completion deadline it escalates; a falling remaining that the projection
+ * puts past this many times the deadline counts as not converging (VEP 248's
+ * completionTimeoutFactor, 2). */
 #define CV_HARD_FACTOR 2
 #define CV_MARGIN_PCT	4
 
