@@ -237,6 +237,28 @@ refuse:
 		   name);
 }
 
+/*
+ * The fields of o against the known names: one that differs from a known name only in case is
+ * refused ("did you mean"); the others vmigd does not know are appended to ign, after prefix,
+ * for one log line.
+ */
+static int sort_fields(struct json_object *o, const char *const *known, size_t nknown,
+		       const char *prefix, char *ign, size_t ignlen, char *err, size_t errlen)
+{
+	json_object_object_foreach (o, name, val) {
+		size_t i, n = strlen(ign);
+
+		(void)val;
+		for (i = 0; i < nknown && strcmp(name, known[i]); i++)
+			if (!strcasecmp(name, known[i]))
+				return bad(err, errlen, "policy: \"%.40s\": did you mean \"%s\"?",
+					   name, known[i]);
+		if (i == nknown && n + 2 < ignlen)
+			snprintf(ign + n, ignlen - n, "%s%s%.40s", n ? ", " : "", prefix, name);
+	}
+	return 0;
+}
+
 /* VEP 248's options, in a "stallDetector" object (KubeVirt's StallDetectorOptions). */
 static int parse_stall(struct json_object *o, struct cv_stall_opts *so, char *ign, size_t ignlen,
 		       char *err, size_t errlen)
@@ -251,28 +273,17 @@ static int parse_stall(struct json_object *o, struct cv_stall_opts *so, char *ig
 
 	if (!json_object_is_type(o, json_type_object))
 		return bad(err, errlen, "policy: \"stallDetector\" must be a JSON object");
-	json_object_object_foreach (o, name, val) {
-		unsigned int i;
-		size_t n = strlen(ign);
-
-		(void)val;
-		for (i = 0; i < ARRAY_SIZE(known) && strcmp(name, known[i]); i++)
-			if (!strcasecmp(name, known[i]))
-				return bad(err, errlen, "policy: \"%.40s\": did you mean \"%s\"?",
-					   name, known[i]);
-		if (i == ARRAY_SIZE(known) && n + 2 < ignlen)
-			snprintf(ign + n, ignlen - n, "%sstallDetector.%.40s", n ? ", " : "", name);
-	}
+	r = sort_fields(o, known, ARRAY_SIZE(known), "stallDetector.", ign, ignlen, err, errlen);
 	r = r ?: policy_u64(o, "stallMargin", 99, &margin, err, errlen);
 	r = r ?: policy_u64(o, "stallProgressTimeout", 86400, &so->window_s, err, errlen);
 	r = r ?: policy_u64(o, "switchoverTimeout", 86400, &so->switchover_timeout_s, err, errlen);
 	r = r ?: policy_hundredths(o, "ewmaAlpha", 1, 100, &so->ewma_alpha_pct, err, errlen);
-	r = r
-		    ?: policy_hundredths(o, "precopyPossibleFactor", 100, 10000,
-					 &so->precopy_factor_pct, err, errlen);
-	r = r
-		    ?: policy_hundredths(o, "patienceWindowDecayFactor", 1, 100, &so->decay_pct,
-					 err, errlen);
+	if (!r)
+		r = policy_hundredths(o, "precopyPossibleFactor", 100, 10000,
+				      &so->precopy_factor_pct, err, errlen);
+	if (!r)
+		r = policy_hundredths(o, "patienceWindowDecayFactor", 1, 100, &so->decay_pct, err,
+				      errlen);
 	r = r ?: policy_bool(o, "searchLocalMinima", &so->local_minima, err, errlen);
 	r = r ?: policy_u64(o, "completionTimeoutFactor", 100, &factor, err, errlen);
 	if (r == 0 && so->window_s == 0)
@@ -281,6 +292,8 @@ static int parse_stall(struct json_object *o, struct cv_stall_opts *so, char *ig
 	so->completion_factor = (unsigned int)factor;
 	return r;
 }
+
+static const char *const experimental_fields[] = { "stallDetector" };
 
 static const char *const policy_fields[] = {
 	"allowAutoConverge",	   "allowPostCopy",    "allowWorkloadDisruption",
@@ -304,18 +317,7 @@ static int parse_policy(struct json_object *o, struct cv_policy *p, char *ign, s
 
 	if (!json_object_is_type(o, json_type_object))
 		return bad(err, errlen, "\"policy\" must be a JSON object");
-	json_object_object_foreach (o, name, val) {
-		unsigned int i;
-		size_t n = strlen(ign);
-
-		(void)val;
-		for (i = 0; i < ARRAY_SIZE(policy_fields) && strcmp(name, policy_fields[i]); i++)
-			if (!strcasecmp(name, policy_fields[i]))
-				return bad(err, errlen, "policy: \"%.40s\": did you mean \"%s\"?",
-					   name, policy_fields[i]);
-		if (i == ARRAY_SIZE(policy_fields) && n + 2 < ignlen)
-			snprintf(ign + n, ignlen - n, "%s%.40s", n ? ", " : "", name);
-	}
+	r = sort_fields(o, policy_fields, ARRAY_SIZE(policy_fields), "", ign, ignlen, err, errlen);
 	r = r ?: policy_bool(o, "allowAutoConverge", &p->allow_auto_converge, err, errlen);
 	r = r ?: policy_bool(o, "allowPostCopy", &p->allow_post_copy, err, errlen);
 	r = r ?: policy_bool(o, "allowWorkloadDisruption", &p->allow_workload_disruption, err,
@@ -331,8 +333,7 @@ static int parse_policy(struct json_object *o, struct cv_policy *p, char *ign, s
 	if (r == 0 && json_object_object_get_ex(o, "bandwidth", NULL) &&
 	    json_object_object_get_ex(o, "bandwidthPerMigration", NULL))
 		return bad(err, errlen,
-			   "policy: give \"bandwidth\" or \"bandwidthPerMigration\", "
-			   "not both");
+			   "policy: give \"bandwidth\" or \"bandwidthPerMigration\", not both");
 	if (r == 0 && json_object_object_get_ex(o, "stallDetector", &v))
 		r = parse_stall(v, &p->stall, ign, ignlen, err, errlen);
 	/* A Policy's spec carries it as experimental.stallDetector. */
@@ -341,15 +342,9 @@ static int parse_policy(struct json_object *o, struct cv_policy *p, char *ign, s
 
 		if (!json_object_is_type(v, json_type_object))
 			return bad(err, errlen, "policy: \"experimental\" must be a JSON object");
-		json_object_object_foreach (v, ename, eval) {
-			size_t n = strlen(ign);
-
-			(void)eval;
-			if (strcmp(ename, "stallDetector") && n + 2 < ignlen)
-				snprintf(ign + n, ignlen - n, "%sexperimental.%.40s", n ? ", " : "",
-					 ename);
-		}
-		if (json_object_object_get_ex(v, "stallDetector", &sd))
+		r = sort_fields(v, experimental_fields, ARRAY_SIZE(experimental_fields),
+				"experimental.", ign, ignlen, err, errlen);
+		if (r == 0 && json_object_object_get_ex(v, "stallDetector", &sd))
 			r = parse_stall(sd, &p->stall, ign, ignlen, err, errlen);
 	}
 	if (r == 0 && !disruption_given)

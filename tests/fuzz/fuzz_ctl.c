@@ -97,7 +97,7 @@ static void check_exact(const uint8_t *data, size_t size, const struct ctl_reque
 	if (req->op != CTL_LIST && req->op != CTL_STATUS && req->op != CTL_METRICS &&
 	    req->op != CTL_NODE_BANDWIDTH)
 		check_string(o, "key", req->key);
-	/* A bandwidth taken is the JSON integer as written; one left out is 0. */
+	/* A bandwidth taken is the JSON integer as written; one left out is 0 ... */
 	if (req->op == CTL_BANDWIDTH || req->op == CTL_NODE_BANDWIDTH)
 		FUZZ_CHECK(json_object_object_get_ex(o, "bandwidth", &bw));
 	if (req->op == CTL_TARGET_START || req->op == CTL_SOURCE_START ||
@@ -107,7 +107,10 @@ static void check_exact(const uint8_t *data, size_t size, const struct ctl_reque
 			FUZZ_CHECK(json_object_get_int64(bw) >= 0);
 			FUZZ_CHECK(json_object_get_uint64(bw) == req->bandwidth);
 		} else {
-			FUZZ_CHECK(req->bandwidth == 0);
+			/* ... unless the convergence policy gives it (bandwidth or
+			 * bandwidthPerMigration): the two are one cap. */
+			FUZZ_CHECK(req->bandwidth == 0 ||
+				   (req->converge && req->bandwidth == req->conv.policy.bandwidth));
 		}
 	}
 	if (req->op == CTL_SOURCE_START)
