@@ -72,7 +72,6 @@ static void take(struct cv_state *s, const struct cv_inputs *in, struct cv_actio
 	a->act = act;
 	s->done |= 1u << act;
 	s->action_ms = in->now_ms;
-	s->syncs_at_action = in->job.dirty_syncs;
 	s->evidence_since_ms = -1;
 	s->stalled = 0;
 	s->low = 0;
@@ -166,7 +165,7 @@ static void kubevirt(const struct cv_policy *p, struct cv_state *s, const struct
 	take(s, in, a, CV_ACT_ABORT);
 }
 
-/* The newest pass and the one before it; NULL when there is none. */
+/* The pass `back` passes before the newest (0: the newest); NULL when there is none. */
 static const struct cv_iter *iter_back(const struct cv_state *s, unsigned int back)
 {
 	if (back >= s->niters || back >= CV_ITERS)
@@ -189,7 +188,6 @@ static bool new_pass(struct cv_state *s, const struct cv_inputs *in)
 	it = &s->iters[s->niters++ % CV_ITERS];
 	it->t_ms = in->now_ms;
 	it->remaining = j->remaining;
-	it->dirty = j->dirty_rate;
 	it->throttle = j->throttle_pct;
 	return true;
 }

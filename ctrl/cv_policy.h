@@ -67,7 +67,6 @@ struct cv_inputs {
 	uint64_t limit;		  /* what it may send now (cap or node share); 0: none */
 	uint64_t node_cap;	  /* 0: none */
 	uint64_t node_rate;	  /* bytes/s all migrations on this node sent */
-	uint64_t stream_dirty_rate; /* the stream inspector's estimate; 0: unknown */
 };
 
 enum cv_act {
@@ -93,7 +92,6 @@ struct cv_action {
 struct cv_iter {
 	int64_t t_ms;
 	uint64_t remaining; /* what the pass has to send: the dirty set at the sync */
-	uint64_t dirty;	    /* QEMU's dirty rate then, bytes/s */
 	unsigned int throttle;
 };
 
@@ -103,7 +101,6 @@ struct cv_iter {
 struct cv_state {
 	unsigned int done;	   /* bit (1 << enum cv_act) per action taken */
 	int64_t evidence_since_ms; /* -1: pre-copy looks able to converge */
-	uint64_t syncs_at_action;  /* dirty-sync count when the last action was taken */
 	int64_t action_ms;	   /* when it was taken; -1: none yet */
 	uint64_t watermark;	   /* kubevirt: the last remaining bytes */
 	int64_t progress_ms;	   /* when remaining last went down */
@@ -126,7 +123,7 @@ struct cv_state {
 	int64_t relaxed_ms;  /* stall: when the downtime was relaxed; -1: not */
 	/* the figures behind the last evaluation, for status */
 	uint64_t dirty_rate, link_rate;
-	const char *dirty_from; /* "qemu", "stream" or NULL */
+	const char *dirty_from; /* "qemu" or NULL */
 	char evidence[200];	/* the last judgement, one line */
 };
 

@@ -345,7 +345,6 @@ static void take_figures(const struct px_migration_info *mi, void *arg)
 		w->px.wire_rate = mi->rate.tx_1s;
 		w->px.cap = mi->cap;
 		w->px.limit = mi->limit;
-		w->px.stream_dirty_rate = mi->insp.dirty_known ? mi->insp.dirty_rate : 0;
 		pthread_mutex_unlock(&w->lock);
 	}
 }
