@@ -211,6 +211,24 @@ def verify_memory(src, dst):
     return a
 
 
+def differing_pages(a, b, page=4096, skip=None):
+    """Offsets of the pages that differ between files a and b, in order; skip: an offset range
+    (start, end) left out."""
+    with open(a, 'rb') as fa, open(b, 'rb') as fb:
+        offset = 0
+        while True:
+            x, y = fa.read(1 << 20), fb.read(1 << 20)
+            if not x and not y:
+                return
+            if x != y:
+                for i in range(0, max(len(x), len(y)), page):
+                    if skip and skip[0] <= offset + i < skip[1]:
+                        continue
+                    if x[i:i + page] != y[i:i + page]:
+                        yield offset + i
+            offset += len(x)
+
+
 def memory_difference(src, dst, page=4096, shown=8):
     """Dump both RAMs again and say which 4 KiB pages differ (count, first few ranges, bytes
     differing in the first page), outside the VGA/BIOS window. The dumps are kept with
@@ -219,35 +237,25 @@ def memory_difference(src, dst, page=4096, shown=8):
     try:
         for q, path in zip((src, dst), paths):
             q.memory_dump(path)
-        ranges, count, first = [], 0, None
-        with open(paths[0], 'rb') as fa, open(paths[1], 'rb') as fb:
-            addr = 0
-            while True:
-                x, y = fa.read(1 << 20), fb.read(1 << 20)
-                if not x and not y:
-                    break
-                if x != y:
-                    for off in range(0, max(len(x), len(y)), page):
-                        p = addr + off
-                        if VGA_BIOS_WINDOW[0] <= p < VGA_BIOS_WINDOW[1]:
-                            continue
-                        u, v = x[off:off + page], y[off:off + page]
-                        if u == v:
-                            continue
-                        count += 1
-                        if first is None:
-                            first = (p, sum(1 for i, j in zip(u, v) if i != j))
-                        if ranges and ranges[-1][1] == p:
-                            ranges[-1][1] = p + page
-                        else:
-                            ranges.append([p, p + page])
-                addr += len(x)
+        ranges, count = [], 0
+        for p in differing_pages(*paths, page, VGA_BIOS_WINDOW):
+            count += 1
+            if ranges and ranges[-1][1] == p:
+                ranges[-1][1] = p + page
+            else:
+                ranges.append([p, p + page])
         if not count:
             return 'the second dumps are equal (the RAM changed between the dumps)'
+        pages = []
+        for path in paths:
+            with open(path, 'rb') as f:
+                f.seek(ranges[0][0])
+                pages.append(f.read(page))
+        nbytes = sum(1 for u, v in zip(*pages) if u != v)
         where = ', '.join(f'{a:#x}-{b:#x}' for a, b in ranges[:shown])
         more = f' and {len(ranges) - shown} more ranges' if len(ranges) > shown else ''
         return (f'{count} pages differ in {len(ranges)} ranges: {where}{more}; '
-                f'{first[1]} bytes differ in the page at {first[0]:#x}')
+                f'{nbytes} bytes differ in the page at {ranges[0][0]:#x}')
     except (OSError, HarnessError) as e:
         return f'no page comparison: {e}'
     finally:

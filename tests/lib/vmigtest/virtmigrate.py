@@ -21,6 +21,7 @@ import random
 import re
 
 from .base import HarnessError
+from .migrate import differing_pages
 from .virt import QEMU
 
 LAUNCHER_RUN = '/run/libvirt/kv'            # a launcher's /var/run/kubevirt, in its namespace
@@ -196,19 +197,10 @@ def file_digest(path, ranges=None):
 def first_difference(a, b, page=4096):
     """Offsets of the first few differing pages of two equally long files, and how many."""
     found, count = [], 0
-    with open(a, 'rb') as fa, open(b, 'rb') as fb:
-        offset = 0
-        while True:
-            x, y = fa.read(1 << 20), fb.read(1 << 20)
-            if not x and not y:
-                break
-            if x != y:
-                for i in range(0, max(len(x), len(y)), page):
-                    if x[i:i + page] != y[i:i + page]:
-                        count += 1
-                        if len(found) < 8:
-                            found.append(hex(offset + i))
-            offset += len(x)
+    for offset in differing_pages(a, b, page):
+        count += 1
+        if len(found) < 8:
+            found.append(hex(offset))
     return found, count
 
 
