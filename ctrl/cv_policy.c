@@ -31,6 +31,21 @@ void cv_policy_default(struct cv_policy *p)
 	};
 }
 
+/* stall: the most it relaxes the downtime to (maxDowntimeMs, VEP 248's 900 ms by default). */
+static uint64_t stall_max_downtime_ms(const struct cv_policy *p)
+{
+	return p->max_downtime_ms ? p->max_downtime_ms : CV_STALL_MAX_DOWNTIME_MS;
+}
+
+uint64_t cv_start_downtime_ms(const struct cv_policy *p)
+{
+	uint64_t max = stall_max_downtime_ms(p);
+
+	if (p->mode != CV_MODE_STALL)
+		return p->max_downtime_ms;
+	return max < CV_STALL_START_DOWNTIME_MS ? max : CV_STALL_START_DOWNTIME_MS;
+}
+
 const char *cv_mode_str(enum cv_mode m)
 {
 	return m == CV_MODE_KUBEVIRT ? "kubevirt" : m == CV_MODE_STALL ? "stall" : "predictive";
@@ -438,8 +453,7 @@ static void stall(const struct cv_policy *p, struct cv_state *s, const struct cv
 {
 	const struct cv_stall_opts *o = &p->stall;
 	const struct cv_job *j = &in->job;
-	uint64_t link,
-		max_down = p->max_downtime_ms ? p->max_downtime_ms : CV_STALL_MAX_DOWNTIME_MS;
+	uint64_t link, max_down = stall_max_downtime_ms(p);
 	uint64_t old_low, implied, remaining;
 	int64_t window = (int64_t)o->window_s * 1000;
 	char why[320];

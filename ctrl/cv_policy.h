@@ -55,6 +55,9 @@ struct cv_policy {
 
 /* KubeVirt's defaults: nothing allowed, 150 s per GB, 150 s without progress. */
 void cv_policy_default(struct cv_policy *p);
+/* The downtime limit to set before the migration: the policy's (0: the hypervisor's); stall
+ * mode starts at min(maxDowntimeMs, 300) as VEP 248 does. */
+uint64_t cv_start_downtime_ms(const struct cv_policy *p);
 const char *cv_mode_str(enum cv_mode m);
 
 /* One sample: the hypervisor's job and vmigd's own view of the wire. */

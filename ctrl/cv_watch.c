@@ -453,9 +453,8 @@ int cv_watch_start(struct cv_set *set, const char *key, const struct cv_spec *sp
 		.post_copy = p->allow_post_copy,
 		/* KubeVirt leaves QEMU's own throttling (20 % + 10 %); predictive decides. */
 		.throttle_dormant = p->mode == CV_MODE_PREDICTIVE,
-		.max_downtime_ms = p->max_downtime_ms,
+		.max_downtime_ms = cv_start_downtime_ms(p),
 	};
-	uint64_t stall_max = p->max_downtime_ms ? p->max_downtime_ms : CV_STALL_MAX_DOWNTIME_MS;
 	struct cv_watch *w;
 	char e[300];
 	int r;
@@ -495,11 +494,6 @@ int cv_watch_start(struct cv_set *set, const char *key, const struct cv_spec *sp
 		goto fail;
 	}
 	w->rep.backend = w->b->ops->name;
-	/* VEP 248 starts QEMU's downtime at min(maxDowntimeMs, 300) and relaxes it on a stall. */
-	if (p->mode == CV_MODE_STALL)
-		setup.max_downtime_ms = stall_max < CV_STALL_START_DOWNTIME_MS
-						? stall_max
-						: CV_STALL_START_DOWNTIME_MS;
 	/* Shadow changes nothing in the hypervisor: its capabilities are whoever's set them. */
 	if (p->shadow)
 		setup = (struct cv_setup){ 0 };

@@ -434,6 +434,24 @@ static void test_names(void **state)
 	assert_string_equal(cv_mode_str(CV_MODE_KUBEVIRT), "kubevirt");
 	assert_string_equal(cv_mode_str(CV_MODE_STALL), "stall");
 	assert_string_equal(cv_act_str(CV_ACT_DOWNTIME), "relax-downtime");
+}
+
+/* What prepare sets: the policy's downtime; stall mode starts at min(maxDowntimeMs, 300). */
+static void test_start_downtime(void **state)
+{
+	struct cv_policy p;
+
+	(void)state;
+	cv_policy_default(&p);
+	assert_int_equal(cv_start_downtime_ms(&p), 0);
+	p.max_downtime_ms = 900;
+	assert_int_equal(cv_start_downtime_ms(&p), 900);
+	p.mode = CV_MODE_STALL;
+	assert_int_equal(cv_start_downtime_ms(&p), 300);
+	p.max_downtime_ms = 200;
+	assert_int_equal(cv_start_downtime_ms(&p), 200);
+	p.max_downtime_ms = 0;
+	assert_int_equal(cv_start_downtime_ms(&p), 300);
 	assert_string_equal(cv_status_str(CV_ST_POSTCOPY), "postcopy-active");
 	assert_string_equal(cv_status_str((enum cv_status)99), "unknown");
 }
@@ -445,6 +463,7 @@ int main(void)
 		cmocka_unit_test(test_no_job),
 		cmocka_unit_test(test_refused_step),
 		cmocka_unit_test(test_names),
+		cmocka_unit_test(test_start_downtime),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
