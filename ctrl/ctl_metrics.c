@@ -503,6 +503,13 @@ static void run(struct ctl_metrics_server *s)
 {
 	MHD_UNSIGNED_LONG_LONG ms;
 
+	/*
+	 * Twice: at HTTP_CONN_LIMIT connections MHD takes the listen socket out of its epoll set,
+	 * and puts it back at the start of a run, but only a run that follows the one in which
+	 * connections closed. Nothing would call that run once the last connection was gone: the
+	 * endpoint stopped accepting for good (libmicrohttpd 0.9.75; test_hostile.py).
+	 */
+	MHD_run(s->d);
 	MHD_run(s->d);
 	xp_timer_del(s->t);
 	s->t = NULL;

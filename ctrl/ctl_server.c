@@ -20,6 +20,11 @@
 #include "xp_sock.h"
 
 #define CLIENT_TIMEOUT_MS 5000
+/* Clients served at once; one more is told so and closed. Each holds at most a request
+ * (CTL_REQUEST_MAX), so the control socket costs at most ~4 MiB whatever connects. */
+#define CLIENTS_MAX	 64
+#define CLIENT_BUF_FIRST 4096
+#define ACCEPT_PAUSE_MS	 250
 
 struct ctl_server {
 	struct xp_loop *loop;
@@ -31,6 +36,8 @@ struct ctl_server {
 	int fd;
 	struct xp_watch *w;
 	struct ctl_client *clients;
+	unsigned int nclients;
+	struct vm_log_limit refusals;
 };
 
 struct ctl_client {
@@ -38,8 +45,8 @@ struct ctl_client {
 	int fd;
 	struct xp_watch *w;
 	struct xp_timer *t;
-	size_t len;
-	char buf[CTL_REQUEST_MAX + 1];
+	size_t len, cap;
+	char *buf; /* grows from CLIENT_BUF_FIRST to CTL_REQUEST_MAX + 1 */
 	struct ctl_client *prev, *next;
 };
 
@@ -54,6 +61,8 @@ static void client_free(struct ctl_client *c)
 		c->s->clients = c->next;
 	if (c->next)
 		c->next->prev = c->prev;
+	c->s->nclients--;
+	free(c->buf);
 	free(c);
 }
 
@@ -92,8 +101,20 @@ static void client_serve(struct ctl_client *c)
 static void client_read(struct xp_watch *w, int fd, uint32_t events, void *arg)
 {
 	struct ctl_client *c = arg;
-	ssize_t k = read(fd, c->buf + c->len, sizeof(c->buf) - c->len);
+	ssize_t k;
 
+	if (c->len == c->cap && c->cap < CTL_REQUEST_MAX + 1) {
+		size_t cap = c->cap * 4 > CTL_REQUEST_MAX + 1 ? CTL_REQUEST_MAX + 1 : c->cap * 4;
+		char *b = realloc(c->buf, cap);
+
+		if (!b) {
+			client_free(c);
+			return;
+		}
+		c->buf = b;
+		c->cap = cap;
+	}
+	k = read(fd, c->buf + c->len, c->cap - c->len);
 	if (k < 0 && (errno == EAGAIN || errno == EINTR))
 		return;
 	if (k < 0) {
@@ -111,7 +132,8 @@ static void client_read(struct xp_watch *w, int fd, uint32_t events, void *arg)
 	}
 	c->len += k;
 	if (c->len > CTL_REQUEST_MAX) {
-		log_warn("control: request over %d bytes refused", CTL_REQUEST_MAX);
+		vm_log_limited(&c->s->refusals, vm_now_ms(), VM_LOG_WARN,
+			       "control: request over %d bytes refused", CTL_REQUEST_MAX);
 		client_reply(c, "{\"ok\":false,\"error\":\"request too large (over 64 KiB)\"}\n");
 		client_free(c);
 		return;
@@ -125,8 +147,9 @@ static void client_timeout(void *arg)
 	struct ctl_client *c = arg;
 
 	c->t = NULL;
-	log_warn("control: client sent no complete request within %d ms; dropped",
-		 CLIENT_TIMEOUT_MS);
+	vm_log_limited(&c->s->refusals, vm_now_ms(), VM_LOG_WARN,
+		       "control: client sent no complete request within %d ms; dropped",
+		       CLIENT_TIMEOUT_MS);
 	client_reply(c, "{\"ok\":false,\"error\":\"incomplete request (timeout)\"}\n");
 	client_free(c);
 }
@@ -134,29 +157,50 @@ static void client_timeout(void *arg)
 static void server_accept(struct xp_watch *w, int lfd, uint32_t events, void *arg)
 {
 	struct ctl_server *s = arg;
-	int fd;
+	int fd, r;
 
-	while (xp_accept(lfd, &fd) == 0) {
-		struct ctl_client *c = malloc(sizeof(*c));
+	while ((r = xp_accept(lfd, &fd)) == 0) {
+		struct ctl_client *c;
 
-		if (!c) {
+		if (s->nclients >= CLIENTS_MAX) {
+			static const char busy[] = "{\"ok\":false,\"error\":\"too many control "
+						   "clients at once; try again\"}\n";
+
+			vm_log_limited(&s->refusals, vm_now_ms(), VM_LOG_WARN,
+				       "control: a client refused: %u clients are connected "
+				       "(at most %u at once)",
+				       s->nclients, CLIENTS_MAX);
+			(void)send(fd, busy, sizeof(busy) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+			close(fd);
+			continue;
+		}
+		c = calloc(1, sizeof(*c));
+		if (c)
+			c->buf = malloc(CLIENT_BUF_FIRST);
+		if (!c || !c->buf) {
+			free(c);
 			close(fd);
 			continue;
 		}
 		c->s = s;
 		c->fd = fd;
-		c->len = 0;
-		c->w = NULL;
-		c->t = NULL;
-		c->prev = NULL;
+		c->cap = CLIENT_BUF_FIRST;
 		c->next = s->clients;
 		if (s->clients)
 			s->clients->prev = c;
 		s->clients = c;
+		s->nclients++;
 		if (xp_watch_add(s->loop, fd, EPOLLIN, client_read, c, &c->w) < 0 ||
 		    xp_timer_add(s->loop, vm_now_ms() + CLIENT_TIMEOUT_MS, client_timeout, c,
 				 &c->t) < 0)
 			client_free(c);
+	}
+	/* Out of fds, the listener stays readable: rest instead of spinning. */
+	if (r == -EMFILE || r == -ENFILE || r == -ENOBUFS || r == -ENOMEM) {
+		vm_log_limited(&s->refusals, vm_now_ms(), VM_LOG_ERR,
+			       "control: cannot accept a client: %s; not accepting for %u ms",
+			       strerror(-r), ACCEPT_PAUSE_MS);
+		(void)xp_watch_pause(w, ACCEPT_PAUSE_MS);
 	}
 }
 
@@ -199,6 +243,7 @@ int ctl_server_new(struct xp_loop *loop, const char *path, struct px_node *n,
 	s->node = n;
 	s->info = info;
 	s->fd = -1;
+	s->refusals.what = "lines about refused control clients";
 	snprintf(s->path, sizeof(s->path), "%s", path);
 	snprintf(s->lock_path, sizeof(s->lock_path), "%s.lock", path);
 	r = take_lock(s, holder);

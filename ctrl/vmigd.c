@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
@@ -900,6 +901,41 @@ static void log_tls_start(struct daemon *d, const struct options *o)
 			 strerror(-r));
 }
 
+/*
+ * A carried connection holds FDS_PER_CONN fds (its two sockets and a splice pipe each way);
+ * FDS_SPARE cover listeners, control clients, QMP and libvirt. The soft limit is raised to what
+ * --max-connections needs, as far as the hard limit allows; short of it, say so, since each
+ * connection past the limit waits in a listen queue.
+ */
+#define FDS_PER_CONN 6
+#define FDS_SPARE    256
+
+static void raise_nofile(unsigned long conns)
+{
+	rlim_t want = (rlim_t)conns * FDS_PER_CONN + FDS_SPARE, was;
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return;
+	was = rl.rlim_cur;
+	if (rl.rlim_cur < want) {
+		rl.rlim_cur =
+			rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want ? rl.rlim_max : want;
+		if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+			rl.rlim_cur = was;
+	}
+	if (rl.rlim_cur < want)
+		log_warn("open files limit %llu (hard limit %llu) is below the %llu that "
+			 "--max-connections %lu needs (%u per connection, %u spare): past it, "
+			 "connections wait in the listen queues until fds are free; raise "
+			 "LimitNOFILE= or the hard limit",
+			 (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max,
+			 (unsigned long long)want, conns, FDS_PER_CONN, FDS_SPARE);
+	else if (rl.rlim_cur != was)
+		log_info("open files limit raised from %llu to %llu for --max-connections %lu",
+			 (unsigned long long)was, (unsigned long long)rl.rlim_cur, conns);
+}
+
 /* The event loop, the node, convergence control, the control socket, metrics and the signals;
  * what was made before a failure is left in d for daemon_done(). Logs its errors. */
 static int daemon_start(struct daemon *d, const struct options *o)
@@ -909,6 +945,7 @@ static int daemon_start(struct daemon *d, const struct options *o)
 	int holder, r;
 
 	d->info.started_ms = vm_now_ms();
+	raise_nofile(o->slots);
 	/* Writes to a closed peer must come back as EPIPE, not kill the daemon. */
 	signal(SIGPIPE, SIG_IGN);
 	sigemptyset(&mask);

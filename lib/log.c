@@ -32,20 +32,17 @@ int vm_log_level_parse(const char *s, enum vm_log_level *ret)
 	return -EINVAL;
 }
 
-void vm_log(enum vm_log_level level, const char *fmt, ...)
+static void vm_vlog(enum vm_log_level level, const char *fmt, va_list ap)
 {
 	char line[1024];
 	int saved = errno;
-	va_list ap;
 	int n;
 
 	if (level > log_max)
 		return;
 	n = snprintf(line, sizeof(line), "%s[%d]: %s: ", log_ident, (int)getpid(),
 		     level_names[level]);
-	va_start(ap, fmt);
 	n += vsnprintf(line + n, sizeof(line) - n - 1, fmt, ap);
-	va_end(ap);
 	if (n > (int)sizeof(line) - 2)
 		n = sizeof(line) - 2;
 	line[n++] = '\n';
@@ -53,4 +50,46 @@ void vm_log(enum vm_log_level level, const char *fmt, ...)
 		/* nowhere left to report it */
 	}
 	errno = saved;
+}
+
+void vm_log(enum vm_log_level level, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vm_vlog(level, fmt, ap);
+	va_end(ap);
+}
+
+void vm_log_limit_flush(struct vm_log_limit *l, uint64_t now_ms)
+{
+	if (now_ms - l->start_ms < VM_LOG_LIMIT_WINDOW_MS)
+		return;
+	if (l->dropped)
+		vm_log(VM_LOG_WARN,
+		       "%u more %s in the last %llu s were not logged (at most %u lines per %u s; "
+		       "%llu not logged since start)",
+		       l->dropped, l->what, (unsigned long long)(now_ms - l->start_ms) / 1000,
+		       VM_LOG_LIMIT_BURST, VM_LOG_LIMIT_WINDOW_MS / 1000,
+		       (unsigned long long)l->dropped_total);
+	l->start_ms = now_ms;
+	l->lines = 0;
+	l->dropped = 0;
+}
+
+void vm_log_limited(struct vm_log_limit *l, uint64_t now_ms, enum vm_log_level level,
+		    const char *fmt, ...)
+{
+	va_list ap;
+
+	vm_log_limit_flush(l, now_ms);
+	if (l->lines >= VM_LOG_LIMIT_BURST) {
+		l->dropped++;
+		l->dropped_total++;
+		return;
+	}
+	l->lines++;
+	va_start(ap, fmt);
+	vm_vlog(level, fmt, ap);
+	va_end(ap);
 }

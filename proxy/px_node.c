@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "log.h"
 #include "px_private.h"
@@ -79,6 +80,8 @@ int px_node_new_io(const struct xp_io_ops *io, void *ioc, const struct px_config
 	n->ioc = ioc;
 	n->conf = *conf;
 	n->lfd = -1;
+	n->refusals.what = "lines about refused node-hop connections";
+	n->accept_errors.what = "lines about failed accepts";
 	r = xp_bucket_new(conf->shaper == PX_SHAPE_BUCKET ? conf->node_bandwidth : 0, &n->bucket);
 	if (r < 0)
 		goto fail;
@@ -216,4 +219,25 @@ unsigned int px_node_migrations(const struct px_node *n)
 	for (struct px_migration *m = n->migrations; m; m = m->next)
 		k++;
 	return k;
+}
+
+void px_accept_failed(struct px_node *n, struct xp_watch *w, int r, const char *what)
+{
+	struct rlimit rl = { 0 };
+
+	if (r == -EAGAIN || r == -EINTR || r == -ECONNABORTED)
+		return;
+	if (r != -EMFILE && r != -ENFILE && r != -ENOBUFS && r != -ENOMEM) {
+		vm_log_limited(&n->accept_errors, px_now(n), VM_LOG_ERR, "%s: accept: %s", what,
+			       strerror(-r));
+		return;
+	}
+	n->accept_paused++;
+	getrlimit(RLIMIT_NOFILE, &rl);
+	vm_log_limited(&n->accept_errors, px_now(n), VM_LOG_ERR,
+		       "%s: cannot accept a connection: %s (open files limit %llu); not accepting "
+		       "for %u ms, connections wait in the listen queue",
+		       what, strerror(-r), (unsigned long long)rl.rlim_cur, ACCEPT_PAUSE_MS);
+	if (IO(n, watch_pause, w, ACCEPT_PAUSE_MS) < 0)
+		log_err("%s: cannot pause the listener", what);
 }

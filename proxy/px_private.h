@@ -10,6 +10,7 @@
 
 #include "px_inspect.h"
 #include "px_node.h"
+#include "log.h"
 #include "px_order.h"
 #include "rate.h"
 #include "xp_bucket.h"
@@ -28,8 +29,19 @@
 /* Rate meters, node-cap shares and pacing are brought up to date this often. */
 #define TICK_MS 100
 
+#define ACCEPT_PAUSE_MS 250
+
 /* Calls the transport's ops table: IO(n, timer_add, deadline, fn, arg, &t). */
 #define IO(n, op, ...) ((n)->io->op((n)->ioc, __VA_ARGS__))
+/*
+ * After an accept returned r on the listener watched by w (what: which one, for the log): out of
+ * fds or memory, the listener rests ACCEPT_PAUSE_MS (it stays readable, so the loop would spin);
+ * -EAGAIN and the like are not errors.
+ */
+void px_accept_failed(struct px_node *n, struct xp_watch *w, int r, const char *what);
+
+/* A refused node-hop connection, within the node's budget of such lines (lib/log.h). */
+#define px_refusal(n, ...) vm_log_limited(&(n)->refusals, px_now(n), VM_LOG_WARN, __VA_ARGS__)
 
 enum conn_state {
 	C_SRC_DELAY,	 /* held back on purpose (--test-delay-first) */
@@ -137,6 +149,9 @@ struct px_node {
 	unsigned int nunbound;
 	unsigned int unauth_refused; /* since the last log line about them */
 	uint64_t unauth_logged_ms;
+	struct vm_log_limit refusals; /* lines about refused node-hop connections */
+	struct vm_log_limit accept_errors;
+	uint64_t accept_paused; /* listener pauses for want of fds, since start */
 	bool draining;
 	struct xp_bucket *bucket; /* the node cap (rate 0: none) */
 	struct xp_timer *tick;

@@ -126,6 +126,8 @@ void px_node_tick(void *arg)
 		for (struct px_migration *m = n->migrations; m; m = m->next)
 			if (m->limit)
 				px_migration_pace(m);
+	vm_log_limit_flush(&n->refusals, now);
+	vm_log_limit_flush(&n->accept_errors, now);
 	/* Without a timer the meters stand still; that is all that is lost. */
 	(void)IO(n, timer_add, now + TICK_MS, px_node_tick, n, &n->tick);
 }

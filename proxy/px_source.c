@@ -339,8 +339,7 @@ void px_source_accept(struct xp_watch *w, int lfd, uint32_t events, void *arg)
 		}
 		src_connect(c);
 	}
-	if (r != -EAGAIN && r != -EINTR && r != -ECONNABORTED)
-		log_err("migration %s: accept on %s: %s", m->key, port->path, strerror(-r));
+	px_accept_failed(n, w, r, port->path);
 }
 
 static int make_socket_path(const char *dir, const char *key, uint32_t port, char *buf, size_t len)

@@ -95,11 +95,11 @@ static void tgt_order_check(void *arg)
 static void tgt_reject(struct px_conn *c, enum px_status st, const char *key)
 {
 	/* Raw bytes on the shared port: most likely a stock KubeVirt source. */
-	log_warn("node hop from %s%s%s: %s; connection refused%s", c->peer, key ? " for " : "",
-		 key ? key : "", px_status_str(st),
-		 st == PX_ERR_MALFORMED ? " (a stock KubeVirt peer? it needs a target started "
-					  "with --kubevirt)"
-					: "");
+	px_refusal(c->n, "node hop from %s%s%s: %s; connection refused%s", c->peer,
+		   key ? " for " : "", key ? key : "", px_status_str(st),
+		   st == PX_ERR_MALFORMED ? " (a stock KubeVirt peer? it needs a target started "
+					    "with --kubevirt)"
+					  : "");
 	px_conn_reply(c, st);
 	px_conn_release(c);
 }
@@ -181,8 +181,8 @@ static void tgt_dispatch(struct px_conn *c, const struct px_preamble *p)
 		tgt_order_arm(m);
 		return;
 	}
-	log_warn("migration %s role=target: port %u connection %u from %s: %s; refused", m->key,
-		 port->id, p->seq, c->peer, px_status_str(st));
+	px_refusal(n, "migration %s role=target: port %u connection %u from %s: %s; refused",
+		   m->key, port->id, p->seq, c->peer, px_status_str(st));
 	px_conn_reply(c, st);
 	px_conn_release(c);
 	if (st == PX_ERR_CONNECT)
@@ -213,15 +213,17 @@ static void tgt_read(struct px_conn *c)
 		}
 		if (k < 0) {
 			IO(c->n, why, c->hop, (int)k, &why);
-			log_warn("node hop from %s: %s before the preamble was complete%s%s",
-				 c->peer, k == -EPROTO ? "TLS error" : strerror((int)-k),
-				 why.detail && k == -EPROTO ? ": " : "",
-				 why.detail && k == -EPROTO ? why.detail : "");
+			px_refusal(c->n,
+				   "node hop from %s: %s before the preamble was complete%s%s",
+				   c->peer, k == -EPROTO ? "TLS error" : strerror((int)-k),
+				   why.detail && k == -EPROTO ? ": " : "",
+				   why.detail && k == -EPROTO ? why.detail : "");
 			px_conn_release(c);
 			return;
 		}
 		if (k == 0) {
-			log_warn(
+			px_refusal(
+				c->n,
 				"node hop from %s: closed after %zu bytes, before the preamble was "
 				"complete",
 				c->peer, c->len);
@@ -247,13 +249,16 @@ static void tgt_timeout(void *arg)
 
 	c->t = NULL;
 	if (c->st == C_TGT_HANDSHAKE)
-		log_warn("node hop from %s: TLS refused (handshake-timeout): no complete handshake "
-			 "within %llu ms; dropped",
-			 c->peer, (unsigned long long)c->n->conf.handshake_timeout_ms);
+		px_refusal(
+			c->n,
+			"node hop from %s: TLS refused (handshake-timeout): no complete handshake "
+			"within %llu ms; dropped",
+			c->peer, (unsigned long long)c->n->conf.handshake_timeout_ms);
 	else
-		log_warn("node hop from %s: no complete preamble within %llu ms (%zu bytes); "
-			 "dropped",
-			 c->peer, (unsigned long long)c->n->conf.preamble_timeout_ms, c->len);
+		px_refusal(c->n,
+			   "node hop from %s: no complete preamble within %llu ms (%zu bytes); "
+			   "dropped",
+			   c->peer, (unsigned long long)c->n->conf.preamble_timeout_ms, c->len);
 	px_conn_release(c);
 }
 
@@ -285,9 +290,11 @@ static void tgt_raw(struct px_conn *c)
 	int r;
 
 	if (m->failed || n->draining) {
-		log_warn("migration %s role=target: port %u: a raw connection from %s refused: %s",
-			 m->key, port->id, c->peer,
-			 n->draining ? "shutting down" : "the migration has failed");
+		px_refusal(
+			n,
+			"migration %s role=target: port %u: a raw connection from %s refused: %s",
+			m->key, port->id, c->peer,
+			n->draining ? "shutting down" : "the migration has failed");
 		px_conn_release(c);
 		return;
 	}
@@ -346,11 +353,11 @@ static void tgt_handshake(struct px_conn *c)
 	if (r < 0) {
 		IO(c->n, why, c->hop, r, &why);
 		if (why.token)
-			log_warn("node hop from %s: TLS refused (%s): %s", c->peer, why.token,
-				 why.detail);
+			px_refusal(c->n, "node hop from %s: TLS refused (%s): %s", c->peer,
+				   why.token, why.detail);
 		else
-			log_err("node hop from %s: TLS: %s, dropping the connection", c->peer,
-				strerror(-r));
+			px_refusal(c->n, "node hop from %s: TLS: %s, dropping the connection",
+				   c->peer, strerror(-r));
 		px_conn_release(c);
 		return;
 	}
@@ -387,7 +394,7 @@ static bool tgt_admit(struct px_node *n, const char *peer)
 }
 
 /* lport: the KubeVirt-mode port whose own listener lfd is, NULL for the node-hop listener. */
-static void tgt_accept_on(struct px_node *n, int lfd, struct px_port *lport)
+static void tgt_accept_on(struct px_node *n, struct xp_watch *w, int lfd, struct px_port *lport)
 {
 	struct xp_conn *hop;
 	char peer[80];
@@ -431,21 +438,19 @@ static void tgt_accept_on(struct px_node *n, int lfd, struct px_port *lport)
 		}
 		tgt_handshake(c);
 	}
-	if (r != -EAGAIN && r != -EINTR && r != -ECONNABORTED)
-		log_err("node hop%s: accept: %s", lport ? " (a port's own listener)" : "",
-			strerror(-r));
+	px_accept_failed(n, w, r, lport ? "node hop (a port's own listener)" : "node hop");
 }
 
 void px_target_accept(struct xp_watch *w, int lfd, uint32_t events, void *arg)
 {
-	tgt_accept_on(arg, lfd, NULL);
+	tgt_accept_on(arg, w, lfd, NULL);
 }
 
 void px_target_accept_port(struct xp_watch *w, int lfd, uint32_t events, void *arg)
 {
 	struct px_port *port = arg;
 
-	tgt_accept_on(port->m->n, lfd, port);
+	tgt_accept_on(port->m->n, w, lfd, port);
 }
 
 void px_target_drop_unbound(struct px_port *p)

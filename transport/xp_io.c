@@ -49,6 +49,11 @@ static void io_watch_del(void *io, struct xp_watch *w)
 	xp_watch_del(w);
 }
 
+static int io_watch_pause(void *io, struct xp_watch *w, uint64_t ms)
+{
+	return xp_watch_pause(w, ms);
+}
+
 static int io_timer_add(void *io, uint64_t deadline_ms, xp_timer_fn fn, void *arg,
 			struct xp_timer **ret)
 {
@@ -363,6 +368,7 @@ const struct xp_io_ops xp_io_ops = {
 	.watch_add = io_watch_add,
 	.watch_mod = io_watch_mod,
 	.watch_del = io_watch_del,
+	.watch_pause = io_watch_pause,
 	.timer_add = io_timer_add,
 	.timer_del = io_timer_del,
 	.now_ms = io_now_ms,

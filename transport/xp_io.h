@@ -68,6 +68,7 @@ struct xp_io_ops {
 			 struct xp_watch **ret);
 	int (*watch_mod)(void *io, struct xp_watch *w, uint32_t events);
 	void (*watch_del)(void *io, struct xp_watch *w); /* takes NULL */
+	int (*watch_pause)(void *io, struct xp_watch *w, uint64_t ms);
 	int (*timer_add)(void *io, uint64_t deadline_ms, xp_timer_fn fn, void *arg,
 			 struct xp_timer **ret);
 	void (*timer_del)(void *io, struct xp_timer *t); /* takes NULL */

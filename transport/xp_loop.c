@@ -13,6 +13,8 @@
 struct xp_watch {
 	struct xp_loop *loop;
 	int fd;
+	uint32_t events;
+	struct xp_timer *resume; /* while paused */
 	bool dead;
 	xp_watch_fn fn;
 	void *arg;
@@ -82,6 +84,7 @@ int xp_watch_add(struct xp_loop *l, int fd, uint32_t events, xp_watch_fn fn, voi
 		return -ENOMEM;
 	w->loop = l;
 	w->fd = fd;
+	w->events = events;
 	w->fn = fn;
 	w->arg = arg;
 	ev.data.ptr = w;
@@ -102,13 +105,37 @@ int xp_watch_mod(struct xp_watch *w, uint32_t events)
 
 	if (epoll_ctl(w->loop->epfd, EPOLL_CTL_MOD, w->fd, &ev) < 0)
 		return -errno;
+	w->events = events;
+	xp_timer_del(w->resume);
+	w->resume = NULL;
 	return 0;
+}
+
+static void watch_resume(void *arg)
+{
+	struct xp_watch *w = arg;
+
+	w->resume = NULL;
+	(void)xp_watch_mod(w, w->events);
+}
+
+int xp_watch_pause(struct xp_watch *w, uint64_t ms)
+{
+	struct epoll_event ev = { .events = 0, .data.ptr = w };
+
+	if (w->resume)
+		return 0;
+	if (epoll_ctl(w->loop->epfd, EPOLL_CTL_MOD, w->fd, &ev) < 0)
+		return -errno;
+	return xp_timer_add(w->loop, vm_now_ms() + ms, watch_resume, w, &w->resume);
 }
 
 void xp_watch_del(struct xp_watch *w)
 {
 	if (!w || w->dead)
 		return;
+	xp_timer_del(w->resume);
+	w->resume = NULL;
 	epoll_ctl(w->loop->epfd, EPOLL_CTL_DEL, w->fd, NULL);
 	w->dead = true;
 	w->next_dead = w->loop->dead;

@@ -24,6 +24,9 @@ void xp_loop_quit(struct xp_loop *l);
 int xp_watch_add(struct xp_loop *l, int fd, uint32_t events, xp_watch_fn fn, void *arg,
 		 struct xp_watch **ret);
 int xp_watch_mod(struct xp_watch *w, uint32_t events);
+/* No events for ms, then the watch's events again (xp_watch_mod ends a pause early): a listener
+ * that cannot accept for want of fds would otherwise wake the loop without end. */
+int xp_watch_pause(struct xp_watch *w, uint64_t ms);
 /* Safe from inside any callback; takes NULL. */
 void xp_watch_del(struct xp_watch *w);
 

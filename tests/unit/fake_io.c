@@ -67,6 +67,13 @@ static void f_watch_del(void *io, struct xp_watch *w)
 	free(w);
 }
 
+/* Paused: no events until a test resumes it with watch_mod. */
+static int f_watch_pause(void *io, struct xp_watch *w, uint64_t ms)
+{
+	w->events = 0;
+	return 0;
+}
+
 static int f_timer_add(void *io, uint64_t deadline_ms, xp_timer_fn fn, void *arg,
 		       struct xp_timer **ret)
 {
@@ -403,6 +410,7 @@ const struct xp_io_ops fake_io_ops = {
 	.watch_add = f_watch_add,
 	.watch_mod = f_watch_mod,
 	.watch_del = f_watch_del,
+	.watch_pause = f_watch_pause,
 	.timer_add = f_timer_add,
 	.timer_del = f_timer_del,
 	.now_ms = f_now_ms,
