@@ -10,6 +10,51 @@
 #include "ctl_portmap.h"
 #include "xp_sock.h"
 
+/* "secret": PX_SECRET_LEN bytes as lower-case hex, where the map has one. */
+static void add_secret(struct json_object *o, const struct px_portmap *t)
+{
+	char hex[2 * PX_SECRET_LEN + 1];
+
+	if (!t->has_secret)
+		return;
+	for (unsigned int i = 0; i < PX_SECRET_LEN; i++)
+		snprintf(hex + 2 * i, 3, "%02x", t->secret[i]);
+	json_object_object_add(o, "secret", json_object_new_string(hex));
+}
+
+static int hex_digit(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/* An optional "secret" member into t: 0, or -EINVAL when present and not 32 hex digits. */
+static int get_secret(struct json_object *o, struct px_portmap *t)
+{
+	struct json_object *v;
+	const char *s;
+
+	if (!json_object_object_get_ex(o, "secret", &v))
+		return 0;
+	s = ctl_json_cstring(v);
+	if (!s || strlen(s) != 2 * PX_SECRET_LEN)
+		return -EINVAL;
+	for (unsigned int i = 0; i < PX_SECRET_LEN; i++) {
+		int hi = hex_digit(s[2 * i]), lo = hex_digit(s[2 * i + 1]);
+
+		if (hi < 0 || lo < 0)
+			return -EINVAL;
+		t->secret[i] = (uint8_t)(hi << 4 | lo);
+	}
+	t->has_secret = true;
+	return 0;
+}
+
 /* KubeVirt's fields, as virt-handler publishes them in the VMI's migration state. */
 static struct json_object *kubevirt_to_json(const struct px_portmap *t)
 {
@@ -31,6 +76,7 @@ static struct json_object *kubevirt_to_json(const struct px_portmap *t)
 	if (t->key[0])
 		json_object_object_add(o, "key", json_object_new_string(t->key));
 	json_object_object_add(o, "tls", json_object_new_boolean(t->tls));
+	add_secret(o, t);
 	return o;
 }
 
@@ -54,6 +100,7 @@ struct json_object *ctl_portmap_to_json(const struct px_portmap *t)
 	for (unsigned int i = 0; i < t->nports; i++)
 		json_object_array_add(ports, json_object_new_int(t->ports[i]));
 	json_object_object_add(o, "ports", ports);
+	add_secret(o, t);
 	return o;
 }
 
@@ -104,6 +151,8 @@ static int kubevirt_from_json(struct json_object *o, struct px_portmap *ret, cha
 			return fail(err, errlen, "bad \"key\"");
 		strcpy(t.key, s);
 	}
+	if (get_secret(o, &t) < 0)
+		return fail(err, errlen, "\"secret\" must be 32 hex digits");
 	json_object_object_get_ex(o, "targetDirectMigrationNodePorts", &map);
 	if (!json_object_is_type(map, json_type_object))
 		return fail(err, errlen, "\"targetDirectMigrationNodePorts\" must be an object");
@@ -169,6 +218,8 @@ int ctl_portmap_from_json(struct json_object *o, struct px_portmap *ret, char *e
 	strcpy(t.address, s);
 	if (get_uint(o, "port", 65535, &t.port) < 0 || t.port == 0)
 		return fail(err, errlen, "missing or bad \"port\"");
+	if (get_secret(o, &t) < 0)
+		return fail(err, errlen, "\"secret\" must be 32 hex digits");
 	if (!json_object_object_get_ex(o, "ports", &ports) ||
 	    !json_object_is_type(ports, json_type_array))
 		return fail(err, errlen, "missing \"ports\" array");

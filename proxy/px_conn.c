@@ -126,6 +126,41 @@ int px_conn_link(struct px_conn *c)
 	return 0;
 }
 
+/*
+ * A main channel that ended without a socket error but before QEMU's switchover, while the
+ * inspector still followed it: the migration was cut short. In plain text the FIN of a killed
+ * vmigd reads like any other end, so the stream is what tells. Who ended it, as far as this side
+ * can know: on a target, bytes the destination QEMU never read mean it closed first.
+ */
+static void note_short(struct px_conn *c, const struct xp_link_result *res,
+		       const struct px_insp_stats *st)
+{
+	struct px_migration *m = c->m;
+	char who[120];
+
+	if (st->kind != PX_INSP_MAIN || st->bytes_only || st->switchover)
+		return;
+	if (m->conns_short++)
+		return;
+	if (m->role == PX_ROLE_TARGET && res->undelivered)
+		snprintf(who, sizeof(who),
+			 "the destination QEMU closed it first, %llu bytes for it "
+			 "undelivered",
+			 (unsigned long long)res->undelivered);
+	else if (m->role == PX_ROLE_TARGET)
+		snprintf(who, sizeof(who),
+			 "the source side ended it (its QEMU, its vmigd or the "
+			 "node hop)");
+	else
+		snprintf(who, sizeof(who),
+			 "the source QEMU or the node hop ended it (a cancelled "
+			 "or failed migration)");
+	snprintf(m->short_why, sizeof(m->short_why),
+		 "port %u connection %u, the main channel, ended before QEMU's switchover after "
+		 "%.1f MiB: %s",
+		 c->port->id, c->seq, st->bytes / 1048576.0, who);
+}
+
 void px_conn_done(void *cookie, const struct xp_link_result *res, void *arg)
 {
 	struct px_conn *c = cookie;
@@ -143,6 +178,8 @@ void px_conn_done(void *cookie, const struct xp_link_result *res, void *arg)
 
 		px_insp_read(c->insp, &st);
 		px_insp_fold(&m->insp_done, &st, false);
+		if (res->end == XP_END_CLEAN)
+			note_short(c, res, &st);
 	}
 	m->undelivered += res->undelivered;
 	if (res->end == XP_END_ERROR) {

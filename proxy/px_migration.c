@@ -215,7 +215,7 @@ void px_migration_finish(struct px_migration *m)
 {
 	struct px_node *n = m->n;
 	double secs = (px_now(n) - m->started_ms) / 1000.0;
-	char outcome[256], undelivered[48] = "";
+	char outcome[300], undelivered[48] = "";
 
 	if (m->failed)
 		snprintf(outcome, sizeof(outcome), "failed (%s)", m->error);
@@ -224,16 +224,19 @@ void px_migration_finish(struct px_migration *m)
 			 m->conns_cut);
 	else if (m->conns_failed)
 		snprintf(outcome, sizeof(outcome), "errors on %u connections", m->conns_failed);
+	else if (m->conns_short)
+		snprintf(outcome, sizeof(outcome), "cut-short (%s)", m->short_why);
 	else
 		snprintf(outcome, sizeof(outcome), "ok");
 	if (m->undelivered)
 		snprintf(undelivered, sizeof(undelivered), " undelivered=%llu",
 			 (unsigned long long)m->undelivered);
-	log_info("migration %s role=%s stop conns=%u reordered=%u bytes=%llu tx=%llu rx=%llu%s "
-		 "duration=%.3fs outcome=%s",
-		 m->key, px_role_str(m->role), m->conns_total, m->conns_reordered,
-		 (unsigned long long)(m->bytes[0] + m->bytes[1]), (unsigned long long)m->bytes[0],
-		 (unsigned long long)m->bytes[1], undelivered, secs, outcome);
+	vm_log(strcmp(outcome, "ok") == 0 ? VM_LOG_INFO : VM_LOG_WARN,
+	       "migration %s role=%s stop conns=%u reordered=%u bytes=%llu tx=%llu rx=%llu%s "
+	       "duration=%.3fs outcome=%s",
+	       m->key, px_role_str(m->role), m->conns_total, m->conns_reordered,
+	       (unsigned long long)(m->bytes[0] + m->bytes[1]), (unsigned long long)m->bytes[0],
+	       (unsigned long long)m->bytes[1], undelivered, secs, outcome);
 	migration_unlink(m->stopping ? &n->stopped : &n->migrations, m);
 	for (unsigned int i = 0; i < m->nports; i++) {
 		px_port_close(&m->ports[i]);

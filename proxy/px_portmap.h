@@ -26,6 +26,10 @@ struct px_portmap {
 	bool kubevirt;
 	uint32_t tcp[PX_PORTS_MAX];
 	bool tls; /* what the target answers: its node hop for this migration is TLS */
+	/* A secret the target made for this migration; its source presents it in each preamble.
+	 * A stock KubeVirt peer neither gives nor takes one. */
+	bool has_secret;
+	uint8_t secret[PX_SECRET_LEN];
 };
 
 /* KubeVirt's logical ports: libvirt's own connection, QEMU's migration stream, NBD. */

@@ -34,23 +34,32 @@ int px_preamble_encode(const struct px_preamble *p, uint8_t *buf, size_t len)
 
 	if (!key_valid_n(p->key, kl) || p->port > PX_PORT_MAX)
 		return -EINVAL;
-	if (len < PX_PREAMBLE_FIXED + kl)
+	if (len < PX_PREAMBLE_FIXED + kl + (p->has_secret ? PX_SECRET_LEN : 0))
 		return -ENOSPC;
 	vm_put_be32(buf, PX_PREAMBLE_MAGIC);
 	vm_put_be16(buf + 4, p->version);
-	vm_put_be16(buf + 6, 0);
+	vm_put_be16(buf + 6, p->has_secret ? PX_PREAMBLE_F_SECRET : 0);
 	vm_put_be32(buf + 8, p->port);
 	vm_put_be32(buf + 12, p->seq);
 	vm_put_be16(buf + 16, kl);
 	vm_put_be16(buf + 18, 0);
 	memcpy(buf + PX_PREAMBLE_FIXED, p->key, kl);
-	return PX_PREAMBLE_FIXED + kl;
+	if (!p->has_secret)
+		return PX_PREAMBLE_FIXED + kl;
+	memcpy(buf + PX_PREAMBLE_FIXED + kl, p->secret, PX_SECRET_LEN);
+	return PX_PREAMBLE_FIXED + kl + PX_SECRET_LEN;
+}
+
+size_t px_preamble_len(const uint8_t *buf)
+{
+	return PX_PREAMBLE_FIXED + vm_get_be16(buf + 16) +
+	       (vm_get_be16(buf + 6) & PX_PREAMBLE_F_SECRET ? PX_SECRET_LEN : 0);
 }
 
 int px_preamble_decode(const uint8_t *buf, size_t len, struct px_preamble *ret)
 {
 	struct px_preamble p;
-	uint16_t kl;
+	uint16_t kl, flags;
 
 	/* Judge the magic on the first byte that disagrees, so garbage is refused at once. */
 	for (size_t i = 0; i < len && i < 4; i++)
@@ -61,10 +70,11 @@ int px_preamble_decode(const uint8_t *buf, size_t len, struct px_preamble *ret)
 	if (len < PX_PREAMBLE_FIXED)
 		return 0;
 	kl = vm_get_be16(buf + 16);
-	if (vm_get_be16(buf + 6) != 0 || vm_get_be16(buf + 18) != 0 || kl == 0 || kl > PX_KEY_MAX ||
-	    vm_get_be32(buf + 8) > PX_PORT_MAX)
+	flags = vm_get_be16(buf + 6);
+	if ((flags & ~PX_PREAMBLE_F_SECRET) || vm_get_be16(buf + 18) != 0 || kl == 0 ||
+	    kl > PX_KEY_MAX || vm_get_be32(buf + 8) > PX_PORT_MAX)
 		return -PX_ERR_MALFORMED;
-	if (len < PX_PREAMBLE_FIXED + (size_t)kl)
+	if (len < px_preamble_len(buf))
 		return 0;
 	if (!key_valid_n((const char *)buf + PX_PREAMBLE_FIXED, kl))
 		return -PX_ERR_MALFORMED;
@@ -73,8 +83,11 @@ int px_preamble_decode(const uint8_t *buf, size_t len, struct px_preamble *ret)
 	p.seq = vm_get_be32(buf + 12);
 	memcpy(p.key, buf + PX_PREAMBLE_FIXED, kl);
 	p.key[kl] = '\0';
+	p.has_secret = flags & PX_PREAMBLE_F_SECRET;
+	if (p.has_secret)
+		memcpy(p.secret, buf + PX_PREAMBLE_FIXED + kl, PX_SECRET_LEN);
 	*ret = p;
-	return PX_PREAMBLE_FIXED + kl;
+	return (int)px_preamble_len(buf);
 }
 
 void px_reply_encode(enum px_status st, uint8_t buf[PX_REPLY_LEN])
@@ -117,6 +130,9 @@ const char *px_status_str(enum px_status st)
 		return "target daemon is shutting down";
 	case PX_ERR_LIMIT:
 		return "too many connections for this migration on the target";
+	case PX_ERR_AUTH:
+		return "not this migration's peer (no or a wrong secret, or another address or "
+		       "certificate than its first connection's)";
 	}
 	return "unknown status";
 }

@@ -4,6 +4,7 @@
 #ifndef PX_PREAMBLE_H
 #define PX_PREAMBLE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -12,7 +13,10 @@
 #define PX_PROTO_VERSION  1
 #define PX_KEY_MAX	  128
 #define PX_PREAMBLE_FIXED 20
-#define PX_PREAMBLE_MAX	  (PX_PREAMBLE_FIXED + PX_KEY_MAX)
+#define PX_SECRET_LEN	  16
+#define PX_PREAMBLE_MAX	  (PX_PREAMBLE_FIXED + PX_KEY_MAX + PX_SECRET_LEN)
+/* Flags: the migration's secret (from the target's JSON) follows the key. */
+#define PX_PREAMBLE_F_SECRET 0x0001
 #define PX_REPLY_LEN	  8
 #define PX_PORT_MAX	  65535
 
@@ -27,6 +31,7 @@ enum px_status {
 	PX_ERR_FAILED = 7,
 	PX_ERR_SHUTDOWN = 8,
 	PX_ERR_LIMIT = 9, /* the migration has --max-migration-conns connections already */
+	PX_ERR_AUTH = 10, /* no or a wrong secret, or a peer other than the migration's first */
 };
 
 struct px_preamble {
@@ -34,6 +39,8 @@ struct px_preamble {
 	uint32_t port;
 	uint32_t seq;
 	char key[PX_KEY_MAX + 1];
+	bool has_secret;
+	uint8_t secret[PX_SECRET_LEN];
 };
 
 /* 1..PX_KEY_MAX characters of [A-Za-z0-9._-]. */
@@ -47,6 +54,9 @@ int px_preamble_encode(const struct px_preamble *p, uint8_t *buf, size_t len);
  * version-2 peer is refused as soon as the fixed part arrives. *ret is written only on success.
  */
 int px_preamble_decode(const uint8_t *buf, size_t len, struct px_preamble *ret);
+/* How long the preamble whose fixed part is in buf (PX_PREAMBLE_FIXED bytes) is, in all;
+ * px_preamble_decode() judges whether that length is valid. */
+size_t px_preamble_len(const uint8_t *buf);
 
 void px_reply_encode(enum px_status st, uint8_t buf[PX_REPLY_LEN]);
 /* 0 while more bytes are needed, PX_REPLY_LEN when decoded, -EBADMSG on a bad magic or version. */

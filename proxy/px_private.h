@@ -108,12 +108,20 @@ struct px_migration {
 	struct px_port ports[PX_PORTS_MAX];
 	struct xp_addr peer;
 	char peer_str[80];
+	/* Target: the secret its source must present, and the peer its first connection came
+	 * from (address, and certificate subject under TLS); later ones must match. */
+	uint8_t secret[PX_SECRET_LEN];
+	bool peer_bound;
+	char peer_addr[64];
+	char peer_name[160];
 	unsigned int delay_first_ms;
 	uint64_t started_ms;
 	struct px_conn *conns;
 	unsigned int conns_total, conns_active, conns_failed, conns_cut, conns_reordered;
 	uint64_t bytes[2];
 	uint64_t undelivered; /* dropped because the local side had closed (see px_conn_done) */
+	unsigned int conns_short; /* main channels that ended before QEMU's switchover */
+	char short_why[240];	  /* the first one's story */
 	bool failed, stopping;
 	unsigned int guard; /* >0 while a teardown walks the connections */
 	char error[200];

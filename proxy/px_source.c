@@ -126,6 +126,8 @@ static void src_start_send(struct px_conn *c)
 	int r;
 
 	strcpy(p.key, c->m->key);
+	p.has_secret = c->m->target.has_secret;
+	memcpy(p.secret, c->m->target.secret, PX_SECRET_LEN);
 	r = px_preamble_encode(&p, c->buf, sizeof(c->buf));
 	if (r < 0) {
 		src_error(c, "cannot encode the preamble: %s", strerror(-r));

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "log.h"
 #include "px_private.h"
@@ -141,6 +142,72 @@ static int tgt_bind(struct px_conn *c, struct px_port *port, uint32_t seq)
 	return 0;
 }
 
+/* The address of "ADDR:PORT" or "[ADDR]:PORT", without the port. */
+static void peer_address(const char *peer, char *buf, size_t len)
+{
+	const char *colon = strrchr(peer, ':');
+	size_t n = colon ? (size_t)(colon - peer) : strlen(peer);
+
+	if (n >= 2 && peer[0] == '[' && peer[n - 1] == ']') {
+		peer++;
+		n -= 2;
+	}
+	snprintf(buf, len, "%.*s", (int)n, peer);
+}
+
+/*
+ * Whether c may join m: every connection of a migration comes from the peer its first one came
+ * from (address, and certificate subject under TLS; the subject survives a rotation of the
+ * files, the address tells apart nodes that share KubeVirt's one certificate). The first one
+ * binds the migration. Refused: false, with why filled in.
+ */
+static bool tgt_same_peer(struct px_migration *m, const struct px_conn *c, char *why, size_t len)
+{
+	char addr[64];
+
+	peer_address(c->peer, addr, sizeof(addr));
+	if (!m->peer_bound) {
+		m->peer_bound = true;
+		snprintf(m->peer_addr, sizeof(m->peer_addr), "%s", addr);
+		snprintf(m->peer_name, sizeof(m->peer_name), "%s", c->tls.peer_name);
+		return true;
+	}
+	if (strcmp(addr, m->peer_addr) != 0) {
+		snprintf(why, len, "address %s, not %s of its first connection", addr,
+			 m->peer_addr);
+		return false;
+	}
+	if (strcmp(c->tls.peer_name, m->peer_name) != 0) {
+		snprintf(why, len, "certificate \"%s\", not \"%s\" of its first connection",
+			 c->tls.peer_name, m->peer_name);
+		return false;
+	}
+	return true;
+}
+
+/* A preamble's secret against the migration's, in constant time. */
+static bool tgt_secret_ok(const struct px_migration *m, const struct px_preamble *p)
+{
+	uint8_t d = 0;
+
+	for (unsigned int i = 0; i < PX_SECRET_LEN; i++)
+		d |= p->secret[i] ^ m->secret[i];
+	return d == 0;
+}
+
+/* Refused as not the migration's peer: the connection goes, the migration carries on. */
+static void tgt_refuse_peer(struct px_conn *c, const struct px_migration *m, uint32_t port,
+			    const char *why)
+{
+	px_refusal(c->n,
+		   "migration %s role=target: port %u connection from %s refused "
+		   "(not-the-peer): %s; the migration goes on",
+		   m->key, port, c->peer, why);
+	if (!c->raw)
+		px_conn_reply(c, PX_ERR_AUTH);
+	px_conn_release(c);
+}
+
 /* A complete preamble: bind the connection to its migration and port, then to the order. */
 static void tgt_dispatch(struct px_conn *c, const struct px_preamble *p)
 {
@@ -148,6 +215,7 @@ static void tgt_dispatch(struct px_conn *c, const struct px_preamble *p)
 	struct px_migration *m;
 	struct px_port *port = NULL;
 	enum px_status st;
+	char why[400];
 
 	/* A port's own listener serves that port of that migration only. */
 	m = c->lport ? c->lport->m : px_migration_find(n, p->key, PX_ROLE_TARGET);
@@ -164,6 +232,19 @@ static void tgt_dispatch(struct px_conn *c, const struct px_preamble *p)
 	}
 	if (n->draining) {
 		tgt_reject(c, PX_ERR_SHUTDOWN, p->key);
+		return;
+	}
+	/* KubeVirt's API carries no secret from target to source: in that mode a source may
+	 * come without one, and the per-migration listeners, TLS and the first peer protect it. */
+	if (p->has_secret ? !tgt_secret_ok(m, p) : !m->kubevirt) {
+		tgt_refuse_peer(c, m, p->port,
+				p->has_secret ? "a wrong secret"
+					      : "no secret (a source vmigd older than the "
+						"target's, or not the migration's source)");
+		return;
+	}
+	if (!tgt_same_peer(m, c, why, sizeof(why))) {
+		tgt_refuse_peer(c, m, p->port, why);
 		return;
 	}
 	if (tgt_bind(c, port, p->seq) < 0)
@@ -202,9 +283,8 @@ static void tgt_read(struct px_conn *c)
 	/* Exactly the preamble: the bytes after it belong to the local socket. TLS may hold
 	 * them decrypted already, so read until it would block, not once per event. */
 	for (;;) {
-		want = c->len < PX_PREAMBLE_FIXED
-			       ? PX_PREAMBLE_FIXED - c->len
-			       : PX_PREAMBLE_FIXED + vm_get_be16(c->buf + 16) - c->len;
+		want = c->len < PX_PREAMBLE_FIXED ? PX_PREAMBLE_FIXED - c->len
+						  : px_preamble_len(c->buf) - c->len;
 		k = IO(c->n, read, c->hop, c->buf + c->len, want, &ev);
 		if (k == -EAGAIN) {
 			if (IO(c->n, watch_mod, c->w, ev) < 0)
@@ -287,6 +367,7 @@ static void tgt_raw(struct px_conn *c)
 	struct px_node *n = c->n;
 	struct px_port *port = c->lport;
 	struct px_migration *m = port->m;
+	char why[400];
 	int r;
 
 	if (m->failed || n->draining) {
@@ -299,6 +380,10 @@ static void tgt_raw(struct px_conn *c)
 		return;
 	}
 	c->raw = true;
+	if (!tgt_same_peer(m, c, why, sizeof(why))) {
+		tgt_refuse_peer(c, m, port->id, why);
+		return;
+	}
 	if (tgt_bind(c, port, port->next_seq) < 0)
 		return;
 	port->next_seq++;
@@ -495,6 +580,8 @@ static void target_map(const struct px_migration *m, struct px_portmap *out)
 	strcpy(out->address, n->advertise);
 	out->kubevirt = m->kubevirt;
 	out->tls = m->tls;
+	out->has_secret = true;
+	memcpy(out->secret, m->secret, PX_SECRET_LEN);
 	out->port = m->kubevirt ? 0 : xp_addr_port(&n->bound);
 	out->nports = m->nports;
 	for (unsigned int i = 0; i < m->nports; i++) {
@@ -590,6 +677,12 @@ int px_target_start(struct px_node *n, const char *key, unsigned int nports,
 	m->kubevirt = opts->kubevirt;
 	m->tls = tls;
 	m->opts = *opts;
+	if (getrandom(m->secret, sizeof(m->secret), 0) != sizeof(m->secret)) {
+		r = -errno;
+		px_migration_discard(m);
+		snprintf(err, errlen, "cannot make the migration's secret: %s", strerror(-r));
+		return r;
+	}
 	px_migration_set_cap_now(m, opts->cap);
 	for (unsigned int i = 0; i < nports; i++) {
 		struct px_port *p = &m->ports[i];

@@ -286,6 +286,7 @@ static void io_conn_info(void *io, const struct xp_conn *c, struct xp_conn_info 
 	out->resumed = xp_tls_sess_resumed(ic->tls);
 	out->vmigd = xp_tls_sess_alpn(ic->tls);
 	snprintf(out->describe, sizeof(out->describe), "%s", xp_tls_sess_describe(ic->tls));
+	snprintf(out->peer_name, sizeof(out->peer_name), "%s", xp_tls_sess_peer_name(ic->tls));
 }
 
 /*

@@ -34,6 +34,7 @@ struct xp_conn_info {
 	bool vmigd;	 /* the peer agreed on XP_TLS_ALPN: it speaks the preamble */
 	/* "tls=TLSv1.3 cipher=... crypto=... resumed=no peer=\"...\"", or "tls=off" */
 	char describe[320];
+	char peer_name[160]; /* the peer certificate's subject; empty in plain text */
 };
 
 /* Why an operation on a set-up connection failed, in the operator's words. */

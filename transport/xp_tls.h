@@ -128,6 +128,8 @@ bool xp_tls_ktls_tx(const struct xp_tls_sess *s);
 bool xp_tls_ktls_rx(const struct xp_tls_sess *s);
 /* "tls=TLSv1.3 cipher=TLS_AES_128_GCM_SHA256 crypto=user-space resumed=no peer=\"/CN=...\"". */
 const char *xp_tls_sess_describe(const struct xp_tls_sess *s);
+/* The peer certificate's subject, one line; empty before the handshake is done. */
+const char *xp_tls_sess_peer_name(const struct xp_tls_sess *s);
 const char *xp_tls_sess_version(const struct xp_tls_sess *s);
 /* Whether the handshake agreed on XP_TLS_ALPN: the peer is a vmigd. */
 bool xp_tls_sess_alpn(const struct xp_tls_sess *s);

@@ -59,6 +59,7 @@ struct xp_tls_sess {
 	enum xp_tls_refusal refusal;
 	char error[448];
 	char desc[256];
+	char peer_name[160]; /* the peer certificate's subject, once the handshake is done */
 	const char *io_error;
 };
 

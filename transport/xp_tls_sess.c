@@ -280,6 +280,7 @@ static void sess_finish(struct xp_tls_sess *s)
 
 	if (peer)
 		name_line(peer, subj, sizeof(subj));
+	snprintf(s->peer_name, sizeof(s->peer_name), "%s", subj);
 	snprintf(s->desc, sizeof(s->desc), "tls=%s cipher=%s crypto=%s resumed=%s peer=\"%s\"",
 		 SSL_get_version(s->ssl), SSL_get_cipher_name(s->ssl),
 		 xp_tls_ktls_tx(s) && xp_tls_ktls_rx(s) ? "ktls"
@@ -481,6 +482,11 @@ bool xp_tls_ktls_tx(const struct xp_tls_sess *s)
 bool xp_tls_ktls_rx(const struct xp_tls_sess *s)
 {
 	return BIO_get_ktls_recv(SSL_get_rbio(s->ssl));
+}
+
+const char *xp_tls_sess_peer_name(const struct xp_tls_sess *s)
+{
+	return s->peer_name;
 }
 
 const char *xp_tls_sess_describe(const struct xp_tls_sess *s)

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /* libFuzzer target for the node-hop codec: px_preamble_decode() on every prefix of the input,
- * and px_reply_decode(). Checks that decoding is consistent as bytes trickle in, re-encodes. */
+ * and px_reply_decode(). Checks that decoding is consistent as bytes trickle in, re-encodes
+ * (the secret included). */
 #include <errno.h>
 #include <string.h>
 
@@ -26,7 +27,8 @@ static void check_success(const uint8_t *data, int r, const struct px_preamble *
 	size_t kl = strnlen(p->key, sizeof(p->key));
 
 	FUZZ_CHECK(r > PX_PREAMBLE_FIXED && r <= PX_PREAMBLE_MAX);
-	FUZZ_CHECK(kl == (size_t)r - PX_PREAMBLE_FIXED);
+	FUZZ_CHECK(kl + (p->has_secret ? PX_SECRET_LEN : 0) == (size_t)r - PX_PREAMBLE_FIXED);
+	FUZZ_CHECK(p->has_secret == !!(data[7] & PX_PREAMBLE_F_SECRET));
 	FUZZ_CHECK(p->version == PX_PROTO_VERSION);
 	FUZZ_CHECK(p->port <= PX_PORT_MAX);
 	FUZZ_CHECK(px_key_valid(p->key));

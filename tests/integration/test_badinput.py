@@ -71,7 +71,7 @@ def silent_flood(tb, target, count):
     return f'all {count} closed by the target'
 
 
-def nodehop_probes(checks, tb, target, live_key):
+def nodehop_probes(checks, tb, target, live_key, secret):
     garbage = b'\x00' + os.urandom(255)
     pre = vt.node_hop_preamble
     cases = [
@@ -79,11 +79,15 @@ def nodehop_probes(checks, tb, target, live_key):
         ('truncated preamble, then close', pre(live_key)[:11], vt.REPLY_MALFORMED, True),
         ('bad magic', pre(live_key, magic=0xDEADBEEF), vt.REPLY_MALFORMED, False),
         ('bad version', pre(live_key, version=2), vt.REPLY_BAD_VERSION, False),
-        ('reserved flags set', pre(live_key, flags=1), vt.REPLY_MALFORMED, False),
+        ('a reserved flag set', pre(live_key, flags=2), vt.REPLY_MALFORMED, False),
         ('reserved field set', pre(live_key, reserved=7), vt.REPLY_MALFORMED, False),
         ('unknown key', pre('no-such-key'), vt.REPLY_UNKNOWN_KEY, False),
         ('unknown port of the live key', pre(live_key, port=1234), vt.REPLY_UNKNOWN_PORT, False),
-        ('sequence 0 of the live key again', pre(live_key), vt.REPLY_DUPLICATE, False),
+        ('the live key without its secret', pre(live_key, seq=7), vt.REPLY_NOT_THE_PEER, False),
+        ('the live key with a wrong secret', pre(live_key, seq=7, secret=bytes(16)),
+         vt.REPLY_NOT_THE_PEER, False),
+        ('sequence 0 of the live key again, with its secret', pre(live_key, secret=secret),
+         vt.REPLY_DUPLICATE, False),
         ('key length 0', pre('', keylen=0), vt.REPLY_MALFORMED, False),
         ('key length 65535', pre('k' * 128, keylen=65535), vt.REPLY_MALFORMED, False),
         ('key length 129', pre('k' * 129), vt.REPLY_MALFORMED, False),
@@ -251,7 +255,7 @@ def main():
         flood = threading.Thread(target=checks.run, args=(
             'node hop: 20 truncated preambles left silent', silent_flood, tb, m.target, 20))
         flood.start()
-        nodehop_probes(checks, tb, m.target, m.key)
+        nodehop_probes(checks, tb, m.target, m.key, m.target['secret'])
         for daemon in (tb.target, tb.source):
             control_probes(checks, daemon, tb.workdir)
         vmigctl_probes(checks, tb, m)

@@ -231,6 +231,86 @@ def check_control_clients(ck, d):
     ck.check(d.ctl('status', '--json', timeout=5).returncode == 0, 'control: status answers after')
 
 
+def plain_probe(tb, addr, port, payload, bind=None):
+    """A plain-text node-hop connection from the source namespace (from address bind if given)
+    that sends payload; the status of the target's reply, or what happened instead."""
+    s = tb.net.socket('source')
+    try:
+        s.settimeout(5)
+        if bind:
+            s.bind((bind, 0))
+        s.connect((addr, port))
+        s.sendall(payload)
+        data = vt.read_until_close(s, time.monotonic() + 5)
+    finally:
+        s.close()
+    status = vt.reply_status(data[:8])
+    return status if status is not None else f'no reply ({data[:16].hex()})'
+
+
+def check_peer_binding(ck, tls):
+    """A live migration's key and a new sequence number, sent straight to the target's node hop:
+    refused without the migration's secret, with a wrong one, with the right one from another
+    address, and (TLS) with the right one under another certificate; the migration's own next
+    connection still gets that sequence number and both arrive."""
+    label = 'TLS' if tls else 'plain'
+    with vt.Testbed(tls=tls) as tb:
+        other = tb.net.source_addr.rsplit('.', 1)[0] + '.3'
+        subprocess.run(['ip', '-n', tb.net.source_ns, 'addr', 'add', other + '/24', 'dev',
+                        tb.net.source_if], check=True)
+        dst = tb.unix_server('bind.sock', lambda conn: len(vt.recv_all(conn)), conns=2)
+        key = tb.new_key('bind')
+        raw, target = tb.target.target_start(key, {vt.DEFAULT_PORT_ID: dst.path})
+        ck.check(len(target.get('secret', '')) == 32,
+                 f'{label}: target start gives a secret of 32 hex digits ({target.get("secret")})')
+        entry = tb.source.source_start(key, raw, tb.path('src'))[0]
+        first = tb.net.socket('source', socket.AF_UNIX)
+        first.connect(entry)
+        first.sendall(b'a' * 1000)
+        vt.wait_until(lambda: len(tb.target.linked(key, 'target')) == 1, 10,
+                      'the first connection linked on the target')
+        since = tb.target.log_offset()
+        addr, port = tb.target.node_hop()
+        pre = vt.node_hop_preamble
+        cases = [('no secret', pre(key, seq=1), None, None),
+                 ('a wrong secret', pre(key, seq=1, secret=bytes(16)), None, None),
+                 ('the secret, from another address', pre(key, seq=1, secret=target['secret']),
+                  other, None)]
+        if tls:
+            cases.append(('the secret, under another certificate',
+                          pre(key, seq=1, secret=target['secret']), None, 'client'))
+        for what, payload, bind, cert in cases:
+            if tls:
+                files = tb.pki.paths(cert or 'node')
+                probe = vt.tls_connect(tb.net.source_ns, addr, port, files['cert'], files['key'],
+                                       files['ca'], send=payload, wait=5, bind=bind)
+                got = vt.reply_status(probe.reply) if probe.reply else str(probe)
+            else:
+                got = plain_probe(tb, addr, port, payload, bind)
+            ck.check(got == vt.REPLY_NOT_THE_PEER,
+                     f'{label}: {what}: reply {got} (want {vt.REPLY_NOT_THE_PEER}, not the peer)')
+        lines = tb.target.log_matches(r'refused \(not-the-peer\): (.*); the migration goes on',
+                                      since)
+        vt.log(f'  {label}: target says: ' + ' | '.join(m.group(1) for m in lines))
+        ck.check(len(lines) == len(cases), f'{label}: {len(lines)} not-the-peer lines')
+        second = tb.net.socket('source', socket.AF_UNIX)
+        second.connect(entry)
+        second.sendall(b'b' * 2000)
+        second.shutdown(socket.SHUT_WR)
+        first.shutdown(socket.SHUT_WR)
+        got = sorted(dst.join())
+        first.close()
+        second.close()
+        ck.check(got == [1000, 2000], f'{label}: the migration\'s own two connections arrived '
+                 f'({got} bytes)')
+        linked = tb.target.linked(key, 'target')
+        ck.check(sorted(r['seq'] for r in linked) == [0, 1],
+                 f'{label}: linked on the target: sequence numbers '
+                 f'{[r["seq"] for r in linked]} (the refused ones took none)')
+        tb.source.source_stop(key)
+        tb.target.target_stop(key)
+
+
 def main():
     vmigd, vmigctl = vt.find_binaries()
     ck = vt.Checks('hostile cases')
@@ -256,6 +336,9 @@ def main():
             d.stop()
         vt.log('out of fds')
         check_fd_exhaustion(ck, work, vmigd, vmigctl)
+    vt.log('a connection that is not the migration\'s peer')
+    check_peer_binding(ck, False)
+    check_peer_binding(ck, True)
     ck.finish()
 
 

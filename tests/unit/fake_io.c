@@ -181,7 +181,10 @@ static int f_accept(void *io, int lfd, struct xp_conn **ret, char *peer, size_t 
 	c = f->pending[i];
 	f->npending--;
 	memmove(f->pending + i, f->pending + i + 1, (f->npending - i) * sizeof(f->pending[0]));
-	snprintf(peer, peerlen, "198.18.0.1:%d", 50000 + c->c.fd);
+	if (c->peer[0])
+		snprintf(peer, peerlen, "%s", c->peer);
+	else
+		snprintf(peer, peerlen, "198.18.0.1:%d", 50000 + c->c.fd);
 	*ret = &c->c;
 	return 0;
 }
@@ -340,6 +343,8 @@ static void f_conn_info(void *io, const struct xp_conn *xc, struct xp_conn_info 
 	snprintf(out->describe, sizeof(out->describe),
 		 "tls=TLSv1.3 cipher=TLS_AES_128_GCM_SHA256 crypto=user-space resumed=no "
 		 "peer=\"fake\"");
+	snprintf(out->peer_name, sizeof(out->peer_name), "%s",
+		 c->peer_name[0] ? c->peer_name : "/CN=fake");
 }
 
 static void f_close(void *io, struct xp_conn *xc)

@@ -49,7 +49,8 @@ struct fake_conn {
 	bool tls_done;
 	bool closed;
 	bool attached;
-	char peer[80];
+	char peer[80];	     /* accepted: "ADDR:PORT" the target sees (default 198.18.0.1:...) */
+	char peer_name[160]; /* accepted under TLS: its certificate's subject (default /CN=fake) */
 };
 
 struct fake_link {

@@ -198,11 +198,13 @@ static void test_malformed_fixed_part(void **state)
 	char key[PX_KEY_MAX + 2];
 	size_t n;
 
-	/* Flags and reserved must be 0, judged once the fixed part is there. */
+	/* Flags other than SECRET, and reserved, must be 0, judged once the fixed part is there. */
 	for (int bit = 0; bit < 16; bit++) {
-		n = build_raw(buf, 1, 1u << bit, 1, 0, 3, 0, "abc");
-		check_malformed(buf, n);
-		check_malformed(buf, PX_PREAMBLE_FIXED);
+		n = build_raw(buf, 1, (1u << bit) | PX_PREAMBLE_F_SECRET, 1, 0, 3, 0, "abc");
+		if (1u << bit != PX_PREAMBLE_F_SECRET) {
+			check_malformed(buf, n);
+			check_malformed(buf, PX_PREAMBLE_FIXED);
+		}
 		n = build_raw(buf, 1, 0, 1, 0, 3, 1u << bit, "abc");
 		check_malformed(buf, n);
 		check_malformed(buf, PX_PREAMBLE_FIXED);
@@ -271,8 +273,41 @@ static void test_encode_rejects(void **state)
 	assert_int_equal(px_preamble_encode(&p, buf, PX_PREAMBLE_FIXED), -ENOSPC);
 	assert_int_equal(px_preamble_encode(&p, buf, 22), 22);
 	fill_key(p.key, PX_KEY_MAX);
+	assert_int_equal(px_preamble_encode(&p, buf, PX_PREAMBLE_FIXED + PX_KEY_MAX - 1), -ENOSPC);
+	assert_int_equal(px_preamble_encode(&p, buf, PX_PREAMBLE_FIXED + PX_KEY_MAX),
+			 PX_PREAMBLE_FIXED + PX_KEY_MAX);
+	/* With the secret: PX_PREAMBLE_MAX in all. */
+	p.has_secret = true;
 	assert_int_equal(px_preamble_encode(&p, buf, PX_PREAMBLE_MAX - 1), -ENOSPC);
 	assert_int_equal(px_preamble_encode(&p, buf, PX_PREAMBLE_MAX), PX_PREAMBLE_MAX);
+}
+
+/* The secret rides after the key, flagged; every split of it decodes the same. */
+static void test_secret_round_trip(void **state)
+{
+	struct px_preamble p = { .version = PX_PROTO_VERSION, .port = 49152, .seq = 7 }, out;
+	uint8_t buf[PX_PREAMBLE_MAX];
+	int n;
+
+	strcpy(p.key, "vm-1");
+	p.has_secret = true;
+	for (unsigned int i = 0; i < PX_SECRET_LEN; i++)
+		p.secret[i] = (uint8_t)(0xa0 + i);
+	n = px_preamble_encode(&p, buf, sizeof(buf));
+	assert_int_equal(n, PX_PREAMBLE_FIXED + 4 + PX_SECRET_LEN);
+	assert_int_equal(buf[7], PX_PREAMBLE_F_SECRET);
+	assert_int_equal(px_preamble_len(buf), (size_t)n);
+	for (int len = 0; len < n; len++)
+		assert_int_equal(decode_exact(buf, (size_t)len, &out), 0);
+	assert_int_equal(decode_exact(buf, (size_t)n, &out), n);
+	assert_true(out.has_secret);
+	assert_memory_equal(out.secret, p.secret, PX_SECRET_LEN);
+	assert_string_equal(out.key, "vm-1");
+	/* Without the flag the same bytes end at the key: no secret. */
+	p.has_secret = false;
+	n = px_preamble_encode(&p, buf, sizeof(buf));
+	assert_int_equal(decode_exact(buf, (size_t)n, &out), n);
+	assert_false(out.has_secret);
 }
 
 static void test_encode_key_too_long(void **state)
@@ -291,7 +326,9 @@ static void test_encode_key_too_long(void **state)
 	s.tail[sizeof(s.tail) - 1] = '\0';
 	assert_int_equal(px_preamble_encode(&s.p, buf, sizeof(buf)), -EINVAL);
 	fill_key(s.p.key, PX_KEY_MAX);
-	assert_int_equal(px_preamble_encode(&s.p, buf, sizeof(buf)), PX_PREAMBLE_MAX);
+	s.p.has_secret = false;
+	assert_int_equal(px_preamble_encode(&s.p, buf, sizeof(buf)),
+			 PX_PREAMBLE_FIXED + PX_KEY_MAX);
 }
 
 static void test_reply_round_trip(void **state)
@@ -383,6 +420,7 @@ int main(void)
 		cmocka_unit_test(test_malformed_key),
 		cmocka_unit_test(test_encode_rejects),
 		cmocka_unit_test(test_encode_key_too_long),
+		cmocka_unit_test(test_secret_round_trip),
 		cmocka_unit_test(test_reply_round_trip),
 		cmocka_unit_test(test_reply_bad),
 		cmocka_unit_test(test_key_valid),

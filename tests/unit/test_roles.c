@@ -100,12 +100,17 @@ static int teardown(void **state)
 
 /* ---- helpers ---- */
 
+/* The secret of the last target_start(): what its source puts in each preamble. */
+static uint8_t secret[PX_SECRET_LEN];
+
 static size_t preamble(const char *key, uint32_t port, uint32_t seq, uint8_t *buf)
 {
 	struct px_preamble p = { .version = PX_PROTO_VERSION, .port = port, .seq = seq };
 	int r;
 
 	strcpy(p.key, key);
+	p.has_secret = true;
+	memcpy(p.secret, secret, PX_SECRET_LEN);
 	r = px_preamble_encode(&p, buf, PX_PREAMBLE_MAX);
 	assert_true(r > 0);
 	return (size_t)r;
@@ -155,6 +160,8 @@ static void target_start(struct t *t, const char *key, uint64_t cap)
 			 0);
 	assert_int_equal(out.port, 40000);
 	assert_string_equal(out.address, "198.18.0.2");
+	assert_true(out.has_secret);
+	memcpy(secret, out.secret, PX_SECRET_LEN);
 }
 
 /* Starts a source of key; returns the path QEMU connects to. */
@@ -282,16 +289,96 @@ static void test_target_orders_a_delayed_first(void **state)
 	assert_logged("outcome=ok");
 }
 
+/* A connection for a live migration, but with no or a wrong secret: refused with "not the
+ * peer", and the migration goes on to link its own connection 0. */
+static void test_target_secret(void **state)
+{
+	struct t *t = *state;
+	struct px_preamble p = { .version = PX_PROTO_VERSION, .port = PORT, .seq = 0 };
+	uint8_t buf[PX_PREAMBLE_MAX];
+	struct fake_conn *none, *wrong, *good;
+	int len;
+
+	start(t);
+	target_start(t, KEY, 0);
+	strcpy(p.key, KEY);
+	len = px_preamble_encode(&p, buf, sizeof(buf));
+	none = fake_incoming(&t->f, buf, (size_t)len);
+	p.has_secret = true;
+	memcpy(p.secret, secret, PX_SECRET_LEN);
+	p.secret[PX_SECRET_LEN - 1] ^= 1;
+	len = px_preamble_encode(&p, buf, sizeof(buf));
+	wrong = fake_incoming(&t->f, buf, (size_t)len);
+	fake_settle(&t->f);
+	assert_int_equal(reply_of(none), PX_ERR_AUTH);
+	assert_int_equal(reply_of(wrong), PX_ERR_AUTH);
+	assert_true(none->closed && wrong->closed);
+	assert_logged("connection from 198.18.0.1:50100 refused (not-the-peer): no secret");
+	assert_logged("connection from 198.18.0.1:50101 refused (not-the-peer): a wrong secret; "
+		      "the migration goes on");
+	good = arrive(t, KEY, PORT, 0);
+	assert_int_equal(reply_of(good), PX_OK);
+	assert_true(good->attached);
+	assert_string_equal(see(t, KEY).state, "active");
+}
+
+/* Every connection of a migration comes from the peer of its first: another address, or
+ * under TLS another certificate subject, is refused even with the right secret. */
+static void test_target_binds_first_peer(void **state)
+{
+	struct t *t = *state;
+	uint8_t buf[PX_PREAMBLE_MAX];
+	struct fake_conn *first, *other, *again;
+
+	start(t);
+	target_start(t, KEY, 0);
+	first = fake_incoming(&t->f, buf, preamble(KEY, PORT, 0, buf));
+	snprintf(first->peer, sizeof(first->peer), "[fd00::1]:50001");
+	fake_settle(&t->f);
+	assert_int_equal(reply_of(first), PX_OK);
+	other = fake_incoming(&t->f, buf, preamble(KEY, PORT, 1, buf));
+	snprintf(other->peer, sizeof(other->peer), "[fd00::2]:50002");
+	again = fake_incoming(&t->f, buf, preamble(KEY, PORT, 1, buf));
+	snprintf(again->peer, sizeof(again->peer), "[fd00::1]:50003");
+	fake_settle(&t->f);
+	assert_int_equal(reply_of(other), PX_ERR_AUTH);
+	assert_logged("refused (not-the-peer): address fd00::2, not fd00::1 of its first "
+		      "connection");
+	/* Seq 1 was not used up by the refused one. */
+	assert_int_equal(reply_of(again), PX_OK);
+	assert_int_equal(see(t, KEY).mi.conns_total, 2);
+}
+
+static void test_target_binds_first_certificate(void **state)
+{
+	struct t *t = *state;
+	uint8_t buf[PX_PREAMBLE_MAX];
+	struct fake_conn *first, *other;
+
+	start(t);
+	target_start(t, KEY, 0);
+	first = fake_incoming(&t->f, buf, preamble(KEY, PORT, 0, buf));
+	snprintf(first->peer_name, sizeof(first->peer_name), "/CN=node-a");
+	other = fake_incoming(&t->f, buf, preamble(KEY, PORT, 1, buf));
+	snprintf(other->peer_name, sizeof(other->peer_name), "/CN=node-b");
+	fake_settle(&t->f);
+	assert_int_equal(reply_of(first), PX_OK);
+	assert_int_equal(reply_of(other), PX_ERR_AUTH);
+	assert_logged("refused (not-the-peer): certificate \"/CN=node-b\", not \"/CN=node-a\" of "
+		      "its first connection");
+}
+
 /* The target reads exactly the preamble: what follows it is QEMU's and stays unread. */
 static void test_target_reads_only_the_preamble(void **state)
 {
 	struct t *t = *state;
 	uint8_t buf[PX_PREAMBLE_MAX + 100];
-	size_t len = preamble(KEY, PORT, 0, buf);
 	struct fake_conn *c;
+	size_t len;
 
 	start(t);
 	target_start(t, KEY, 0);
+	len = preamble(KEY, PORT, 0, buf);
 	memset(buf + len, 0x5a, 100);
 	c = fake_incoming(&t->f, buf, len + 100);
 	fake_settle(&t->f);
@@ -717,6 +804,8 @@ static void target_start_kubevirt(struct t *t, enum px_tls tls, struct px_portma
 	assert_int_equal(out->tcp[0], 41000);
 	assert_int_equal(out->ports[1], 0);
 	assert_int_equal(out->tcp[1], 41001);
+	assert_true(out->has_secret);
+	memcpy(secret, out->secret, PX_SECRET_LEN);
 }
 
 /* A stock source on a port's own listener: no preamble, no reply, the local socket at once,
@@ -1177,6 +1266,9 @@ int main(void)
 		T(test_drain_waits_for_links),
 		T(test_kubevirt_target_raw),
 		TT(test_kubevirt_target_alpn),
+		T(test_target_secret),
+		T(test_target_binds_first_peer),
+		TT(test_target_binds_first_certificate),
 		TT(test_kubevirt_target_stop_unbound),
 		TT(test_kubevirt_tls_per_migration),
 		T(test_kubevirt_source_raw),

@@ -69,16 +69,19 @@ def tls_client_context(cert=None, key=None, ca=None):
 
 
 def tls_connect(ns, address, port, cert=None, key=None, ca=None, send=b'', wait=1.0,
-                read=8, timeout=5.0):
+                read=8, timeout=5.0, bind=None):
     """Open a TLS connection to a node-hop listener from namespace ns (None: ours) with the given
     client certificate (None: none) and CA, send `send` once the handshake is done, then wait up
-    to `wait` seconds for `read` reply bytes, an alert or a close. Returns a TLSProbe."""
+    to `wait` seconds for `read` reply bytes, an alert or a close. bind: the local address to
+    connect from (None: the kernel's choice). Returns a TLSProbe."""
     started = time.monotonic()
     raw = netns_socket(ns)
     sock = raw
     probe = TLSProbe('open')
     try:
         raw.settimeout(timeout)
+        if bind:
+            raw.bind((bind, 0))
         try:
             raw.connect((address, port))
         except OSError as e:
@@ -142,16 +145,24 @@ def _classify(e):
 PREAMBLE_MAGIC, REPLY_MAGIC = 0x564D4750, 0x564D4752
 # The VMGR reply's status (doc/interfaces.md).
 (REPLY_OK, REPLY_MALFORMED, REPLY_BAD_VERSION, REPLY_UNKNOWN_KEY, REPLY_UNKNOWN_PORT,
- REPLY_DUPLICATE) = range(6)
+ REPLY_DUPLICATE, REPLY_CONNECT, REPLY_FAILED, REPLY_SHUTDOWN, REPLY_LIMIT,
+ REPLY_NOT_THE_PEER) = range(11)
+PREAMBLE_F_SECRET = 0x0001
 
 
 def node_hop_preamble(key, port=DEFAULT_PORT_ID, seq=0, magic=PREAMBLE_MAGIC, version=1, flags=0,
-                      keylen=None, reserved=0):
+                      keylen=None, reserved=0, secret=None):
     """A node-hop preamble (doc/interfaces.md): version 1 and well-formed unless told otherwise
-    (keylen: the length field, by default the key's length)."""
+    (keylen: the length field, by default the key's length). secret: the migration's, as the
+    target JSON's hex string or bytes; it follows the key, flagged."""
     key = key.encode()
     keylen = len(key) if keylen is None else keylen
-    return struct.pack('>IHHIIHH', magic, version, flags, port, seq, keylen, reserved) + key
+    tail = b''
+    if secret is not None:
+        flags |= PREAMBLE_F_SECRET
+        tail = bytes.fromhex(secret) if isinstance(secret, str) else secret
+    return (struct.pack('>IHHIIHH', magic, version, flags, port, seq, keylen, reserved) + key +
+            tail)
 
 
 def reply_status(data):
