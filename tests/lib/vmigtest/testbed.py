@@ -154,13 +154,14 @@ class Testbed:
         self.extra_daemons.append(d)
         return d.start()
 
-    def replace_daemon(self, side, args=None, tls=None, name=None):
+    def replace_daemon(self, side, args=None, tls=None, name=None, killed=False):
         """Stop side's daemon and start a new one in its place (new log NAME, default
         vmigd-SIDE-2, ...) with args (default: the testbed's) and tls (default: the same files);
-        tb.source / tb.target then name the new one."""
+        tb.source / tb.target then name the new one. killed: the old one was killed on purpose
+        (kill -9), so its exit status is not checked."""
         old = self.source if side == 'source' else self.target
         rc = old.stop()
-        if rc != 0:
+        if rc != 0 and not killed:
             raise HarnessError(f'{old.name} exited {rc} after SIGTERM:\n{tail(old.log_path)}')
         self._replaced += 1
         d = Daemon(self.vmigd, self.vmigctl, name or f'vmigd-{side}-{self._replaced + 1}',
