@@ -207,10 +207,13 @@ static enum pump_kind pump_kind(const struct xp_link *l, unsigned int dir,
 	return conf->path == XP_PATH_COPY ? PUMP_COPY : PUMP_SPLICE;
 }
 
+/* A pipe that would not grow is said once per process: the same limit holds for the next. */
+static atomic_bool pipe_size_told;
+
 /* Per connection, never per chunk: a pipe (splice) or a buffer for one direction. */
 static int pump_open(struct xp_pump *p, const struct xp_pool_conf *conf)
 {
-	int r;
+	int r, e;
 
 	if (p->kind != PUMP_SPLICE) {
 		p->cap = p->kind == PUMP_COPY ? conf->pipe_size : TLS_BUF_SIZE;
@@ -220,9 +223,16 @@ static int pump_open(struct xp_pump *p, const struct xp_pool_conf *conf)
 	if (pipe2(p->pipe, O_NONBLOCK | O_CLOEXEC) < 0)
 		return -errno;
 	/* Without CAP_SYS_RESOURCE the per-user pipe quota may refuse; keep the default size. */
-	(void)fcntl(p->pipe[1], F_SETPIPE_SZ, (int)conf->pipe_size);
+	e = fcntl(p->pipe[1], F_SETPIPE_SZ, (int)conf->pipe_size) < 0 ? errno : 0;
 	r = fcntl(p->pipe[1], F_GETPIPE_SZ);
 	p->cap = r > 0 ? (size_t)r : 65536;
+	if (e && !atomic_exchange(&pipe_size_told, true))
+		log_warn("splice: a pipe would not grow to %zu bytes (--pipe-size): %s (the "
+			 "per-user "
+			 "quota fs.pipe-user-pages-soft, or fs.pipe-max-size); pipes keep %zu "
+			 "bytes, "
+			 "so each splice moves at most that. Said once",
+			 conf->pipe_size, strerror(e), p->cap);
 	return 0;
 }
 
