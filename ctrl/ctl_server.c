@@ -196,7 +196,7 @@ static void server_accept(struct xp_watch *w, int lfd, uint32_t events, void *ar
 			client_free(c);
 	}
 	/* Out of fds, the listener stays readable: rest instead of spinning. */
-	if (r == -EMFILE || r == -ENFILE || r == -ENOBUFS || r == -ENOMEM) {
+	if (xp_accept_starved(r)) {
 		vm_log_limited(&s->refusals, vm_now_ms(), VM_LOG_ERR,
 			       "control: cannot accept a client: %s; not accepting for %u ms",
 			       strerror(-r), ACCEPT_PAUSE_MS);

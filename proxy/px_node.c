@@ -227,7 +227,7 @@ void px_accept_failed(struct px_node *n, struct xp_watch *w, int r, const char *
 
 	if (r == -EAGAIN || r == -EINTR || r == -ECONNABORTED)
 		return;
-	if (r != -EMFILE && r != -ENFILE && r != -ENOBUFS && r != -ENOMEM) {
+	if (!xp_accept_starved(r)) {
 		vm_log_limited(&n->accept_errors, px_now(n), VM_LOG_ERR, "%s: accept: %s", what,
 			       strerror(-r));
 		return;

@@ -4,6 +4,8 @@
 #ifndef XP_SOCK_H
 #define XP_SOCK_H
 
+#include <errno.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/socket.h>
 
@@ -52,6 +54,12 @@ int xp_unix_connect(const char *path, unsigned int timeout_ms, int *ret_fd);
 int xp_unix_path_ok(const char *path);
 
 int xp_accept(int lfd, int *ret_fd);
+/* Whether an accept failed for want of fds or memory: the listener stays readable, so its
+ * caller should rest it (xp_watch_pause) rather than try again at once. */
+static inline bool xp_accept_starved(int r)
+{
+	return r == -EMFILE || r == -ENFILE || r == -ENOBUFS || r == -ENOMEM;
+}
 /* Close so that the peer sees a reset, not a clean end of stream. */
 void xp_close_reset(int fd);
 
