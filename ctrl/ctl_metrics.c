@@ -531,9 +531,10 @@ static void on_ready(struct xp_watch *w, int fd, uint32_t events, void *arg)
 	run(arg);
 }
 
-int ctl_metrics_server_new(struct xp_loop *loop, struct px_node *n, struct cv_set *conv,
-			   const struct xp_addr *addr, struct ctl_metrics_server **ret, char *err,
-			   size_t errlen)
+/* On addr, or on adopt_fd (>= 0) when handed over. */
+static int server_start(struct xp_loop *loop, struct px_node *n, struct cv_set *conv,
+			const struct xp_addr *addr, int adopt_fd, struct ctl_metrics_server **ret,
+			char *err, size_t errlen)
 {
 	struct ctl_metrics_server *s;
 	const union MHD_DaemonInfo *info;
@@ -541,7 +542,7 @@ int ctl_metrics_server_new(struct xp_loop *loop, struct px_node *n, struct cv_se
 	char where[64];
 	int fd, r;
 
-	if (xp_addr_format(addr, where, sizeof(where)) < 0)
+	if (!addr || xp_addr_format(addr, where, sizeof(where)) < 0)
 		snprintf(where, sizeof(where), "the address given");
 	if (!MHD_is_feature_supported(MHD_FEATURE_EPOLL)) {
 		snprintf(err, errlen, "this libmicrohttpd has no epoll support");
@@ -555,10 +556,20 @@ int ctl_metrics_server_new(struct xp_loop *loop, struct px_node *n, struct cv_se
 	s->loop = loop;
 	s->node = n;
 	s->conv = conv;
-	r = xp_tcp_listen(addr, 16, &fd, &bound);
-	if (r < 0) {
-		snprintf(err, errlen, "cannot listen on %s: %s", where, strerror(-r));
-		goto free_s;
+	if (adopt_fd >= 0) {
+		fd = adopt_fd;
+		r = xp_tcp_adopt(fd, &bound);
+		if (r < 0) {
+			snprintf(err, errlen, "the metrics listener handed over is not one: %s",
+				 strerror(-r));
+			goto free_s;
+		}
+	} else {
+		r = xp_tcp_listen(addr, 16, &fd, &bound);
+		if (r < 0) {
+			snprintf(err, errlen, "cannot listen on %s: %s", where, strerror(-r));
+			goto free_s;
+		}
 	}
 	xp_addr_format(&bound, s->addr, sizeof(s->addr));
 	s->err = err;
@@ -597,6 +608,26 @@ stop_mhd:
 free_s:
 	free(s);
 	return r;
+}
+
+int ctl_metrics_server_new(struct xp_loop *loop, struct px_node *n, struct cv_set *conv,
+			   const struct xp_addr *addr, struct ctl_metrics_server **ret, char *err,
+			   size_t errlen)
+{
+	return server_start(loop, n, conv, addr, -1, ret, err, errlen);
+}
+
+int ctl_metrics_server_adopt(struct xp_loop *loop, struct px_node *n, struct cv_set *conv, int fd,
+			     struct ctl_metrics_server **ret, char *err, size_t errlen)
+{
+	return server_start(loop, n, conv, NULL, fd, ret, err, errlen);
+}
+
+int ctl_metrics_server_fd(const struct ctl_metrics_server *s)
+{
+	const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_LISTEN_FD);
+
+	return info ? info->listen_fd : -1;
 }
 
 void ctl_metrics_server_free(struct ctl_metrics_server *s)

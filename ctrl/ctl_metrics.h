@@ -47,6 +47,11 @@ struct ctl_metrics_server;
 int ctl_metrics_server_new(struct xp_loop *loop, struct px_node *n, struct cv_set *conv,
 			   const struct xp_addr *addr, struct ctl_metrics_server **ret, char *err,
 			   size_t errlen);
+/* The same on a listener handed over by the vmigd this one takes over from (fd is its). */
+int ctl_metrics_server_adopt(struct xp_loop *loop, struct px_node *n, struct cv_set *conv, int fd,
+			     struct ctl_metrics_server **ret, char *err, size_t errlen);
+/* Its listener, to hand over; -1 if unknown. */
+int ctl_metrics_server_fd(const struct ctl_metrics_server *s);
 /* Takes NULL. */
 void ctl_metrics_server_free(struct ctl_metrics_server *s);
 /* The address bound, "ADDR:PORT" ("[ADDR]:PORT" for IPv6). */

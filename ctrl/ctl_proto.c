@@ -14,6 +14,7 @@
 #include "ctl_portmap.h"
 #include "ctl_proto.h"
 #include "ctl_report.h"
+#include "ctl_takeover.h"
 #include "units.h"
 #include "xp_tls.h"
 #include "util.h"
@@ -504,6 +505,20 @@ static int parse_source_start(struct json_object *o, struct ctl_request *req, ch
 }
 
 /* target-stop, source-stop */
+static int parse_takeover(struct json_object *o, struct ctl_request *req, char *err, size_t errlen)
+{
+	struct json_object *v;
+	int64_t pid;
+
+	if (!json_object_object_get_ex(o, "pid", &v) || !json_object_is_type(v, json_type_int))
+		return bad(err, errlen, "takeover: missing or bad \"pid\"");
+	pid = json_object_get_int64(v);
+	if (pid <= 0 || pid > INT32_MAX)
+		return bad(err, errlen, "takeover: \"pid\" out of range");
+	req->pid = (int)pid;
+	return 0;
+}
+
 static int parse_stop(struct json_object *o, struct ctl_request *req, char *err, size_t errlen)
 {
 	return parse_key(o, req, err, errlen);
@@ -655,6 +670,8 @@ static struct json_object *status_object(struct px_node *n, const struct ctl_dae
 	migs = migration_list(n, d->conv, &env);
 	json_object_object_add(s, "node", node_object(n, &env));
 	json_object_object_add(s, "migrations", migs);
+	if (d->takeover)
+		ctl_takeover_status(d->takeover, s);
 	return s;
 }
 
@@ -724,6 +741,8 @@ static int run_target_stop(struct px_node *n, const struct ctl_daemon_info *d,
 {
 	int r = px_target_stop(n, req->key, err, errlen);
 
+	if (r == -ENOENT && d->takeover)
+		return ctl_takeover_forward(d->takeover, req, reply, err, errlen);
 	if (r < 0)
 		return r;
 	*reply = ok_reply();
@@ -736,6 +755,8 @@ static int run_source_stop(struct px_node *n, const struct ctl_daemon_info *d,
 {
 	int r = px_source_stop(n, req->key, err, errlen);
 
+	if (r == -ENOENT && d->takeover)
+		return ctl_takeover_forward(d->takeover, req, reply, err, errlen);
 	if (r < 0)
 		return r;
 	if (d->conv)
@@ -771,6 +792,8 @@ static int run_set_cap(struct px_node *n, const struct ctl_daemon_info *d,
 {
 	int r = px_migration_set_cap(n, req->key, req->bandwidth, err, errlen);
 
+	if (r == -ENOENT && d->takeover)
+		return ctl_takeover_forward(d->takeover, req, reply, err, errlen);
 	if (r < 0)
 		return r;
 	*reply = ok_reply();
@@ -784,6 +807,15 @@ static int run_node_cap(struct px_node *n, const struct ctl_daemon_info *d,
 	px_node_set_bandwidth(n, req->bandwidth);
 	*reply = ok_reply();
 	return 0;
+}
+
+/* Only the control server serves it, on the connection it came on (ctl_takeover.c). */
+static int run_takeover(struct px_node *n, const struct ctl_daemon_info *d,
+			const struct ctl_request *req, struct json_object **reply, char *err,
+			size_t errlen)
+{
+	snprintf(err, errlen, "takeover is asked for by vmigd --takeover on the control socket");
+	return -EINVAL;
 }
 
 /* {"ok":true,"version":2,"node":{...},"migrations":[...]}: everything the node can tell. */
@@ -837,8 +869,14 @@ static const struct ctl_op_def {
 	[CTL_NODE_BANDWIDTH] = { "node-bandwidth", FIELDS("bandwidth"), parse_node_cap,
 				 run_node_cap },
 	[CTL_METRICS] = { "metrics", NO_FIELDS, parse_nothing, run_metrics },
+	[CTL_TAKEOVER] = { "takeover", FIELDS("pid", "version"), parse_takeover, run_takeover },
 };
-_Static_assert(ARRAY_SIZE(ops) == CTL_METRICS + 1, "an entry for each enum ctl_op");
+_Static_assert(ARRAY_SIZE(ops) == CTL_TAKEOVER + 1, "an entry for each enum ctl_op");
+
+const char *ctl_op_name(enum ctl_op op)
+{
+	return (unsigned int)op < ARRAY_SIZE(ops) ? ops[op].name : "?";
+}
 
 int ctl_request_parse(const char *text, size_t len, struct ctl_request *ret, char *err,
 		      size_t errlen)

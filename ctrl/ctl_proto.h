@@ -24,6 +24,7 @@ enum ctl_op {
 	CTL_BANDWIDTH,
 	CTL_NODE_BANDWIDTH,
 	CTL_METRICS,
+	CTL_TAKEOVER, /* a vmigd --takeover asking for the listeners (ctl_takeover.h) */
 };
 
 struct ctl_request {
@@ -40,9 +41,11 @@ struct ctl_request {
 	enum px_tls tls; /* target-start, source-start: "tls" true or false, else the daemon's */
 	bool converge;	/* source-start: "convergence" was given */
 	struct cv_spec conv;
+	int pid; /* takeover: the process asking */
 };
 
 struct xp_tls;
+struct ctl_takeover;
 
 /* What status reports besides the node's own figures. */
 struct ctl_daemon_info {
@@ -51,6 +54,7 @@ struct ctl_daemon_info {
 	const char *control_path;
 	const char *metrics; /* the HTTP endpoint's ADDR:PORT, NULL without --metrics */
 	struct cv_set *conv; /* the convergence monitors; NULL: none (tests) */
+	struct ctl_takeover *takeover; /* NULL: no takeover (tests) */
 };
 
 /* 0, or -EINVAL with one line for the operator in err. *req is filled only on success. */
@@ -61,6 +65,8 @@ char *ctl_execute(struct px_node *n, const struct ctl_daemon_info *d,
 		  const struct ctl_request *req);
 /* The whole exchange: parse, execute, or an error reply. */
 char *ctl_handle(struct px_node *n, const struct ctl_daemon_info *d, const char *text, size_t len);
+/* The op's name on the wire ("source-stop"). */
+const char *ctl_op_name(enum ctl_op op);
 /* {"ok":false,"error":msg,"code":"ENOENT"}: code names err (-errno), absent for 0. */
 char *ctl_error_reply(const char *msg, int err);
 

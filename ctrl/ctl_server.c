@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "ctl_server.h"
+#include "ctl_takeover.h"
 #include "log.h"
 #include "util.h"
 #include "xp_sock.h"
@@ -37,6 +38,8 @@ struct ctl_server {
 	struct xp_watch *w;
 	struct ctl_client *clients;
 	unsigned int nclients;
+	bool released; /* handed over: the socket and the lock are another vmigd's now */
+	bool borrowed; /* adopted, until the old vmigd lets go: its files are not ours yet */
 	struct vm_log_limit refusals;
 };
 
@@ -54,7 +57,8 @@ static void client_free(struct ctl_client *c)
 {
 	xp_watch_del(c->w);
 	xp_timer_del(c->t);
-	close(c->fd);
+	if (c->fd >= 0)
+		close(c->fd);
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -91,8 +95,30 @@ static void client_reply(struct ctl_client *c, const char *reply)
 
 static void client_serve(struct ctl_client *c)
 {
-	char *reply = ctl_handle(c->s->node, c->s->info, c->buf, c->len);
+	const struct ctl_daemon_info *info = c->s->info;
+	struct ctl_request *req = malloc(sizeof(*req));
+	char *reply = NULL, err[512];
+	int r;
 
+	if (!req)
+		goto reply;
+	r = ctl_request_parse(c->buf, c->len, req, err, sizeof(err));
+	if (r < 0) {
+		reply = ctl_error_reply(err, r);
+	} else if (req->op == CTL_TAKEOVER && info->takeover) {
+		/* The connection becomes the takeover's: it passes fds and stays open. */
+		int fd = c->fd;
+
+		c->fd = -1;
+		client_free(c);
+		ctl_takeover_give(info->takeover, fd, req->pid);
+		free(req);
+		return;
+	} else {
+		reply = ctl_execute(c->s->node, info, req);
+	}
+	free(req);
+reply:
 	client_reply(c, reply ? reply : "{\"ok\":false,\"error\":\"out of memory\"}\n");
 	free(reply);
 	client_free(c);
@@ -204,6 +230,15 @@ static void server_accept(struct xp_watch *w, int lfd, uint32_t events, void *ar
 	}
 }
 
+static void write_pid(struct ctl_server *s)
+{
+	char pid[32];
+	int n = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
+
+	if (ftruncate(s->lock_fd, 0) < 0 || pwrite(s->lock_fd, pid, n, 0) != n)
+		log_debug("cannot record the pid in %s", s->lock_path);
+}
+
 static int take_lock(struct ctl_server *s, int *holder)
 {
 	char pid[32];
@@ -221,9 +256,7 @@ static int take_lock(struct ctl_server *s, int *holder)
 		s->lock_fd = -1;
 		return r;
 	}
-	n = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
-	if (ftruncate(s->lock_fd, 0) < 0 || pwrite(s->lock_fd, pid, n, 0) != n)
-		log_debug("cannot record the pid in %s", s->lock_path);
+	write_pid(s);
 	return 0;
 }
 
@@ -272,16 +305,86 @@ fail:
 	return r;
 }
 
+int ctl_server_adopt(struct xp_loop *loop, const char *path, int fd, int lock_fd, struct px_node *n,
+		     const struct ctl_daemon_info *info, struct ctl_server **ret)
+{
+	struct ctl_server *s;
+	int r;
+
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->loop = loop;
+	s->node = n;
+	s->info = info;
+	s->refusals.what = "lines about refused control clients";
+	snprintf(s->path, sizeof(s->path), "%s", path);
+	snprintf(s->lock_path, sizeof(s->lock_path), "%s.lock", path);
+	/* The lock is the open file's, which both processes share now: it stays taken. */
+	s->fd = fd;
+	s->lock_fd = lock_fd;
+	s->borrowed = true;
+	r = xp_watch_add(loop, s->fd, EPOLLIN, server_accept, s, &s->w);
+	if (r < 0) {
+		free(s);
+		return r;
+	}
+	*ret = s;
+	return 0;
+}
+
+void ctl_server_fds(const struct ctl_server *s, int *fd, int *lock_fd)
+{
+	*fd = s->released ? -1 : s->fd;
+	*lock_fd = s->released ? -1 : s->lock_fd;
+}
+
+int ctl_server_pause(struct ctl_server *s, bool pause)
+{
+	if (s->released)
+		return -EBADF;
+	if (pause) {
+		xp_watch_del(s->w);
+		s->w = NULL;
+		return 0;
+	}
+	if (s->w)
+		return 0;
+	return xp_watch_add(s->loop, s->fd, EPOLLIN, server_accept, s, &s->w);
+}
+
+void ctl_server_own(struct ctl_server *s)
+{
+	s->borrowed = false;
+	write_pid(s);
+}
+
+void ctl_server_release(struct ctl_server *s)
+{
+	if (s->released)
+		return;
+	xp_watch_del(s->w);
+	s->w = NULL;
+	close(s->fd);
+	close(s->lock_fd);
+	s->fd = s->lock_fd = -1;
+	s->released = true;
+}
+
 void ctl_server_free(struct ctl_server *s)
 {
 	if (!s)
 		return;
 	while (s->clients)
 		client_free(s->clients);
-	xp_watch_del(s->w);
-	close(s->fd);
-	unlink(s->path);
-	unlink(s->lock_path);
-	close(s->lock_fd);
+	if (!s->released) {
+		xp_watch_del(s->w);
+		close(s->fd);
+		if (!s->borrowed) {
+			unlink(s->path);
+			unlink(s->lock_path);
+		}
+		close(s->lock_fd);
+	}
 	free(s);
 }

@@ -140,6 +140,9 @@ static struct json_object *call(struct json_object *req)
 					  : "request failed";
 		die(EXIT_FAIL, "%s", msg);
 	}
+	/* What the daemon did other than asked (a takeover's migration carried elsewhere). */
+	if (json_object_object_get_ex(reply, "note", &err))
+		fprintf(stderr, "vmigctl: %s\n", json_object_get_string(err));
 	return reply;
 }
 

@@ -14,11 +14,13 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "ctl_metrics.h"
 #include "ctl_notify.h"
 #include "ctl_server.h"
+#include "ctl_takeover.h"
 #include "log.h"
 #include "px_node.h"
 #include "units.h"
@@ -68,6 +70,7 @@ struct options {
 	const char *metrics;
 	enum vm_log_level log_level;
 	bool check_only;
+	bool takeover;
 	int socket_uid, socket_gid;
 	struct conf_text *conf_texts;
 };
@@ -80,6 +83,7 @@ struct daemon {
 	struct ctl_server *ctl;
 	struct ctl_metrics_server *metrics;
 	struct cv_set *conv;
+	struct ctl_takeover *takeover;
 	struct xp_watch *sigw;
 	int sfd;
 	struct ctl_daemon_info info;
@@ -88,6 +92,10 @@ struct daemon {
 	/* From the options, for start-up. */
 	struct px_config pc;
 	struct xp_addr metrics_addr;
+	struct ctl_takeover_offer offer; /* --takeover: what the old vmigd handed over */
+	/* SIGUSR2: this binary (at start) and the arguments to run it with for a takeover */
+	char exe[PATH_MAX];
+	char **takeover_argv;
 };
 
 /* How an option's argument is parsed and where it goes (struct options at off). */
@@ -253,6 +261,12 @@ static const struct opt opts[] = {
 	{ "config", 0, FUNC(opt_config), .arg = "FILE", .flags = OPT_CLI_ONLY | OPT_EARLY,
 	  .help = "read options from FILE first: option value lines, long names without --, "
 		  "# comments; the command line wins" },
+	{ "takeover", 0, FLAG(takeover), .flags = OPT_CLI_ONLY,
+	  .help = "take over from the vmigd running on --control: its listeners and the targets "
+		  "with no connection yet come here, it carries its migrations in flight to their "
+		  "end (bounded by its --drain-timeout) and exits; if this one fails first, the "
+		  "old "
+		  "one carries on" },
 	{ NULL, 'n', FLAG(check_only), .help = "check the configuration and exit" },
 	{ "help", 'h', FUNC(opt_help), .flags = OPT_CLI_ONLY, .help = "print this help and exit" },
 	{ "version", 'V', FUNC(opt_version), .flags = OPT_CLI_ONLY,
@@ -736,6 +750,100 @@ static void drained(void *arg)
 	xp_loop_quit(d->loop);
 }
 
+/* This vmigd handed its listeners to a newer one: what it still carries is all it does. Under
+ * systemd the new one becomes the service's main process; it must be in the service's cgroup,
+ * which a vmigd started by SIGUSR2 is. */
+static void handed_over(void *arg, int pid)
+{
+	struct daemon *d = arg;
+	char state[160];
+	int r;
+
+	d->draining = true;
+	d->info.metrics = NULL;
+	ctl_metrics_server_free(d->metrics);
+	d->metrics = NULL;
+	snprintf(state, sizeof(state),
+		 "MAINPID=%d\nSTATUS=handed over to vmigd pid %d; carrying what is in flight", pid,
+		 pid);
+	r = ctl_notify(state);
+	if (r < 0)
+		log_warn("systemd: cannot make pid %d the main process: %s", pid, strerror(-r));
+}
+
+/*
+ * SIGUSR2: start the binary at this vmigd's path (a package upgrade put the new one there) with
+ * the same arguments and --takeover. Forked twice, so that the new vmigd is no child of this one
+ * (which exits first) and the service manager reaps it; under systemd it stays in the service's
+ * cgroup. If it fails before it took over, this one carries on.
+ */
+static void spawn_takeover(struct daemon *d)
+{
+	sigset_t all;
+	pid_t child;
+	int status;
+
+	if (d->draining || !d->exe[0]) {
+		log_warn("SIGUSR2: %s; no takeover started",
+			 d->draining ? "this vmigd is handing over or draining already"
+				     : "its own binary's path is unknown");
+		return;
+	}
+	child = fork();
+	if (child < 0) {
+		log_err("SIGUSR2: cannot fork: %s", strerror(errno));
+		return;
+	}
+	if (child == 0) {
+		pid_t grandchild = fork();
+
+		if (grandchild != 0)
+			_exit(grandchild < 0 ? 1 : 0);
+		/* exec keeps the signal mask: the new vmigd blocks what it watches itself. */
+		sigemptyset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, NULL);
+		execv(d->exe, d->takeover_argv);
+		fprintf(stderr, "vmigd: SIGUSR2: cannot run %s: %s\n", d->exe, strerror(errno));
+		_exit(127);
+	}
+	if (waitpid(child, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		log_err("SIGUSR2: cannot start %s --takeover", d->exe);
+		return;
+	}
+	log_info("SIGUSR2: started %s --takeover; this vmigd carries on until it has taken over",
+		 d->exe);
+}
+
+/* What SIGUSR2 runs: this binary's path (as it was at start) and argv with --takeover. */
+static int takeover_setup(struct daemon *d, int argc, char **argv)
+{
+	ssize_t n = readlink("/proc/self/exe", d->exe, sizeof(d->exe) - 1);
+	int k = 0;
+
+	if (n <= 0 || (size_t)n >= sizeof(d->exe) - 1) {
+		d->exe[0] = '\0';
+		return 0;
+	}
+	d->exe[n] = '\0';
+	d->takeover_argv = calloc(argc + 2, sizeof(char *));
+	if (!d->takeover_argv)
+		return -ENOMEM;
+	for (int i = 0; i < argc; i++)
+		if (strcmp(argv[i], "--takeover") != 0)
+			d->takeover_argv[k++] = argv[i];
+	d->takeover_argv[k++] = "--takeover";
+	d->takeover_argv[k] = NULL;
+	return 0;
+}
+
+static void retired(void *arg)
+{
+	struct daemon *d = arg;
+
+	log_info("handed over, and what this vmigd carried has ended; exiting");
+	xp_loop_quit(d->loop);
+}
+
 /* New connections get the new pair; links in flight keep theirs. A bad pair changes nothing. */
 static void tls_reload(struct daemon *d, const char *why)
 {
@@ -772,6 +880,10 @@ static void on_signal(struct xp_watch *w, int fd, uint32_t events, void *arg)
 		return;
 	if (si.ssi_signo == SIGHUP) {
 		tls_reload(d, "SIGHUP");
+		return;
+	}
+	if (si.ssi_signo == SIGUSR2) {
+		spawn_takeover(d);
 		return;
 	}
 	if (d->draining) {
@@ -952,12 +1064,26 @@ static int daemon_start(struct daemon *d, const struct options *o)
 	sigaddset(&mask, SIGTERM);
 	sigaddset(&mask, SIGINT);
 	sigaddset(&mask, SIGHUP);
+	sigaddset(&mask, SIGUSR2);
 	pthread_sigmask(SIG_BLOCK, &mask, NULL);
 
 	r = xp_loop_new(&d->loop);
 	if (r < 0) {
 		log_err("cannot create the event loop: %s", strerror(-r));
 		return r;
+	}
+	if (o->takeover) {
+		char err[400];
+
+		r = ctl_takeover_ask(o->control, &d->offer, err, sizeof(err));
+		if (r < 0) {
+			log_err("takeover: %s", err);
+			return r;
+		}
+		log_info("takeover: vmigd pid %d offers its listeners", d->offer.pid);
+		d->pc.adopt = true;
+		d->pc.adopt_fd = d->offer.node_fd;
+		d->offer.node_fd = -1;
 	}
 	r = px_node_new(d->loop, &d->pc, &d->node);
 	if (r < 0)
@@ -968,7 +1094,18 @@ static int daemon_start(struct daemon *d, const struct options *o)
 		return r;
 	}
 	d->info.conv = d->conv;
-	r = ctl_server_new(d->loop, o->control, d->node, &d->info, &holder, &d->ctl);
+	if (o->takeover) {
+		r = ctl_server_adopt(d->loop, o->control, d->offer.ctl_fd, d->offer.lock_fd,
+				     d->node, &d->info, &d->ctl);
+		if (r < 0) {
+			log_err("takeover: cannot serve the control socket handed over: %s",
+				strerror(-r));
+			return r;
+		}
+		d->offer.ctl_fd = d->offer.lock_fd = -1;
+	} else {
+		r = ctl_server_new(d->loop, o->control, d->node, &d->info, &holder, &d->ctl);
+	}
 	if (r == -EADDRINUSE) {
 		log_err("another vmigd (pid %d) is already running with control socket %s", holder,
 			o->control);
@@ -981,14 +1118,48 @@ static int daemon_start(struct daemon *d, const struct options *o)
 	if (o->metrics) {
 		char err[300];
 
-		r = ctl_metrics_server_new(d->loop, d->node, d->conv, &d->metrics_addr, &d->metrics,
-					   err, sizeof(err));
+		if (d->offer.metrics_fd >= 0) {
+			r = ctl_metrics_server_adopt(d->loop, d->node, d->conv, d->offer.metrics_fd,
+						     &d->metrics, err, sizeof(err));
+			d->offer.metrics_fd = -1;
+		} else {
+			r = ctl_metrics_server_new(d->loop, d->node, d->conv, &d->metrics_addr,
+						   &d->metrics, err, sizeof(err));
+		}
 		if (r < 0) {
 			log_err("metrics: %s", err);
 			return r;
 		}
 		d->info.metrics = ctl_metrics_server_addr(d->metrics);
 		log_info("metrics: serving http://%s/metrics", d->info.metrics);
+	}
+	if (d->offer.metrics_fd >= 0)
+		log_warn("takeover: the previous vmigd served metrics; this one runs without "
+			 "--metrics, so the endpoint closes");
+	r = ctl_takeover_new(&(struct ctl_takeover_parts){ .loop = d->loop,
+							   .node = d->node,
+							   .info = &d->info,
+							   .ctl = d->ctl,
+							   .metrics = d->metrics,
+							   .drain_timeout_s = d->drain_timeout_s,
+							   .committed = handed_over,
+							   .retired = retired,
+							   .arg = d },
+			     &d->takeover);
+	if (r < 0) {
+		log_err("out of memory");
+		return r;
+	}
+	d->info.takeover = d->takeover;
+	if (o->takeover) {
+		char err[400];
+
+		r = ctl_takeover_finish(d->takeover, &d->offer, err, sizeof(err));
+		if (r < 0) {
+			log_err("takeover: %s; vmigd pid %d carries on", err, d->offer.pid);
+			return r;
+		}
+		ctl_takeover_offer_done(&d->offer);
 	}
 	d->sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 	if (d->sfd < 0 || xp_watch_add(d->loop, d->sfd, EPOLLIN, on_signal, d, &d->sigw) < 0) {
@@ -1006,7 +1177,11 @@ static int daemon_start(struct daemon *d, const struct options *o)
 	log_info("bandwidth: node cap %s, shaper %s, inspection %s, caps %s at switchover",
 		 vm_format_rate(o->node_bandwidth, rate, sizeof(rate)), px_shaper_str(o->shaper),
 		 o->no_inspect ? "off" : "on", o->keep_cap_at_switchover ? "kept" : "lifted");
-	/* systemd (Type=notify): the control socket and the node-hop listener accept from here. */
+	/* systemd (Type=notify): the control socket and the node-hop listener accept from here.
+	 * A vmigd that took over is made the main process by the old one, and the service is
+	 * ready already. */
+	if (o->takeover)
+		return 0;
 	r = ctl_notify("READY=1");
 	if (r < 0)
 		log_warn("systemd: cannot send READY=1 to $NOTIFY_SOCKET: %s", strerror(-r));
@@ -1029,6 +1204,9 @@ static void daemon_done(struct daemon *d)
 	xp_watch_del(d->sigw);
 	if (d->sfd >= 0)
 		close(d->sfd);
+	ctl_takeover_free(d->takeover);
+	ctl_takeover_offer_done(&d->offer);
+	free(d->takeover_argv);
 	ctl_metrics_server_free(d->metrics);
 	ctl_server_free(d->ctl);
 	xp_fwatch_free(d->tls_watch);
@@ -1043,7 +1221,12 @@ static void daemon_done(struct daemon *d)
 int main(int argc, char **argv)
 {
 	struct options o;
-	struct daemon d = { .sfd = -1 };
+	struct daemon d = { .sfd = -1,
+			    .offer = { .sock = -1,
+				       .ctl_fd = -1,
+				       .lock_fd = -1,
+				       .node_fd = -1,
+				       .metrics_fd = -1 } };
 	int r, status = 1;
 
 	r = options_init(&o);
@@ -1061,6 +1244,8 @@ int main(int argc, char **argv)
 		status = 0;
 		goto out_daemon;
 	}
+	if (takeover_setup(&d, argc, argv) < 0)
+		goto out_daemon;
 	if (daemon_start(&d, &o) < 0 || daemon_run(&d) < 0)
 		goto out_daemon;
 	status = 0;

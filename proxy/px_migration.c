@@ -61,6 +61,11 @@ int px_check_key(struct px_node *n, const char *key, char *err, size_t errlen)
 		snprintf(err, errlen, "vmigd is shutting down");
 		return -ESHUTDOWN;
 	}
+	if (n->retiring) {
+		snprintf(err, errlen,
+			 "this vmigd has handed over to a newer one (takeover); ask the new one");
+		return -ESHUTDOWN;
+	}
 	return 0;
 }
 
@@ -279,6 +284,8 @@ void px_migration_stop(struct px_migration *m)
 	    IO(n, timer_add, px_now(n) + STOP_GRACE_MS, stop_grace_expired, m, &m->stop_timer) < 0)
 		px_migration_cut(m, true);
 	px_migration_maybe_finish(m);
+	/* A retiring node may have waited for this one's first connection. */
+	px_node_check_drained(n);
 }
 
 const char *px_cap_note(uint64_t cap, char *buf, size_t len)

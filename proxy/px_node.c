@@ -20,12 +20,22 @@ unsigned int px_node_active_conns(const struct px_node *n)
 	return k;
 }
 
+/* A migration that has not had its first connection yet, and may still get one. */
+static bool waiting_first(const struct px_migration *m)
+{
+	return !m->failed && !m->stopping && m->conns_total == 0 && m->conns_active == 0 &&
+	       m->conns_failed == 0;
+}
+
 void px_node_check_drained(struct px_node *n)
 {
 	void (*done)(void *arg) = n->drain_done;
 
-	if (!n->draining || !done || px_node_active_conns(n) > 0)
+	if (!(n->draining || n->retiring) || !done || px_node_active_conns(n) > 0)
 		return;
+	for (struct px_migration *m = n->migrations; n->retiring && m; m = m->next)
+		if (waiting_first(m))
+			return;
 	n->drain_done = NULL;
 	IO(n, timer_del, n->drain_timer);
 	n->drain_timer = NULL;
@@ -38,6 +48,9 @@ static void drain_expired(void *arg)
 
 	n->drain_timer = NULL;
 	log_warn("drain timeout: cutting %u connections still in flight", px_node_active_conns(n));
+	/* A retiring node stops waiting for migrations that never got their first connection. */
+	n->retiring = false;
+	n->draining = true;
 	while (n->unbound)
 		px_conn_free(n->unbound);
 	for (struct px_migration *m = n->migrations; m; m = m->next)
@@ -67,6 +80,107 @@ void px_node_drain(struct px_node *n, unsigned int timeout_s, void (*done)(void 
 		px_node_check_drained(n);
 }
 
+int px_node_listen_fd(const struct px_node *n)
+{
+	return n->lfd;
+}
+
+int px_node_listen_pause(struct px_node *n, bool pause)
+{
+	if (n->lfd < 0)
+		return -EBADF;
+	if (pause) {
+		IO(n, watch_del, n->lw);
+		n->lw = NULL;
+		return 0;
+	}
+	if (n->lw)
+		return 0;
+	return IO(n, watch_add, n->lfd, EPOLLIN, px_target_accept, n, &n->lw);
+}
+
+int px_migration_hand_over(struct px_node *n, const char *key, enum px_role role, const char *to)
+{
+	struct px_migration *m = px_migration_find(n, key, role), **pp;
+
+	if (!m)
+		return -ENOENT;
+	if (!waiting_first(m) || m->kubevirt || role != PX_ROLE_TARGET)
+		return -EBUSY;
+	for (pp = &n->migrations; *pp != m; pp = &(*pp)->next)
+		;
+	*pp = m->next;
+	log_info("migration %s role=%s: handed over to %s before its first connection", m->key,
+		 px_role_str(m->role), to);
+	for (unsigned int i = 0; i < m->nports; i++)
+		px_order_free(m->ports[i].order);
+	IO(n, timer_del, m->order_timer);
+	IO(n, timer_del, m->stop_timer);
+	px_migration_discard(m);
+	px_node_share(n);
+	return 0;
+}
+
+void px_node_retire(struct px_node *n, unsigned int timeout_s, void (*done)(void *arg), void *arg)
+{
+	unsigned int waiting = 0;
+
+	n->retiring = true;
+	n->drain_done = done;
+	n->drain_arg = arg;
+	IO(n, watch_del, n->lw);
+	n->lw = NULL;
+	/* The socket lives on in the vmigd that took over; only this copy closes. */
+	IO(n, close_fd, n->lfd, false);
+	n->lfd = -1;
+	for (struct px_migration *m = n->migrations; m; m = m->next)
+		waiting += waiting_first(m);
+	log_info("handed over: carrying on with %u connections in flight and %u migrations "
+		 "waiting for their first, for up to %u s",
+		 px_node_active_conns(n), waiting, timeout_s);
+	if (IO(n, timer_add, px_now(n) + timeout_s * 1000ull, drain_expired, n, &n->drain_timer) <
+	    0)
+		drain_expired(n);
+	else
+		px_node_check_drained(n);
+}
+
+int px_node_set_elsewhere(struct px_node *n, const char *const *keys, unsigned int nkeys,
+			  const char *who)
+{
+	char **list = NULL;
+
+	if (nkeys) {
+		list = calloc(nkeys, sizeof(*list));
+		if (!list)
+			return -ENOMEM;
+		for (unsigned int i = 0; i < nkeys; i++) {
+			list[i] = strdup(keys[i]);
+			if (!list[i]) {
+				while (i--)
+					free(list[i]);
+				free(list);
+				return -ENOMEM;
+			}
+		}
+	}
+	for (unsigned int i = 0; i < n->nelsewhere; i++)
+		free(n->elsewhere[i]);
+	free(n->elsewhere);
+	n->elsewhere = list;
+	n->nelsewhere = nkeys;
+	snprintf(n->elsewhere_who, sizeof(n->elsewhere_who), "%s", who ? who : "");
+	return 0;
+}
+
+const char *px_node_elsewhere(const struct px_node *n, const char *key)
+{
+	for (unsigned int i = 0; i < n->nelsewhere; i++)
+		if (strcmp(n->elsewhere[i], key) == 0)
+			return n->elsewhere_who;
+	return NULL;
+}
+
 int px_node_new_io(const struct xp_io_ops *io, void *ioc, const struct px_config *conf,
 		   struct px_node **ret)
 {
@@ -91,7 +205,17 @@ int px_node_new_io(const struct xp_io_ops *io, void *ioc, const struct px_config
 			strerror(-r));
 		goto fail;
 	}
-	r = IO(n, listen_tcp, &conf->listen, &n->lfd, &n->bound);
+	if (conf->adopt) {
+		r = IO(n, listen_adopt, conf->adopt_fd, &n->bound);
+		if (r < 0) {
+			log_err("the node-hop listener handed over is not a TCP listener: %s",
+				strerror(-r));
+			goto fail;
+		}
+		n->lfd = conf->adopt_fd;
+	} else {
+		r = IO(n, listen_tcp, &conf->listen, &n->lfd, &n->bound);
+	}
 	if (r < 0) {
 		char a[80] = "?";
 
@@ -183,6 +307,7 @@ void px_node_free(struct px_node *n)
 	IO(n, close_fd, n->lfd, false);
 	xp_io_free(n->own_io);
 	xp_bucket_free(n->bucket);
+	px_node_set_elsewhere(n, NULL, 0, NULL);
 	free(n);
 }
 

@@ -43,6 +43,10 @@ struct px_config {
 	enum px_shaper shaper;
 	bool inspect;		     /* read the QEMU stream as it passes (px_inspect) */
 	bool keep_cap_at_switchover; /* else a migration's cap is lifted once its VM stopped */
+	/* With adopt: the node-hop listener is adopt_fd, handed over by the vmigd this one takes
+	 * over from (--takeover), and listen is not used. */
+	bool adopt;
+	int adopt_fd;
 	/* A source's sockets and migrationproxy/: this owner (-1: the daemon's), mode 0660/0750. */
 	int socket_uid, socket_gid;
 };
@@ -56,6 +60,9 @@ struct px_start {
 	bool kubevirt; /* target: one TCP listener per logical port, KubeVirt's map */
 	enum px_tls tls;
 	unsigned int delay_first_ms; /* source, tests: hold back each port's first connect */
+	/* target: the migration's secret, given (a takeover moves a target with its own) */
+	bool has_secret;
+	uint8_t secret[PX_SECRET_LEN];
 };
 
 /* Bytes/s over the last second and the last ten, each way. */
@@ -187,6 +194,37 @@ int px_source_stop(struct px_node *n, const char *key, char *err, size_t errlen)
 
 typedef void (*px_migration_fn)(const struct px_migration_info *mi, void *arg);
 void px_node_foreach(struct px_node *n, px_migration_fn fn, void *arg);
+
+/*
+ * Takeover (doc/design.md, "Upgrades without losing a migration"). The node-hop listener, to
+ * hand to the vmigd that takes over; -1 after a drain or retire.
+ */
+int px_node_listen_fd(const struct px_node *n);
+/* Stops (or resumes) accepting on the node-hop listener, which stays open. 0 or -errno. */
+int px_node_listen_pause(struct px_node *n, bool pause);
+/* A target's secret (to move it to another vmigd): 0, or -ENOENT with no such target. */
+int px_target_secret(struct px_node *n, const char *key, uint8_t out[PX_SECRET_LEN]);
+/*
+ * Forgets a migration that has never had a connection, now started on the vmigd named by to,
+ * without touching its sockets: 0, -ENOENT, or -EBUSY when it has had connections.
+ */
+int px_migration_hand_over(struct px_node *n, const char *key, enum px_role role, const char *to);
+/*
+ * After a takeover, on the vmigd that handed over: closes its copy of the node-hop listener,
+ * keeps the migrations it carries (and their own listeners) until none has a connection or is
+ * waiting for its first, then calls done; after timeout_s the rest are cut first. Starts are
+ * refused from here on.
+ */
+void px_node_retire(struct px_node *n, unsigned int timeout_s, void (*done)(void *arg), void *arg);
+/*
+ * On the vmigd that took over: the keys of target migrations that stayed with the one it took
+ * over from (who says which, for the log). A node-hop connection for one is refused with a line
+ * that says so. keys NULL (nkeys 0) clears the list. 0 or -ENOMEM.
+ */
+int px_node_set_elsewhere(struct px_node *n, const char *const *keys, unsigned int nkeys,
+			  const char *who);
+/* Who has key's migration, if it stayed elsewhere at a takeover; NULL if not. */
+const char *px_node_elsewhere(const struct px_node *n, const char *key);
 
 /*
  * Stops taking new connections (listeners close, sockets are removed) and calls done once no

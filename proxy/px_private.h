@@ -161,6 +161,10 @@ struct px_node {
 	struct vm_log_limit accept_errors;
 	uint64_t accept_paused; /* listener pauses for want of fds, since start */
 	bool draining;
+	bool retiring;	  /* handed over to another vmigd: ends once what it carries has ended */
+	char **elsewhere; /* target keys that stayed with the vmigd this one took over from */
+	unsigned int nelsewhere;
+	char elsewhere_who[64];
 	struct xp_bucket *bucket; /* the node cap (rate 0: none) */
 	struct xp_timer *tick;
 	uint64_t bytes_done[2]; /* of ended connections */

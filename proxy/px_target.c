@@ -219,6 +219,17 @@ static void tgt_dispatch(struct px_conn *c, const struct px_preamble *p)
 
 	/* A port's own listener serves that port of that migration only. */
 	m = c->lport ? c->lport->m : px_migration_find(n, p->key, PX_ROLE_TARGET);
+	if (!m && px_node_elsewhere(n, p->key)) {
+		/* Its connections were made before the takeover and stay where they are. */
+		px_refusal(n,
+			   "migration %s role=target: port %u connection %u from %s refused: the "
+			   "migration stayed with %s at the takeover, and a connection made after "
+			   "it cannot join it",
+			   p->key, p->port, p->seq, c->peer, px_node_elsewhere(n, p->key));
+		px_conn_reply(c, PX_ERR_SHUTDOWN);
+		px_conn_release(c);
+		return;
+	}
 	if (!m || strcmp(m->key, p->key)) {
 		tgt_reject(c, n->draining ? PX_ERR_SHUTDOWN : PX_ERR_UNKNOWN_KEY, p->key);
 		return;
@@ -677,7 +688,9 @@ int px_target_start(struct px_node *n, const char *key, unsigned int nports,
 	m->kubevirt = opts->kubevirt;
 	m->tls = tls;
 	m->opts = *opts;
-	if (getrandom(m->secret, sizeof(m->secret), 0) != sizeof(m->secret)) {
+	if (opts->has_secret) {
+		memcpy(m->secret, opts->secret, sizeof(m->secret));
+	} else if (getrandom(m->secret, sizeof(m->secret), 0) != sizeof(m->secret)) {
 		r = -errno;
 		px_migration_discard(m);
 		snprintf(err, errlen, "cannot make the migration's secret: %s", strerror(-r));
@@ -738,5 +751,15 @@ int px_target_stop(struct px_node *n, const char *key, char *err, size_t errlen)
 		return -ENOENT;
 	}
 	px_migration_stop(m);
+	return 0;
+}
+
+int px_target_secret(struct px_node *n, const char *key, uint8_t out[PX_SECRET_LEN])
+{
+	struct px_migration *m = px_migration_find(n, key, PX_ROLE_TARGET);
+
+	if (!m)
+		return -ENOENT;
+	memcpy(out, m->secret, PX_SECRET_LEN);
 	return 0;
 }

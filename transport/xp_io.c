@@ -106,6 +106,12 @@ static int io_listen_tcp(void *io, const struct xp_addr *a, int *ret_fd, struct 
 	return xp_tcp_listen(a, 1024, ret_fd, bound);
 }
 
+static int io_listen_adopt(void *io, int fd, struct xp_addr *bound)
+{
+	(void)io;
+	return xp_tcp_adopt(fd, bound);
+}
+
 static int io_listen_unix(void *io, const char *path, const struct xp_unix_owner *owner,
 			  int *ret_fd)
 {
@@ -377,6 +383,7 @@ const struct xp_io_ops xp_io_ops = {
 	.info = io_info,
 	.listen_tcp = io_listen_tcp,
 	.listen_unix = io_listen_unix,
+	.listen_adopt = io_listen_adopt,
 	.accept = io_accept,
 	.accept_local = io_accept_local,
 	.connect = io_connect,

@@ -83,6 +83,8 @@ struct xp_io_ops {
 	int (*listen_tcp)(void *io, const struct xp_addr *a, int *ret_fd, struct xp_addr *bound);
 	int (*listen_unix)(void *io, const char *path, const struct xp_unix_owner *owner,
 			   int *ret_fd);
+	/* A listening TCP socket handed over by another vmigd (--takeover): its address. */
+	int (*listen_adopt)(void *io, int fd, struct xp_addr *bound);
 	/* The next node-hop connection, and its peer's address as text; -EAGAIN: none waiting. */
 	int (*accept)(void *io, int lfd, struct xp_conn **ret, char *peer, size_t peerlen);
 	/* The next local connection of a unix listener, a plain fd; -EAGAIN: none waiting. */

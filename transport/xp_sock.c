@@ -8,6 +8,7 @@
 #include <net/if.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "util.h"
 #include "xp_sock.h"
 
 int xp_addr_from_host(const char *host, unsigned int port, struct xp_addr *ret)
@@ -349,4 +351,164 @@ void xp_close_reset(int fd)
 	/* Fails harmlessly on unix sockets, where a close is all the peer can see. */
 	(void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
 	close(fd);
+}
+
+int xp_tcp_adopt(int fd, struct xp_addr *bound)
+{
+	int v = 0;
+	socklen_t vl = sizeof(v);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &v, &vl) < 0)
+		return -errno;
+	if (!v)
+		return -EINVAL;
+	bound->len = sizeof(bound->ss);
+	if (getsockname(fd, (struct sockaddr *)&bound->ss, &bound->len) < 0)
+		return -errno;
+	if (bound->ss.ss_family != AF_INET && bound->ss.ss_family != AF_INET6)
+		return -EINVAL;
+	return 0;
+}
+
+static int wait_fd(int fd, short events, uint64_t deadline_ms)
+{
+	struct pollfd p = { .fd = fd, .events = events };
+	uint64_t now = vm_now_ms();
+	int r;
+
+	if (now >= deadline_ms)
+		return -ETIMEDOUT;
+	r = poll(&p, 1, (int)(deadline_ms - now));
+	if (r < 0)
+		return errno == EINTR ? 0 : -errno;
+	return r == 0 ? -ETIMEDOUT : 0;
+}
+
+int xp_send_fds(int sock, const void *buf, size_t len, const int *fds, unsigned int nfds,
+		unsigned int timeout_ms)
+{
+	union {
+		char b[CMSG_SPACE(sizeof(int) * XP_FDS_MAX)];
+		struct cmsghdr align;
+	} u;
+	uint64_t deadline = vm_now_ms() + timeout_ms;
+	size_t off = 0;
+	int r;
+
+	if (nfds > XP_FDS_MAX || len == 0)
+		return -EINVAL;
+	while (off < len) {
+		struct iovec iov = { .iov_base = (char *)buf + off, .iov_len = len - off };
+		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+		ssize_t k;
+
+		if (off == 0 && nfds) {
+			struct cmsghdr *cm;
+
+			memset(&u, 0, sizeof(u));
+			msg.msg_control = u.b;
+			msg.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+			cm = CMSG_FIRSTHDR(&msg);
+			cm->cmsg_level = SOL_SOCKET;
+			cm->cmsg_type = SCM_RIGHTS;
+			cm->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+			memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
+		}
+		k = sendmsg(sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (k > 0) {
+			off += k;
+			continue;
+		}
+		if (k < 0 && errno != EAGAIN && errno != EINTR)
+			return -errno;
+		r = wait_fd(sock, POLLOUT, deadline);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+/* Keeps the fds of a control message, closing what does not fit. */
+static void take_fds(struct msghdr *msg, int *fds, unsigned int *nfds, unsigned int max)
+{
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(msg); cm; cm = CMSG_NXTHDR(msg, cm)) {
+		size_t n;
+		int *in;
+
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		in = (int *)CMSG_DATA(cm);
+		for (size_t i = 0; i < n; i++) {
+			int fd;
+
+			memcpy(&fd, in + i, sizeof(fd));
+			if (*nfds < max)
+				fds[(*nfds)++] = fd;
+			else
+				close(fd);
+		}
+	}
+}
+
+ssize_t xp_recv_line_fds(int sock, char *buf, size_t len, int *fds, unsigned int *nfds,
+			 unsigned int timeout_ms)
+{
+	union {
+		char b[CMSG_SPACE(sizeof(int) * XP_FDS_MAX)];
+		struct cmsghdr align;
+	} u;
+	uint64_t deadline = vm_now_ms() + timeout_ms;
+	unsigned int max = *nfds;
+	size_t off = 0;
+	ssize_t r;
+
+	*nfds = 0;
+	if (len < 2)
+		return -EINVAL;
+	/* The fds ride on a message's first byte: read that alone, then up to the newline (a
+	 * peek with SCM_RIGHTS would install the fds once per peek). */
+	while (off < len - 1) {
+		struct iovec iov = { .iov_base = buf + off, .iov_len = 1 };
+		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+		char *nl;
+		ssize_t k;
+
+		if (off > 0) {
+			k = recv(sock, buf + off, len - 1 - off, MSG_PEEK | MSG_DONTWAIT);
+			if (k > 0) {
+				nl = memchr(buf + off, '\n', k);
+				iov.iov_len = nl ? (size_t)(nl - (buf + off)) + 1 : (size_t)k;
+			}
+		}
+		msg.msg_control = u.b;
+		msg.msg_controllen = sizeof(u.b);
+		k = recvmsg(sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		if (k > 0) {
+			take_fds(&msg, fds, nfds, max);
+			off += k;
+			if (buf[off - 1] == '\n') {
+				buf[off] = '\0';
+				return (ssize_t)off;
+			}
+			continue;
+		}
+		if (k == 0) {
+			r = -ECONNRESET;
+			goto fail;
+		}
+		if (errno != EAGAIN && errno != EINTR) {
+			r = -errno;
+			goto fail;
+		}
+		r = wait_fd(sock, POLLIN, deadline);
+		if (r < 0)
+			goto fail;
+	}
+	r = -EMSGSIZE;
+fail:
+	for (unsigned int i = 0; i < *nfds; i++)
+		close(fds[i]);
+	*nfds = 0;
+	return r;
 }

@@ -60,6 +60,27 @@ static inline bool xp_accept_starved(int r)
 {
 	return r == -EMFILE || r == -ENFILE || r == -ENOBUFS || r == -ENOMEM;
 }
+/* A listening TCP socket handed in (vmigd --takeover): *bound gets its address. -ENOTSOCK,
+ * -EINVAL when fd is not one. */
+int xp_tcp_adopt(int fd, struct xp_addr *bound);
+
+/* At most this many fds go with one message over a unix socket. */
+#define XP_FDS_MAX 64
+/*
+ * Sends len bytes over a unix stream socket, with nfds fds (SCM_RIGHTS) on the first byte;
+ * blocks until all is written or timeout_ms passes. 0 or -errno.
+ */
+int xp_send_fds(int sock, const void *buf, size_t len, const int *fds, unsigned int nfds,
+		unsigned int timeout_ms);
+/*
+ * Reads one line (up to and with '\n', NUL-terminated in buf) from a unix stream socket, and
+ * the fds that came with it, waiting up to timeout_ms in all. The fds are close-on-exec and
+ * the caller's, also on failure, where they are closed. Returns the line's length or -errno
+ * (-EMSGSIZE: no newline within len - 1 bytes; -ECONNRESET: the end of stream first).
+ */
+ssize_t xp_recv_line_fds(int sock, char *buf, size_t len, int *fds, unsigned int *nfds,
+			 unsigned int timeout_ms);
+
 /* Close so that the peer sees a reset, not a clean end of stream. */
 void xp_close_reset(int fd);
 

@@ -47,6 +47,10 @@ static void check_accepted(const struct ctl_request *req, size_t size)
 		return;
 	case CTL_NODE_BANDWIDTH:
 		return;
+	case CTL_TAKEOVER:
+		FUZZ_CHECK(req->pid > 0);
+		FUZZ_CHECK(req->bandwidth == 0);
+		return;
 	case CTL_BANDWIDTH:
 		FUZZ_CHECK(px_key_valid(req->key));
 		return;
@@ -95,8 +99,10 @@ static void check_exact(const uint8_t *data, size_t size, const struct ctl_reque
 	json_tokener_free(tok);
 	FUZZ_CHECK(o != NULL && json_object_is_type(o, json_type_object));
 	if (req->op != CTL_LIST && req->op != CTL_STATUS && req->op != CTL_METRICS &&
-	    req->op != CTL_NODE_BANDWIDTH)
+	    req->op != CTL_NODE_BANDWIDTH && req->op != CTL_TAKEOVER)
 		check_string(o, "key", req->key);
+	if (req->op == CTL_TAKEOVER)
+		FUZZ_CHECK(json_object_get_int64(json_object_object_get(o, "pid")) == req->pid);
 	/* A bandwidth taken is the JSON integer as written; one left out is 0 ... */
 	if (req->op == CTL_BANDWIDTH || req->op == CTL_NODE_BANDWIDTH)
 		FUZZ_CHECK(json_object_object_get_ex(o, "bandwidth", &bw));

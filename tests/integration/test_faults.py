@@ -6,15 +6,17 @@ namespaces, and one fault in its middle:
 - SIGSTOP of either daemon for 3 s, then SIGCONT;
 - the veth link down for 2 s, and for 20 s;
 - the destination QEMU killed;
-- `source stop` and `target stop` mid-stream (at 8 MiB/s: the 5 s grace ends before it does).
+- `source stop` and `target stop` mid-stream (at 8 MiB/s: the 5 s grace ends before it does);
+- a takeover (vmigd --takeover) of the source daemon, and of the target daemon: the old one
+  carries the migration to its end and exits 0 on its own.
 After each: the migration completed or failed within BOUND_S of the fault's end (a fault that
 only pauses the hop must complete); the guest runs on exactly one side (a failed migration: on
 the source, its serial going on; a completed one: on the destination once let run); the stop
 lines say what happened (a target cut short in plain text says cut-short and who, finding 6);
 then a killed daemon is started again and both serve the next migration (64 MiB, 2 channels)
 with memory verified. At the end, the daemons that lived through the matrix hold no more fds
-than after their first migration and their RSS grew by less than 32 MiB. Takeover (vmigd
---takeover) is not part of it yet."""
+than after their first migration and their RSS grew by less than 32 MiB. test_takeover.py has
+more of takeover (twice in a row, a target moved, a takeover that fails)."""
 
 import os
 import signal
@@ -88,6 +90,13 @@ def stop_side(side):
     return fault
 
 
+def takeover(side):
+    def fault(tb, m, src, dst):
+        tb.fault_carrier = (side, tb.takeover(side))
+        return f'a takeover of the {side} daemon'
+    return fault
+
+
 # (name, fault, outcome: 'complete', 'fail' or 'either', the side whose daemon is killed, the
 # cap). `stop` lets connections run for a 5 s grace: those migrations take 12 s, so it cuts them.
 CASES = [
@@ -100,6 +109,8 @@ CASES = [
     ('kill-destination', kill_destination, 'fail', None, BANDWIDTH),
     ('source-stop', stop_side('source'), 'fail', None, SLOW_BANDWIDTH),
     ('target-stop', stop_side('target'), 'fail', None, SLOW_BANDWIDTH),
+    ('takeover-source', takeover('source'), 'complete', None, BANDWIDTH),
+    ('takeover-target', takeover('target'), 'complete', None, BANDWIDTH),
 ]
 
 
@@ -134,6 +145,7 @@ def run_case(ck, tb, label, name, fault, want, killed, bandwidth):
     m = tb.start_migration(src, dst, key, CHANNELS, max_bandwidth=bandwidth)
     m.wait_active()
     time.sleep(FAULT_AT_S)
+    tb.fault_carrier = None
     what = fault(tb, m, src, dst)
     done = time.monotonic()
     info = vt.wait_until(lambda: ended(m), BOUND_S, f'{label} {name}: the migration to end')
@@ -165,6 +177,8 @@ def run_case(ck, tb, label, name, fault, want, killed, bandwidth):
     for d, role in ((tb.source, 'source'), (tb.target, 'target')):
         if killed == role:
             continue
+        if tb.fault_carrier and tb.fault_carrier[0] == role:
+            d = tb.fault_carrier[1]         # the old daemon carried it to its end
         rec = stop_line(d, key, role)
         lines.append(f'{role}: {rec.get("outcome")}')
         if status == 'completed':
@@ -181,6 +195,11 @@ def run_case(ck, tb, label, name, fault, want, killed, bandwidth):
             ck.check(rec.get('outcome') != 'ok',
                      f'{tag}: {role} outcome {rec.get("outcome")} for a failed migration')
     tb.close_qemus(src, dst)
+    if tb.fault_carrier:
+        old = tb.fault_carrier[1]
+        rc = tb.wait_retired(old)
+        ck.check(rc == 0, f'{tag}: {old.name} exited {rc} once it had handed over')
+        lines.append(f'{old.name} exited {rc}')
     if killed:
         tb.replace_daemon(killed, killed=True)
     vt.log(f'  {tag}: {where} in {took:.1f} s; stop lines {lines}')

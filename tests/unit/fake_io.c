@@ -145,6 +145,17 @@ static int f_listen_tcp(void *io, const struct xp_addr *a, int *ret_fd, struct x
 	return 0;
 }
 
+/* The node-hop listener handed over (takeover): only FAKE_TCP_LISTEN is one. */
+static int f_listen_adopt(void *io, int fd, struct xp_addr *bound)
+{
+	struct fake_io *f = io;
+
+	if (fd != FAKE_TCP_LISTEN)
+		return -EINVAL;
+	f->listened = true;
+	return xp_addr_from_host("198.18.0.2", 40000, bound);
+}
+
 static int f_listen_unix(void *io, const char *path, const struct xp_unix_owner *owner, int *ret_fd)
 {
 	struct fake_io *f = io;
@@ -423,6 +434,7 @@ const struct xp_io_ops fake_io_ops = {
 	.info = f_info,
 	.listen_tcp = f_listen_tcp,
 	.listen_unix = f_listen_unix,
+	.listen_adopt = f_listen_adopt,
 	.accept = f_accept,
 	.accept_local = f_accept_local,
 	.connect = f_connect,

@@ -152,6 +152,28 @@ static void test_stop_ops(void **state)
 	free(req);
 }
 
+/* What vmigd --takeover sends; the server serves it on its own connection (ctl_takeover.c). */
+static void test_takeover(void **state)
+{
+	struct ctl_request *req =
+		parse_ok("{\"op\":\"takeover\",\"pid\":4242,\"version\":\"0.1\"}");
+	char *reply;
+
+	assert_int_equal(req->op, CTL_TAKEOVER);
+	assert_int_equal(req->pid, 4242);
+	assert_string_equal(ctl_op_name(req->op), "takeover");
+	/* Anywhere else than on the control socket, it is refused with a reason. */
+	reply = ctl_execute(NULL, NULL, req);
+	assert_non_null(strstr(reply, "takeover is asked for by vmigd --takeover"));
+	free(reply);
+	free(req);
+	check_reject("{\"op\":\"takeover\"}");
+	check_reject("{\"op\":\"takeover\",\"pid\":0}");
+	check_reject("{\"op\":\"takeover\",\"pid\":-3}");
+	check_reject("{\"op\":\"takeover\",\"pid\":\"12\"}");
+	check_reject("{\"op\":\"takeover\",\"pid\":4294967297}");
+}
+
 static void test_source_start(void **state)
 {
 	struct ctl_request *req;
@@ -908,6 +930,7 @@ int main(void)
 		cmocka_unit_test(test_target_start),
 		cmocka_unit_test(test_target_start_limits),
 		cmocka_unit_test(test_stop_ops),
+		cmocka_unit_test(test_takeover),
 		cmocka_unit_test(test_source_start),
 		cmocka_unit_test(test_list_status),
 		cmocka_unit_test(test_trailing),

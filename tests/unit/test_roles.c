@@ -1173,6 +1173,139 @@ static void test_drain_waits_for_links(void **state)
 	}
 }
 
+/* ---- takeover ---- */
+
+/* The node that took over: its listener is the one handed over, and a target started with the
+ * old node's secret takes the source's connections. */
+static void test_takeover_adopt_and_given_secret(void **state)
+{
+	struct t *t = *state;
+	struct px_port_info p = { .id = PORT };
+	struct px_start opts = { .has_secret = true };
+	struct px_preamble pre = { .version = PX_PROTO_VERSION, .port = PORT, .has_secret = true };
+	uint8_t buf[PX_PREAMBLE_MAX], got[PX_SECRET_LEN];
+	struct px_portmap out;
+	struct fake_conn *c;
+	char err[256];
+	int len;
+
+	t->conf.adopt = true;
+	t->conf.adopt_fd = 7;
+	assert_int_equal(px_node_new_io(&fake_io_ops, &t->f, &t->conf, &t->n), -EINVAL);
+	assert_logged("the node-hop listener handed over is not a TCP listener");
+	t->conf.adopt_fd = FAKE_TCP_LISTEN;
+	start(t);
+	assert_string_equal(px_node_listen_str(t->n), "198.18.0.2:40000");
+	assert_true(fake_watched(&t->f, FAKE_TCP_LISTEN));
+	for (unsigned int i = 0; i < PX_SECRET_LEN; i++)
+		opts.secret[i] = (uint8_t)(0xa0 + i);
+	strcpy(p.path, DST_SOCK);
+	assert_int_equal(px_target_start(t->n, KEY, 1, &p, &opts, &out, err, sizeof(err)), 0);
+	assert_memory_equal(out.secret, opts.secret, PX_SECRET_LEN);
+	assert_int_equal(px_target_secret(t->n, KEY, got), 0);
+	assert_memory_equal(got, opts.secret, PX_SECRET_LEN);
+	assert_int_equal(px_target_secret(t->n, "vm9", got), -ENOENT);
+	strcpy(pre.key, KEY);
+	memcpy(pre.secret, opts.secret, PX_SECRET_LEN);
+	len = px_preamble_encode(&pre, buf, sizeof(buf));
+	c = fake_incoming(&t->f, buf, (size_t)len);
+	fake_settle(&t->f);
+	assert_int_equal(reply_of(c), PX_OK);
+	assert_true(c->attached);
+}
+
+/* The old node: a target with no connection yet can be handed over, one with connections not;
+ * pausing the listener leaves it open; retiring closes this copy, keeps what it carries and
+ * ends once the last link ended and no migration waits for its first connection. */
+static void test_takeover_retire(void **state)
+{
+	struct t *t = *state;
+	struct px_port_info p = { .id = PORT };
+	struct px_portmap out;
+	struct fake_conn *c;
+	char err[256];
+
+	start(t);
+	target_start(t, KEY, 0);
+	c = arrive(t, KEY, PORT, 0);
+	strcpy(p.path, DST_SOCK);
+	assert_int_equal(px_target_start(t->n, "vm2", 1, &p, &(struct px_start){ 0 }, &out, err,
+					 sizeof(err)),
+			 0);
+	source_start(t, "vm3", 0, 0);
+	assert_int_equal(px_migration_hand_over(t->n, KEY, PX_ROLE_TARGET, "vmigd pid 9"), -EBUSY);
+	assert_int_equal(px_migration_hand_over(t->n, "vm3", PX_ROLE_SOURCE, "vmigd pid 9"),
+			 -EBUSY);
+	assert_int_equal(px_migration_hand_over(t->n, "vm4", PX_ROLE_TARGET, "vmigd pid 9"),
+			 -ENOENT);
+	assert_int_equal(px_migration_hand_over(t->n, "vm2", PX_ROLE_TARGET, "vmigd pid 9"), 0);
+	assert_logged("migration vm2 role=target: handed over to vmigd pid 9 before its first "
+		      "connection");
+	assert_false(see(t, "vm2").found);
+
+	assert_int_equal(px_node_listen_fd(t->n), FAKE_TCP_LISTEN);
+	assert_int_equal(px_node_listen_pause(t->n, true), 0);
+	assert_false(fake_watched(&t->f, FAKE_TCP_LISTEN));
+	assert_int_equal(px_node_listen_pause(t->n, false), 0);
+	assert_true(fake_watched(&t->f, FAKE_TCP_LISTEN));
+
+	drained_calls = 0;
+	px_node_retire(t->n, 300, on_drained, NULL);
+	assert_int_equal(px_node_listen_fd(t->n), -1);
+	assert_false(fake_watched(&t->f, FAKE_TCP_LISTEN));
+	assert_logged("handed over: carrying on with 1 connections in flight and 1 migrations "
+		      "waiting for their first");
+	assert_int_equal(px_target_start(t->n, "vm5", 1, &p, &(struct px_start){ 0 }, &out, err,
+					 sizeof(err)),
+			 -ESHUTDOWN);
+	assert_string_equal(err, "this vmigd has handed over to a newer one (takeover); ask the "
+				 "new one");
+	/* The link it carries goes on to its end... */
+	fake_link_end(&t->f, fake_link_of(&t->f, c), XP_END_CLEAN, 0);
+	assert_int_equal(drained_calls, 0);
+	/* ... and the source still waiting for QEMU keeps it until stopped. */
+	assert_int_equal(px_source_stop(t->n, "vm3", err, sizeof(err)), 0);
+	assert_int_equal(drained_calls, 1);
+}
+
+/* A source waiting for its first connection holds a retiring node only until the timeout. */
+static void test_takeover_retire_timeout(void **state)
+{
+	struct t *t = *state;
+
+	start(t);
+	source_start(t, "vm3", 0, 0);
+	drained_calls = 0;
+	px_node_retire(t->n, 10, on_drained, NULL);
+	fake_advance(&t->f, 9000);
+	assert_int_equal(drained_calls, 0);
+	fake_advance(&t->f, 2000);
+	assert_int_equal(drained_calls, 1);
+}
+
+/* On the new node, a connection for a target that stayed with the old one is refused as such,
+ * one for a key nobody has as unknown. */
+static void test_takeover_elsewhere(void **state)
+{
+	struct t *t = *state;
+	const char *keys[] = { "vmX" };
+	struct fake_conn *c;
+
+	start(t);
+	assert_int_equal(px_node_set_elsewhere(t->n, keys, 1, "an older vmigd (pid 7)"), 0);
+	assert_string_equal(px_node_elsewhere(t->n, "vmX"), "an older vmigd (pid 7)");
+	assert_null(px_node_elsewhere(t->n, "vmY"));
+	c = arrive(t, "vmX", PORT, 3);
+	assert_int_equal(reply_of(c), PX_ERR_SHUTDOWN);
+	assert_true(c->closed);
+	assert_logged("migration vmX role=target: port 49152 connection 3 from 198.18.0.1:50100 "
+		      "refused: the migration stayed with an older vmigd (pid 7) at the takeover");
+	c = arrive(t, "vmY", PORT, 0);
+	assert_int_equal(reply_of(c), PX_ERR_UNKNOWN_KEY);
+	assert_int_equal(px_node_set_elsewhere(t->n, NULL, 0, NULL), 0);
+	assert_null(px_node_elsewhere(t->n, "vmX"));
+}
+
 static void test_start_refusals(void **state)
 {
 	struct t *t = *state;
@@ -1275,6 +1408,10 @@ int main(void)
 		TT(test_kubevirt_source_tls),
 		T(test_source_socket_hijack),
 		T(test_source_socket_owner),
+		T(test_takeover_adopt_and_given_secret),
+		T(test_takeover_retire),
+		T(test_takeover_retire_timeout),
+		T(test_takeover_elsewhere),
 		T(test_start_refusals),
 		T(test_start_idempotent),
 	};

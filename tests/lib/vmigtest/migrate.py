@@ -172,13 +172,14 @@ class DaemonMigration:
 def start_via_daemons(src, dst, source_daemon, target_daemon, key, basedir, target_sock,
                       channels=0, max_bandwidth=DEFAULT_MAX_BANDWIDTH, delay_first_ms=None,
                       port_id=DEFAULT_PORT_ID, bandwidth=None, target_bandwidth=None,
-                      source_args=(), target_args=()):
+                      source_args=(), target_args=(), between=None):
     """The KubeVirt-style flow: dst listens on target_sock, `target start` on the target daemon,
     `source start` with its JSON on the source daemon, src migrates to the socket that returns.
     bandwidth / target_bandwidth: the daemons' per-migration cap (`--bandwidth RATE` on `source
     start` / `target start`; None: none); source_args, target_args: more `source start` and
-    `target start` arguments (--kubevirt, --no-tls). Returns the DaemonMigration once `migrate`
-    is issued."""
+    `target start` arguments (--kubevirt, --no-tls); between: called with no argument after
+    `target start`, before `source start`. Returns the DaemonMigration once `migrate` is
+    issued."""
     m = DaemonMigration(src, dst, source_daemon, target_daemon, key, channels)
     m.target_sock = target_sock
     configure_migration(src, dst, channels, max_bandwidth)
@@ -186,6 +187,8 @@ def start_via_daemons(src, dst, source_daemon, target_daemon, key, basedir, targ
     m.target_raw, m.target = target_daemon.target_start(key, {port_id: target_sock},
                                                         bandwidth=target_bandwidth,
                                                         extra=target_args)
+    if between:
+        between()
     m.sockets = source_daemon.source_start(key, m.target_raw, basedir, delay_first_ms,
                                            bandwidth=bandwidth, extra=source_args)
     if len(m.sockets) != 1:

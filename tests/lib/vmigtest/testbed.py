@@ -4,10 +4,11 @@ on leaving the block. Stdlib only."""
 
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 
-from .base import DEFAULT_PORT_ID, HarnessError, Skip, log, tail
+from .base import DEFAULT_PORT_ID, HarnessError, Skip, log, tail, wait_until
 from .daemons import Daemon, find_binaries
 from .migrate import start_via_daemons
 from .net import NetPair, UnixServer
@@ -174,6 +175,45 @@ class Testbed:
         else:
             self.target = d
         return d.start()
+
+    def takeover(self, side, name=None, args=None, tls=None, timeout=20):
+        """Start a new vmigd with --takeover on side's control socket (same namespace, same
+        options unless args) and wait until it has taken over: its status answers with its own
+        pid. tls: the new one's (None: the old one's; False: --no-tls). tb.source / tb.target
+        then name the new one; the old one, in tb.retired, carries what it had and exits on its
+        own (wait_retired())."""
+        old = self.source if side == 'source' else self.target
+        self._replaced += 1
+        d = Daemon(self.vmigd, self.vmigctl, name or f'vmigd-{side}-{self._replaced + 1}',
+                   self.workdir, old.listen_addr, old.prefix,
+                   [*(self.daemon_args[side] if args is None else args), '--takeover'],
+                   tls=old.tls if tls is None else (tls or None))
+        d.control = old.control
+        with open(d.log_path, 'ab') as logf:
+            d.proc = subprocess.Popen(d.command(), stdin=subprocess.DEVNULL, stdout=logf,
+                                      stderr=logf)
+
+        def taken():
+            if d.proc.poll() is not None:
+                raise HarnessError(f'{d.name}: vmigd --takeover exited {d.proc.returncode}:\n'
+                                   f'{tail(d.log_path)}')
+            return d.log_matches(r'takeover: took over from vmigd pid')
+        wait_until(taken, timeout, f'{d.name} to take over from {old.name}', interval=0.05)
+        self.retired.append(old)
+        if side == 'source':
+            self.source = d
+        else:
+            self.target = d
+        return old
+
+    @staticmethod
+    def wait_retired(old, timeout=60):
+        """Wait for a vmigd that handed over to exit on its own; its exit status (0 expected)."""
+        try:
+            return old.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise HarnessError(f'{old.name}: still running {timeout} s after it handed over:\n'
+                               f'{tail(old.log_path)}') from None
 
     def dump_logs(self, lines=40):
         files = [d.log_path for d in (*self.retired, self.source, self.target,

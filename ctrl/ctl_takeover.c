@@ -1,0 +1,666 @@
+// SPDX-License-Identifier: Apache-2.0
+/* Takeover, both sides: the old vmigd's offer (listeners as fds, targets to move, migrations it
+ * keeps) and commit or roll back; the new vmigd's ask, finish, and requests passed back to the old
+ * one for the migrations it still carries. The exchange is JSON lines on one control connection. */
+#include <errno.h>
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "ctl_json.h"
+#include "ctl_metrics.h"
+#include "ctl_server.h"
+#include "ctl_takeover.h"
+#include "log.h"
+#include "util.h"
+#include "vmigd-config.h"
+#include "xp_sock.h"
+
+/* The new vmigd has this long from the offer to say it has taken over; else the old carries on. */
+#define OFFER_TIMEOUT_MS 30000
+#define ASK_TIMEOUT_MS	 10000
+#define SEND_TIMEOUT_MS	 2000
+#define LINE_MAX_LEN	 (CTL_REQUEST_MAX + 1)
+
+enum give_state { GIVE_IDLE, GIVE_OFFERED, GIVE_COMMITTED };
+
+struct ctl_takeover {
+	struct ctl_takeover_parts p;
+	/* The connection to the other side: the new vmigd (old side) or the old one (new side). */
+	int fd;
+	int peer_pid;
+	struct xp_watch *w;
+	struct xp_timer *t;
+	char *buf;
+	size_t len;
+	/* Old side. */
+	enum give_state state;
+	struct json_object *moved; /* keys of the targets offered */
+	/* New side. */
+	bool took_over;
+	bool peer_gone;
+	struct json_object *kept; /* [{"key","role"}] the old one carries on with */
+};
+
+int ctl_takeover_new(const struct ctl_takeover_parts *parts, struct ctl_takeover **ret)
+{
+	struct ctl_takeover *t = calloc(1, sizeof(*t));
+
+	if (!t)
+		return -ENOMEM;
+	t->p = *parts;
+	t->fd = -1;
+	*ret = t;
+	return 0;
+}
+
+static void conn_close(struct ctl_takeover *t)
+{
+	xp_watch_del(t->w);
+	t->w = NULL;
+	xp_timer_del(t->t);
+	t->t = NULL;
+	if (t->fd >= 0)
+		close(t->fd);
+	t->fd = -1;
+	free(t->buf);
+	t->buf = NULL;
+	t->len = 0;
+}
+
+void ctl_takeover_free(struct ctl_takeover *t)
+{
+	if (!t)
+		return;
+	conn_close(t);
+	json_object_put(t->moved);
+	json_object_put(t->kept);
+	free(t);
+}
+
+static void send_line(int fd, struct json_object *o)
+{
+	const char *s = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
+	size_t len = strlen(s);
+	char *line = malloc(len + 2);
+
+	if (!line)
+		return;
+	memcpy(line, s, len);
+	memcpy(line + len, "\n", 2);
+	if (xp_send_fds(fd, line, len + 1, NULL, 0, SEND_TIMEOUT_MS) < 0)
+		log_warn("takeover: cannot write to the other vmigd");
+	free(line);
+}
+
+/*
+ * Reads what is there into t->buf and calls fn for each complete line; at the end of the stream
+ * (or an error) calls fn with NULL. Returns false once the connection is gone.
+ */
+static bool read_lines(struct ctl_takeover *t, void (*fn)(struct ctl_takeover *t, char *line))
+{
+	ssize_t k;
+	char *nl;
+
+	if (!t->buf) {
+		t->buf = malloc(LINE_MAX_LEN + 1);
+		if (!t->buf) {
+			fn(t, NULL);
+			return false;
+		}
+	}
+	k = read(t->fd, t->buf + t->len, LINE_MAX_LEN - t->len);
+	if (k < 0 && (errno == EAGAIN || errno == EINTR))
+		return true;
+	if (k <= 0) {
+		fn(t, NULL);
+		return false;
+	}
+	t->len += k;
+	while ((nl = memchr(t->buf, '\n', t->len))) {
+		size_t used = nl - t->buf + 1;
+
+		*nl = '\0';
+		fn(t, t->buf);
+		if (!t->buf)
+			return false;
+		memmove(t->buf, t->buf + used, t->len - used);
+		t->len -= used;
+	}
+	if (t->len == LINE_MAX_LEN) {
+		log_warn("takeover: a line over %d bytes from the other vmigd; closing",
+			 LINE_MAX_LEN);
+		fn(t, NULL);
+		return false;
+	}
+	return true;
+}
+
+/* ---- the old side ---- */
+
+static void give_rollback(struct ctl_takeover *t, const char *why)
+{
+	log_warn("takeover by pid %d: %s; carrying on as before (listeners resumed)", t->peer_pid,
+		 why);
+	conn_close(t);
+	json_object_put(t->moved);
+	t->moved = NULL;
+	t->state = GIVE_IDLE;
+	if (px_node_listen_pause(t->p.node, false) < 0 || ctl_server_pause(t->p.ctl, false) < 0)
+		log_err("takeover: cannot resume a listener; restart vmigd when it is idle");
+}
+
+static void give_commit(struct ctl_takeover *t)
+{
+	char to[48];
+	size_t n = json_object_array_length(t->moved);
+
+	xp_timer_del(t->t);
+	t->t = NULL;
+	t->state = GIVE_COMMITTED;
+	snprintf(to, sizeof(to), "vmigd pid %d", t->peer_pid);
+	for (size_t i = 0; i < n; i++) {
+		const char *key = ctl_json_cstring(json_object_array_get_idx(t->moved, i));
+
+		if (px_migration_hand_over(t->p.node, key, PX_ROLE_TARGET, to) < 0)
+			log_warn("migration %s role=target: not handed over: it changed meanwhile",
+				 key);
+	}
+	ctl_server_release(t->p.ctl);
+	t->p.committed(t->p.arg, t->peer_pid);
+	log_info("takeover: vmigd pid %d has the listeners now; this one carries what it has until "
+		 "it ends, then exits",
+		 t->peer_pid);
+	px_node_retire(t->p.node, t->p.drain_timeout_s, t->p.retired, t->p.arg);
+}
+
+/* Before the commit: "taken". After: requests passed on for the migrations kept here. */
+static void give_line(struct ctl_takeover *t, char *line)
+{
+	struct json_object *o;
+	const char *op;
+	char *reply;
+
+	if (!line) {
+		if (t->state == GIVE_OFFERED)
+			give_rollback(t, "it went away before it took over");
+		else
+			conn_close(t);
+		return;
+	}
+	if (t->state == GIVE_COMMITTED) {
+		reply = ctl_handle(t->p.node, t->p.info, line, strlen(line));
+		if (reply) {
+			log_info("takeover: a request passed on by vmigd pid %d: %s -> %s",
+				 t->peer_pid, line, reply);
+			(void)xp_send_fds(t->fd, reply, strlen(reply), NULL, 0, SEND_TIMEOUT_MS);
+		}
+		free(reply);
+		return;
+	}
+	o = json_tokener_parse(line);
+	op = o ? ctl_json_member_cstring(o, "op") : NULL;
+	if (op && strcmp(op, "taken") == 0)
+		give_commit(t);
+	else
+		give_rollback(t, "it said something other than \"taken\"");
+	json_object_put(o);
+}
+
+static void give_read(struct xp_watch *w, int fd, uint32_t events, void *arg)
+{
+	read_lines(arg, give_line);
+}
+
+static void give_timeout(void *arg)
+{
+	struct ctl_takeover *t = arg;
+
+	t->t = NULL;
+	give_rollback(t, "no word from it within 30 s of the offer");
+}
+
+/* What moves (targets with no connection yet, on the shared port) and what stays. */
+struct offer_walk {
+	struct ctl_takeover *t;
+	struct json_object *moved, *moved_keys, *kept;
+};
+
+static void offer_migration(const struct px_migration_info *mi, void *arg)
+{
+	struct offer_walk *ow = arg;
+	struct json_object *o = json_object_new_object();
+
+	if (mi->role == PX_ROLE_TARGET && !mi->kubevirt && mi->conns_total == 0 &&
+	    mi->conns_active == 0 && mi->conns_failed == 0 && strcmp(mi->state, "active") == 0) {
+		uint8_t secret[PX_SECRET_LEN];
+		char hex[2 * PX_SECRET_LEN + 1];
+		struct json_object *ports = json_object_new_array();
+
+		if (px_target_secret(ow->t->p.node, mi->key, secret) < 0)
+			goto keep;
+		for (unsigned int i = 0; i < PX_SECRET_LEN; i++)
+			snprintf(hex + 2 * i, 3, "%02x", secret[i]);
+		for (unsigned int i = 0; i < mi->nports; i++) {
+			struct json_object *p = json_object_new_object();
+
+			json_object_object_add(p, "id", json_object_new_int64(mi->ports[i].id));
+			json_object_object_add(p, "path",
+					       json_object_new_string(mi->ports[i].path));
+			json_object_array_add(ports, p);
+		}
+		json_object_object_add(o, "key", json_object_new_string(mi->key));
+		json_object_object_add(o, "sockets", ports);
+		json_object_object_add(o, "bandwidth", json_object_new_int64((int64_t)mi->cap));
+		json_object_object_add(o, "tls", json_object_new_boolean(mi->tls));
+		json_object_object_add(o, "secret", json_object_new_string(hex));
+		json_object_array_add(ow->moved, o);
+		json_object_array_add(ow->moved_keys, json_object_new_string(mi->key));
+		return;
+	}
+keep:
+	json_object_object_add(o, "key", json_object_new_string(mi->key));
+	json_object_object_add(
+		o, "role",
+		json_object_new_string(mi->role == PX_ROLE_SOURCE ? "source" : "target"));
+	json_object_object_add(o, "pid", json_object_new_int(getpid()));
+	json_object_array_add(ow->kept, o);
+}
+
+/* Migrations this vmigd found left with an older one at its own takeover, still carried there:
+ * the next one must know them too (a target's connection for one is refused knowingly). */
+static void offer_inherited(struct ctl_takeover *t, struct json_object *kept)
+{
+	for (size_t i = 0; t->kept && !t->peer_gone && i < json_object_array_length(t->kept); i++)
+		json_object_array_add(kept, json_object_get(json_object_array_get_idx(t->kept, i)));
+}
+
+void ctl_takeover_give(struct ctl_takeover *t, int fd, int pid)
+{
+	static const char *const names[] = { "control", "lock", "node", "metrics" };
+	struct offer_walk ow = { .t = t };
+	struct json_object *o, *fdn;
+	int fds[4], nfds = 0, r;
+	const char *text;
+	char *line;
+
+	if (t->state != GIVE_IDLE || px_node_listen_fd(t->p.node) < 0) {
+		static const char busy[] = "{\"ok\":false,\"error\":\"this vmigd is handing over "
+					   "or shutting down already\"}\n";
+
+		log_warn("takeover by pid %d refused: this vmigd is handing over or shutting down "
+			 "already",
+			 pid);
+		(void)send(fd, busy, sizeof(busy) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+		close(fd);
+		return;
+	}
+	ctl_server_fds(t->p.ctl, &fds[0], &fds[1]);
+	fds[2] = px_node_listen_fd(t->p.node);
+	fds[3] = t->p.metrics ? ctl_metrics_server_fd(t->p.metrics) : -1;
+	fdn = json_object_new_array();
+	for (int i = 0; i < 4; i++) {
+		if (fds[i] < 0)
+			continue;
+		fds[nfds++] = fds[i];
+		json_object_array_add(fdn, json_object_new_string(names[i]));
+	}
+	ow.moved = json_object_new_array();
+	ow.moved_keys = json_object_new_array();
+	ow.kept = json_object_new_array();
+	px_node_foreach(t->p.node, offer_migration, &ow);
+	offer_inherited(t, ow.kept);
+	o = json_object_new_object();
+	json_object_object_add(o, "ok", json_object_new_boolean(true));
+	json_object_object_add(o, "pid", json_object_new_int(getpid()));
+	json_object_object_add(o, "version", json_object_new_string(VMIGD_VERSION));
+	json_object_object_add(o, "fds", fdn);
+	json_object_object_add(o, "moved", ow.moved);
+	json_object_object_add(o, "kept", ow.kept);
+	text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
+	line = malloc(strlen(text) + 2);
+	t->fd = fd;
+	t->peer_pid = pid;
+	t->moved = ow.moved_keys;
+	t->state = GIVE_OFFERED;
+	if (!line) {
+		json_object_put(o);
+		give_rollback(t, "out of memory");
+		return;
+	}
+	sprintf(line, "%s\n", text);
+	/* Connections and clients that come meanwhile wait in the listen queues. */
+	(void)px_node_listen_pause(t->p.node, true);
+	(void)ctl_server_pause(t->p.ctl, true);
+	log_info("takeover: vmigd pid %d asks; offering the listeners (%d fds) and %zu targets "
+		 "with no connection yet; migrations staying here until they end: %zu",
+		 pid, nfds, json_object_array_length(t->moved), json_object_array_length(ow.kept));
+	r = xp_send_fds(fd, line, strlen(line), fds, nfds, SEND_TIMEOUT_MS);
+	free(line);
+	json_object_put(o);
+	if (r < 0) {
+		char why[96];
+
+		snprintf(why, sizeof(why), "cannot send the offer: %s", strerror(-r));
+		give_rollback(t, why);
+		return;
+	}
+	if (xp_watch_add(t->p.loop, fd, EPOLLIN, give_read, t, &t->w) < 0 ||
+	    xp_timer_add(t->p.loop, vm_now_ms() + OFFER_TIMEOUT_MS, give_timeout, t, &t->t) < 0)
+		give_rollback(t, "out of memory");
+}
+
+/* ---- the new side ---- */
+
+void ctl_takeover_offer_done(struct ctl_takeover_offer *o)
+{
+	int *fds[] = { &o->sock, &o->ctl_fd, &o->lock_fd, &o->node_fd, &o->metrics_fd };
+
+	for (size_t i = 0; i < ARRAY_SIZE(fds); i++) {
+		if (*fds[i] >= 0)
+			close(*fds[i]);
+		*fds[i] = -1;
+	}
+	json_object_put(o->msg);
+	o->msg = NULL;
+}
+
+/* Gives each fd received its place by the names the offer lists. */
+static int offer_fds(struct ctl_takeover_offer *o, const int *fds, unsigned int nfds, char *err,
+		     size_t errlen)
+{
+	struct json_object *names;
+
+	if (!json_object_object_get_ex(o->msg, "fds", &names) ||
+	    !json_object_is_type(names, json_type_array) ||
+	    json_object_array_length(names) != nfds) {
+		snprintf(err, errlen, "the offer names %s fds than came with it",
+			 names ? "other" : "no");
+		return -EPROTO;
+	}
+	for (unsigned int i = 0; i < nfds; i++) {
+		const char *n = ctl_json_cstring(json_object_array_get_idx(names, i));
+		int *slot = !n			    ? NULL
+			    : !strcmp(n, "control") ? &o->ctl_fd
+			    : !strcmp(n, "lock")    ? &o->lock_fd
+			    : !strcmp(n, "node")    ? &o->node_fd
+			    : !strcmp(n, "metrics") ? &o->metrics_fd
+						    : NULL;
+
+		if (!slot || *slot >= 0) {
+			snprintf(err, errlen, "the offer names an fd \"%s\" twice or unknown",
+				 n ? n : "?");
+			return -EPROTO;
+		}
+		*slot = fds[i];
+	}
+	if (o->ctl_fd < 0 || o->lock_fd < 0 || o->node_fd < 0) {
+		snprintf(err, errlen,
+			 "the offer lacks the control socket, its lock or the listener");
+		return -EPROTO;
+	}
+	return 0;
+}
+
+int ctl_takeover_ask(const char *control, struct ctl_takeover_offer *o, char *err, size_t errlen)
+{
+	int fds[XP_FDS_MAX];
+	unsigned int nfds = XP_FDS_MAX;
+	char ask[128], *line;
+	const char *msg;
+	ssize_t k;
+	int r;
+
+	*o = (struct ctl_takeover_offer){ -1, 0, -1, -1, -1, -1, NULL };
+	r = xp_unix_connect(control, SEND_TIMEOUT_MS, &o->sock);
+	if (r < 0) {
+		snprintf(err, errlen, "cannot reach a vmigd on %s: %s (nothing to take over?)",
+			 control, strerror(-r));
+		return r;
+	}
+	snprintf(ask, sizeof(ask), "{\"op\":\"takeover\",\"pid\":%d,\"version\":\"%s\"}\n",
+		 (int)getpid(), VMIGD_VERSION);
+	r = xp_send_fds(o->sock, ask, strlen(ask), NULL, 0, SEND_TIMEOUT_MS);
+	if (r < 0) {
+		snprintf(err, errlen, "cannot ask the vmigd on %s: %s", control, strerror(-r));
+		goto fail;
+	}
+	line = malloc(LINE_MAX_LEN + 1);
+	if (!line) {
+		r = -ENOMEM;
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	k = xp_recv_line_fds(o->sock, line, LINE_MAX_LEN + 1, fds, &nfds, ASK_TIMEOUT_MS);
+	if (k < 0) {
+		r = (int)k;
+		snprintf(err, errlen, "no offer from the vmigd on %s: %s", control,
+			 k == -ECONNRESET ? "it closed the connection" : strerror(-r));
+		free(line);
+		goto fail;
+	}
+	o->msg = json_tokener_parse(line);
+	free(line);
+	if (!o->msg || !json_object_is_type(o->msg, json_type_object)) {
+		r = -EPROTO;
+		snprintf(err, errlen, "the vmigd on %s answered something other than JSON",
+			 control);
+		goto fail_fds;
+	}
+	msg = ctl_json_member_cstring(o->msg, "error");
+	if (msg) {
+		r = -EPERM;
+		snprintf(err, errlen, "the vmigd on %s refused: %s", control, msg);
+		goto fail_fds;
+	}
+	o->pid = json_object_get_int(json_object_object_get(o->msg, "pid"));
+	r = offer_fds(o, fds, nfds, err, errlen);
+	if (r < 0)
+		goto fail_fds;
+	return 0;
+
+fail_fds:
+	for (unsigned int i = 0; i < nfds; i++)
+		close(fds[i]);
+	o->ctl_fd = o->lock_fd = o->node_fd = o->metrics_fd = -1;
+fail:
+	ctl_takeover_offer_done(o);
+	return r;
+}
+
+static void take_line(struct ctl_takeover *t, char *line)
+{
+	if (line) {
+		log_info("takeover: the previous vmigd (pid %d) answered: %s", t->peer_pid, line);
+		return;
+	}
+	log_info("takeover: the previous vmigd (pid %d) has ended what it carried and exited; the "
+		 "takeover is complete",
+		 t->peer_pid);
+	t->peer_gone = true;
+	(void)px_node_set_elsewhere(t->p.node, NULL, 0, NULL);
+	conn_close(t);
+}
+
+static void take_read(struct xp_watch *w, int fd, uint32_t events, void *arg)
+{
+	read_lines(arg, take_line);
+}
+
+/* One moved target, as the old vmigd described it. */
+static int start_moved(struct ctl_takeover *t, struct json_object *m, char *err, size_t errlen)
+{
+	struct px_port_info ports[PX_PORTS_MAX];
+	struct px_start opts = { .has_secret = true };
+	struct json_object *socks, *v;
+	const char *key = ctl_json_member_cstring(m, "key");
+	const char *hex = ctl_json_member_cstring(m, "secret");
+	struct px_portmap out;
+	size_t n;
+
+	if (!key || !hex || strlen(hex) != 2 * PX_SECRET_LEN ||
+	    !json_object_object_get_ex(m, "sockets", &socks) ||
+	    !json_object_is_type(socks, json_type_array) ||
+	    (n = json_object_array_length(socks)) == 0 || n > PX_PORTS_MAX) {
+		snprintf(err, errlen, "the offer describes a target badly");
+		return -EPROTO;
+	}
+	for (unsigned int i = 0; i < PX_SECRET_LEN; i++) {
+		unsigned int b;
+
+		if (sscanf(hex + 2 * i, "%2x", &b) != 1) {
+			snprintf(err, errlen, "the offer describes a target badly");
+			return -EPROTO;
+		}
+		opts.secret[i] = (uint8_t)b;
+	}
+	memset(ports, 0, sizeof(ports));
+	for (size_t i = 0; i < n; i++) {
+		struct json_object *p = json_object_array_get_idx(socks, i);
+		const char *path = ctl_json_member_cstring(p, "path");
+
+		ports[i].id = (uint32_t)json_object_get_int64(json_object_object_get(p, "id"));
+		snprintf(ports[i].path, sizeof(ports[i].path), "%s", path ? path : "");
+	}
+	v = json_object_object_get(m, "bandwidth");
+	opts.cap = v ? (uint64_t)json_object_get_int64(v) : 0;
+	v = json_object_object_get(m, "tls");
+	opts.tls = v && json_object_get_boolean(v) ? PX_TLS_ON : PX_TLS_OFF;
+	if (px_target_start(t->p.node, key, (unsigned int)n, ports, &opts, &out, err, errlen) < 0) {
+		char why[256];
+
+		snprintf(why, sizeof(why), "%s", err);
+		snprintf(err, errlen, "cannot carry on target %s here: %s", key, why);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int ctl_takeover_finish(struct ctl_takeover *t, struct ctl_takeover_offer *o, char *err,
+			size_t errlen)
+{
+	struct json_object *moved = json_object_object_get(o->msg, "moved");
+	struct json_object *kept = json_object_object_get(o->msg, "kept");
+	const char *keys[64];
+	unsigned int nkeys = 0;
+	size_t nmoved = moved ? json_object_array_length(moved) : 0;
+	char who[64];
+	int r;
+
+	t->peer_pid = o->pid;
+	for (size_t i = 0; i < nmoved; i++) {
+		r = start_moved(t, json_object_array_get_idx(moved, i), err, errlen);
+		if (r < 0)
+			return r;
+	}
+	t->kept = json_object_get(kept);
+	for (size_t i = 0; kept && i < json_object_array_length(kept); i++) {
+		struct json_object *k = json_object_array_get_idx(kept, i);
+		const char *role = ctl_json_member_cstring(k, "role");
+		const char *key = ctl_json_member_cstring(k, "key");
+
+		if (key && role && !strcmp(role, "target") && nkeys < ARRAY_SIZE(keys))
+			keys[nkeys++] = key;
+	}
+	snprintf(who, sizeof(who), "an older vmigd (pid %d, or the one before it)", o->pid);
+	r = px_node_set_elsewhere(t->p.node, keys, nkeys, who);
+	if (r < 0) {
+		snprintf(err, errlen, "out of memory");
+		return r;
+	}
+	r = xp_send_fds(o->sock, "{\"op\":\"taken\"}\n", 15, NULL, 0, SEND_TIMEOUT_MS);
+	if (r < 0) {
+		snprintf(err, errlen, "cannot tell the previous vmigd: %s", strerror(-r));
+		return r;
+	}
+	/* From here the old one has let go: the files are this process's. */
+	ctl_server_own(t->p.ctl);
+	t->fd = o->sock;
+	o->sock = -1;
+	t->took_over = true;
+	if (xp_watch_add(t->p.loop, t->fd, EPOLLIN, take_read, t, &t->w) < 0)
+		log_warn("takeover: cannot watch the previous vmigd; its answers go unlogged");
+	log_info("takeover: took over from vmigd pid %d: targets moved here: %zu; migrations "
+		 "staying with it until they end: %zu",
+		 o->pid, nmoved, kept ? json_object_array_length(kept) : (size_t)0);
+	return 0;
+}
+
+/* The entry of a migration left with an older vmigd at a takeover, or NULL. */
+static struct json_object *kept_entry(const struct ctl_takeover *t, const char *key)
+{
+	for (size_t i = 0; t->kept && i < json_object_array_length(t->kept); i++) {
+		struct json_object *e = json_object_array_get_idx(t->kept, i);
+		const char *k = ctl_json_member_cstring(e, "key");
+
+		if (k && !strcmp(k, key))
+			return e;
+	}
+	return NULL;
+}
+
+int ctl_takeover_forward(struct ctl_takeover *t, const struct ctl_request *req,
+			 struct json_object **reply, char *err, size_t errlen)
+{
+	struct json_object *o, *e = t->took_over ? kept_entry(t, req->key) : NULL;
+	int pid = e ? json_object_get_int(json_object_object_get(e, "pid")) : 0;
+	char note[200];
+
+	if (!e)
+		return -ENOENT;
+	if (pid != t->peer_pid || t->peer_gone || t->fd < 0) {
+		/* Ended there, or left with a vmigd before the one this took over from: it ends
+		 * when its connections do, which is all a stop would ask for. */
+		if (req->op == CTL_BANDWIDTH) {
+			snprintf(err, errlen,
+				 "migration %s stayed with vmigd pid %d at a takeover, which %s; "
+				 "its "
+				 "cap cannot change from here",
+				 req->key, pid,
+				 pid == t->peer_pid && t->peer_gone ? "has ended it and exited"
+								    : "this one cannot reach");
+			return -ENOENT;
+		}
+		snprintf(note, sizeof(note),
+			 "stayed with vmigd pid %d at a takeover, which ends it when its "
+			 "connections end%s",
+			 pid, pid == t->peer_pid && t->peer_gone ? " (it has, and exited)" : "");
+		goto ok;
+	}
+	o = json_object_new_object();
+	json_object_object_add(o, "op", json_object_new_string(ctl_op_name(req->op)));
+	json_object_object_add(o, "key", json_object_new_string(req->key));
+	if (req->op == CTL_BANDWIDTH)
+		json_object_object_add(o, "bandwidth",
+				       json_object_new_int64((int64_t)req->bandwidth));
+	send_line(t->fd, o);
+	json_object_put(o);
+	log_info("takeover: %s %s passed on to the previous vmigd (pid %d), which carries it",
+		 ctl_op_name(req->op), req->key, t->peer_pid);
+	snprintf(note, sizeof(note),
+		 "carried by the previous vmigd (pid %d) since a takeover: passed on to it",
+		 t->peer_pid);
+ok:
+	*reply = json_object_new_object();
+	json_object_object_add(*reply, "ok", json_object_new_boolean(true));
+	json_object_object_add(*reply, "note", json_object_new_string(note));
+	return 0;
+}
+
+void ctl_takeover_status(struct ctl_takeover *t, struct json_object *status)
+{
+	struct json_object *o;
+
+	if (!t->took_over)
+		return;
+	o = json_object_new_object();
+	json_object_object_add(o, "from_pid", json_object_new_int(t->peer_pid));
+	json_object_object_add(o, "previous",
+			       json_object_new_string(t->peer_gone ? "exited" : "carrying on"));
+	json_object_object_add(o, "kept",
+			       t->kept ? json_object_get(t->kept) : json_object_new_array());
+	json_object_object_add(status, "takeover", o);
+}

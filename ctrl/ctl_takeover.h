@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Takeover (vmigd --takeover, doc/design.md "Upgrades without losing a migration"): a new vmigd
+ * asks the running one on its control socket for its listeners (SCM_RIGHTS) and the targets that
+ * have had no connection yet; the old one carries what it has connections for until that ends. */
+#ifndef CTL_TAKEOVER_H
+#define CTL_TAKEOVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "ctl_proto.h"
+#include "xp_loop.h"
+
+struct ctl_server;
+struct ctl_metrics_server;
+struct json_object;
+struct ctl_takeover;
+
+/* What a daemon hands the takeover, either side. */
+struct ctl_takeover_parts {
+	struct xp_loop *loop;
+	struct px_node *node;
+	const struct ctl_daemon_info *info;
+	struct ctl_server *ctl;
+	struct ctl_metrics_server *metrics; /* NULL without --metrics */
+	unsigned int drain_timeout_s;	    /* the old one's bound on what it still carries */
+	/* Old side: the new vmigd (pid) has taken over; stop serving metrics and treat a signal
+	 * as a second one (cut and exit). */
+	void (*committed)(void *arg, int pid);
+	/* Old side: what it carried has ended (or was cut at drain_timeout_s): exit. */
+	void (*retired)(void *arg);
+	void *arg;
+};
+
+/* What the old vmigd hands over; fds are -1 where absent, and are the caller's to use or to
+ * leave for ctl_takeover_offer_done(). */
+struct ctl_takeover_offer {
+	int sock; /* the connection to the old vmigd */
+	int pid;
+	int ctl_fd, lock_fd, node_fd, metrics_fd;
+	struct json_object *msg; /* the offer as sent (moved targets, kept migrations) */
+};
+
+/* New side, before the node exists: connects to control and asks. 0 or -errno with err. */
+int ctl_takeover_ask(const char *control, struct ctl_takeover_offer *out, char *err, size_t errlen);
+/* Closes what was not used (the fds still >= 0, and the connection unless finished). */
+void ctl_takeover_offer_done(struct ctl_takeover_offer *o);
+
+int ctl_takeover_new(const struct ctl_takeover_parts *parts, struct ctl_takeover **ret);
+/* Takes NULL. */
+void ctl_takeover_free(struct ctl_takeover *t);
+
+/*
+ * New side, once its node, control server and metrics run on the offer's fds: starts the moved
+ * targets, notes the migrations the old one keeps and tells it to let go. From here the old one
+ * no longer accepts. 0 or -errno with err (then exit: the old one carries on).
+ */
+int ctl_takeover_finish(struct ctl_takeover *t, struct ctl_takeover_offer *o, char *err,
+			size_t errlen);
+
+/* Old side: the control connection fd asked for a takeover (pid: who). fd is the takeover's. */
+void ctl_takeover_give(struct ctl_takeover *t, int fd, int pid);
+
+/*
+ * New side: a stop or cap change for a migration the old vmigd still carries is passed on to it;
+ * *reply says so. -ENOENT (err left as it is) when key is not one of those.
+ */
+int ctl_takeover_forward(struct ctl_takeover *t, const struct ctl_request *req,
+			 struct json_object **reply, char *err, size_t errlen);
+/* Adds "takeover" to a status object where there was one. */
+void ctl_takeover_status(struct ctl_takeover *t, struct json_object *status);
+
+#endif

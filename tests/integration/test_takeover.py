@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""Takeover (vmigd --takeover, issue 15), real QEMU under TCG, two vmigd in two namespaces, each
+migration a capped 2-channel multifd one of a running test guest (96 MiB written: about 4 s at
+24 MiB/s):
+- plain text: a takeover on the source mid-stream; then twice in a row on the source;
+- TLS: a takeover on the target mid-stream; then twice in a row on the target;
+- a target started but not yet connected when its daemon is taken over: it moves to the new
+  vmigd with its secret, and the migration that follows goes through it;
+- a takeover that fails before it took over (the new vmigd runs --no-tls and cannot carry a TLS
+  target on): it exits 1 saying why, the old one carries on (its pid answers status) and the
+  migration that follows goes through the old one.
+- SIGUSR2 to the source daemon mid-stream, the way an upgrade under systemd runs it: the daemon
+  starts its own binary with --takeover; with $NOTIFY_SOCKET set (a datagram socket of the
+  test's standing in for systemd) the old one names the new one the main process (MAINPID=).
+After each migration: completed, guest memory equal on both sides, the old daemon's stop line
+says ok and the old daemon exits 0 on its own once what it carried has ended (within 60 s);
+the new daemon answers `stop` for the migration the old one carried, and serves the next
+migration, memory verified."""
+
+import os
+import signal
+import socket
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
+import vmigtest as vt  # noqa: E402
+
+MIB, CHANNELS = 128, 2
+BANDWIDTH = 24 << 20
+GUEST = vt.GuestSpec(96, 4, report_ms=200, fill=True)
+NEXT_MIB = 64
+
+
+def pid_of(d):
+    return d.status_field('pid')
+
+
+def migrate_with_takeovers(ck, tb, label, side, times, at_s=(1.5, 3.0)):
+    """A capped migration with `times` takeovers of side's daemon in its middle."""
+    src, dst = tb.qemu_pair(MIB, guest=GUEST)
+    src.start_guest()
+    key = tb.new_key(f'{side}-x{times}')
+    m = tb.start_migration(src, dst, key, CHANNELS, max_bandwidth=BANDWIDTH)
+    m.wait_active()
+    started = time.monotonic()
+    olds = []
+    for i in range(times):
+        time.sleep(max(0.0, started + at_s[i] - time.monotonic()))
+        olds.append(tb.takeover(side))
+        ck.check(m.status() == 'active',
+                 f'{label} {key}: the migration is {m.status()} right after takeover {i + 1}')
+    result, digest = m.finish_verified(timeout=120)
+    carrier = olds[0]
+    rec = carrier.stop_record(key, side, timeout=30)
+    ck.check(rec.get('outcome') == 'ok',
+             f'{label} {key}: the {side} that carried it says outcome {rec.get("outcome")}')
+    for old in olds:
+        rc = tb.wait_retired(old)
+        ck.check(rc == 0, f'{label} {key}: {old.name} exited {rc} after handing over')
+        ck.check(bool(old.log_matches(r'handed over, and what this vmigd carried has ended')),
+                 f'{label} {key}: {old.name} does not say it ended what it carried')
+    new = tb.source if side == 'source' else tb.target
+    ck.check(pid_of(new) == new.proc.pid, f'{label}: status is not answered by {new.name}')
+    # The orchestrator's stop reaches the new daemon, which knows the migration stayed behind.
+    out = new.ctl_ok(side, 'stop', key)
+    vt.log(f'  {label}: {side} stop {key} after the takeover: {out.strip()[:160]}')
+    tb.close_qemus(src, dst)
+    return (f'{label}: {times} takeover(s) of the {side} mid-stream: {result.summary()}, '
+            f'memory {digest[:12]}, carried to its end by {carrier.name}')
+
+
+def moved_target(ck, tb, label):
+    """`target start`, then a takeover of the target daemon, then the migration."""
+    src, dst = tb.qemu_pair(NEXT_MIB)
+    key = tb.new_key('moved')
+    olds = []
+    m = tb.start_migration(src, dst, key, CHANNELS,
+                           between=lambda: olds.append(tb.takeover('target')))
+    result, digest = m.finish_verified(timeout=120)
+    ck.check(bool(tb.target.log_matches(rf'migration {key} role=target: port \d+ connection 0 '
+                                        r'linked')),
+             f'{label} {key}: the new target daemon did not carry the moved target')
+    ck.check(bool(olds[0].log_matches(rf'migration {key} role=target: handed over to vmigd')),
+             f'{label} {key}: the old target daemon does not say it handed the target over')
+    ck.check(tb.wait_retired(olds[0]) == 0, f'{label}: {olds[0].name} did not exit 0')
+    tb.close_qemus(src, dst)
+    return f'{label}: a target with no connection yet moved: {result.summary()}, {digest[:12]}'
+
+
+def failed_takeover(ck, tb, label):
+    """The new vmigd cannot carry the pending TLS target (it runs --no-tls): it fails before it
+    took over, and the old one carries on."""
+    src, dst = tb.qemu_pair(NEXT_MIB)
+    key = tb.new_key('refused')
+    old = tb.target
+    before = pid_of(old)
+    tried = []
+
+    def try_takeover():
+        try:
+            tb.takeover('target', tls=False, name='vmigd-target-failed')
+        except vt.HarnessError as e:
+            tried.append(str(e))
+    m = tb.start_migration(src, dst, key, CHANNELS, between=try_takeover)
+    ck.check(len(tried) == 1 and 'exited 1' in tried[0] and 'cannot carry on target' in tried[0],
+             f'{label}: the failed takeover: {tried}')
+    ck.check(tb.target is old and pid_of(old) == before,
+             f'{label}: status after the failed takeover is not the old daemon\'s')
+    ck.check(bool(old.log_matches(r'went away before it took over; carrying on')),
+             f'{label}: the old daemon does not say it carries on')
+    result, digest = m.finish_verified(timeout=120)
+    tb.close_qemus(src, dst)
+    return f'{label}: a failed takeover left the old daemon serving: {result.summary()}'
+
+
+def next_migration(tb, label):
+    src, dst = tb.qemu_pair(NEXT_MIB)
+    result, digest = tb.start_migration(src, dst, tb.new_key('next'),
+                                        CHANNELS).finish_verified(timeout=120)
+    tb.close_qemus(src, dst)
+    return f'{label}: next migration {result.summary()}, memory {digest[:12]}'
+
+
+def run(ck, tls):
+    label = 'TLS' if tls else 'plain'
+    side = 'target' if tls else 'source'
+    with vt.Testbed(tls=tls) as tb:
+        try:
+            vt.log(migrate_with_takeovers(ck, tb, label, side, 1))
+            vt.log(next_migration(tb, label))
+            vt.log(migrate_with_takeovers(ck, tb, label, side, 2))
+            vt.log(next_migration(tb, label))
+            vt.log(moved_target(ck, tb, label))
+            if tls:
+                vt.log(failed_takeover(ck, tb, label))
+            vt.log(next_migration(tb, label))
+        except vt.HarnessError as e:
+            ck.check(False, f'{label}: {e}')
+            tb.dump_logs(20)
+
+
+def run_usr2(ck):
+    """SIGUSR2 mid-stream, with a stand-in for systemd's notify socket."""
+    label = 'SIGUSR2'
+    with vt.Testbed(tls=False) as tb:
+        notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        path = tb.path('notify.sock')
+        notify.bind(path)
+        notify.settimeout(0.2)
+        new_pid = None
+        try:
+            os.environ['NOTIFY_SOCKET'] = path
+            tb.replace_daemon('source')            # started with $NOTIFY_SOCKET
+            del os.environ['NOTIFY_SOCKET']
+            old = tb.source
+            src, dst = tb.qemu_pair(MIB, guest=GUEST)
+            src.start_guest()
+            key = tb.new_key('usr2')
+            m = tb.start_migration(src, dst, key, CHANNELS, max_bandwidth=BANDWIDTH)
+            m.wait_active()
+            time.sleep(1.5)
+            old.proc.send_signal(signal.SIGUSR2)
+            new_pid = vt.wait_until(lambda: (pid_of(old) != old.proc.pid and pid_of(old)),
+                                    20, 'the vmigd started by SIGUSR2 to answer status')
+            said = []
+
+            def mainpid():
+                try:
+                    said.append(notify.recv(4096).decode())
+                except socket.timeout:
+                    pass
+                return any(f'MAINPID={new_pid}' in x for x in said)
+            vt.wait_until(mainpid, 10, f'MAINPID={new_pid} on the notify socket')
+            result, digest = m.finish_verified(timeout=120)
+            rec = old.stop_record(key, 'source', timeout=30)
+            ck.check(rec.get('outcome') == 'ok', f'{label}: outcome {rec.get("outcome")}')
+            ck.check(tb.wait_retired(old) == 0, f'{label}: the old vmigd did not exit 0')
+            vt.log(f'{label}: {result.summary()}, memory {digest[:12]}; the old vmigd said '
+                   f'{[x.splitlines()[0] for x in said]}')
+            tb.close_qemus(src, dst)
+            vt.log(next_migration(tb, label))
+        except vt.HarnessError as e:
+            ck.check(False, f'{label}: {e}')
+            tb.dump_logs(20)
+        finally:
+            os.environ.pop('NOTIFY_SOCKET', None)
+            notify.close()
+            if new_pid:
+                try:
+                    os.kill(new_pid, signal.SIGTERM)
+                    vt.wait_until(lambda: not os.path.exists(f'/proc/{new_pid}'), 30,
+                                  'the vmigd started by SIGUSR2 to exit')
+                except (ProcessLookupError, vt.HarnessError):
+                    pass
+
+
+def main():
+    ck = vt.Checks('takeover checks')
+    run(ck, False)
+    run(ck, True)
+    run_usr2(ck)
+    ck.finish()
+
+
+if __name__ == '__main__':
+    vt.run_main(main)
