@@ -15,6 +15,7 @@
 #include "ctl_server.h"
 #include "ctl_takeover.h"
 #include "log.h"
+#include "units.h"
 #include "util.h"
 #include "vmigd-config.h"
 #include "xp_sock.h"
@@ -27,15 +28,21 @@
 
 enum give_state { GIVE_IDLE, GIVE_OFFERED, GIVE_COMMITTED };
 
-struct ctl_takeover {
-	struct ctl_takeover_parts p;
-	/* The connection to the other side: the new vmigd (old side) or the old one (new side). */
+/* A takeover connection: to the vmigd this one took over from, or to the one taking over. */
+struct tk_link {
+	struct ctl_takeover *tk;
 	int fd;
-	int peer_pid;
+	int pid; /* the other vmigd's */
 	struct xp_watch *w;
 	struct xp_timer *t;
 	char *buf;
 	size_t len;
+};
+
+struct ctl_takeover {
+	struct ctl_takeover_parts p;
+	struct tk_link up;   /* new side: to the vmigd this one took over from */
+	struct tk_link down; /* old side: to the vmigd taking over from this one */
 	/* Old side. */
 	enum give_state state;
 	struct json_object *moved; /* keys of the targets offered */
@@ -52,30 +59,32 @@ int ctl_takeover_new(const struct ctl_takeover_parts *parts, struct ctl_takeover
 	if (!t)
 		return -ENOMEM;
 	t->p = *parts;
-	t->fd = -1;
+	t->up = (struct tk_link){ .tk = t, .fd = -1 };
+	t->down = (struct tk_link){ .tk = t, .fd = -1 };
 	*ret = t;
 	return 0;
 }
 
-static void conn_close(struct ctl_takeover *t)
+static void link_close(struct tk_link *l)
 {
-	xp_watch_del(t->w);
-	t->w = NULL;
-	xp_timer_del(t->t);
-	t->t = NULL;
-	if (t->fd >= 0)
-		close(t->fd);
-	t->fd = -1;
-	free(t->buf);
-	t->buf = NULL;
-	t->len = 0;
+	xp_watch_del(l->w);
+	l->w = NULL;
+	xp_timer_del(l->t);
+	l->t = NULL;
+	if (l->fd >= 0)
+		close(l->fd);
+	l->fd = -1;
+	free(l->buf);
+	l->buf = NULL;
+	l->len = 0;
 }
 
 void ctl_takeover_free(struct ctl_takeover *t)
 {
 	if (!t)
 		return;
-	conn_close(t);
+	link_close(&t->up);
+	link_close(&t->down);
 	json_object_put(t->moved);
 	json_object_put(t->kept);
 	free(t);
@@ -97,43 +106,43 @@ static void send_line(int fd, struct json_object *o)
 }
 
 /*
- * Reads what is there into t->buf and calls fn for each complete line; at the end of the stream
+ * Reads what is there into l->buf and calls fn for each complete line; at the end of the stream
  * (or an error) calls fn with NULL. Returns false once the connection is gone.
  */
-static bool read_lines(struct ctl_takeover *t, void (*fn)(struct ctl_takeover *t, char *line))
+static bool read_lines(struct tk_link *l, void (*fn)(struct tk_link *l, char *line))
 {
 	ssize_t k;
 	char *nl;
 
-	if (!t->buf) {
-		t->buf = malloc(LINE_MAX_LEN + 1);
-		if (!t->buf) {
-			fn(t, NULL);
+	if (!l->buf) {
+		l->buf = malloc(LINE_MAX_LEN + 1);
+		if (!l->buf) {
+			fn(l, NULL);
 			return false;
 		}
 	}
-	k = read(t->fd, t->buf + t->len, LINE_MAX_LEN - t->len);
+	k = read(l->fd, l->buf + l->len, LINE_MAX_LEN - l->len);
 	if (k < 0 && (errno == EAGAIN || errno == EINTR))
 		return true;
 	if (k <= 0) {
-		fn(t, NULL);
+		fn(l, NULL);
 		return false;
 	}
-	t->len += k;
-	while ((nl = memchr(t->buf, '\n', t->len))) {
-		size_t used = nl - t->buf + 1;
+	l->len += k;
+	while ((nl = memchr(l->buf, '\n', l->len))) {
+		size_t used = nl - l->buf + 1;
 
 		*nl = '\0';
-		fn(t, t->buf);
-		if (!t->buf)
+		fn(l, l->buf);
+		if (!l->buf)
 			return false;
-		memmove(t->buf, t->buf + used, t->len - used);
-		t->len -= used;
+		memmove(l->buf, l->buf + used, l->len - used);
+		l->len -= used;
 	}
-	if (t->len == LINE_MAX_LEN) {
-		log_warn("takeover: a line over %d bytes from the other vmigd; closing",
-			 LINE_MAX_LEN);
-		fn(t, NULL);
+	if (l->len == LINE_MAX_LEN) {
+		log_warn("takeover: a line over %d bytes from vmigd pid %d; closing", LINE_MAX_LEN,
+			 l->pid);
+		fn(l, NULL);
 		return false;
 	}
 	return true;
@@ -143,9 +152,9 @@ static bool read_lines(struct ctl_takeover *t, void (*fn)(struct ctl_takeover *t
 
 static void give_rollback(struct ctl_takeover *t, const char *why)
 {
-	log_warn("takeover by pid %d: %s; carrying on as before (listeners resumed)", t->peer_pid,
+	log_warn("takeover by pid %d: %s; carrying on as before (listeners resumed)", t->down.pid,
 		 why);
-	conn_close(t);
+	link_close(&t->down);
 	json_object_put(t->moved);
 	t->moved = NULL;
 	t->state = GIVE_IDLE;
@@ -158,10 +167,10 @@ static void give_commit(struct ctl_takeover *t)
 	char to[48];
 	size_t n = json_object_array_length(t->moved);
 
-	xp_timer_del(t->t);
-	t->t = NULL;
+	xp_timer_del(t->down.t);
+	t->down.t = NULL;
 	t->state = GIVE_COMMITTED;
-	snprintf(to, sizeof(to), "vmigd pid %d", t->peer_pid);
+	snprintf(to, sizeof(to), "vmigd pid %d", t->down.pid);
 	for (size_t i = 0; i < n; i++) {
 		const char *key = ctl_json_cstring(json_object_array_get_idx(t->moved, i));
 
@@ -170,16 +179,17 @@ static void give_commit(struct ctl_takeover *t)
 				 key);
 	}
 	ctl_server_release(t->p.ctl);
-	t->p.committed(t->p.arg, t->peer_pid);
+	t->p.committed(t->p.arg, t->down.pid);
 	log_info("takeover: vmigd pid %d has the listeners now; this one carries what it has until "
 		 "it ends, then exits",
-		 t->peer_pid);
+		 t->down.pid);
 	px_node_retire(t->p.node, t->p.drain_timeout_s, t->p.retired, t->p.arg);
 }
 
 /* Before the commit: "taken". After: requests passed on for the migrations kept here. */
-static void give_line(struct ctl_takeover *t, char *line)
+static void give_line(struct tk_link *l, char *line)
 {
+	struct ctl_takeover *t = l->tk;
 	struct json_object *o;
 	const char *op;
 	char *reply;
@@ -188,15 +198,15 @@ static void give_line(struct ctl_takeover *t, char *line)
 		if (t->state == GIVE_OFFERED)
 			give_rollback(t, "it went away before it took over");
 		else
-			conn_close(t);
+			link_close(l);
 		return;
 	}
 	if (t->state == GIVE_COMMITTED) {
 		reply = ctl_handle(t->p.node, t->p.info, line, strlen(line));
 		if (reply) {
-			log_info("takeover: a request passed on by vmigd pid %d: %s -> %s",
-				 t->peer_pid, line, reply);
-			(void)xp_send_fds(t->fd, reply, strlen(reply), NULL, 0, SEND_TIMEOUT_MS);
+			log_info("takeover: a request passed on by vmigd pid %d: %s -> %s", l->pid,
+				 line, reply);
+			(void)xp_send_fds(l->fd, reply, strlen(reply), NULL, 0, SEND_TIMEOUT_MS);
 		}
 		free(reply);
 		return;
@@ -219,7 +229,7 @@ static void give_timeout(void *arg)
 {
 	struct ctl_takeover *t = arg;
 
-	t->t = NULL;
+	t->down.t = NULL;
 	give_rollback(t, "no word from it within 30 s of the offer");
 }
 
@@ -322,8 +332,8 @@ void ctl_takeover_give(struct ctl_takeover *t, int fd, int pid)
 	json_object_object_add(o, "kept", ow.kept);
 	text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
 	line = malloc(strlen(text) + 2);
-	t->fd = fd;
-	t->peer_pid = pid;
+	t->down.fd = fd;
+	t->down.pid = pid;
 	t->moved = ow.moved_keys;
 	t->state = GIVE_OFFERED;
 	if (!line) {
@@ -348,8 +358,9 @@ void ctl_takeover_give(struct ctl_takeover *t, int fd, int pid)
 		give_rollback(t, why);
 		return;
 	}
-	if (xp_watch_add(t->p.loop, fd, EPOLLIN, give_read, t, &t->w) < 0 ||
-	    xp_timer_add(t->p.loop, vm_now_ms() + OFFER_TIMEOUT_MS, give_timeout, t, &t->t) < 0)
+	if (xp_watch_add(t->p.loop, fd, EPOLLIN, give_read, &t->down, &t->down.w) < 0 ||
+	    xp_timer_add(t->p.loop, vm_now_ms() + OFFER_TIMEOUT_MS, give_timeout, t, &t->down.t) <
+		    0)
 		give_rollback(t, "out of memory");
 }
 
@@ -471,18 +482,20 @@ fail:
 	return r;
 }
 
-static void take_line(struct ctl_takeover *t, char *line)
+static void take_line(struct tk_link *l, char *line)
 {
+	struct ctl_takeover *t = l->tk;
+
 	if (line) {
-		log_info("takeover: the previous vmigd (pid %d) answered: %s", t->peer_pid, line);
+		log_info("takeover: the previous vmigd (pid %d) answered: %s", l->pid, line);
 		return;
 	}
 	log_info("takeover: the previous vmigd (pid %d) has ended what it carried and exited; the "
 		 "takeover is complete",
-		 t->peer_pid);
+		 l->pid);
 	t->peer_gone = true;
 	(void)px_node_set_elsewhere(t->p.node, NULL, 0, NULL);
-	conn_close(t);
+	link_close(l);
 }
 
 static void take_read(struct xp_watch *w, int fd, uint32_t events, void *arg)
@@ -490,50 +503,99 @@ static void take_read(struct xp_watch *w, int fd, uint32_t events, void *arg)
 	read_lines(arg, take_line);
 }
 
-/* One moved target, as the old vmigd described it. */
-static int start_moved(struct ctl_takeover *t, struct json_object *m, char *err, size_t errlen)
+int ctl_takeover_parse_target(struct json_object *m, struct ctl_takeover_target *out, char *err,
+			      size_t errlen)
 {
-	struct px_port_info ports[PX_PORTS_MAX];
-	struct px_start opts = { .has_secret = true };
 	struct json_object *socks, *v;
 	const char *key = ctl_json_member_cstring(m, "key");
 	const char *hex = ctl_json_member_cstring(m, "secret");
-	struct px_portmap out;
+	uint32_t ids[PX_PORTS_MAX];
 	size_t n;
 
-	if (!key || !hex || strlen(hex) != 2 * PX_SECRET_LEN ||
-	    !json_object_object_get_ex(m, "sockets", &socks) ||
-	    !json_object_is_type(socks, json_type_array) ||
-	    (n = json_object_array_length(socks)) == 0 || n > PX_PORTS_MAX) {
-		snprintf(err, errlen, "the offer describes a target badly");
+	memset(out, 0, sizeof(*out));
+	out->opts.has_secret = true;
+	if (!json_object_is_type(m, json_type_object) || !key || !px_key_valid(key)) {
+		snprintf(err, errlen, "the offer has a target without a valid key");
 		return -EPROTO;
 	}
-	for (unsigned int i = 0; i < PX_SECRET_LEN; i++) {
-		unsigned int b;
+	strcpy(out->key, key);
+	if (!hex || strlen(hex) != 2 * PX_SECRET_LEN) {
+		snprintf(err, errlen, "target %s: the offer has no secret of %d hex digits", key,
+			 2 * PX_SECRET_LEN);
+		return -EPROTO;
+	}
+	for (unsigned int i = 0; i < 2 * PX_SECRET_LEN; i++) {
+		char c = hex[i];
+		int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
 
-		if (sscanf(hex + 2 * i, "%2x", &b) != 1) {
-			snprintf(err, errlen, "the offer describes a target badly");
+		if (d < 0) {
+			snprintf(err, errlen, "target %s: the offer's secret is not lower-case hex",
+				 key);
 			return -EPROTO;
 		}
-		opts.secret[i] = (uint8_t)b;
+		out->opts.secret[i / 2] = (uint8_t)(out->opts.secret[i / 2] << 4 | d);
 	}
-	memset(ports, 0, sizeof(ports));
+	if (!json_object_object_get_ex(m, "sockets", &socks) ||
+	    !json_object_is_type(socks, json_type_array) ||
+	    (n = json_object_array_length(socks)) == 0 || n > PX_PORTS_MAX) {
+		snprintf(err, errlen, "target %s: the offer has no sockets, or over %d", key,
+			 PX_PORTS_MAX);
+		return -EPROTO;
+	}
 	for (size_t i = 0; i < n; i++) {
-		struct json_object *p = json_object_array_get_idx(socks, i);
+		struct json_object *p = json_object_array_get_idx(socks, i), *id;
 		const char *path = ctl_json_member_cstring(p, "path");
 
-		ports[i].id = (uint32_t)json_object_get_int64(json_object_object_get(p, "id"));
-		snprintf(ports[i].path, sizeof(ports[i].path), "%s", path ? path : "");
+		if (!json_object_object_get_ex(p, "id", &id) ||
+		    !json_object_is_type(id, json_type_int) || json_object_get_int64(id) < 0 ||
+		    json_object_get_int64(id) > PX_PORT_MAX || !path || !path[0] ||
+		    strlen(path) >= sizeof(out->ports[i].path)) {
+			snprintf(err, errlen, "target %s: the offer describes socket %zu badly",
+				 key, i);
+			return -EPROTO;
+		}
+		out->ports[i].id = (uint32_t)json_object_get_int64(id);
+		ids[i] = out->ports[i].id;
+		strcpy(out->ports[i].path, path);
 	}
+	out->nports = (unsigned int)n;
+	for (size_t i = 0; i < n; i++)
+		for (size_t j = 0; j < i; j++)
+			if (ids[i] == ids[j]) {
+				snprintf(err, errlen, "target %s: the offer has port %u twice", key,
+					 ids[i]);
+				return -EPROTO;
+			}
 	v = json_object_object_get(m, "bandwidth");
-	opts.cap = v ? (uint64_t)json_object_get_int64(v) : 0;
+	if (v && (!json_object_is_type(v, json_type_int) || json_object_get_int64(v) < 0 ||
+		  json_object_get_uint64(v) > VM_RATE_MAX)) {
+		snprintf(err, errlen, "target %s: the offer's bandwidth is not a rate", key);
+		return -EPROTO;
+	}
+	out->opts.cap = v ? json_object_get_uint64(v) : 0;
 	v = json_object_object_get(m, "tls");
-	opts.tls = v && json_object_get_boolean(v) ? PX_TLS_ON : PX_TLS_OFF;
-	if (px_target_start(t->p.node, key, (unsigned int)n, ports, &opts, &out, err, errlen) < 0) {
-		char why[256];
+	if (!v || !json_object_is_type(v, json_type_boolean)) {
+		snprintf(err, errlen, "target %s: the offer does not say whether it is TLS", key);
+		return -EPROTO;
+	}
+	out->opts.tls = json_object_get_boolean(v) ? PX_TLS_ON : PX_TLS_OFF;
+	return 0;
+}
 
-		snprintf(why, sizeof(why), "%s", err);
-		snprintf(err, errlen, "cannot carry on target %s here: %s", key, why);
+/* One moved target, as the old vmigd described it. */
+static int start_moved(struct ctl_takeover *t, struct json_object *m, char *err, size_t errlen)
+{
+	struct ctl_takeover_target tg;
+	struct px_portmap out;
+	char why[256];
+	int r;
+
+	r = ctl_takeover_parse_target(m, &tg, err, errlen);
+	if (r < 0)
+		return r;
+	if (px_target_start(t->p.node, tg.key, tg.nports, tg.ports, &tg.opts, &out, why,
+			    sizeof(why)) < 0) {
+		snprintf(err, errlen, "cannot carry on target %s here: %s", tg.key, why);
 		return -EINVAL;
 	}
 	return 0;
@@ -550,7 +612,7 @@ int ctl_takeover_finish(struct ctl_takeover *t, struct ctl_takeover_offer *o, ch
 	char who[64];
 	int r;
 
-	t->peer_pid = o->pid;
+	t->up.pid = o->pid;
 	for (size_t i = 0; i < nmoved; i++) {
 		r = start_moved(t, json_object_array_get_idx(moved, i), err, errlen);
 		if (r < 0)
@@ -578,10 +640,10 @@ int ctl_takeover_finish(struct ctl_takeover *t, struct ctl_takeover_offer *o, ch
 	}
 	/* From here the old one has let go: the files are this process's. */
 	ctl_server_own(t->p.ctl);
-	t->fd = o->sock;
+	t->up.fd = o->sock;
 	o->sock = -1;
 	t->took_over = true;
-	if (xp_watch_add(t->p.loop, t->fd, EPOLLIN, take_read, t, &t->w) < 0)
+	if (xp_watch_add(t->p.loop, t->up.fd, EPOLLIN, take_read, &t->up, &t->up.w) < 0)
 		log_warn("takeover: cannot watch the previous vmigd; its answers go unlogged");
 	log_info("takeover: took over from vmigd pid %d: targets moved here: %zu; migrations "
 		 "staying with it until they end: %zu",
@@ -611,7 +673,7 @@ int ctl_takeover_forward(struct ctl_takeover *t, const struct ctl_request *req,
 
 	if (!e)
 		return -ENOENT;
-	if (pid != t->peer_pid || t->peer_gone || t->fd < 0) {
+	if (pid != t->up.pid || t->peer_gone || t->up.fd < 0) {
 		/* Ended there, or left with a vmigd before the one this took over from: it ends
 		 * when its connections do, which is all a stop would ask for. */
 		if (req->op == CTL_BANDWIDTH) {
@@ -620,14 +682,14 @@ int ctl_takeover_forward(struct ctl_takeover *t, const struct ctl_request *req,
 				 "its "
 				 "cap cannot change from here",
 				 req->key, pid,
-				 pid == t->peer_pid && t->peer_gone ? "has ended it and exited"
-								    : "this one cannot reach");
+				 pid == t->up.pid && t->peer_gone ? "has ended it and exited"
+								  : "this one cannot reach");
 			return -ENOENT;
 		}
 		snprintf(note, sizeof(note),
 			 "stayed with vmigd pid %d at a takeover, which ends it when its "
 			 "connections end%s",
-			 pid, pid == t->peer_pid && t->peer_gone ? " (it has, and exited)" : "");
+			 pid, pid == t->up.pid && t->peer_gone ? " (it has, and exited)" : "");
 		goto ok;
 	}
 	o = json_object_new_object();
@@ -636,13 +698,13 @@ int ctl_takeover_forward(struct ctl_takeover *t, const struct ctl_request *req,
 	if (req->op == CTL_BANDWIDTH)
 		json_object_object_add(o, "bandwidth",
 				       json_object_new_int64((int64_t)req->bandwidth));
-	send_line(t->fd, o);
+	send_line(t->up.fd, o);
 	json_object_put(o);
 	log_info("takeover: %s %s passed on to the previous vmigd (pid %d), which carries it",
-		 ctl_op_name(req->op), req->key, t->peer_pid);
+		 ctl_op_name(req->op), req->key, t->up.pid);
 	snprintf(note, sizeof(note),
 		 "carried by the previous vmigd (pid %d) since a takeover: passed on to it",
-		 t->peer_pid);
+		 t->up.pid);
 ok:
 	*reply = json_object_new_object();
 	json_object_object_add(*reply, "ok", json_object_new_boolean(true));
@@ -657,7 +719,7 @@ void ctl_takeover_status(struct ctl_takeover *t, struct json_object *status)
 	if (!t->took_over)
 		return;
 	o = json_object_new_object();
-	json_object_object_add(o, "from_pid", json_object_new_int(t->peer_pid));
+	json_object_object_add(o, "from_pid", json_object_new_int(t->up.pid));
 	json_object_object_add(o, "previous",
 			       json_object_new_string(t->peer_gone ? "exited" : "carrying on"));
 	json_object_object_add(o, "kept",

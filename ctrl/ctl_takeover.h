@@ -58,6 +58,18 @@ void ctl_takeover_free(struct ctl_takeover *t);
 int ctl_takeover_finish(struct ctl_takeover *t, struct ctl_takeover_offer *o, char *err,
 			size_t errlen);
 
+/* A target the old vmigd hands over, as its offer describes it. */
+struct ctl_takeover_target {
+	char key[PX_KEY_MAX + 1];
+	unsigned int nports;
+	struct px_port_info ports[PX_PORTS_MAX];
+	struct px_start opts; /* cap, tls, the secret */
+};
+
+/* One entry of the offer's "moved" (pure, fuzzed): 0, or -EPROTO with one line in err. */
+int ctl_takeover_parse_target(struct json_object *m, struct ctl_takeover_target *out, char *err,
+			      size_t errlen);
+
 /* Old side: the control connection fd asked for a takeover (pid: who). fd is the takeover's. */
 void ctl_takeover_give(struct ctl_takeover *t, int fd, int pid);
 
