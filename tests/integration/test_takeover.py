@@ -15,7 +15,8 @@ migration a capped 2-channel multifd one of a running test guest (96 MiB written
 After each migration: completed, guest memory equal on both sides, the old daemon's stop line
 says ok and the old daemon exits 0 on its own once what it carried has ended (within 60 s);
 the new daemon answers `stop` for the migration the old one carried, and serves the next
-migration, memory verified."""
+migration, memory verified. After a single takeover, the new daemon's status names the old one
+and what it kept, and a cap change sent to the new daemon is passed on to the old one."""
 
 import os
 import signal
@@ -50,6 +51,20 @@ def migrate_with_takeovers(ck, tb, label, side, times, at_s=(1.5, 3.0)):
         olds.append(tb.takeover(side))
         ck.check(m.status() == 'active',
                  f'{label} {key}: the migration is {m.status()} right after takeover {i + 1}')
+    new = tb.source if side == 'source' else tb.target
+    if times == 1:
+        # What the new daemon says of the takeover, and a cap change passed on to the old one,
+        # which still carries the migration.
+        took = new.status_field('takeover') or {}
+        ck.check(took.get('from_pid') == olds[0].proc.pid and
+                 any(k.get('key') == key for k in took.get('kept', [])),
+                 f'{label} {key}: status says of the takeover {took}')
+        proc = new.ctl('bandwidth', key, '32Mi')
+        ck.check(proc.returncode == 0 and 'passed on to it' in proc.stderr,
+                 f'{label} {key}: bandwidth through the new daemon: {proc.returncode} '
+                 f'{proc.stderr.strip()}')
+        olds[0].wait_log(rf'a request passed on by vmigd pid {new.proc.pid}: .*"op":"bandwidth"',
+                         what=f'{olds[0].name} to serve the cap change passed on')
     result, digest = m.finish_verified(timeout=120)
     carrier = olds[0]
     rec = carrier.stop_record(key, side, timeout=30)
@@ -60,7 +75,6 @@ def migrate_with_takeovers(ck, tb, label, side, times, at_s=(1.5, 3.0)):
         ck.check(rc == 0, f'{label} {key}: {old.name} exited {rc} after handing over')
         ck.check(bool(old.log_matches(r'handed over, and what this vmigd carried has ended')),
                  f'{label} {key}: {old.name} does not say it ended what it carried')
-    new = tb.source if side == 'source' else tb.target
     ck.check(pid_of(new) == new.proc.pid, f'{label}: status is not answered by {new.name}')
     # The orchestrator's stop reaches the new daemon, which knows the migration stayed behind.
     out = new.ctl_ok(side, 'stop', key)
