@@ -58,26 +58,39 @@ static void drain_expired(void *arg)
 	px_node_check_drained(n);
 }
 
-void px_node_drain(struct px_node *n, unsigned int timeout_s, void (*done)(void *arg), void *arg)
+/* The start of a drain or a retirement: done follows once it ends. This copy of the node-hop
+ * listener closes (after a takeover the socket lives on in the vmigd that took over). */
+static void wind_down(struct px_node *n, void (*done)(void *arg), void *arg)
 {
-	n->draining = true;
 	n->drain_done = done;
 	n->drain_arg = arg;
 	IO(n, watch_del, n->lw);
 	n->lw = NULL;
 	IO(n, close_fd, n->lfd, false);
 	n->lfd = -1;
+}
+
+/* ... and its bound: what is left after timeout_s is cut. */
+static void wind_down_timer(struct px_node *n, unsigned int timeout_s)
+{
+	if (IO(n, timer_add, px_now(n) + timeout_s * 1000ull, drain_expired, n, &n->drain_timer) <
+	    0)
+		drain_expired(n);
+	else
+		px_node_check_drained(n);
+}
+
+void px_node_drain(struct px_node *n, unsigned int timeout_s, void (*done)(void *arg), void *arg)
+{
+	n->draining = true;
+	wind_down(n, done, arg);
 	for (struct px_migration *m = n->migrations; m; m = m->next)
 		for (unsigned int i = 0; i < m->nports; i++)
 			px_port_close(&m->ports[i]);
 	if (px_node_active_conns(n) > 0)
 		log_info("draining: %u connections in flight, waiting up to %u s",
 			 px_node_active_conns(n), timeout_s);
-	if (IO(n, timer_add, px_now(n) + timeout_s * 1000ull, drain_expired, n, &n->drain_timer) <
-	    0)
-		drain_expired(n);
-	else
-		px_node_check_drained(n);
+	wind_down_timer(n, timeout_s);
 }
 
 int px_node_listen_fd(const struct px_node *n)
@@ -126,23 +139,13 @@ void px_node_retire(struct px_node *n, unsigned int timeout_s, void (*done)(void
 	unsigned int waiting = 0;
 
 	n->retiring = true;
-	n->drain_done = done;
-	n->drain_arg = arg;
-	IO(n, watch_del, n->lw);
-	n->lw = NULL;
-	/* The socket lives on in the vmigd that took over; only this copy closes. */
-	IO(n, close_fd, n->lfd, false);
-	n->lfd = -1;
+	wind_down(n, done, arg);
 	for (struct px_migration *m = n->migrations; m; m = m->next)
 		waiting += waiting_first(m);
 	log_info("handed over: carrying on with %u connections in flight and %u migrations "
 		 "waiting for their first, for up to %u s",
 		 px_node_active_conns(n), waiting, timeout_s);
-	if (IO(n, timer_add, px_now(n) + timeout_s * 1000ull, drain_expired, n, &n->drain_timer) <
-	    0)
-		drain_expired(n);
-	else
-		px_node_check_drained(n);
+	wind_down_timer(n, timeout_s);
 }
 
 int px_node_set_elsewhere(struct px_node *n, const char *const *keys, unsigned int nkeys,

@@ -384,13 +384,16 @@ static int wait_fd(int fd, short events, uint64_t deadline_ms)
 	return r == 0 ? -ETIMEDOUT : 0;
 }
 
+/* Room for XP_FDS_MAX fds in a control message, aligned as one. */
+union cmsg_fds {
+	char b[CMSG_SPACE(sizeof(int) * XP_FDS_MAX)];
+	struct cmsghdr align;
+};
+
 int xp_send_fds(int sock, const void *buf, size_t len, const int *fds, unsigned int nfds,
 		unsigned int timeout_ms)
 {
-	union {
-		char b[CMSG_SPACE(sizeof(int) * XP_FDS_MAX)];
-		struct cmsghdr align;
-	} u;
+	union cmsg_fds u;
 	uint64_t deadline = vm_now_ms() + timeout_ms;
 	size_t off = 0;
 	int r;
@@ -454,10 +457,7 @@ static void take_fds(struct msghdr *msg, int *fds, unsigned int *nfds, unsigned 
 ssize_t xp_recv_line_fds(int sock, char *buf, size_t len, int *fds, unsigned int *nfds,
 			 unsigned int timeout_ms)
 {
-	union {
-		char b[CMSG_SPACE(sizeof(int) * XP_FDS_MAX)];
-		struct cmsghdr align;
-	} u;
+	union cmsg_fds u;
 	uint64_t deadline = vm_now_ms() + timeout_ms;
 	unsigned int max = *nfds;
 	size_t off = 0;
