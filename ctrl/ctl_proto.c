@@ -2,6 +2,7 @@
 /* Control requests: JSON (json-c) to struct ctl_request, and the replies, one entry per
  * operation in ops[]. Every field is checked here so that the proxy layer only sees well-formed
  * requests; the figures in the replies come from the tables of ctl_figures.c. */
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -648,6 +649,20 @@ static struct json_object *tls_object(const struct ctl_daemon_info *d)
 	return o;
 }
 
+/* {"version":N,"reply_version":N,"features":[...]}: what a client talks to. */
+static struct json_object *protocol_object(void)
+{
+	static const char *const features[] = { CTL_FEATURES };
+	struct json_object *o = json_object_new_object(), *f = json_object_new_array();
+
+	json_object_object_add(o, "version", json_object_new_int(CTL_PROTOCOL_VERSION));
+	json_object_object_add(o, "reply_version", json_object_new_int(CTL_REPLY_VERSION));
+	for (size_t i = 0; i < ARRAY_SIZE(features); i++)
+		json_object_array_add(f, json_object_new_string(features[i]));
+	json_object_object_add(o, "features", f);
+	return o;
+}
+
 /* The daemon's own facts, then the node and its migrations as metrics has them. */
 static struct json_object *status_object(struct px_node *n, const struct ctl_daemon_info *d)
 {
@@ -656,6 +671,7 @@ static struct json_object *status_object(struct px_node *n, const struct ctl_dae
 
 	ctl_env_now(&env);
 	json_object_object_add(s, "version", json_object_new_string(VMIGD_VERSION));
+	json_object_object_add(s, "protocol", protocol_object());
 	json_object_object_add(s, "pid", json_object_new_int(getpid()));
 	json_object_object_add(s, "control", json_object_new_string(d->control_path));
 	json_object_object_add(s, "listen", json_object_new_string(px_node_listen_str(n)));
@@ -843,10 +859,7 @@ static int run_metrics(struct px_node *n, const struct ctl_daemon_info *d,
 
 static const struct ctl_op_def {
 	const char *name;
-	/*
-	 * The fields it reads besides "op". Others are ignored today; listed so that a later
-	 * version can refuse them.
-	 */
+	/* The fields it takes besides "op"; any other is refused (check_fields()). */
 	const char *const *fields;
 	/* Fills req from the request object; -EINVAL with one line in err. */
 	int (*parse)(struct json_object *o, struct ctl_request *req, char *err, size_t errlen);
@@ -876,6 +889,74 @@ _Static_assert(ARRAY_SIZE(ops) == CTL_TAKEOVER + 1, "an entry for each enum ctl_
 const char *ctl_op_name(enum ctl_op op)
 {
 	return (unsigned int)op < ARRAY_SIZE(ops) ? ops[op].name : "?";
+}
+
+/* Edits from a to b, up to 3 (more is "far"): a typo's distance to the field it meant. */
+static unsigned int edits(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	unsigned int row[48], prev;
+
+	if (la >= ARRAY_SIZE(row) || lb >= ARRAY_SIZE(row))
+		return 4;
+	for (size_t j = 0; j <= lb; j++)
+		row[j] = (unsigned int)j;
+	for (size_t i = 1; i <= la; i++) {
+		prev = row[0];
+		row[0] = (unsigned int)i;
+		for (size_t j = 1; j <= lb; j++) {
+			unsigned int sub = prev + (tolower((unsigned char)a[i - 1]) !=
+						   tolower((unsigned char)b[j - 1]));
+			unsigned int best =
+				row[j] + 1 < row[j - 1] + 1 ? row[j] + 1 : row[j - 1] + 1;
+
+			prev = row[j];
+			row[j] = sub < best ? sub : best;
+		}
+	}
+	return row[lb] > 3 ? 4 : row[lb];
+}
+
+/*
+ * Every member of a request is "op" or one of the fields its op takes: a misspelt field would
+ * otherwise be dropped silently (a cap that never applies). The error names it, the nearest
+ * field it may have meant, and the fields the op takes.
+ */
+static int check_fields(struct json_object *o, const struct ctl_op_def *op, char *err,
+			size_t errlen)
+{
+	json_object_object_foreach (o, name, val) {
+		const char *near = NULL;
+		unsigned int best = 3;
+		char list[256] = "";
+		size_t i;
+
+		(void)val;
+		if (!strcmp(name, "op"))
+			continue;
+		for (i = 0; op->fields[i] && strcmp(name, op->fields[i]); i++)
+			;
+		if (op->fields[i])
+			continue;
+		for (i = 0; op->fields[i]; i++) {
+			size_t n = strlen(list);
+			unsigned int d = edits(name, op->fields[i]);
+
+			if (d < best) {
+				best = d;
+				near = op->fields[i];
+			}
+			snprintf(list + n, sizeof(list) - n, "%s%s", i ? ", " : "", op->fields[i]);
+		}
+		if (near)
+			return bad(
+				err, errlen,
+				"%s: unknown field \"%.40s\": did you mean \"%s\"? (it takes %s)",
+				op->name, name, near, list);
+		return bad(err, errlen, "%s: unknown field \"%.40s\" (it takes %s)", op->name, name,
+			   list[0] ? list : "no field but \"op\"");
+	}
+	return 0;
 }
 
 int ctl_request_parse(const char *text, size_t len, struct ctl_request *ret, char *err,
@@ -934,6 +1015,9 @@ int ctl_request_parse(const char *text, size_t len, struct ctl_request *ret, cha
 		goto out;
 	}
 	req->op = i;
+	r = check_fields(o, &ops[i], err, errlen);
+	if (r < 0)
+		goto out;
 	r = ops[i].parse(o, req, err, errlen);
 	if (r == 0)
 		*ret = *req;

@@ -11,6 +11,14 @@
 #include "cv_watch.h"
 #include "px_node.h"
 
+/*
+ * The requests' rules (doc/control-protocol.md): 1, fields an op does not take were ignored;
+ * 2, they are refused, and there is a takeover op. Reply formats have their own version
+ * (CTL_REPLY_VERSION). status reports both, and the features below.
+ */
+#define CTL_PROTOCOL_VERSION 2
+#define CTL_FEATURES                                                                               \
+	"strict-fields", "kubevirt", "convergence", "secret", "takeover", "note", "node-bandwidth"
 #define CTL_REQUEST_MAX 65536
 #define CTL_DIR_MAX	4096
 

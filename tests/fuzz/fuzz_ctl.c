@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <json-c/json.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "ctl_proto.h"
@@ -76,6 +77,35 @@ static void check_accepted(const struct ctl_request *req, size_t size)
 	FUZZ_CHECK(!"op out of range");
 }
 
+/* The fields each op takes, as doc/interfaces.md lists them (not read from ctl_proto.c). */
+static const char *const fields_of[][8] = {
+	[CTL_TARGET_START] = { "key", "sockets", "bandwidth", "kubevirt", "tls" },
+	[CTL_TARGET_STOP] = { "key" },
+	[CTL_SOURCE_START] = { "key", "target", "dir", "test_delay_first_ms", "bandwidth",
+			       "convergence", "tls" },
+	[CTL_SOURCE_STOP] = { "key" },
+	[CTL_LIST] = { NULL },
+	[CTL_STATUS] = { NULL },
+	[CTL_BANDWIDTH] = { "key", "bandwidth" },
+	[CTL_NODE_BANDWIDTH] = { "bandwidth" },
+	[CTL_METRICS] = { NULL },
+	[CTL_TAKEOVER] = { "pid", "version" },
+};
+
+/* A request accepted has no member its op does not take: a typo is never dropped silently. */
+static void check_strict(struct json_object *o, enum ctl_op op)
+{
+	FUZZ_CHECK((size_t)op < sizeof(fields_of) / sizeof(fields_of[0]));
+	json_object_object_foreach (o, name, val) {
+		bool known = !strcmp(name, "op");
+
+		(void)val;
+		for (unsigned int i = 0; !known && i < 8 && fields_of[op][i]; i++)
+			known = !strcmp(name, fields_of[op][i]);
+		FUZZ_CHECK(known);
+	}
+}
+
 /* A string field of the request, taken whole: a NUL inside does not cut it short. */
 static void check_string(struct json_object *o, const char *name, const char *got)
 {
@@ -98,6 +128,7 @@ static void check_exact(const uint8_t *data, size_t size, const struct ctl_reque
 	o = json_tokener_parse_ex(tok, (const char *)data, size);
 	json_tokener_free(tok);
 	FUZZ_CHECK(o != NULL && json_object_is_type(o, json_type_object));
+	check_strict(o, req->op);
 	if (req->op != CTL_LIST && req->op != CTL_STATUS && req->op != CTL_METRICS &&
 	    req->op != CTL_NODE_BANDWIDTH && req->op != CTL_TAKEOVER)
 		check_string(o, "key", req->key);

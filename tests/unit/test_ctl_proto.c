@@ -229,10 +229,8 @@ static void test_list_status(void **state)
 	req = parse_ok("{\"op\":\"status\"}");
 	assert_int_equal(req->op, CTL_STATUS);
 	free(req);
-	/* Extra fields are ignored. */
-	req = parse_ok("{\"op\":\"status\",\"verbose\":true}");
-	assert_int_equal(req->op, CTL_STATUS);
-	free(req);
+	/* A field the op does not take is refused, never ignored. */
+	check_reject("{\"op\":\"status\",\"verbose\":true}");
 }
 
 static void test_trailing(void **state)
@@ -472,10 +470,8 @@ static void test_start_bandwidth(void **state)
 	req = parse_ok(SS "\"target\":" TARGET_JSON("vm") ",\"dir\":\"/b\"}");
 	assert_int_equal(req->bandwidth, 0);
 	free(req);
-	/* Ops without a cap ignore the field, as any other extra field. */
-	req = parse_ok("{\"op\":\"target-stop\",\"key\":\"vm\",\"bandwidth\":5}");
-	assert_int_equal(req->bandwidth, 0);
-	free(req);
+	/* Ops without a cap refuse the field, as any other they do not take. */
+	check_reject("{\"op\":\"target-stop\",\"key\":\"vm\",\"bandwidth\":5}");
 }
 
 static void test_bandwidth_ops(void **state)
@@ -723,7 +719,16 @@ static void test_messages(void **state)
 		{ "{\"op\":\"bandwidth\",\"key\":\"vm\"}",
 		  "missing \"bandwidth\" (bytes/s, 0 for no cap)" },
 		{ "{\"op\":\"node-bandwidth\",\"key\":\"a b\"}",
-		  "missing \"bandwidth\" (bytes/s, 0 for no cap)" },
+		  "node-bandwidth: unknown field \"key\" (it takes bandwidth)" },
+		{ "{\"op\":\"node-bandwidth\"}", "missing \"bandwidth\" (bytes/s, 0 for no cap)" },
+		/* A misspelt field names the one it may have meant and the fields the op takes. */
+		{ TS "\"sockets\":{\"1\":\"/a\"},\"bandwith\":1000}",
+		  "target-start: unknown field \"bandwith\": did you mean \"bandwidth\"? (it takes "
+		  "key, sockets, bandwidth, kubevirt, tls)" },
+		{ "{\"op\":\"source-stop\",\"KEY\":\"vm\"}",
+		  "source-stop: unknown field \"KEY\": did you mean \"key\"? (it takes key)" },
+		{ "{\"op\":\"status\",\"bogus\":1}",
+		  "status: unknown field \"bogus\" (it takes no field but \"op\")" },
 	};
 	struct ctl_request *req = malloc(sizeof(*req));
 	char err[512];
@@ -738,16 +743,17 @@ static void test_messages(void **state)
 			bad++;
 		}
 	}
-	/* list, status and metrics read no field: anything beside "op" is ignored. */
-	free(parse_ok("{\"op\":\"metrics\",\"key\":\"a b\",\"bandwidth\":-5}"));
-	free(parse_ok("{\"op\":\"list\",\"sockets\":7}"));
+	/* list, status and metrics take no field: anything beside "op" is refused. */
+	check_reject("{\"op\":\"metrics\",\"key\":\"a b\",\"bandwidth\":-5}");
+	check_reject("{\"op\":\"list\",\"sockets\":7}");
 	free(req);
 	assert_int_equal(bad, 0);
 }
 
 static char *big_request(size_t len)
 {
-	static const char head[] = "{\"op\":\"list\",\"pad\":\"";
+	/* A long string where a field takes one: the size is checked before anything else. */
+	static const char head[] = "{\"op\":\"target-stop\",\"key\":\"";
 	static const char tail[] = "\"}\n";
 	char *text = malloc(len + 1);
 
@@ -776,10 +782,11 @@ static void test_too_large(void **state)
 	text = big_request(1 << 20);
 	check_reject(text);
 	free(text);
-	/* Exactly 64 KiB is not over the limit. */
+	/* Exactly 64 KiB is not over the limit: refused for the key, not the size. */
 	text = big_request(CTL_REQUEST_MAX);
-	assert_int_equal(parse(text, req, err, sizeof(err)), 0);
-	assert_int_equal(req->op, CTL_LIST);
+	assert_int_equal(parse(text, req, err, sizeof(err)), -EINVAL);
+	assert_null(strstr(err, "64 KiB"));
+	assert_non_null(strstr(err, "invalid key"));
 	free(text);
 	free(req);
 }
