@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Integration test of vmigd's command line on loopback: bad options fail with one clear line and
-exit 1, -n checks a configuration, a config file is read and the command line overrides it, port 0
-binds a free port that status reports, a second daemon on the same control socket refuses to start
-and names the first, and SIGTERM exits 0 and removes the control socket."""
+exit 1, -n checks a configuration (a key it does not know is an error naming FILE:LINE), a config
+file is read and the command line overrides it, port 0 binds a free port that status reports, a
+second daemon on the same control socket refuses to start and names the first, and SIGTERM exits
+0 and removes the control socket."""
 
 import json
 import os
@@ -60,6 +61,12 @@ def main():
         p = vt.run_vmigd(vmigd, '--config', conf + '.bad', '-n')
         if p.returncode != 1 or '--threads' not in p.stderr:
             problems.append(f'-n with a bad config: rc={p.returncode} {p.stderr!r}')
+        # A key vmigd does not know is an error naming the file and line, never skipped.
+        with open(conf + '.typo', 'w') as f:
+            f.write('no-tls\nnode-bandwith 100Mi\n')
+        p = vt.run_vmigd(vmigd, '--config', conf + '.typo', '-n')
+        if p.returncode != 1 or f'{conf}.typo:2: unknown option "node-bandwith"' not in p.stderr:
+            problems.append(f'-n with an unknown key: rc={p.returncode} {p.stderr!r}')
 
         log1 = open(os.path.join(tmp, 'd1.log'), 'wb')
         first = subprocess.Popen([vmigd, '--config', conf, '--threads', '1'],
