@@ -256,9 +256,13 @@ def test_abort(drive, a, b, work):
                                                                         first_pass[1:])),
               f'remaining falls during the first pass ({first_pass[0]["remaining"] / MIB:.0f}'
               f' -> {first_pass[-1]["remaining"] / MIB:.0f} MiB)')
+        # The limit is a maximum: no sample above it (with libvirt's rounding), and the rate
+        # reaches it while pages with data go. A sample taken while QEMU skips the guest's zero
+        # pages (all but its working set) shows far less: libvirt's rate counts bytes sent.
         rates = [q['rate'] for q in active if q['rate']]
-        check(rates and 0.7 * BANDWIDTH_MIB * MIB <= rates[-1] <= 1.3 * BANDWIDTH_MIB * MIB,
-              f'rate {rates[-1] / MIB:.1f} MiB/s at a {BANDWIDTH_MIB} MiB/s limit')
+        check(rates and 0.7 * BANDWIDTH_MIB * MIB <= max(rates) <= 1.3 * BANDWIDTH_MIB * MIB,
+              f'rate at most {max(rates or [0]) / MIB:.1f} MiB/s (samples '
+              f'{[round(r / MIB, 1) for r in rates]}) at a {BANDWIDTH_MIB} MiB/s limit')
         check(all(q['guest_running'] for q in active), 'guest_running throughout')
         check(all(q['expected_downtime_ms'] >= 0 and q['downtime_ms'] == -1 for q in active),
               'expected downtime given, downtime not yet')
