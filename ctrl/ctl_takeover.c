@@ -22,7 +22,11 @@
 
 /* The new vmigd has this long from the offer to say it has taken over; else the old carries on. */
 #define OFFER_TIMEOUT_MS 30000
-#define ASK_TIMEOUT_MS	 10000
+/* Before its offer the old one waits this long at most for connections in set-up (handshake and
+ * preamble timeouts by default: 10 + 5 s), checking every SETTLE_STEP_MS. */
+#define SETTLE_MAX_MS	 16000
+#define SETTLE_STEP_MS	 50
+#define ASK_TIMEOUT_MS	 (SETTLE_MAX_MS + 10000)
 #define SEND_TIMEOUT_MS	 2000
 #define LINE_MAX_LEN	 (CTL_REQUEST_MAX + 1)
 
@@ -45,6 +49,7 @@ struct ctl_takeover {
 	struct tk_link down; /* old side: to the vmigd taking over from this one */
 	/* Old side. */
 	enum give_state state;
+	uint64_t settle_until;	   /* the offer waits for connections in set-up until then */
 	struct json_object *moved; /* keys of the targets offered */
 	/* New side. */
 	bool took_over;
@@ -288,15 +293,31 @@ static void offer_inherited(struct ctl_takeover *t, struct json_object *kept)
 		json_object_array_add(kept, json_object_get(json_object_array_get_idx(t->kept, i)));
 }
 
+static void give_offer(struct ctl_takeover *t);
+
+/*
+ * A connection the listener accepted before the pause may be a pending target's first: once its
+ * preamble binds it there, that target must stay. So the offer waits until none is in set-up
+ * (or SETTLE_MAX_MS passed; then such a target may end up in both processes, design.md).
+ */
+static void give_settle(void *arg)
+{
+	struct ctl_takeover *t = arg;
+	unsigned int k = px_node_unbound_shared(t->p.node);
+
+	t->down.t = NULL;
+	if (k > 0 && vm_now_ms() < t->settle_until &&
+	    xp_timer_add(t->p.loop, vm_now_ms() + SETTLE_STEP_MS, give_settle, t, &t->down.t) == 0)
+		return;
+	if (k > 0)
+		log_warn("takeover: %u node-hop connections still in set-up after %d ms; offering "
+			 "anyway",
+			 k, SETTLE_MAX_MS);
+	give_offer(t);
+}
+
 void ctl_takeover_give(struct ctl_takeover *t, int fd, int pid)
 {
-	static const char *const names[] = { "control", "lock", "node", "metrics" };
-	struct offer_walk ow = { .t = t };
-	struct json_object *o, *fdn;
-	int fds[4], nfds = 0, r;
-	const char *text;
-	char *line;
-
 	if (t->state != GIVE_IDLE || px_node_listen_fd(t->p.node) < 0) {
 		static const char busy[] = "{\"ok\":false,\"error\":\"this vmigd is handing over "
 					   "or shutting down already\"}\n";
@@ -308,6 +329,30 @@ void ctl_takeover_give(struct ctl_takeover *t, int fd, int pid)
 		close(fd);
 		return;
 	}
+	t->down.fd = fd;
+	t->down.pid = pid;
+	t->state = GIVE_OFFERED;
+	/* Connections and clients that come from here wait in the listen queues. */
+	(void)px_node_listen_pause(t->p.node, true);
+	(void)ctl_server_pause(t->p.ctl, true);
+	t->settle_until = vm_now_ms() + SETTLE_MAX_MS;
+	if (px_node_unbound_shared(t->p.node) > 0)
+		log_info("takeover: vmigd pid %d asks; waiting for %u node-hop connections in "
+			 "set-up "
+			 "before the offer",
+			 pid, px_node_unbound_shared(t->p.node));
+	give_settle(t);
+}
+
+static void give_offer(struct ctl_takeover *t)
+{
+	static const char *const names[] = { "control", "lock", "node", "metrics" };
+	struct offer_walk ow = { .t = t };
+	struct json_object *o, *fdn;
+	int fds[4], nfds = 0, r, fd = t->down.fd, pid = t->down.pid;
+	const char *text;
+	char *line;
+
 	ctl_server_fds(t->p.ctl, &fds[0], &fds[1]);
 	fds[2] = px_node_listen_fd(t->p.node);
 	fds[3] = t->p.metrics ? ctl_metrics_server_fd(t->p.metrics) : -1;
@@ -332,19 +377,13 @@ void ctl_takeover_give(struct ctl_takeover *t, int fd, int pid)
 	json_object_object_add(o, "kept", ow.kept);
 	text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
 	line = malloc(strlen(text) + 2);
-	t->down.fd = fd;
-	t->down.pid = pid;
 	t->moved = ow.moved_keys;
-	t->state = GIVE_OFFERED;
 	if (!line) {
 		json_object_put(o);
 		give_rollback(t, "out of memory");
 		return;
 	}
 	sprintf(line, "%s\n", text);
-	/* Connections and clients that come meanwhile wait in the listen queues. */
-	(void)px_node_listen_pause(t->p.node, true);
-	(void)ctl_server_pause(t->p.ctl, true);
 	log_info("takeover: vmigd pid %d asks; offering the listeners (%d fds) and %zu targets "
 		 "with no connection yet; migrations staying here until they end: %zu",
 		 pid, nfds, json_object_array_length(t->moved), json_object_array_length(ow.kept));

@@ -98,6 +98,15 @@ int px_node_listen_fd(const struct px_node *n)
 	return n->lfd;
 }
 
+unsigned int px_node_unbound_shared(const struct px_node *n)
+{
+	unsigned int k = 0;
+
+	for (const struct px_conn *c = n->unbound; c; c = c->next)
+		k += c->lport == NULL;
+	return k;
+}
+
 int px_node_listen_pause(struct px_node *n, bool pause)
 {
 	if (n->lfd < 0)

@@ -200,6 +200,9 @@ void px_node_foreach(struct px_node *n, px_migration_fn fn, void *arg);
  * hand to the vmigd that takes over; -1 after a drain or retire.
  */
 int px_node_listen_fd(const struct px_node *n);
+/* Connections the node-hop listener accepted whose preamble has not come yet (a takeover waits
+ * for them: one may be a pending target's first). */
+unsigned int px_node_unbound_shared(const struct px_node *n);
 /* Stops (or resumes) accepting on the node-hop listener, which stays open. 0 or -errno. */
 int px_node_listen_pause(struct px_node *n, bool pause);
 /* A target's secret (to move it to another vmigd): 0, or -ENOENT with no such target. */
