@@ -260,6 +260,25 @@ static int take_lock(struct ctl_server *s, int *holder)
 	return 0;
 }
 
+/* A server with no socket or lock yet, on path (which fits a unix socket address). */
+static struct ctl_server *server_alloc(struct xp_loop *loop, const char *path, struct px_node *n,
+				       const struct ctl_daemon_info *info)
+{
+	struct ctl_server *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return NULL;
+	s->loop = loop;
+	s->node = n;
+	s->info = info;
+	s->fd = -1;
+	s->lock_fd = -1;
+	s->refusals.what = "lines about refused control clients";
+	snprintf(s->path, sizeof(s->path), "%s", path);
+	snprintf(s->lock_path, sizeof(s->lock_path), "%s.lock", path);
+	return s;
+}
+
 int ctl_server_new(struct xp_loop *loop, const char *path, struct px_node *n,
 		   const struct ctl_daemon_info *info, int *holder, struct ctl_server **ret)
 {
@@ -269,16 +288,9 @@ int ctl_server_new(struct xp_loop *loop, const char *path, struct px_node *n,
 	*holder = 0;
 	if (xp_unix_path_ok(path) < 0)
 		return -ENAMETOOLONG;
-	s = calloc(1, sizeof(*s));
+	s = server_alloc(loop, path, n, info);
 	if (!s)
 		return -ENOMEM;
-	s->loop = loop;
-	s->node = n;
-	s->info = info;
-	s->fd = -1;
-	s->refusals.what = "lines about refused control clients";
-	snprintf(s->path, sizeof(s->path), "%s", path);
-	snprintf(s->lock_path, sizeof(s->lock_path), "%s.lock", path);
 	r = take_lock(s, holder);
 	if (r < 0)
 		goto fail;
@@ -311,15 +323,9 @@ int ctl_server_adopt(struct xp_loop *loop, const char *path, int fd, int lock_fd
 	struct ctl_server *s;
 	int r;
 
-	s = calloc(1, sizeof(*s));
+	s = server_alloc(loop, path, n, info);
 	if (!s)
 		return -ENOMEM;
-	s->loop = loop;
-	s->node = n;
-	s->info = info;
-	s->refusals.what = "lines about refused control clients";
-	snprintf(s->path, sizeof(s->path), "%s", path);
-	snprintf(s->lock_path, sizeof(s->lock_path), "%s.lock", path);
 	/* The lock is the open file's, which both processes share now: it stays taken. */
 	s->fd = fd;
 	s->lock_fd = lock_fd;
