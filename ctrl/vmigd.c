@@ -264,9 +264,8 @@ static const struct opt opts[] = {
 	{ "takeover", 0, FLAG(takeover), .flags = OPT_CLI_ONLY,
 	  .help = "take over from the vmigd running on --control: its listeners and the targets "
 		  "with no connection yet come here, it carries its migrations in flight to their "
-		  "end (bounded by its --drain-timeout) and exits; if this one fails first, the "
-		  "old "
-		  "one carries on" },
+		  "end (bounded by its --drain-timeout) and exits; if this one fails first, "
+		  "the old one carries on" },
 	{ NULL, 'n', FLAG(check_only), .help = "check the configuration and exit" },
 	{ "help", 'h', FUNC(opt_help), .flags = OPT_CLI_ONLY, .help = "print this help and exit" },
 	{ "version", 'V', FUNC(opt_version), .flags = OPT_CLI_ONLY,
