@@ -179,9 +179,13 @@ static int kubevirt_from_json(struct json_object *o, struct px_portmap *ret, cha
 				 id, port);
 			return -EINVAL;
 		}
-		for (unsigned int j = 0; j < t.nports; j++)
+		for (unsigned int j = 0; j < t.nports; j++) {
 			if (t.ports[j] == id)
 				return fail(err, errlen, "a logical port is listed twice");
+			/* "4" and "04" are one TCP port: two logical ports cannot share it. */
+			if (t.tcp[j] == port)
+				return fail(err, errlen, "a TCP port is listed twice");
+		}
 		t.ports[t.nports] = id;
 		t.tcp[t.nports++] = port;
 	}

@@ -393,6 +393,10 @@ static void test_kubevirt_form(void **state)
 		     "\"targetDirectMigrationNodePorts\":{\"70000\":49152}}");
 	check_reject("{\"targetNodeAddress\":\"198.18.0.2\","
 		     "\"targetDirectMigrationNodePorts\":{\"1\":49152,\"2\":49152}}");
+	/* One TCP port written twice ("4" and "04") cannot carry two logical ports (the fuzzer's
+	 * find: its round trip lost one). */
+	check_reject("{\"targetNodeAddress\":\"198.18.0.2\","
+		     "\"targetDirectMigrationNodePorts\":{\"4\":0,\"04\":49153}}");
 	check_reject("{\"targetNodeAddress\":\"198.18.0.2\","
 		     "\"targetDirectMigrationNodePorts\":{\"1\":\"49152\"}}");
 	check_reject("{\"targetNodeAddress\":\"198.18.0.2\","
