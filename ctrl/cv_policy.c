@@ -89,6 +89,7 @@ static void take(struct cv_state *s, const struct cv_inputs *in, struct cv_actio
 	s->action_ms = in->now_ms;
 	s->evidence_since_ms = -1;
 	s->stalled = 0;
+	s->stall_min = s->stall_max = 0;
 	s->low = 0;
 	s->niters_at_action = s->niters;
 	if (act == CV_ACT_POSTCOPY)
@@ -240,11 +241,26 @@ static uint64_t headroom(const struct cv_inputs *in)
 	return in->node_cap - others;
 }
 
+/* The last n + 1 passes fall, each at most CV_MARGIN_PCT above the one before. */
+static bool falling(const struct cv_state *s, unsigned int n)
+{
+	for (unsigned int i = 0; i < n; i++) {
+		const struct cv_iter *newer = iter_back(s, i), *older = iter_back(s, i + 1);
+
+		if (!newer || !older ||
+		    newer->remaining * 100 > older->remaining * (100 + CV_MARGIN_PCT))
+			return false;
+	}
+	return true;
+}
+
 /*
  * Projected time to converge, assuming each pass leaves the same share of the one before (the
  * geometric model), that share taken over the last CV_STALL_PASSES passes since the last action
  * so that one noisy pass does not decide. Only used to see whether a falling remaining beats a
- * deadline. -1 when there are too few passes or remaining is not falling.
+ * deadline. -1 when there are too few passes, or remaining is not falling pass after pass: the
+ * model says nothing of a guest whose passes go up and down (a bursty one), and the two ends of
+ * such a window may happen to be equal.
  */
 static int64_t projected_ms(const struct cv_state *s, uint64_t link, uint64_t target)
 {
@@ -252,7 +268,7 @@ static int64_t projected_ms(const struct cv_state *s, uint64_t link, uint64_t ta
 	double q, r, total = 0;
 
 	if (!a || !b || s->niters - s->niters_at_action <= CV_STALL_PASSES || !a->remaining ||
-	    b->remaining >= a->remaining || !link)
+	    b->remaining >= a->remaining || !link || !falling(s, CV_STALL_PASSES))
 		return -1;
 	q = pow((double)b->remaining / a->remaining, 1.0 / CV_STALL_PASSES);
 	for (r = b->remaining; r > target && total < 1e9; r *= q)
@@ -275,6 +291,24 @@ static void passes_str(const struct cv_state *s, unsigned int n, char *buf, size
 	}
 }
 
+/* remaining is more than CV_SWING_PCT above low. */
+static bool swung(uint64_t remaining, uint64_t low)
+{
+	return low && remaining * 100 > low * (100 + CV_SWING_PCT);
+}
+
+/* How long passes without a new low must go on: the window when they hold steady near the low;
+ * at least CV_VARYING_HOLD_MS when they rose well above it or go up and down, as a burst and its
+ * drain do. */
+static int64_t hold_ms(const struct cv_policy *p, const struct cv_state *s)
+{
+	bool varying = swung(s->stall_max, s->low) || swung(s->stall_max, s->stall_min);
+
+	if (varying && p->window_ms < CV_VARYING_HOLD_MS)
+		return CV_VARYING_HOLD_MS;
+	return (int64_t)p->window_ms;
+}
+
 /*
  * Predictive. Judged once per pass over RAM: pre-copy converges while each pass makes a new
  * low of remaining (by CV_MARGIN_PCT) or the pass would fit the allowed downtime. Evidence that
@@ -294,7 +328,7 @@ static void predictive(const struct cv_policy *p, struct cv_state *s, const stru
 	uint64_t link, target, down_ms, room, allowed = allowed_downtime_ms(p);
 	bool overdue, slow = false, slow_hard = false, evidence, throttle_room;
 	int64_t proj;
-	char why[320], passes[64];
+	char why[320], passes[64], held[40];
 
 	if (j->status != CV_ST_ACTIVE)
 		return;
@@ -314,12 +348,19 @@ static void predictive(const struct cv_policy *p, struct cv_state *s, const stru
 		it = iter_back(s, 0);
 		down_ms = send_ms(it->remaining, link);
 		if (down_ms <= allowed || !s->low ||
-		    it->remaining * 100 <= s->low * (100 - CV_MARGIN_PCT)) {
+		    it->remaining * 100 <= s->low * (100 - CV_MARGIN_PCT) ||
+		    (swung(s->stall_max, s->low) && !swung(it->remaining, s->low))) {
 			s->stalled = 0;
 			s->evidence_since_ms = -1;
 		} else if (s->stalled++ == 0) {
 			s->evidence_since_ms = in->now_ms;
+			s->stall_min = s->stall_max = it->remaining;
+		} else {
+			s->stall_min = it->remaining < s->stall_min ? it->remaining : s->stall_min;
+			s->stall_max = it->remaining > s->stall_max ? it->remaining : s->stall_max;
 		}
+		if (!s->stalled)
+			s->stall_min = s->stall_max = 0;
 		if (!s->low || it->remaining < s->low)
 			s->low = it->remaining;
 		if (s->throttling && it->throttle >= THROTTLE_TOP && !s->top_pass)
@@ -329,17 +370,21 @@ static void predictive(const struct cv_policy *p, struct cv_state *s, const stru
 		       in->now_ms + proj > s->acceptable_s * 1000;
 		slow_hard = slow && in->now_ms + proj > s->acceptable_s * 1000 * CV_HARD_FACTOR;
 		passes_str(s, 4, passes, sizeof(passes));
+		held[0] = '\0';
+		if (hold_ms(p, s) > (int64_t)p->window_ms)
+			snprintf(held, sizeof(held), " (up and down: held %lld s)",
+				 (long long)hold_ms(p, s) / 1000);
 		snprintf(s->evidence, sizeof(s->evidence),
-			 "pass %llu: remaining %s MiB (low %.1f), %u without a new low, expected "
+			 "pass %llu: remaining %s MiB (low %.1f), %u without a new low%s, expected "
 			 "downtime %llu ms (allowed %llu) at %.1f MiB/s%s",
-			 (unsigned long long)j->dirty_syncs, passes, s->low / MIB, s->stalled,
+			 (unsigned long long)j->dirty_syncs, passes, s->low / MIB, s->stalled, held,
 			 (unsigned long long)(down_ms > 999999 ? 999999 : down_ms),
 			 (unsigned long long)allowed, link / MIB,
 			 slow ? ", too slow for the deadline" : "");
 	}
 	/* Evidence that pre-copy does not converge, or will not before the hard limit. */
 	evidence = slow_hard || (s->stalled >= CV_STALL_PASSES &&
-				 in->now_ms - s->evidence_since_ms >= (int64_t)p->window_ms);
+				 in->now_ms - s->evidence_since_ms >= hold_ms(p, s));
 	if (!evidence && !overdue && !slow)
 		return;
 	if (overdue)

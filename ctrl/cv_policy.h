@@ -116,6 +116,7 @@ struct cv_state {
 	unsigned int niters_at_action; /* niters when the last action was taken */
 	uint64_t last_syncs;
 	unsigned int stalled;	    /* passes in a row without a new low */
+	uint64_t stall_min, stall_max; /* the extremes of remaining over those passes */
 	uint64_t low;		    /* the lowest remaining at a pass since the last action */
 	uint64_t bw;		    /* the link, bytes/s: EWMA of the wire rate (stall mode) */
 	unsigned int top_pass;	    /* niters when the throttle was first at its top; 0: not */
@@ -127,7 +128,7 @@ struct cv_state {
 	/* the figures behind the last evaluation, for status */
 	uint64_t dirty_rate, link_rate;
 	const char *dirty_from; /* "qemu" or NULL */
-	char evidence[200];	/* the last judgement, one line */
+	char evidence[240];	/* the last judgement, one line */
 };
 
 void cv_state_init(struct cv_state *s);
@@ -147,5 +148,12 @@ const char *cv_act_str(enum cv_act a);
  * completionTimeoutFactor, 2). */
 #define CV_HARD_FACTOR 2
 #define CV_MARGIN_PCT	4
+/* Predictive: passes without a new low that rise more than this share above the low, or differ
+ * by more than it among themselves, are a guest whose dirtying changes (a burst and its drain),
+ * not a steady state: their evidence must hold for CV_VARYING_HOLD_MS (or the window, if longer).
+ * A pass back within this share of the low after such passes ends them: the guest came back
+ * down, and a guest that keeps doing so is judged by the completion deadline. */
+#define CV_SWING_PCT	   50
+#define CV_VARYING_HOLD_MS 10000
 
 #endif

@@ -48,7 +48,7 @@ struct cv_report {
 	int64_t elapsed_ms;  /* since the migration started; -1 before */
 	uint64_t dirty_rate, link_rate; /* what the policy last judged by */
 	const char *dirty_from;
-	char evidence[200];    /* the policy's last judgement */
+	char evidence[240];    /* the policy's last judgement */
 	unsigned int nactions; /* actions[] holds the first CV_ACTIONS_MAX */
 	struct cv_action_rec actions[CV_ACTIONS_MAX];
 	unsigned int counts[CV_ACT_ABORT + 1];
