@@ -258,9 +258,10 @@ static bool falling(const struct cv_state *s, unsigned int n)
  * Projected time to converge, assuming each pass leaves the same share of the one before (the
  * geometric model), that share taken over the last CV_STALL_PASSES passes since the last action
  * so that one noisy pass does not decide. Only used to see whether a falling remaining beats a
- * deadline. -1 when there are too few passes, or remaining is not falling pass after pass: the
- * model says nothing of a guest whose passes go up and down (a bursty one), and the two ends of
- * such a window may happen to be equal.
+ * deadline. -1 when there are too few passes, or remaining did not fall by CV_MARGIN_PCT over
+ * them (passes that hold steady are the stall rule's), or not pass after pass: the model says
+ * nothing of a guest whose passes go up and down (a bursty one), whose window's two ends may
+ * happen to be equal.
  */
 static int64_t projected_ms(const struct cv_state *s, uint64_t link, uint64_t target)
 {
@@ -268,7 +269,8 @@ static int64_t projected_ms(const struct cv_state *s, uint64_t link, uint64_t ta
 	double q, r, total = 0;
 
 	if (!a || !b || s->niters - s->niters_at_action <= CV_STALL_PASSES || !a->remaining ||
-	    b->remaining >= a->remaining || !link || !falling(s, CV_STALL_PASSES))
+	    b->remaining * 100 > a->remaining * (100 - CV_MARGIN_PCT) || !link ||
+	    !falling(s, CV_STALL_PASSES))
 		return -1;
 	q = pow((double)b->remaining / a->remaining, 1.0 / CV_STALL_PASSES);
 	for (r = b->remaining; r > target && total < 1e9; r *= q)

@@ -154,6 +154,6 @@ const char *cv_act_str(enum cv_act a);
  * A pass back within this share of the low after such passes ends them: the guest came back
  * down, and a guest that keeps doing so is judged by the completion deadline. */
 #define CV_SWING_PCT	   50
-#define CV_VARYING_HOLD_MS 10000
+#define CV_VARYING_HOLD_MS 20000
 
 #endif
