@@ -31,7 +31,11 @@ struct xp_rel {
 	bool in_recovery; /* fast recovery: the window is held */
 	uint64_t recover; /* the last cut's snd_nxt: its losses do not cut again */
 	bool have_rtt;
-	uint64_t srtt, rttvar, rto, rto_at;
+	uint64_t srtt, rttvar, rto, rto_at, min_rtt;
+	/* RACK-TLP (RFC 8985): the latest-sent frame delivered, its end and RTT; the reordering
+	 * timer; the tail loss probe's timer, and whether one is out */
+	uint64_t rack_xmit, rack_end, rack_rtt, rack_at, pto_at;
+	bool tlp_out;
 	uint32_t backoff;
 	bool probe_due;
 	/* receiving: offset o is at rbuf[o % rcvbuf] from rd (next read) to rd + rcvbuf */
@@ -195,6 +199,9 @@ int xp_rel_new(const struct xp_rel_cfg *cfg, uint64_t now_us, struct xp_rel **re
 	r->ssthresh = UINT64_MAX / 4;
 	r->rto = XP_REL_INITIAL_RTO_US;
 	r->rto_at = NONE;
+	r->rack_at = NONE;
+	r->pto_at = NONE;
+	r->min_rtt = NONE;
 	r->ack_at = NONE;
 	r->fin_at = NONE;
 	/* Until the peer says otherwise, what the handshake said it holds (else one frame). */
@@ -300,6 +307,14 @@ bool xp_rel_eof(const struct xp_rel *r)
 	return r->fin_at != NONE && r->rcv_nxt > r->fin_at && r->rd == r->fin_at;
 }
 
+/* The tail loss probe's timer: two RTTs and the peer's ack delay after the last frame sent. */
+static void arm_pto(struct xp_rel *r, uint64_t now_us)
+{
+	r->pto_at = NONE;
+	if (r->nsegs && r->have_rtt && !r->tlp_out)
+		r->pto_at = now_us + 2 * r->srtt + r->cfg.ack_delay_us;
+}
+
 static void arm_rto(struct xp_rel *r, uint64_t now_us)
 {
 	uint64_t t = r->rto << (r->backoff < 16 ? r->backoff : 16);
@@ -311,6 +326,8 @@ static void rtt_sample(struct xp_rel *r, uint64_t rtt)
 {
 	uint64_t var;
 
+	if (rtt < r->min_rtt)
+		r->min_rtt = rtt;
 	if (!r->have_rtt) {
 		r->srtt = rtt;
 		r->rttvar = rtt / 2;
@@ -349,6 +366,68 @@ static void enter_recovery(struct xp_rel *r)
 	r->ca_acked = 0;
 }
 
+/* A frame was delivered (acknowledged or held): RACK's newest delivered send time. A frame sent
+ * again less than an RTT ago was delivered by its first copy: it says nothing. */
+static void rack_delivered(struct xp_rel *r, const struct seg *s, uint64_t now_us)
+{
+	uint64_t end = s->seq + seg_size(s);
+
+	if (s->retrans && r->min_rtt != NONE && now_us - s->sent_us < r->min_rtt)
+		return;
+	if (s->sent_us > r->rack_xmit || (s->sent_us == r->rack_xmit && end > r->rack_end)) {
+		r->rack_xmit = s->sent_us;
+		r->rack_end = end;
+		r->rack_rtt = now_us - s->sent_us;
+	}
+}
+
+static void cut_once(struct xp_rel *r)
+{
+	/* Once per window: losses among what was in flight at the last cut are that cut's. */
+	if (!r->in_recovery && r->snd_una >= r->recover) {
+		enter_recovery(r);
+		r->st.fast_recoveries++;
+	}
+}
+
+static void mark_lost(struct xp_rel *r, struct seg *s)
+{
+	s->lost = true;
+	leave_pipe(r, s);
+	r->nlost++;
+}
+
+/* RACK: a frame sent before one that was delivered is lost once an RTT and a quarter of the
+ * smallest RTT (the reordering window) passed since it was sent; until then, a timer. */
+static void rack_detect(struct xp_rel *r, uint64_t now_us)
+{
+	uint64_t reo = r->min_rtt == NONE ? 0 : r->min_rtt / 4;
+	bool newly = false;
+
+	r->rack_at = NONE;
+	if (!r->rack_xmit)
+		return;
+	for (uint32_t i = 0; i < r->nsegs; i++) {
+		struct seg *s = seg_at(r, i);
+		uint64_t due;
+
+		if (s->sacked || (s->lost && !s->in_pipe))
+			continue;
+		if (s->sent_us > r->rack_xmit ||
+		    (s->sent_us == r->rack_xmit && s->seq + seg_size(s) >= r->rack_end))
+			continue; /* sent after the newest delivered frame */
+		due = s->sent_us + r->rack_rtt + reo;
+		if (due <= now_us) {
+			mark_lost(r, s);
+			newly = true;
+		} else if (due < r->rack_at) {
+			r->rack_at = due;
+		}
+	}
+	if (newly)
+		cut_once(r);
+}
+
 /* RFC 6675's IsLost: a frame with DupThresh frames' worth of bytes selectively acknowledged
  * above it. Walks down from the newest frame, summing what was acknowledged. */
 static void detect_loss(struct xp_rel *r)
@@ -365,20 +444,15 @@ static void detect_loss(struct xp_rel *r)
 		}
 		if (above < thresh || s->lost || s->retrans)
 			continue;
-		s->lost = true;
-		leave_pipe(r, s);
-		r->nlost++;
+		mark_lost(r, s);
 		newly = true;
 	}
-	/* Once per window: losses among what was in flight at the last cut are that cut's. */
-	if (newly && !r->in_recovery && r->snd_una >= r->recover) {
-		enter_recovery(r);
-		r->st.fast_recoveries++;
-	}
+	if (newly)
+		cut_once(r);
 }
 
 /* Marks the frames inside [start, end) as held by the receiver; true if any was new. */
-static bool take_sack(struct xp_rel *r, uint64_t start, uint64_t end)
+static bool take_sack(struct xp_rel *r, uint64_t now_us, uint64_t start, uint64_t end)
 {
 	uint32_t lo = 0, hi = r->nsegs;
 	bool any = false;
@@ -402,6 +476,7 @@ static bool take_sack(struct xp_rel *r, uint64_t start, uint64_t end)
 			r->nlost--;
 		leave_pipe(r, s);
 		s->sacked = true;
+		rack_delivered(r, s, now_us);
 		any = true;
 	}
 	return any;
@@ -421,6 +496,14 @@ static void grow_cwnd(struct xp_rel *r, uint64_t acked)
 		r->ca_acked -= r->cwnd;
 		r->cwnd += r->cfg.mss;
 	}
+}
+
+/* A window larger than anything that can be in flight only says the sender was not limited by
+ * it (RFC 7661): held at twice the send buffer. */
+static void clamp_cwnd(struct xp_rel *r)
+{
+	if (r->cwnd > 2ull * r->cfg.sndbuf)
+		r->cwnd = 2ull * r->cfg.sndbuf;
 }
 
 static int take_ack(struct xp_rel *r, uint64_t now_us, const struct xp_rel_hdr *h)
@@ -444,6 +527,8 @@ static int take_ack(struct xp_rel *r, uint64_t now_us, const struct xp_rel_hdr *
 		 * have come from an earlier frame's retransmission), or held before. */
 		if (!s->retrans && !s->sacked && !s->lost)
 			rtt = now_us - s->sent_us;
+		if (!s->sacked)
+			rack_delivered(r, s, now_us);
 		if (s->fin)
 			r->fin_acked = true;
 		acked += seg_size(s);
@@ -458,14 +543,20 @@ static int take_ack(struct xp_rel *r, uint64_t now_us, const struct xp_rel_hdr *
 	r->peer_right = h->ack + h->window;
 	for (unsigned int i = 0; i < h->nsack; i++)
 		if (h->sack[i].end <= max_ack)
-			sacked |= take_sack(r, h->sack[i].start, h->sack[i].end);
+			sacked |= take_sack(r, now_us, h->sack[i].start, h->sack[i].end);
 	if (rtt != NONE)
 		rtt_sample(r, rtt);
 	grow_cwnd(r, acked);
+	clamp_cwnd(r);
 	if (r->in_recovery && r->snd_una >= r->recover)
 		r->in_recovery = false;
 	if (sacked)
 		detect_loss(r);
+	if (sacked || acked) {
+		rack_detect(r, now_us);
+		r->tlp_out = false;
+		arm_pto(r, now_us);
+	}
 	if (!r->nsegs)
 		r->rto_at = NONE; /* next_frame() arms the probe timer if data waits */
 	else if (acked)
@@ -618,6 +709,8 @@ static void on_timeout(struct xp_rel *r, uint64_t now_us)
 		return;
 	}
 	r->st.timeouts++;
+	r->pto_at = NONE;
+	r->rack_at = NONE;
 	r->ssthresh = flight / 2 > floor ? flight / 2 : floor;
 	r->cwnd = r->cfg.mss;
 	r->ca_acked = 0;
@@ -679,6 +772,7 @@ static size_t send_seg(struct xp_rel *r, uint64_t now_us, struct seg *s, uint8_t
 	r->st.bytes_sent += s->len;
 	if (r->rto_at == NONE)
 		arm_rto(r, now_us);
+	arm_pto(r, now_us);
 	return build(r, buf, flags, s->seq, s->len);
 }
 
@@ -736,6 +830,42 @@ static size_t send_new(struct xp_rel *r, uint64_t now_us, uint8_t *buf)
 	return send_seg(r, now_us, s, buf);
 }
 
+/* Nothing heard for two RTTs with frames in flight: send the newest again (or new data, if the
+ * windows allow), whatever the congestion window says, so that a loss at the tail of a burst
+ * is found by the acknowledgement it draws instead of by the timeout. */
+static size_t tail_probe(struct xp_rel *r, uint64_t now_us, uint8_t *buf)
+{
+	size_t n = 0;
+
+	r->pto_at = NONE;
+	if (!r->nsegs || r->tlp_out)
+		return 0;
+	r->tlp_out = true;
+	r->st.tail_probes++;
+	if (r->snd_end > r->snd_nxt && r->peer_right > r->snd_nxt) {
+		uint64_t cwnd = r->cwnd;
+
+		r->cwnd = NONE / 4; /* this one frame only */
+		n = send_new(r, now_us, buf);
+		r->cwnd = cwnd;
+	}
+	for (uint32_t i = r->nsegs; !n && i-- > 0;) {
+		struct seg *s = seg_at(r, i);
+
+		if (s->sacked)
+			continue;
+		if (s->lost && !s->in_pipe)
+			r->nlost--;
+		leave_pipe(r, s);
+		s->retrans = true;
+		r->st.retransmitted_frames++;
+		r->st.retransmitted_bytes += s->len;
+		n = send_seg(r, now_us, s, buf);
+	}
+	arm_rto(r, now_us);
+	return n;
+}
+
 size_t xp_rel_next_frame(struct xp_rel *r, uint64_t now_us, uint8_t *buf, size_t cap)
 {
 	size_t n;
@@ -744,6 +874,10 @@ size_t xp_rel_next_frame(struct xp_rel *r, uint64_t now_us, uint8_t *buf, size_t
 		return 0;
 	if (r->rto_at <= now_us)
 		on_timeout(r, now_us);
+	if (r->rack_at <= now_us)
+		rack_detect(r, now_us);
+	if (r->pto_at <= now_us && (n = tail_probe(r, now_us, buf)))
+		return n;
 	n = r->nlost ? resend_lost(r, now_us, buf) : 0;
 	if (!n)
 		n = send_new(r, now_us, buf);
@@ -764,9 +898,13 @@ size_t xp_rel_next_frame(struct xp_rel *r, uint64_t now_us, uint8_t *buf, size_t
 
 uint64_t xp_rel_deadline(const struct xp_rel *r)
 {
+	uint64_t t = r->rto_at;
+
 	if (r->ack_now || r->probe_due)
 		return 0;
-	return r->rto_at < r->ack_at ? r->rto_at : r->ack_at;
+	t = r->ack_at < t ? r->ack_at : t;
+	t = r->rack_at < t ? r->rack_at : t;
+	return r->pto_at < t ? r->pto_at : t;
 }
 
 void xp_rel_stats(const struct xp_rel *r, struct xp_rel_stats *st)

@@ -85,7 +85,7 @@ struct xp_rel_stats {
 	uint64_t frames_sent, frames_received, bytes_sent, bytes_delivered;
 	uint64_t retransmitted_frames, retransmitted_bytes, fast_recoveries, timeouts;
 	uint64_t duplicate_frames, out_of_order_frames, beyond_window_frames, dropped_no_range;
-	uint64_t bad_acks, bad_frames, probes_sent;
+	uint64_t bad_acks, bad_frames, probes_sent, tail_probes;
 	uint64_t cwnd, ssthresh, pipe, srtt_us, rto_us, peer_window;
 	uint64_t held; /* bytes in the receive buffer, in order or not: at most rcvbuf */
 };

@@ -190,7 +190,7 @@ static bool finished(const struct sim *s)
 int rel_sim_run(const struct rel_sim_cfg *cfg, struct rel_sim_result *res)
 {
 	struct xp_rel_cfg rc = { .mss = cfg->mss, .sndbuf = cfg->sndbuf, .rcvbuf = cfg->rcvbuf };
-	struct sim s = { .cfg = cfg, .res = res, .rng = cfg->seed | 1 };
+	struct sim s = { .cfg = cfg, .res = res, .rng = cfg->seed * 2 + 1 };
 	uint64_t now = 0, allowance[2] = { 0, 0 }, next_tick = 0;
 	uint8_t *out;
 	int r;
