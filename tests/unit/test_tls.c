@@ -23,6 +23,7 @@
 #include <openssl/ssl.h>
 
 #include "certfactory.h"
+#include "xp_seal.h"
 #include "xp_tls.h"
 
 /* The name every node presents, from the default allow-list. */
@@ -585,6 +586,58 @@ static void test_good_pair_server_closes(void **state)
 {
 	(void)state;
 	good_pair(true);
+}
+
+/* The DPDK node hop's frame keys: both ends of one TLS 1.3 session export the same two secrets,
+ * one per direction; another session exports others; TLS 1.2, or a session not up, none. A frame
+ * sealed by the client opens on the server. */
+static void test_hop_keys(void **state)
+{
+	struct xp_tls *a = ctx_new(&(struct ctx_opt){ .leaf = "node-a" });
+	struct xp_tls *b = ctx_new(&(struct ctx_opt){ .leaf = "node-b" });
+	uint8_t cc[XP_SEAL_SECRET], cs[XP_SEAL_SECRET], sc[XP_SEAL_SECRET], ss[XP_SEAL_SECRET];
+	uint8_t dc[XP_SEAL_SECRET], ds[XP_SEAL_SECRET], frame[64] = "a guest page, or part of one";
+	uint8_t tag[XP_SEAL_TAG];
+	struct xp_seal *tx, *rx;
+	struct conn c, d;
+
+	(void)state;
+	conn_open(&c, a, b, NULL);
+	assert_ok(&c);
+	assert_int_equal(xp_seal_export(c.cli.x, cc, cs), 0);
+	assert_int_equal(xp_seal_export(c.srv.x, sc, ss), 0);
+	assert_memory_equal(cc, sc, sizeof(cc));
+	assert_memory_equal(cs, ss, sizeof(cs));
+	assert_memory_not_equal(cc, cs, sizeof(cc));
+	assert_int_equal(xp_seal_new(cc, false, 0, &tx), 0);
+	assert_int_equal(xp_seal_new(sc, true, 0, &rx), 0);
+	assert_int_equal(xp_seal(tx, 1, (const uint8_t *)"hdr", 3, frame, sizeof(frame), tag), 0);
+	assert_memory_not_equal(frame, "a guest page", 12);
+	assert_int_equal(xp_open(rx, 1, (const uint8_t *)"hdr", 3, frame, sizeof(frame), tag), 0);
+	assert_string_equal((char *)frame, "a guest page, or part of one");
+	xp_seal_free(tx);
+	xp_seal_free(rx);
+
+	conn_open(&d, a, b, NULL);
+	assert_ok(&d);
+	assert_int_equal(xp_seal_export(d.cli.x, dc, ds), 0);
+	assert_memory_not_equal(dc, cc, sizeof(dc));
+	assert_memory_not_equal(ds, cs, sizeof(ds));
+	conn_close(&c);
+	conn_close(&d);
+
+	/* Before the handshake, and on TLS 1.2: -EPROTO. */
+	sockpair(c.fd);
+	end_raw_client(&c.cli, c.fd[0], "node-a", TLS1_2_VERSION);
+	end_xp(&c.srv, "server", b, c.fd[1], true, NULL);
+	assert_int_equal(xp_seal_export(c.srv.x, sc, ss), -EPROTO);
+	handshake(&c.cli, &c.srv);
+	assert_int_equal(c.srv.rc, 0);
+	assert_string_equal(xp_tls_sess_version(c.srv.x), "TLSv1.2");
+	assert_int_equal(xp_seal_export(c.srv.x, sc, ss), -EPROTO);
+	conn_close(&c);
+	xp_tls_free(a);
+	xp_tls_free(b);
 }
 
 /* One context as both ends, as on a node that talks to itself; separate client files. */
@@ -1343,6 +1396,7 @@ int main(void)
 		cmocka_unit_test(test_ktls_probe),
 		cmocka_unit_test(test_good_pair_client_closes),
 		cmocka_unit_test(test_good_pair_server_closes),
+		cmocka_unit_test(test_hop_keys),
 		cmocka_unit_test(test_same_context_client_pair),
 		cmocka_unit_test(test_truncation),
 		cmocka_unit_test(test_resumption),
