@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 /* libFuzzer target for xp_rel, the DPDK node hop's reliable stream: the input is parsed as a
  * frame (what parses re-encodes to the same bytes, and a stream that takes it stays within its
- * buffers), then decides the fate of each frame of a transfer over the simulated link (dropped,
+ * buffers), offered to xp_open() as a sealed frame (which must refuse it: nobody forges a tag),
+ * then decides the fate of each frame of a transfer over the simulated link (dropped,
  * duplicated, delayed), which must still arrive whole and in order. */
 #include <string.h>
 
 #include "fuzz.h"
 #include "rel_sim.h"
 #include "xp_rel.h"
+#include "xp_seal.h"
 
 static void one_frame(const uint8_t *data, size_t size)
 {
@@ -43,6 +45,29 @@ static void one_frame(const uint8_t *data, size_t size)
 	free(copy);
 }
 
+/* The input as pn (8 bytes), tag (16), header (40), payload: a forged sealed frame. */
+static void forged(const uint8_t *data, size_t size)
+{
+	static const uint8_t secret[XP_SEAL_SECRET] = "the fuzzer never learns this key";
+	static struct xp_seal *rx;
+	uint64_t pn = 0;
+	uint8_t *copy;
+
+	if (size < 8 + XP_SEAL_TAG + XP_REL_HDR)
+		return;
+	if (!rx)
+		FUZZ_CHECK(xp_seal_new(secret, true, 4, &rx) == 0);
+	for (int i = 0; i < 8; i++)
+		pn = pn << 8 | data[i];
+	copy = malloc(size);
+	FUZZ_CHECK(copy != NULL);
+	memcpy(copy, data, size);
+	FUZZ_CHECK(xp_open(rx, pn % (1ull << 40), copy + 8 + XP_SEAL_TAG, XP_REL_HDR,
+			   copy + 8 + XP_SEAL_TAG + XP_REL_HDR, size - 8 - XP_SEAL_TAG - XP_REL_HDR,
+			   copy + 8) != 0);
+	free(copy);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct rel_sim_cfg c = {
@@ -61,6 +86,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct rel_sim_result res;
 
 	one_frame(data, size);
+	forged(data, size);
 	FUZZ_CHECK(rel_sim_run(&c, &res) == 0);
 	FUZZ_CHECK(res.done);
 	FUZZ_CHECK(res.intact);
