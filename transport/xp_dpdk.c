@@ -1,0 +1,407 @@
+// SPDX-License-Identifier: Apache-2.0
+/* xp_dpdk.h on DPDK 22.11: EAL from a string, the first port with one queue each way, a packet
+ * pool made at start, ARP (answering for our address, learning and asking for peers on the
+ * subnet), and IPv4/UDP framing with checksums checked on the way in. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <rte_arp.h>
+#include <rte_eal.h>
+#include <rte_ethdev.h>
+#include <rte_ip.h>
+#include <rte_mbuf.h>
+#include <rte_udp.h>
+
+#include "xp_dpdk.h"
+
+#define MAX_ARGS   64
+#define NB_MBUF	   8191
+#define RING	   1024
+#define BURST	   32
+#define PEERS	   16
+#define ARP_GAP_US 100000
+#define TTL	   64
+
+/* EAL's arguments, split in place: EAL may keep pointers into them for the process's life. */
+static char *eal_args;
+
+struct peer {
+	uint32_t ip; /* network order; 0: free */
+	bool known;
+	struct rte_ether_addr mac;
+	uint64_t asked_us;
+};
+
+struct xp_dpdk {
+	uint16_t port;
+	struct rte_mempool *pool;
+	struct rte_ether_addr mac;
+	uint32_t ip, mask; /* network order */
+	uint16_t udp_port; /* network order */
+	uint16_t mtu;
+	struct peer peers[PEERS];
+	char *argv[MAX_ARGS + 1];
+	struct xp_dpdk_stats st;
+};
+
+bool xp_dpdk_built(void)
+{
+	return true;
+}
+
+static int parse_address(const char *s, uint32_t *ip, uint32_t *mask)
+{
+	char buf[32], *slash, *end;
+	struct in_addr a;
+	unsigned long prefix;
+
+	if (!s || strlen(s) >= sizeof(buf))
+		return -EINVAL;
+	strcpy(buf, s);
+	slash = strchr(buf, '/');
+	if (!slash)
+		return -EINVAL;
+	*slash = '\0';
+	prefix = strtoul(slash + 1, &end, 10);
+	if (*end || slash[1] == '\0' || prefix < 1 || prefix > 32 ||
+	    inet_pton(AF_INET, buf, &a) != 1)
+		return -EINVAL;
+	*ip = a.s_addr;
+	*mask = htonl(prefix == 32 ? 0xffffffffu : ~(0xffffffffu >> prefix));
+	return 0;
+}
+
+int xp_dpdk_open(const struct xp_dpdk_conf *conf, struct xp_dpdk **ret, char *err, size_t errlen)
+{
+	struct rte_eth_conf pc = { 0 };
+	struct xp_dpdk *d = calloc(1, sizeof(*d));
+	int argc = 0, r = -EIO;
+	char *tok, *save;
+
+	if (!d)
+		return -ENOMEM;
+	if (parse_address(conf->address, &d->ip, &d->mask) < 0) {
+		snprintf(err, errlen, "--dpdk-address %s: not ADDR/PREFIX (IPv4)",
+			 conf->address ? conf->address : "(none)");
+		free(d);
+		return -EINVAL;
+	}
+	d->udp_port = htons(conf->udp_port);
+	if (eal_args) {
+		snprintf(err, errlen, "--dpdk: EAL runs once per process, and it already did");
+		free(d);
+		return -EALREADY;
+	}
+	eal_args = strdup(conf->eal ? conf->eal : "");
+	if (!eal_args) {
+		free(d);
+		return -ENOMEM;
+	}
+	d->argv[argc++] = "vmigd";
+	for (tok = strtok_r(eal_args, " ", &save); tok && argc < MAX_ARGS;
+	     tok = strtok_r(NULL, " ", &save))
+		d->argv[argc++] = tok;
+	if (tok) {
+		snprintf(err, errlen, "--dpdk: more than %d EAL arguments", MAX_ARGS - 1);
+		r = -EINVAL;
+		goto fail;
+	}
+	if (rte_eal_init(argc, d->argv) < 0) {
+		snprintf(err, errlen, "--dpdk: EAL did not start: %s", rte_strerror(rte_errno));
+		goto fail;
+	}
+	if (rte_eth_dev_count_avail() < 1) {
+		snprintf(err, errlen, "--dpdk: EAL started, but with no port (a --vdev or a VF?)");
+		r = -ENODEV;
+		goto fail_eal;
+	}
+	RTE_ETH_FOREACH_DEV(d->port) break;
+	d->pool = rte_pktmbuf_pool_create("vmigd_hop", NB_MBUF, 256, 0, RTE_MBUF_DEFAULT_BUF_SIZE,
+					  rte_socket_id());
+	if (!d->pool) {
+		snprintf(err, errlen, "--dpdk: no packet pool: %s (more memory: -m?)",
+			 rte_strerror(rte_errno));
+		goto fail_eal;
+	}
+	if (rte_eth_dev_configure(d->port, 1, 1, &pc) < 0 ||
+	    rte_eth_rx_queue_setup(d->port, 0, RING, rte_eth_dev_socket_id(d->port), NULL,
+				   d->pool) < 0 ||
+	    rte_eth_tx_queue_setup(d->port, 0, RING, rte_eth_dev_socket_id(d->port), NULL) < 0 ||
+	    rte_eth_dev_start(d->port) < 0) {
+		snprintf(err, errlen, "--dpdk: port %u would not start", d->port);
+		goto fail_eal;
+	}
+	if (rte_eth_macaddr_get(d->port, &d->mac) < 0 || rte_eth_dev_get_mtu(d->port, &d->mtu) < 0)
+		d->mtu = RTE_ETHER_MTU;
+	if (d->mtu > RTE_MBUF_DEFAULT_DATAROOM - RTE_ETHER_HDR_LEN)
+		d->mtu = RTE_MBUF_DEFAULT_DATAROOM - RTE_ETHER_HDR_LEN;
+	*ret = d;
+	return 0;
+fail_eal:
+	if (d->pool)
+		rte_mempool_free(d->pool);
+	rte_eal_cleanup();
+fail:
+	free(d);
+	return r;
+}
+
+/*
+ * Stops the port and leaves the rest to the process's exit: with DPDK 22.11, closing a memif port
+ * (or cleaning up EAL) while its peer hangs up frees an interrupt handle that EAL's interrupt
+ * thread may still be reading (a crash in rte_intr_fd_get() seen here in 1 of 4 runs). EAL is
+ * started once per process anyway.
+ */
+void xp_dpdk_close(struct xp_dpdk *d)
+{
+	if (!d)
+		return;
+	rte_eth_dev_stop(d->port);
+	free(d);
+}
+
+size_t xp_dpdk_max_payload(const struct xp_dpdk *d)
+{
+	return d->mtu - sizeof(struct rte_ipv4_hdr) - sizeof(struct rte_udp_hdr);
+}
+
+static struct peer *peer_of(struct xp_dpdk *d, uint32_t ip, bool add)
+{
+	struct peer *free_slot = NULL;
+
+	for (int i = 0; i < PEERS; i++) {
+		if (d->peers[i].ip == ip)
+			return &d->peers[i];
+		if (!d->peers[i].ip && !free_slot)
+			free_slot = &d->peers[i];
+	}
+	if (!add)
+		return NULL;
+	if (!free_slot)
+		free_slot = &d->peers[ip % PEERS]; /* full: the newest wins a slot */
+	memset(free_slot, 0, sizeof(*free_slot));
+	free_slot->ip = ip;
+	return free_slot;
+}
+
+static int tx_one(struct xp_dpdk *d, struct rte_mbuf *m)
+{
+	if (rte_eth_tx_burst(d->port, 0, &m, 1) == 1) {
+		d->st.tx_frames++;
+		d->st.tx_bytes += m->pkt_len;
+		return 0;
+	}
+	rte_pktmbuf_free(m);
+	d->st.tx_ring_full++;
+	return -EAGAIN;
+}
+
+static void send_arp(struct xp_dpdk *d, uint16_t op, const struct rte_ether_addr *to_mac,
+		     uint32_t to_ip)
+{
+	struct rte_mbuf *m = rte_pktmbuf_alloc(d->pool);
+	struct rte_ether_hdr *eh;
+	struct rte_arp_hdr *ah;
+
+	if (!m) {
+		d->st.tx_no_mbuf++;
+		return;
+	}
+	eh = (struct rte_ether_hdr *)rte_pktmbuf_append(m, sizeof(*eh) + sizeof(*ah));
+	ah = (struct rte_arp_hdr *)(eh + 1);
+	if (op == RTE_ARP_OP_REQUEST)
+		memset(&eh->dst_addr, 0xff, sizeof(eh->dst_addr));
+	else
+		rte_ether_addr_copy(to_mac, &eh->dst_addr);
+	rte_ether_addr_copy(&d->mac, &eh->src_addr);
+	eh->ether_type = htons(RTE_ETHER_TYPE_ARP);
+	ah->arp_hardware = htons(RTE_ARP_HRD_ETHER);
+	ah->arp_protocol = htons(RTE_ETHER_TYPE_IPV4);
+	ah->arp_hlen = RTE_ETHER_ADDR_LEN;
+	ah->arp_plen = 4;
+	ah->arp_opcode = htons(op);
+	rte_ether_addr_copy(&d->mac, &ah->arp_data.arp_sha);
+	ah->arp_data.arp_sip = d->ip;
+	if (op == RTE_ARP_OP_REQUEST)
+		memset(&ah->arp_data.arp_tha, 0, sizeof(ah->arp_data.arp_tha));
+	else
+		rte_ether_addr_copy(to_mac, &ah->arp_data.arp_tha);
+	ah->arp_data.arp_tip = to_ip;
+	if (tx_one(d, m) == 0) {
+		if (op == RTE_ARP_OP_REQUEST)
+			d->st.arp_requests_sent++;
+		else
+			d->st.arp_replies_sent++;
+	}
+}
+
+int xp_dpdk_send(struct xp_dpdk *d, uint32_t peer_ip, uint16_t peer_port, const void *data,
+		 size_t len, uint64_t now_us)
+{
+	uint32_t ip = htonl(peer_ip);
+	struct peer *p = peer_of(d, ip, true);
+	struct rte_ether_hdr *eh;
+	struct rte_ipv4_hdr *iph;
+	struct rte_udp_hdr *uh;
+	struct rte_mbuf *m;
+
+	if (len > xp_dpdk_max_payload(d))
+		return -EMSGSIZE;
+	if (!p->known) {
+		if (!p->asked_us || now_us - p->asked_us >= ARP_GAP_US) {
+			p->asked_us = now_us ? now_us : 1;
+			send_arp(d, RTE_ARP_OP_REQUEST, NULL, ip);
+		}
+		d->st.tx_no_arp++;
+		return -EAGAIN;
+	}
+	m = rte_pktmbuf_alloc(d->pool);
+	if (!m) {
+		d->st.tx_no_mbuf++;
+		return -EAGAIN;
+	}
+	eh = (struct rte_ether_hdr *)rte_pktmbuf_append(m, sizeof(*eh) + sizeof(*iph) +
+								   sizeof(*uh) + len);
+	iph = (struct rte_ipv4_hdr *)(eh + 1);
+	uh = (struct rte_udp_hdr *)(iph + 1);
+	rte_ether_addr_copy(&p->mac, &eh->dst_addr);
+	rte_ether_addr_copy(&d->mac, &eh->src_addr);
+	eh->ether_type = htons(RTE_ETHER_TYPE_IPV4);
+	memset(iph, 0, sizeof(*iph));
+	iph->version_ihl = RTE_IPV4_VHL_DEF;
+	iph->total_length = htons((uint16_t)(sizeof(*iph) + sizeof(*uh) + len));
+	iph->fragment_offset = htons(RTE_IPV4_HDR_DF_FLAG);
+	iph->time_to_live = TTL;
+	iph->next_proto_id = IPPROTO_UDP;
+	iph->src_addr = d->ip;
+	iph->dst_addr = ip;
+	uh->src_port = d->udp_port;
+	uh->dst_port = htons(peer_port);
+	uh->dgram_len = htons((uint16_t)(sizeof(*uh) + len));
+	uh->dgram_cksum = 0;
+	memcpy(uh + 1, data, len);
+	iph->hdr_checksum = rte_ipv4_cksum(iph);
+	uh->dgram_cksum = rte_ipv4_udptcp_cksum(iph, uh);
+	return tx_one(d, m);
+}
+
+static void take_arp(struct xp_dpdk *d, struct rte_mbuf *m, const struct rte_ether_hdr *eh)
+{
+	const struct rte_arp_hdr *ah = (const struct rte_arp_hdr *)(eh + 1);
+	uint32_t sip;
+	struct peer *p;
+
+	if (m->data_len < sizeof(*eh) + sizeof(*ah) ||
+	    ntohs(ah->arp_hardware) != RTE_ARP_HRD_ETHER ||
+	    ntohs(ah->arp_protocol) != RTE_ETHER_TYPE_IPV4 || ah->arp_plen != 4 ||
+	    ah->arp_hlen != RTE_ETHER_ADDR_LEN) {
+		d->st.rx_bad++;
+		return;
+	}
+	sip = ah->arp_data.arp_sip;
+	/* Learn a peer on our subnet that talks to us, or that we asked about. */
+	if (sip && sip != d->ip && (sip & d->mask) == (d->ip & d->mask) &&
+	    (ah->arp_data.arp_tip == d->ip || peer_of(d, sip, false))) {
+		p = peer_of(d, sip, true);
+		if (!p->known)
+			d->st.arp_learned++;
+		p->known = true;
+		rte_ether_addr_copy(&ah->arp_data.arp_sha, &p->mac);
+	}
+	if (ntohs(ah->arp_opcode) == RTE_ARP_OP_REQUEST && ah->arp_data.arp_tip == d->ip)
+		send_arp(d, RTE_ARP_OP_REPLY, &ah->arp_data.arp_sha, sip);
+}
+
+/* The header's checksum, computed again over the header with the field zeroed. */
+static bool ip_sum_ok(struct rte_ipv4_hdr *iph)
+{
+	uint16_t sum = iph->hdr_checksum;
+	bool ok;
+
+	iph->hdr_checksum = 0;
+	ok = rte_ipv4_cksum(iph) == sum;
+	iph->hdr_checksum = sum;
+	return ok;
+}
+
+/* A UDP checksum of 0 means none (IPv4); else it must match. */
+static bool udp_sum_ok(const struct rte_ipv4_hdr *iph, struct rte_udp_hdr *uh)
+{
+	uint16_t sum = uh->dgram_cksum;
+	bool ok;
+
+	if (!sum)
+		return true;
+	uh->dgram_cksum = 0;
+	ok = rte_ipv4_udptcp_cksum(iph, uh) == sum;
+	uh->dgram_cksum = sum;
+	return ok;
+}
+
+static void take_ipv4(struct xp_dpdk *d, struct rte_mbuf *m, const struct rte_ether_hdr *eh,
+		      xp_dpdk_rx_fn fn, void *arg)
+{
+	struct rte_ipv4_hdr *iph = (struct rte_ipv4_hdr *)(eh + 1);
+	struct rte_udp_hdr *uh;
+	size_t ihl, tot, ulen;
+
+	if (m->data_len < sizeof(*eh) + sizeof(*iph)) {
+		d->st.rx_bad++;
+		return;
+	}
+	ihl = (size_t)(iph->version_ihl & 0x0f) * 4;
+	tot = ntohs(iph->total_length);
+	if ((iph->version_ihl >> 4) != 4 || ihl < sizeof(*iph) || tot < ihl + sizeof(*uh) ||
+	    sizeof(*eh) + tot > m->data_len || !ip_sum_ok(iph)) {
+		d->st.rx_bad++;
+		return;
+	}
+	if (iph->dst_addr != d->ip || iph->next_proto_id != IPPROTO_UDP ||
+	    (ntohs(iph->fragment_offset) & (RTE_IPV4_HDR_MF_FLAG | RTE_IPV4_HDR_OFFSET_MASK))) {
+		d->st.rx_not_ours++;
+		return;
+	}
+	uh = (struct rte_udp_hdr *)((uint8_t *)iph + ihl);
+	ulen = ntohs(uh->dgram_len);
+	if (ulen < sizeof(*uh) || ulen > tot - ihl || !udp_sum_ok(iph, uh)) {
+		d->st.rx_bad++;
+		return;
+	}
+	if (uh->dst_port != d->udp_port) {
+		d->st.rx_not_ours++;
+		return;
+	}
+	d->st.rx_frames++;
+	d->st.rx_bytes += ulen - sizeof(*uh);
+	fn(arg, ntohl(iph->src_addr), ntohs(uh->src_port), (uint8_t *)(uh + 1), ulen - sizeof(*uh));
+}
+
+int xp_dpdk_poll(struct xp_dpdk *d, xp_dpdk_rx_fn fn, void *arg)
+{
+	struct rte_mbuf *pkts[BURST];
+	uint16_t n = rte_eth_rx_burst(d->port, 0, pkts, BURST);
+
+	for (uint16_t i = 0; i < n; i++) {
+		struct rte_mbuf *m = pkts[i];
+		const struct rte_ether_hdr *eh = rte_pktmbuf_mtod(m, const struct rte_ether_hdr *);
+
+		if (m->nb_segs != 1 || m->data_len < sizeof(*eh))
+			d->st.rx_bad++;
+		else if (eh->ether_type == htons(RTE_ETHER_TYPE_ARP))
+			take_arp(d, m, eh);
+		else if (eh->ether_type == htons(RTE_ETHER_TYPE_IPV4))
+			take_ipv4(d, m, eh, fn, arg);
+		else
+			d->st.rx_not_ours++;
+		rte_pktmbuf_free(m);
+	}
+	return n;
+}
+
+void xp_dpdk_stats(const struct xp_dpdk *d, struct xp_dpdk_stats *st)
+{
+	*st = d->st;
+}

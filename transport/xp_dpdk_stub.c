@@ -1,0 +1,48 @@
+// SPDX-License-Identifier: Apache-2.0
+/* xp_dpdk.h in a build without DPDK (-Ddpdk=disabled, or libdpdk not found): it says so. */
+#include <errno.h>
+#include <stdio.h>
+
+#include "xp_dpdk.h"
+
+bool xp_dpdk_built(void)
+{
+	return false;
+}
+
+int xp_dpdk_open(const struct xp_dpdk_conf *conf, struct xp_dpdk **ret, char *err, size_t errlen)
+{
+	(void)conf;
+	(void)ret;
+	snprintf(err, errlen,
+		 "--dpdk: this vmigd was built without DPDK (meson setup -Ddpdk=enabled)");
+	return -ENOTSUP;
+}
+
+void xp_dpdk_close(struct xp_dpdk *d)
+{
+	(void)d;
+}
+
+size_t xp_dpdk_max_payload(const struct xp_dpdk *d)
+{
+	(void)d;
+	return 0;
+}
+
+int xp_dpdk_send(struct xp_dpdk *d, uint32_t peer_ip, uint16_t peer_port, const void *data,
+		 size_t len, uint64_t now_us)
+{
+	return -ENOTSUP;
+}
+
+int xp_dpdk_poll(struct xp_dpdk *d, xp_dpdk_rx_fn fn, void *arg)
+{
+	return -ENOTSUP;
+}
+
+void xp_dpdk_stats(const struct xp_dpdk *d, struct xp_dpdk_stats *st)
+{
+	(void)d;
+	*st = (struct xp_dpdk_stats){ 0 };
+}
