@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util.h"
 #include "xp_rel.h"
 
 struct seg {
@@ -52,39 +53,6 @@ struct xp_rel {
 
 #define NONE UINT64_MAX
 
-static uint16_t get16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] << 8 | p[1]);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	return (uint32_t)get16(p) << 16 | get16(p + 2);
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	return (uint64_t)get32(p) << 32 | get32(p + 4);
-}
-
-static void put16(uint8_t *p, uint16_t v)
-{
-	p[0] = v >> 8;
-	p[1] = v & 0xff;
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-	put16(p, v >> 16);
-	put16(p + 2, v & 0xffff);
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-	put32(p, v >> 32);
-	put32(p + 4, v & 0xffffffffu);
-}
-
 int xp_rel_parse(const uint8_t *buf, size_t len, struct xp_rel_hdr *h, const char **why)
 {
 	size_t need;
@@ -99,18 +67,18 @@ int xp_rel_parse(const uint8_t *buf, size_t len, struct xp_rel_hdr *h, const cha
 		return -EBADMSG;
 	}
 	h->flags = buf[1];
-	h->len = get16(buf + 2);
-	h->stream = get32(buf + 4);
-	h->pn = get64(buf + 8);
-	h->seq = get64(buf + 16);
-	h->ack = get64(buf + 24);
-	h->window = get32(buf + 32);
+	h->len = vm_get_be16(buf + 2);
+	h->stream = vm_get_be32(buf + 4);
+	h->pn = vm_get_be64(buf + 8);
+	h->seq = vm_get_be64(buf + 16);
+	h->ack = vm_get_be64(buf + 24);
+	h->window = vm_get_be32(buf + 32);
 	h->nsack = buf[36];
 	if (h->flags & ~XP_REL_F_ALL) {
 		*why = "unknown flag";
 		return -EBADMSG;
 	}
-	if (buf[37] || get16(buf + 38)) {
+	if (buf[37] || vm_get_be16(buf + 38)) {
 		*why = "reserved bits set";
 		return -EBADMSG;
 	}
@@ -142,8 +110,8 @@ int xp_rel_parse(const uint8_t *buf, size_t len, struct xp_rel_hdr *h, const cha
 	for (unsigned int i = 0; i < h->nsack; i++) {
 		const uint8_t *p = buf + XP_REL_HDR + i * XP_REL_SACK_SIZE;
 
-		h->sack[i].start = get64(p);
-		h->sack[i].end = get64(p + 8);
+		h->sack[i].start = vm_get_be64(p);
+		h->sack[i].end = vm_get_be64(p + 8);
 		if (h->sack[i].start <= h->ack || h->sack[i].end <= h->sack[i].start ||
 		    h->sack[i].end > UINT64_MAX / 2) {
 			*why = "a SACK block that is empty, inverted or at or before ack";
@@ -158,20 +126,29 @@ size_t xp_rel_put_hdr(const struct xp_rel_hdr *h, uint8_t *buf)
 {
 	buf[0] = XP_REL_VERSION;
 	buf[1] = h->flags;
-	put16(buf + 2, h->len);
-	put32(buf + 4, h->stream);
-	put64(buf + 8, h->pn);
-	put64(buf + 16, h->seq);
-	put64(buf + 24, h->ack);
-	put32(buf + 32, h->window);
+	vm_put_be16(buf + 2, h->len);
+	vm_put_be32(buf + 4, h->stream);
+	vm_put_be64(buf + 8, h->pn);
+	vm_put_be64(buf + 16, h->seq);
+	vm_put_be64(buf + 24, h->ack);
+	vm_put_be32(buf + 32, h->window);
 	buf[36] = h->nsack;
 	buf[37] = 0;
-	put16(buf + 38, 0);
+	vm_put_be16(buf + 38, 0);
 	for (unsigned int i = 0; i < h->nsack; i++) {
-		put64(buf + XP_REL_HDR + i * XP_REL_SACK_SIZE, h->sack[i].start);
-		put64(buf + XP_REL_HDR + i * XP_REL_SACK_SIZE + 8, h->sack[i].end);
+		vm_put_be64(buf + XP_REL_HDR + i * XP_REL_SACK_SIZE, h->sack[i].start);
+		vm_put_be64(buf + XP_REL_HDR + i * XP_REL_SACK_SIZE + 8, h->sack[i].end);
 	}
 	return XP_REL_HDR + (size_t)h->nsack * XP_REL_SACK_SIZE;
+}
+
+int xp_rel_peek(const uint8_t *buf, size_t len, uint64_t *pn, size_t *hdr_len)
+{
+	if (len < XP_REL_HDR)
+		return -EBADMSG;
+	*hdr_len = XP_REL_HDR + (size_t)buf[36] * XP_REL_SACK_SIZE;
+	*pn = vm_get_be64(buf + 8);
+	return *hdr_len <= len ? 0 : -EBADMSG;
 }
 
 int xp_rel_new(const struct xp_rel_cfg *cfg, uint64_t now_us, struct xp_rel **ret)
@@ -781,6 +758,18 @@ static bool cwnd_allows(const struct xp_rel *r, uint64_t size)
 	return !r->pipe || r->pipe + size <= r->cwnd;
 }
 
+/* Sends s again: out of the lost count and the pipe, if it was in either. */
+static size_t resend(struct xp_rel *r, uint64_t now_us, struct seg *s, uint8_t *buf)
+{
+	if (s->lost && !s->in_pipe)
+		r->nlost--;
+	leave_pipe(r, s);
+	s->retrans = true;
+	r->st.retransmitted_frames++;
+	r->st.retransmitted_bytes += s->len;
+	return send_seg(r, now_us, s, buf);
+}
+
 static size_t resend_lost(struct xp_rel *r, uint64_t now_us, uint8_t *buf)
 {
 	for (uint32_t i = 0; i < r->nsegs; i++) {
@@ -790,11 +779,7 @@ static size_t resend_lost(struct xp_rel *r, uint64_t now_us, uint8_t *buf)
 			continue;
 		if (!cwnd_allows(r, seg_size(s)))
 			return 0;
-		r->nlost--;
-		s->retrans = true;
-		r->st.retransmitted_frames++;
-		r->st.retransmitted_bytes += s->len;
-		return send_seg(r, now_us, s, buf);
+		return resend(r, now_us, s, buf);
 	}
 	return 0;
 }
@@ -849,19 +834,9 @@ static size_t tail_probe(struct xp_rel *r, uint64_t now_us, uint8_t *buf)
 		n = send_new(r, now_us, buf);
 		r->cwnd = cwnd;
 	}
-	for (uint32_t i = r->nsegs; !n && i-- > 0;) {
-		struct seg *s = seg_at(r, i);
-
-		if (s->sacked)
-			continue;
-		if (s->lost && !s->in_pipe)
-			r->nlost--;
-		leave_pipe(r, s);
-		s->retrans = true;
-		r->st.retransmitted_frames++;
-		r->st.retransmitted_bytes += s->len;
-		n = send_seg(r, now_us, s, buf);
-	}
+	for (uint32_t i = r->nsegs; !n && i-- > 0;)
+		if (!seg_at(r, i)->sacked)
+			n = resend(r, now_us, seg_at(r, i), buf);
 	arm_rto(r, now_us);
 	return n;
 }

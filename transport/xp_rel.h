@@ -59,6 +59,9 @@ struct xp_rel_hdr {
 int xp_rel_parse(const uint8_t *buf, size_t len, struct xp_rel_hdr *h, const char **why);
 /* Writes h's header and SACK blocks; returns their length (h->payload is not copied). */
 size_t xp_rel_put_hdr(const struct xp_rel_hdr *h, uint8_t *buf);
+/* A sealed frame's packet number and header length (the sealing's nonce and associated data),
+ * read before the frame can be parsed; -EBADMSG if buf is too short for them. */
+int xp_rel_peek(const uint8_t *buf, size_t len, uint64_t *pn, size_t *hdr_len);
 
 struct xp_rel_cfg {
 	uint32_t stream;

@@ -8,6 +8,7 @@
 
 #include "fuzz.h"
 #include "rel_sim.h"
+#include "util.h"
 #include "xp_rel.h"
 #include "xp_seal.h"
 
@@ -50,15 +51,14 @@ static void forged(const uint8_t *data, size_t size)
 {
 	static const uint8_t secret[XP_SEAL_SECRET] = "the fuzzer never learns this key";
 	static struct xp_seal *rx;
-	uint64_t pn = 0;
+	uint64_t pn;
 	uint8_t *copy;
 
 	if (size < 8 + XP_SEAL_TAG + XP_REL_HDR)
 		return;
 	if (!rx)
 		FUZZ_CHECK(xp_seal_new(secret, true, 4, &rx) == 0);
-	for (int i = 0; i < 8; i++)
-		pn = pn << 8 | data[i];
+	pn = vm_get_be64(data);
 	copy = malloc(size);
 	FUZZ_CHECK(copy != NULL);
 	memcpy(copy, data, size);

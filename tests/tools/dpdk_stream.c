@@ -75,19 +75,12 @@ static void on_rx(void *arg, uint32_t ip, uint16_t port, uint8_t *data, size_t l
 		return;
 	}
 	if (c->rx) {
-		uint64_t pn = 0;
+		uint64_t pn;
 
-		if (len < XP_REL_HDR + XP_SEAL_TAG) {
+		if (xp_rel_peek(data, len, &pn, &hl) || hl + XP_SEAL_TAG > len) {
 			c->refused_frames++;
 			return;
 		}
-		hl = XP_REL_HDR + (size_t)data[36] * XP_REL_SACK_SIZE;
-		if (hl + XP_SEAL_TAG > len) {
-			c->refused_frames++;
-			return;
-		}
-		for (int i = 0; i < 8; i++)
-			pn = pn << 8 | data[8 + i];
 		if (xp_open(c->rx, pn, data, hl, data + hl, len - hl - XP_SEAL_TAG,
 			    data + len - XP_SEAL_TAG)) {
 			c->refused_frames++;
@@ -110,12 +103,11 @@ static int transmit(struct ctx *c, uint8_t *buf, size_t cap)
 
 	while ((n = xp_rel_next_frame(c->r, c->now, buf, cap - XP_SEAL_TAG)) > 0) {
 		if (c->tx) {
-			uint64_t pn = 0;
-			size_t hl = XP_REL_HDR + (size_t)buf[36] * XP_REL_SACK_SIZE;
+			uint64_t pn;
+			size_t hl;
 
-			for (int i = 0; i < 8; i++)
-				pn = pn << 8 | buf[8 + i];
-			if (xp_seal(c->tx, pn, buf, hl, buf + hl, n - hl, buf + n))
+			if (xp_rel_peek(buf, n, &pn, &hl) ||
+			    xp_seal(c->tx, pn, buf, hl, buf + hl, n - hl, buf + n))
 				return -EIO;
 			n += XP_SEAL_TAG;
 		}
