@@ -12,7 +12,8 @@ failed before its fix. Real vmigd processes on loopback, no QEMU:
   1024 with a hard one of 65536 (or ours, where lower) it raises the soft one to what --max-connections needs;
 - control clients: 2,000 clients each sending 60 KB without a newline, 200 at a time; at most 64
   are served at once and the rest told "too many control clients"; RSS grows by under 16 MiB at
-  the peak and ends within 8 MiB of where it began (140 MB before)."""
+  the peak and ends within 8 MiB of where it began (140 MB before). Not judged under ASan, whose
+  quarantine of freed memory grows RSS whatever the daemon does."""
 
 import os
 import resource
@@ -180,6 +181,12 @@ def check_fd_exhaustion(ck, work, vmigd, vmigctl):
         d.stop()
 
 
+def sanitized(pid):
+    """Whether the process runs under AddressSanitizer (its maps hold libasan)."""
+    with open(f'/proc/{pid}/maps') as f:
+        return 'libasan' in f.read()
+
+
 def check_control_clients(ck, d):
     pid = d.proc.pid
     before = rss_kib(pid)
@@ -223,10 +230,17 @@ def check_control_clients(ck, d):
     after = rss_kib(pid)
     vt.log(f'  control: 2000 clients of 60 KB: RSS {before} -> peak {peak[0]} -> {after} KiB, '
            f'{busy[0]} told "too many"')
-    ck.check(peak[0] - before < 16 * 1024, f'control: RSS peak +{(peak[0] - before) // 1024} MiB '
-             '(under 16)')
-    ck.check(after - before < 8 * 1024, f'control: RSS after +{(after - before) // 1024} MiB '
-             '(under 8)')
+    if sanitized(pid):
+        # ASan keeps what is freed in a quarantine of up to 256 MiB, to catch a use after free:
+        # 2,000 buffers of 60 KB freed grow RSS by about 64 MiB whatever vmigd does. The bounds
+        # are the plain build's to keep.
+        vt.log('  control: RSS bounds not judged under AddressSanitizer (its quarantine holds '
+               'freed memory); the plain build checks them')
+    else:
+        ck.check(peak[0] - before < 16 * 1024,
+                 f'control: RSS peak +{(peak[0] - before) // 1024} MiB (under 16)')
+        ck.check(after - before < 8 * 1024,
+                 f'control: RSS after +{(after - before) // 1024} MiB (under 8)')
     ck.check(busy[0] > 0, f'control: {busy[0]} clients told there were too many')
     ck.check(d.ctl('status', '--json', timeout=5).returncode == 0, 'control: status answers after')
 
