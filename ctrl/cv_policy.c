@@ -329,7 +329,7 @@ static void predictive(const struct cv_policy *p, struct cv_state *s, const stru
 	const struct cv_iter *it;
 	uint64_t link, target, down_ms, room, allowed = allowed_downtime_ms(p);
 	bool overdue, slow = false, slow_hard = false, evidence, throttle_room;
-	int64_t proj;
+	int64_t proj, hold;
 	char why[320], passes[64], held[40];
 
 	if (j->status != CV_ST_ACTIVE)
@@ -353,6 +353,7 @@ static void predictive(const struct cv_policy *p, struct cv_state *s, const stru
 		    it->remaining * 100 <= s->low * (100 - CV_MARGIN_PCT) ||
 		    (swung(s->stall_max, s->low) && !swung(it->remaining, s->low))) {
 			s->stalled = 0;
+			s->stall_min = s->stall_max = 0;
 			s->evidence_since_ms = -1;
 		} else if (s->stalled++ == 0) {
 			s->evidence_since_ms = in->now_ms;
@@ -361,8 +362,6 @@ static void predictive(const struct cv_policy *p, struct cv_state *s, const stru
 			s->stall_min = it->remaining < s->stall_min ? it->remaining : s->stall_min;
 			s->stall_max = it->remaining > s->stall_max ? it->remaining : s->stall_max;
 		}
-		if (!s->stalled)
-			s->stall_min = s->stall_max = 0;
 		if (!s->low || it->remaining < s->low)
 			s->low = it->remaining;
 		if (s->throttling && it->throttle >= THROTTLE_TOP && !s->top_pass)
@@ -372,10 +371,11 @@ static void predictive(const struct cv_policy *p, struct cv_state *s, const stru
 		       in->now_ms + proj > s->acceptable_s * 1000;
 		slow_hard = slow && in->now_ms + proj > s->acceptable_s * 1000 * CV_HARD_FACTOR;
 		passes_str(s, 4, passes, sizeof(passes));
+		hold = hold_ms(p, s);
 		held[0] = '\0';
-		if (hold_ms(p, s) > (int64_t)p->window_ms)
+		if (hold > (int64_t)p->window_ms)
 			snprintf(held, sizeof(held), " (up and down: held %lld s)",
-				 (long long)hold_ms(p, s) / 1000);
+				 (long long)hold / 1000);
 		snprintf(s->evidence, sizeof(s->evidence),
 			 "pass %llu: remaining %s MiB (low %.1f), %u without a new low%s, expected "
 			 "downtime %llu ms (allowed %llu) at %.1f MiB/s%s",
