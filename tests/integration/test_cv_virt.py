@@ -150,6 +150,16 @@ class Migration:
             self.proc.communicate()
 
 
+def aborted(code, msg):
+    """Whether virsh migrate's exit and message say the job was aborted. libvirt says "canceled
+    by client", but migrate_cancel shuts the migration socket down, and when QEMU's migration
+    thread fails its next write on it before the cancel is seen, libvirt passes on QEMU's write
+    error instead ("Unable to write to socket: Broken pipe", seen on a slow ASan run). The job's
+    own status still says cancelled, which the callers check. KubeVirt met the same race
+    (kubevirt/kubevirt#5319)."""
+    return code != 0 and ('canceled by client' in msg or 'Unable to write to socket' in msg)
+
+
 def wait_active(drive, uri, timeout=20):
     """Polls until the job shows memory figures; the sample."""
     def active():
@@ -302,7 +312,7 @@ def test_abort(drive, a, b, work):
         check(q[1]['status'] == 'active' and not q[1]['guest_running'], 'still paused')
         code, msg = mig.wait(30)
         vt.log(f'  virsh migrate: {code} {msg}')
-        check(code != 0 and 'canceled by client' in msg, 'abort: virsh migrate fails, cancelled')
+        check(aborted(code, msg), 'abort: virsh migrate fails, cancelled')
         check(q[-1]['status'] == 'cancelled' and q[-1]['guest_running'],
               'abort: the job is reported cancelled and the guest runs (libvirt resumed it)')
         state = a.domstate(DOM)
@@ -440,7 +450,7 @@ def test_daemon_abort(drive, d, a, b, work, serial):
         vt.log(f'  outcome: {c.get("outcome")}')
         vt.log(f'  dirty {c["dirty_rate"] / MIB:.1f} MiB/s ({c["dirty_rate_from"]}), link '
                f'{c["link_rate"] / MIB:.1f} MiB/s, query errors {c["query_errors"]}')
-        check(code != 0 and 'canceled by client' in msg, 'virsh migrate fails, cancelled')
+        check(aborted(code, msg), 'virsh migrate fails, cancelled')
         check([x['action'] for x in acts] == ['abort'] and acts[0]['ok'],
               'vmigd took one action, the abort, and it worked')
         reason = acts[0]['reason']
