@@ -373,6 +373,47 @@ TABLE(ctl_conv_table, "convergence", conv_figs);
 #undef JOB
 #undef OBJ
 
+/* What carries the node hop (ctl_nic.c). Prometheus: the migration's labels; the strings are
+ * the labels of vmigd_migration_nic_info (ctl_metrics.c). */
+#define OBJ struct ctl_nic_view
+static const struct ctl_fig nic_figs[] = {
+	{ "interface", CTL_STR, FIELD(nic.name), OMIT_EMPTY, TEXT("head", "%s") },
+	{ "kind", CTL_STR, FIELD(nic.kind), OMIT_EMPTY, TEXT("head", ", %s") },
+	{ "driver", CTL_STR, FIELD(nic.driver), OMIT_EMPTY, TEXT("head", ", driver %s") },
+	{ "device", CTL_STR, FIELD(nic.pci), OMIT_EMPTY, TEXT("head", ", device %s") },
+	{ "vf", CTL_BOOL, FIELD(nic.vf), TEXT("head", ", SR-IOV VF|") },
+	{ "pf", CTL_STR, FIELD(nic.pf), OMIT_EMPTY, TEXT("head", " of %s") },
+	{ "pf_interface", CTL_STR, FIELD(nic.pf_name), OMIT_EMPTY, TEXT("head", " (%s)") },
+	{ "numa_node", CTL_COUNT, FIELD(nic.numa_node), OMIT_UNLESS(nic.pci),
+	  TEXT("head", ", NUMA node %s") },
+	{ "speed", CTL_RATE, FIELD(speed), NULL_UNLESS(speed_known), TEXT("link", ", speed %s"),
+	  NONZERO,
+	  PROM("vmigd_migration_nic_speed_bytes_per_second", GAUGE,
+	       "Link speed of the interface that carries the migration's node hop, where its "
+	       "device reports one.") },
+	{ "speed_known", CTL_BOOL, FIELD(speed_known), TEXT("link", "|, speed unknown") },
+	{ "mtu", CTL_COUNT, FIELD(nic.mtu), TEXT("link", ", mtu %s") },
+	{ "queues.rx", CTL_COUNT, FIELD(nic.rx_queues), TEXT("link", ", queues rx %s") },
+	{ "queues.tx", CTL_COUNT, FIELD(nic.tx_queues), TEXT("link", " tx %s") },
+	{ "state", CTL_STR, FIELD(nic.operstate), OMIT_EMPTY, TEXT("state", "state %s") },
+	{ "link_up", CTL_BOOL, FIELD(link_up), TEXT("state", ", link up|, LINK DOWN"),
+	  PROM("vmigd_migration_link_up", GAUGE,
+	       "1 while the link that carries the migration's node hop is up with carrier.") },
+	{ "link_down_ms", CTL_MS, FIELD(down_ms), TEXT("state", " for %s"), NONZERO,
+	  PROM("vmigd_migration_link_down_seconds", GAUGE,
+	       "How long that link has been down now; 0 while up.") },
+	{ "link_downs", CTL_COUNT, FIELD(downs), TEXT("state", ", down %s times so far"), NONZERO,
+	  PROM("vmigd_migration_link_downs_total", COUNTER,
+	       "Times that link went down while the migration ran.") },
+	{ "peer", CTL_STR, FIELD(nic.peer), OMIT_EMPTY, TEXT("route", "route to %s") },
+	{ "gateway", CTL_STR, FIELD(nic.gateway), OMIT_EMPTY, TEXT("route", " via %s") },
+	{ "source", CTL_STR, FIELD(nic.source), OMIT_EMPTY, TEXT("route", " from %s") },
+	{ "addresses", CTL_STR, FIELD(nic.addrs), OMIT_EMPTY, TEXT("addrs", "addresses %s") },
+	{ "error", CTL_STR, FIELD(error), OMIT_EMPTY, TEXT("error", "now: %s") },
+};
+TABLE(ctl_nic_table, "nic", nic_figs);
+#undef OBJ
+
 /* The head line is also `vmigctl status`'s line per action. */
 #define OBJ struct cv_action_rec
 static const struct ctl_fig action_figs[] = {

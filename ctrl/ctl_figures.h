@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ctl_nic.h"
 #include "cv_watch.h"
 #include "px_node.h"
 
@@ -152,6 +153,9 @@ extern const struct ctl_table ctl_insp_stats_table;
 extern const struct ctl_table ctl_conv_table;
 /* struct cv_action_rec, a convergence's "actions" */
 extern const struct ctl_table ctl_action_table;
+
+/* struct ctl_nic_view, a migration's "nic" and the node's (null when not known) */
+extern const struct ctl_table ctl_nic_table;
 
 /* The figure with this JSON key, or NULL. */
 const struct ctl_fig *ctl_fig_find(const struct ctl_table *t, const char *key);

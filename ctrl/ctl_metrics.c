@@ -27,6 +27,7 @@
 
 struct take {
 	struct ctl_metrics_snapshot *s;
+	struct ctl_nic *nic;
 	unsigned int cap;
 	int err;
 };
@@ -82,10 +83,21 @@ static void take_one(const struct px_migration_info *mi, void *arg)
 		t->s->migs = m;
 		t->cap = cap;
 	}
+	if (t->nic) {
+		struct ctl_nic_view *v = realloc(t->s->nics, t->cap * sizeof(*v));
+
+		if (!v) {
+			t->err = -ENOMEM;
+			return;
+		}
+		t->s->nics = v;
+		if (!ctl_nic_migration(t->nic, mi, &v[t->s->nmigs]))
+			memset(&v[t->s->nmigs], 0, sizeof(*v));
+	}
 	c = &t->s->migs[t->s->nmigs++];
 	*c = *mi;
 	/* Nothing lent survives the callback: pointers are copies or NULL from here on. */
-	c->key = c->peer = c->state = c->error = c->mode = NULL;
+	c->key = c->peer = c->peer_host = c->state = c->error = c->mode = NULL;
 	c->conns = NULL;
 	c->nconns = 0;
 	if (dup_str(&c->key, mi->key) < 0 || dup_str(&c->peer, mi->peer) < 0 ||
@@ -115,14 +127,15 @@ void ctl_metrics_snapshot_free(struct ctl_metrics_snapshot *s)
 		free((char *)m->mode);
 	}
 	free(s->migs);
+	free(s->nics);
 	free(s->conv);
 	free(s);
 }
 
-int ctl_metrics_snapshot_take(struct px_node *n, struct cv_set *conv,
+int ctl_metrics_snapshot_take(struct px_node *n, struct cv_set *conv, struct ctl_nic *nic,
 			      struct ctl_metrics_snapshot **ret)
 {
-	struct take t = { 0 };
+	struct take t = { .nic = nic };
 	struct timespec ts;
 
 	t.s = calloc(1, sizeof(*t.s));
@@ -159,8 +172,8 @@ int ctl_metrics_snapshot_take(struct px_node *n, struct cv_set *conv,
  * The families are the figure tables' (ctl_figures.c), in table order; a family's members (its
  * fixed labels: direction and window, kind) sit next to each other there, so each family's samples
  * form one group under one HELP and TYPE. The info metrics, whose labels describe a thing rather
- * than count it, are special cases here: vmigd_node_info, vmigd_migration_info and
- * vmigd_convergence_info.
+ * than count it, are special cases here: vmigd_node_info, vmigd_migration_info,
+ * vmigd_migration_nic_info and vmigd_convergence_info.
  */
 struct prom {
 	FILE *f;
@@ -169,7 +182,7 @@ struct prom {
 };
 
 /* Which objects a table's samples are about, each with its own labels. */
-enum objs { OBJS_NODE, OBJS_MIGRATION, OBJS_INSPECT, OBJS_PORT, OBJS_CONN, OBJS_CONV };
+enum objs { OBJS_NODE, OBJS_MIGRATION, OBJS_INSPECT, OBJS_PORT, OBJS_CONN, OBJS_CONV, OBJS_NIC };
 
 /*
  * Appends name="value" to buf, escaped as the format wants (\\, \", \n). Anything else outside
@@ -282,6 +295,10 @@ static void walk(struct prom *p, const struct ctl_metrics_snapshot *s, enum objs
 			if (s->conv && s->conv[i].backend)
 				emit(p, f, &s->conv[i], labels);
 			break;
+		case OBJS_NIC:
+			if (s->nics && s->nics[i].nic.ifindex)
+				emit(p, f, &s->nics[i], labels);
+			break;
 		case OBJS_PORT:
 			for (unsigned int j = 0; j < mi->nports; j++) {
 				snprintf(plabels, sizeof(plabels), "%s", labels);
@@ -348,6 +365,32 @@ static void render_migration_info(struct prom *p, const struct ctl_metrics_snaps
 	}
 }
 
+static void render_nic_info(struct prom *p, const struct ctl_metrics_snapshot *s)
+{
+	char labels[LABELS_MAX], numa[16];
+
+	for (unsigned int i = 0; s->nics && i < s->nmigs; i++) {
+		const struct ctl_nic_view *v = &s->nics[i];
+
+		if (!v->nic.ifindex)
+			continue;
+		snprintf(numa, sizeof(numa), "%d", v->nic.numa_node);
+		mig_labels(&s->migs[i], labels, sizeof(labels));
+		label(labels, sizeof(labels), "interface", v->nic.name);
+		label(labels, sizeof(labels), "kind", v->nic.kind);
+		label(labels, sizeof(labels), "driver", v->nic.driver);
+		label(labels, sizeof(labels), "device", v->nic.pci);
+		label(labels, sizeof(labels), "vf", v->nic.vf ? "true" : "false");
+		label(labels, sizeof(labels), "pf", v->nic.pf);
+		label(labels, sizeof(labels), "numa_node", numa);
+		head(p, "vmigd_migration_nic_info", "gauge",
+		     "Always 1; the labels describe the interface that carries the migration's "
+		     "node "
+		     "hop (device: its bus address; numa_node -1: none).");
+		fprintf(p->f, "vmigd_migration_nic_info{%s} 1\n", labels);
+	}
+}
+
 static void render_convergence_info(struct prom *p, const struct ctl_metrics_snapshot *s)
 {
 	char labels[LABELS_MAX];
@@ -392,6 +435,8 @@ int ctl_metrics_render(const struct ctl_metrics_snapshot *s, char **ret, size_t 
 	render_table(&p, s, &ctl_conn_table, OBJS_CONN);
 	render_table(&p, s, &ctl_conv_table, OBJS_CONV);
 	render_convergence_info(&p, s);
+	render_nic_info(&p, s);
+	render_table(&p, s, &ctl_nic_table, OBJS_NIC);
 	bad = ferror(p.f);
 	if (fclose(p.f) != 0 || bad) {
 		free(buf);
@@ -408,6 +453,7 @@ struct ctl_metrics_server {
 	struct xp_loop *loop;
 	struct px_node *node;
 	struct cv_set *conv;
+	struct ctl_nic *nic;
 	struct MHD_Daemon *d;
 	struct xp_watch *w;
 	struct xp_timer *t;
@@ -477,7 +523,7 @@ static enum MHD_Result on_request(void *arg, struct MHD_Connection *c, const cha
 		return reply_static(c, MHD_HTTP_METHOD_NOT_ALLOWED, "use GET /metrics\n");
 	if (strcmp(url, "/metrics") != 0)
 		return reply_static(c, MHD_HTTP_NOT_FOUND, "not found; metrics are at /metrics\n");
-	e = ctl_metrics_snapshot_take(s->node, s->conv, &snap);
+	e = ctl_metrics_snapshot_take(s->node, s->conv, s->nic, &snap);
 	if (e == 0) {
 		e = ctl_metrics_render(snap, &body, &len);
 		ctl_metrics_snapshot_free(snap);
@@ -533,8 +579,8 @@ static void on_ready(struct xp_watch *w, int fd, uint32_t events, void *arg)
 
 /* On addr, or on adopt_fd (>= 0) when handed over. */
 static int server_start(struct xp_loop *loop, struct px_node *n, struct cv_set *conv,
-			const struct xp_addr *addr, int adopt_fd, struct ctl_metrics_server **ret,
-			char *err, size_t errlen)
+			struct ctl_nic *nic, const struct xp_addr *addr, int adopt_fd,
+			struct ctl_metrics_server **ret, char *err, size_t errlen)
 {
 	struct ctl_metrics_server *s;
 	const union MHD_DaemonInfo *info;
@@ -556,6 +602,7 @@ static int server_start(struct xp_loop *loop, struct px_node *n, struct cv_set *
 	s->loop = loop;
 	s->node = n;
 	s->conv = conv;
+	s->nic = nic;
 	if (adopt_fd >= 0) {
 		fd = adopt_fd;
 		r = xp_tcp_adopt(fd, &bound);
@@ -611,16 +658,17 @@ free_s:
 }
 
 int ctl_metrics_server_new(struct xp_loop *loop, struct px_node *n, struct cv_set *conv,
-			   const struct xp_addr *addr, struct ctl_metrics_server **ret, char *err,
-			   size_t errlen)
+			   struct ctl_nic *nic, const struct xp_addr *addr,
+			   struct ctl_metrics_server **ret, char *err, size_t errlen)
 {
-	return server_start(loop, n, conv, addr, -1, ret, err, errlen);
+	return server_start(loop, n, conv, nic, addr, -1, ret, err, errlen);
 }
 
-int ctl_metrics_server_adopt(struct xp_loop *loop, struct px_node *n, struct cv_set *conv, int fd,
-			     struct ctl_metrics_server **ret, char *err, size_t errlen)
+int ctl_metrics_server_adopt(struct xp_loop *loop, struct px_node *n, struct cv_set *conv,
+			     struct ctl_nic *nic, int fd, struct ctl_metrics_server **ret,
+			     char *err, size_t errlen)
 {
-	return server_start(loop, n, conv, NULL, fd, ret, err, errlen);
+	return server_start(loop, n, conv, nic, NULL, fd, ret, err, errlen);
 }
 
 int ctl_metrics_server_fd(const struct ctl_metrics_server *s)

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ctl_nic.h"
 #include "cv_watch.h"
 #include "px_node.h"
 #include "xp_loop.h"
@@ -21,13 +22,14 @@ struct ctl_metrics_snapshot {
 	unsigned int nmigs;
 	struct px_migration_info *migs; /* strings and conns[] belong to the snapshot */
 	struct cv_report *conv;		/* one per migs[], or NULL; .backend NULL: not watched */
+	struct ctl_nic_view *nics;	/* one per migs[], or NULL; .nic.ifindex 0: not known */
 	uint64_t now_ms;		/* vm_now_ms() when taken */
 	double now_unix;		/* CLOCK_REALTIME at the same moment, seconds */
 };
 
-/* Runs on the control loop's thread; conv may be NULL. 0 or -ENOMEM; *ret written only on
- * success. */
-int ctl_metrics_snapshot_take(struct px_node *n, struct cv_set *conv,
+/* Runs on the control loop's thread; conv and nic may be NULL. 0 or -ENOMEM; *ret written only
+ * on success. */
+int ctl_metrics_snapshot_take(struct px_node *n, struct cv_set *conv, struct ctl_nic *nic,
 			      struct ctl_metrics_snapshot **ret);
 /* For snapshots from ctl_metrics_snapshot_take() only. Takes NULL. */
 void ctl_metrics_snapshot_free(struct ctl_metrics_snapshot *s);
@@ -45,11 +47,12 @@ struct ctl_metrics_server;
  * -errno with one line for the operator in err. The server does not own n; free it first.
  */
 int ctl_metrics_server_new(struct xp_loop *loop, struct px_node *n, struct cv_set *conv,
-			   const struct xp_addr *addr, struct ctl_metrics_server **ret, char *err,
-			   size_t errlen);
+			   struct ctl_nic *nic, const struct xp_addr *addr,
+			   struct ctl_metrics_server **ret, char *err, size_t errlen);
 /* The same on a listener handed over by the vmigd this one takes over from (fd is its). */
-int ctl_metrics_server_adopt(struct xp_loop *loop, struct px_node *n, struct cv_set *conv, int fd,
-			     struct ctl_metrics_server **ret, char *err, size_t errlen);
+int ctl_metrics_server_adopt(struct xp_loop *loop, struct px_node *n, struct cv_set *conv,
+			     struct ctl_nic *nic, int fd, struct ctl_metrics_server **ret,
+			     char *err, size_t errlen);
 /* Its listener, to hand over; -1 if unknown. */
 int ctl_metrics_server_fd(const struct ctl_metrics_server *s);
 /* Takes NULL. */

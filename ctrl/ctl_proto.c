@@ -588,6 +588,7 @@ static struct json_object *ok_reply_versioned(void)
 struct migration_walk {
 	struct json_object *migs;
 	struct cv_set *conv;
+	struct ctl_nic *nic;
 	struct ctl_env env;
 };
 
@@ -596,6 +597,7 @@ static void add_migration(const struct px_migration_info *mi, void *arg)
 {
 	struct migration_walk *w = arg;
 	struct cv_report *r = NULL;
+	struct ctl_nic_view nic;
 
 	if (w->conv && mi->role == PX_ROLE_SOURCE) {
 		r = malloc(sizeof(*r));
@@ -604,25 +606,36 @@ static void add_migration(const struct px_migration_info *mi, void *arg)
 			r = NULL;
 		}
 	}
-	json_object_array_add(w->migs, ctl_report_migration(mi, r, &w->env));
+	json_object_array_add(
+		w->migs,
+		ctl_report_migration(mi, r, ctl_nic_migration(w->nic, mi, &nic) ? &nic : NULL,
+				     &w->env));
 	free(r);
 }
 
-static struct json_object *migration_list(struct px_node *n, struct cv_set *conv,
+static struct json_object *migration_list(struct px_node *n, const struct ctl_daemon_info *d,
 					  const struct ctl_env *env)
 {
-	struct migration_walk w = { .migs = json_object_new_array(), .conv = conv, .env = *env };
+	struct migration_walk w = {
+		.migs = json_object_new_array(), .conv = d->conv, .nic = d->nic, .env = *env
+	};
 
 	px_node_foreach(n, add_migration, &w);
 	return w.migs;
 }
 
-static struct json_object *node_object(struct px_node *n, const struct ctl_env *env)
+static struct json_object *node_object(struct px_node *n, const struct ctl_daemon_info *d,
+				       const struct ctl_env *env)
 {
 	struct px_node_info ni;
+	struct ctl_nic_view nic;
+	struct json_object *o;
 
 	px_node_info(n, &ni);
-	return ctl_report_node(&ni, env);
+	o = ctl_report_node(&ni, env);
+	json_object_object_add(o, "nic",
+			       ctl_report_nic(ctl_nic_node(d->nic, &nic) ? &nic : NULL, env));
+	return o;
 }
 
 static struct json_object *tls_object(const struct ctl_daemon_info *d)
@@ -683,8 +696,8 @@ static struct json_object *status_object(struct px_node *n, const struct ctl_dae
 			       json_object_new_double((env.now_ms - d->started_ms) / 1000.0));
 	if (d->metrics)
 		json_object_object_add(s, "metrics", json_object_new_string(d->metrics));
-	migs = migration_list(n, d->conv, &env);
-	json_object_object_add(s, "node", node_object(n, &env));
+	migs = migration_list(n, d, &env);
+	json_object_object_add(s, "node", node_object(n, d, &env));
 	json_object_object_add(s, "migrations", migs);
 	if (d->takeover)
 		ctl_takeover_status(d->takeover, s);
@@ -789,7 +802,7 @@ static int run_list(struct px_node *n, const struct ctl_daemon_info *d,
 
 	ctl_env_now(&env);
 	*reply = ok_reply_versioned();
-	json_object_object_add(*reply, "migrations", migration_list(n, d->conv, &env));
+	json_object_object_add(*reply, "migrations", migration_list(n, d, &env));
 	return 0;
 }
 
@@ -846,8 +859,8 @@ static int run_metrics(struct px_node *n, const struct ctl_daemon_info *d,
 	ctl_env_now(&env);
 	*reply = ok_reply_versioned();
 	/* Migrations read before the node: see ctl_metrics_snapshot_take(). */
-	migs = migration_list(n, d->conv, &env);
-	json_object_object_add(*reply, "node", node_object(n, &env));
+	migs = migration_list(n, d, &env);
+	json_object_object_add(*reply, "node", node_object(n, d, &env));
 	json_object_object_add(*reply, "migrations", migs);
 	return 0;
 }

@@ -255,8 +255,14 @@ static struct json_object *conv_object(const struct cv_report *r, const struct c
 	return o;
 }
 
+struct json_object *ctl_report_nic(const struct ctl_nic_view *nic, const struct ctl_env *env)
+{
+	return nic ? figures(&ctl_nic_table, nic, env) : NULL;
+}
+
 struct json_object *ctl_report_migration(const struct px_migration_info *mi,
-					 const struct cv_report *cv, const struct ctl_env *env)
+					 const struct cv_report *cv, const struct ctl_nic_view *nic,
+					 const struct ctl_env *env)
 {
 	struct json_object *o = figures(&ctl_migration_table, mi, env);
 	struct json_object *ports = json_object_new_array(), *conns = json_object_new_array();
@@ -278,5 +284,6 @@ struct json_object *ctl_report_migration(const struct px_migration_info *mi,
 	}
 	json_object_object_add(o, "connections", conns);
 	json_object_object_add(o, "convergence", cv ? conv_object(cv, env) : NULL);
+	json_object_object_add(o, "nic", ctl_report_nic(nic, env));
 	return o;
 }

@@ -32,8 +32,12 @@ void ctl_report_figures(struct json_object *o, const struct ctl_table *t, const 
 			const struct ctl_env *env);
 /* New JSON objects (json-c references); doc/interfaces.md has their shape. */
 struct json_object *ctl_report_node(const struct px_node_info *ni, const struct ctl_env *env);
-/* cv: the migration's convergence report, NULL when it has none ("convergence": null). */
+/* cv: the migration's convergence report, NULL when it has none ("convergence": null); nic:
+ * what carries its node hop, NULL when not known ("nic": null). */
 struct json_object *ctl_report_migration(const struct px_migration_info *mi,
-					 const struct cv_report *cv, const struct ctl_env *env);
+					 const struct cv_report *cv, const struct ctl_nic_view *nic,
+					 const struct ctl_env *env);
+/* A "nic" object, or NULL for JSON null. */
+struct json_object *ctl_report_nic(const struct ctl_nic_view *nic, const struct ctl_env *env);
 
 #endif

@@ -482,6 +482,23 @@ static void print_convergence(struct json_object *migs)
 	}
 }
 
+/* Per migration whose NIC vmigd knows: the interface, its device, link and route. */
+static void print_nics(struct json_object *migs)
+{
+	char title[256];
+
+	for (size_t i = 0; i < json_object_array_length(migs); i++) {
+		struct json_object *m = json_object_array_get_idx(migs, i);
+		struct json_object *nic = vc_obj_field(m, "nic");
+
+		if (!nic)
+			continue;
+		snprintf(title, sizeof(title), "nic %s (%s): ", vc_str_field(m, "key"),
+			 vc_str_field(m, "role"));
+		vc_print_figures(&ctl_nic_table, nic, "", title, NULL);
+	}
+}
+
 static void status(int argc, char **argv)
 {
 	struct json_object *reply = call(request("status", NULL)), *s, *node, *migs;
@@ -529,11 +546,14 @@ static void status(int argc, char **argv)
 			printf("%s: %s\n", node_lines[i].name,
 			       vc_value_text(f, v, buf, sizeof(buf)));
 	}
+	if (vc_obj_field(node, "nic"))
+		vc_print_figures(&ctl_nic_table, vc_obj_field(node, "nic"), "", "nic: ", NULL);
 	if (json_object_object_get_ex(s, "metrics", NULL))
 		printf("metrics: http://%s/metrics\n", vc_str_field(s, "metrics"));
 	if (json_object_object_get_ex(s, "migrations", &migs) &&
 	    json_object_is_type(migs, json_type_array)) {
 		print_connections(migs);
+		print_nics(migs);
 		print_convergence(migs);
 	}
 }
@@ -585,6 +605,8 @@ static void print_migration(struct json_object *m)
 		}
 	if (cv)
 		print_conv(cv, "  ", "convergence: ");
+	if (vc_obj_field(m, "nic"))
+		vc_print_figures(&ctl_nic_table, vc_obj_field(m, "nic"), "  ", "nic: ", NULL);
 }
 
 static void metrics(int argc, char **argv)
@@ -606,6 +628,8 @@ static void metrics(int argc, char **argv)
 	    !json_object_is_type(migs, json_type_array))
 		die(EXIT_FAIL, "vmigd sent no metrics");
 	vc_print_figures(&ctl_node_table, node, "", "node: ", NULL);
+	if (vc_obj_field(node, "nic"))
+		vc_print_figures(&ctl_nic_table, vc_obj_field(node, "nic"), "", "nic: ", NULL);
 	for (size_t i = 0; i < json_object_array_length(migs); i++) {
 		printf("\n");
 		print_migration(json_object_array_get_idx(migs, i));

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "ctl_metrics.h"
+#include "ctl_nic.h"
 #include "ctl_notify.h"
 #include "ctl_server.h"
 #include "ctl_takeover.h"
@@ -83,6 +84,7 @@ struct daemon {
 	struct ctl_server *ctl;
 	struct ctl_metrics_server *metrics;
 	struct cv_set *conv;
+	struct ctl_nic *nic; /* NULL where netlink cannot be had */
 	struct ctl_takeover *takeover;
 	struct xp_watch *sigw;
 	int sfd;
@@ -1093,6 +1095,12 @@ static int daemon_start(struct daemon *d, const struct options *o)
 		return r;
 	}
 	d->info.conv = d->conv;
+	r = ctl_nic_new(d->loop, d->node, &d->nic);
+	if (r < 0)
+		log_warn("cannot follow the node hop's interfaces through netlink (%s): status and "
+			 "metrics show no NIC, and link events are not seen",
+			 strerror(-r));
+	d->info.nic = d->nic;
 	if (o->takeover) {
 		r = ctl_server_adopt(d->loop, o->control, d->offer.ctl_fd, d->offer.lock_fd,
 				     d->node, &d->info, &d->ctl);
@@ -1118,12 +1126,13 @@ static int daemon_start(struct daemon *d, const struct options *o)
 		char err[300];
 
 		if (d->offer.metrics_fd >= 0) {
-			r = ctl_metrics_server_adopt(d->loop, d->node, d->conv, d->offer.metrics_fd,
-						     &d->metrics, err, sizeof(err));
+			r = ctl_metrics_server_adopt(d->loop, d->node, d->conv, d->nic,
+						     d->offer.metrics_fd, &d->metrics, err,
+						     sizeof(err));
 			d->offer.metrics_fd = -1;
 		} else {
-			r = ctl_metrics_server_new(d->loop, d->node, d->conv, &d->metrics_addr,
-						   &d->metrics, err, sizeof(err));
+			r = ctl_metrics_server_new(d->loop, d->node, d->conv, d->nic,
+						   &d->metrics_addr, &d->metrics, err, sizeof(err));
 		}
 		if (r < 0) {
 			log_err("metrics: %s", err);
@@ -1210,6 +1219,7 @@ static void daemon_done(struct daemon *d)
 	ctl_server_free(d->ctl);
 	xp_fwatch_free(d->tls_watch);
 	/* Monitors read the node's figures: stop them first. */
+	ctl_nic_free(d->nic);
 	cv_set_free(d->conv);
 	/* The node's links hold TLS sessions: free it first. */
 	px_node_free(d->node);

@@ -122,6 +122,8 @@ struct px_migration_info {
 	unsigned int nports;
 	struct px_port_info ports[PX_PORTS_MAX];
 	const char *peer;	   /* source: the target's node-hop address */
+	const char *peer_host;	   /* the peer's address alone (source: the target's; target: its
+				      first connection's); NULL until known */
 	uint64_t started_ms;	   /* vm_now_ms() at start */
 	unsigned int conns_total;  /* connections carried so far (linked) */
 	unsigned int conns_active; /* being set up or carried now */

@@ -197,11 +197,18 @@ void px_node_foreach(struct px_node *n, px_migration_fn fn, void *arg)
 	for (struct px_migration *m = n->migrations; m; m = m->next) {
 		struct px_conn_info *ci =
 			calloc(m->conns_active ? m->conns_active : 1, sizeof(*ci));
+		char host[64] = "";
 		struct px_migration_info mi = {
 			.key = m->key,
 			.role = m->role,
 			.nports = m->nports,
 			.peer = m->role == PX_ROLE_SOURCE ? m->peer_str : NULL,
+			.peer_host =
+				m->role == PX_ROLE_SOURCE
+					? (xp_addr_host(&m->peer, host, sizeof(host)) < 0 ? NULL
+											  : host)
+				: m->peer_bound ? m->peer_addr
+						: NULL,
 			.started_ms = m->started_ms,
 			.conns_total = m->conns_total,
 			.conns_active = m->conns_active,

@@ -23,8 +23,9 @@
 #include "ctl_report.h"
 
 static const struct ctl_table *const tables[] = {
-	&ctl_node_table,	 &ctl_migration_table,	&ctl_port_table, &ctl_conn_table,
-	&ctl_insp_summary_table, &ctl_insp_stats_table, &ctl_conv_table, &ctl_action_table,
+	&ctl_node_table, &ctl_migration_table,	  &ctl_port_table,
+	&ctl_conn_table, &ctl_insp_summary_table, &ctl_insp_stats_table,
+	&ctl_conv_table, &ctl_action_table,	  &ctl_nic_table,
 };
 
 /* ---- inputs ---- */
@@ -35,6 +36,7 @@ static const struct ctl_table *const tables[] = {
 static struct px_conn_info conns[3];
 static struct px_migration_info migs[3];
 static struct cv_report conv[3];
+static struct ctl_nic_view nics[3];
 static struct ctl_metrics_snapshot snap;
 
 /* Every figure a value of its own where it can, so that a table entry reading the wrong member
@@ -45,6 +47,7 @@ static void fill(void)
 	memset(conns, 0, sizeof(conns));
 	memset(migs, 0, sizeof(migs));
 	memset(conv, 0, sizeof(conv));
+	memset(nics, 0, sizeof(nics));
 	memset(&snap, 0, sizeof(snap));
 	snap.node = (struct px_node_info){ .bandwidth = 125000000,
 					   .shaper = PX_SHAPE_PACING,
@@ -216,6 +219,45 @@ static void fill(void)
 	strcpy(conv[2].last_error, "libvirt: gone");
 	conv[2].stopped = true;
 	strcpy(conv[2].outcome, "not followed to the end (libvirt: gone)");
+
+	/* m[0] over an SR-IOV VF whose link is down now; m[1] over a veth (no device: speed
+	 * unknown, no NUMA node); m[2]: not known. */
+	snap.nics = nics;
+	nics[0].nic = (struct ctl_nic_info){ .ifindex = 7,
+					     .name = "ens1f0v2",
+					     .kind = "device",
+					     .operstate = "lowerlayerdown",
+					     .mtu = 9000,
+					     .addrs = "10.1.0.5/24",
+					     .peer = "10.1.0.9",
+					     .gateway = "10.1.0.1",
+					     .source = "10.1.0.5",
+					     .pci = "0000:02:10.4",
+					     .driver = "igbvf",
+					     .vf = true,
+					     .pf = "0000:02:00.0",
+					     .pf_name = "ens1f0",
+					     .speed_mbps = 25000,
+					     .numa_node = 1,
+					     .rx_queues = 2,
+					     .tx_queues = 3 };
+	nics[0].speed = 3125000000;
+	nics[0].speed_known = true;
+	nics[0].down_ms = 1500;
+	nics[0].downs = 2;
+	strcpy(nics[0].error, "no route to 10.1.0.9: Network is unreachable");
+	nics[1].nic = (struct ctl_nic_info){ .ifindex = 3,
+					     .name = "veth1",
+					     .kind = "veth",
+					     .operstate = "up",
+					     .up = true,
+					     .mtu = 1500,
+					     .peer = "198.18.0.1",
+					     .speed_mbps = -1,
+					     .numa_node = -1,
+					     .rx_queues = 1,
+					     .tx_queues = 1 };
+	nics[1].link_up = true;
 }
 
 static const struct ctl_env env = { .now_ms = NOW_MS, .now_unix = NOW_UNIX };
@@ -231,7 +273,8 @@ static char *prom_text(void)
 
 static struct json_object *mig_json(unsigned int i)
 {
-	return ctl_report_migration(&migs[i], conv[i].backend ? &conv[i] : NULL, &env);
+	return ctl_report_migration(&migs[i], conv[i].backend ? &conv[i] : NULL,
+				    nics[i].nic.ifindex ? &nics[i] : NULL, &env);
 }
 
 /* ---- walking the tables ---- */
@@ -493,6 +536,17 @@ static void test_every_figure(void **state)
 		} else {
 			assert_null(c);
 		}
+		assert_true(json_object_object_get_ex(m, "nic", &c));
+		snprintf(where, sizeof(where), "migration %s nic", mi->key);
+		if (nics[i].nic.ifindex) {
+			check_object(where, &ctl_nic_table, &nics[i], c, text, labels);
+		} else {
+			assert_null(c);
+			for (size_t k = 0; k < ctl_nic_table.n; k++)
+				if (ctl_nic_table.figs[k].prom.name)
+					check_prom(where, text, &ctl_nic_table.figs[k], labels,
+						   NULL, false);
+		}
 		json_object_put(m);
 	}
 	free(text);
@@ -652,8 +706,12 @@ static void test_schema_v2(void **state)
 	json_object_put(o);
 	o = mig_json(0);
 	check_keys(o, "bytes_rx,bytes_tx,cap,cap_lifted,connections,conns,convergence,duration_s,"
-		      "inspect,key,kubevirt,limit,mode,peer,ports,rates,role,shaped_ms,started_unix,"
-		      "state,tls");
+		      "inspect,key,kubevirt,limit,mode,nic,peer,ports,rates,role,shaped_ms,"
+		      "started_unix,state,tls");
+	check_keys(json_object_object_get(o, "nic"),
+		   "addresses,device,driver,error,gateway,interface,kind,link_down_ms,link_downs,"
+		   "link_up,mtu,numa_node,peer,pf,pf_interface,queues,source,speed,speed_known,"
+		   "state,vf");
 	check_keys(json_object_object_get(o, "conns"), "active,failed,reordered,total");
 	check_keys(json_object_array_get_idx(json_object_object_get(o, "ports"), 0),
 		   "bytes_rx,bytes_tx,conns,id,rates,socket");
@@ -693,9 +751,11 @@ static void test_schema_v2(void **state)
 	json_object_put(o);
 	/* A failed target: error, no peer. */
 	o = mig_json(1);
-	check_keys(o, "bytes_rx,bytes_tx,cap,cap_lifted,connections,conns,convergence,duration_s,"
-		      "error,inspect,key,kubevirt,limit,mode,ports,rates,role,shaped_ms,started_unix,"
-		      "state,tls");
+	check_keys(
+		o,
+		"bytes_rx,bytes_tx,cap,cap_lifted,connections,conns,convergence,duration_s,"
+		"error,inspect,key,kubevirt,limit,mode,nic,ports,rates,role,shaped_ms,started_unix,"
+		"state,tls");
 	json_object_put(o);
 	o = mig_json(2);
 	check_keys(json_object_object_get(o, "convergence"),
@@ -769,6 +829,49 @@ static void test_table_rules(void **state)
 	}
 }
 
+/* The NIC figures by hand: a VF with its device, a veth without one, and the info metric. */
+static void test_nic(void **state)
+{
+	struct json_object *o, *n;
+	char *text;
+
+	fill();
+	o = mig_json(0);
+	n = json_object_object_get(o, "nic");
+	assert_int_equal(json_object_get_uint64(json_object_object_get(n, "speed")), 3125000000);
+	assert_int_equal(json_object_get_int(json_object_object_get(n, "numa_node")), 1);
+	assert_string_equal(json_object_get_string(json_object_object_get(n, "pf_interface")),
+			    "ens1f0");
+	assert_false(json_object_get_boolean(json_object_object_get(n, "link_up")));
+	assert_int_equal(json_object_get_int(json_object_object_get(n, "link_down_ms")), 1500);
+	json_object_put(o);
+	o = mig_json(1);
+	n = json_object_object_get(o, "nic");
+	check_keys(n, "interface,kind,link_down_ms,link_downs,link_up,mtu,peer,queues,speed,"
+		      "speed_known,state,vf");
+	assert_true(json_object_object_get_ex(n, "speed", NULL));
+	assert_null(json_object_object_get(n, "speed"));
+	json_object_put(o);
+	o = mig_json(2);
+	assert_true(json_object_object_get_ex(o, "nic", &n));
+	assert_null(n);
+	json_object_put(o);
+
+	text = prom_text();
+	assert_non_null(strstr(text, "\nvmigd_migration_nic_info{key=\"vm-1\",role=\"source\","
+				     "interface=\"ens1f0v2\",kind=\"device\",driver=\"igbvf\","
+				     "device=\"0000:02:10.4\",vf=\"true\",pf=\"0000:02:00.0\","
+				     "numa_node=\"1\"} 1\n"));
+	assert_non_null(strstr(text, "\nvmigd_migration_link_down_seconds{key=\"vm-1\","
+				     "role=\"source\"} 1.500\n"));
+	/* veth: no speed sample, link up. */
+	assert_null(strstr(text, "vmigd_migration_nic_speed_bytes_per_second{key=\"vm.2_x\""));
+	assert_non_null(
+		strstr(text, "\nvmigd_migration_link_up{key=\"vm.2_x\",role=\"target\"} 1\n"));
+	assert_null(strstr(text, "vmigd_migration_nic_info{key=\"k3\""));
+	free(text);
+}
+
 /* The samples of the convergence actions family: one migration after the other. */
 static void test_prom_convergence(void **state)
 {
@@ -801,9 +904,13 @@ static void test_prom_convergence(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_table_rules),    cmocka_unit_test(test_every_figure),
-		cmocka_unit_test(test_values_by_hand), cmocka_unit_test(test_job_as_cv_job_json),
-		cmocka_unit_test(test_schema_v2),      cmocka_unit_test(test_prom_convergence),
+		cmocka_unit_test(test_table_rules),
+		cmocka_unit_test(test_every_figure),
+		cmocka_unit_test(test_values_by_hand),
+		cmocka_unit_test(test_job_as_cv_job_json),
+		cmocka_unit_test(test_schema_v2),
+		cmocka_unit_test(test_prom_convergence),
+		cmocka_unit_test(test_nic),
 	};
 
 	return cmocka_run_group_tests_name("figures", tests, NULL, NULL);

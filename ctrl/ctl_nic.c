@@ -1,0 +1,285 @@
+// SPDX-License-Identifier: Apache-2.0
+/* Each migration's NIC and its link's history (ctl_nic.h): one record per migration, kept by a
+ * one-second sweep of the node's migrations and by xp_nic's events. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctl_nic.h"
+#include "ctl_report.h"
+#include "log.h"
+#include "util.h"
+
+#define SWEEP_MS 1000
+
+struct rec {
+	char key[PX_KEY_MAX + 1];
+	enum px_role role;
+	char peer[64];
+	struct ctl_nic_info nic; /* as last looked up */
+	bool found;		 /* nic is a route's */
+	bool up;
+	uint64_t down_since_ms; /* while down */
+	unsigned int downs;
+	bool stale; /* an address changed: look the route up again */
+	bool seen;  /* by this sweep */
+	char error[200];
+	struct rec *next;
+};
+
+struct ctl_nic {
+	struct xp_loop *loop;
+	struct px_node *node;
+	struct ctl_nl *nic;
+	struct xp_timer *t;
+	struct rec *recs;
+};
+
+static void speed(struct ctl_nic_view *v)
+{
+	v->speed_known = v->nic.speed_mbps > 0;
+	v->speed = v->speed_known ? (uint64_t)v->nic.speed_mbps * 125000 : 0;
+}
+
+static struct rec *find(struct ctl_nic *c, const char *key, enum px_role role)
+{
+	for (struct rec *r = c->recs; r; r = r->next)
+		if (r->role == role && !strcmp(r->key, key))
+			return r;
+	return NULL;
+}
+
+/* The route to the record's peer, again; a change of interface is logged. */
+static void resolve(struct ctl_nic *c, struct rec *r)
+{
+	struct ctl_nic_info nic;
+	char err[200];
+
+	r->stale = false;
+	if (ctl_nl_route(c->nic, r->peer, &nic, err, sizeof(err)) < 0) {
+		if (strcmp(err, r->error))
+			log_warn("migration %s role=%s: node hop to %s: %s%s", r->key,
+				 ctl_role_str(r->role), r->peer, err,
+				 r->found ? " (status keeps the interface it had)" : "");
+		snprintf(r->error, sizeof(r->error), "%s", err);
+		return;
+	}
+	r->error[0] = '\0';
+	if (!r->found)
+		log_info("migration %s role=%s: node hop to %s goes out on %s (%s%s%s, %s)", r->key,
+			 ctl_role_str(r->role), r->peer, nic.name, nic.kind,
+			 nic.vf ? ", SR-IOV VF of " : "", nic.vf ? nic.pf : "",
+			 nic.up ? "link up" : "link down");
+	else if (nic.ifindex != r->nic.ifindex)
+		log_warn("migration %s role=%s: node hop to %s now goes out on %s (was %s)", r->key,
+			 ctl_role_str(r->role), r->peer, nic.name, r->nic.name);
+	if (!r->found || nic.ifindex != r->nic.ifindex) {
+		r->up = nic.up;
+		if (!nic.up && !r->down_since_ms)
+			r->down_since_ms = vm_now_ms();
+		if (nic.up)
+			r->down_since_ms = 0;
+	}
+	r->nic = nic;
+	r->found = true;
+}
+
+static void sweep_one(const struct px_migration_info *mi, void *arg)
+{
+	struct ctl_nic *c = arg;
+	struct rec *r = find(c, mi->key, mi->role);
+
+	if (!mi->peer_host)
+		return;
+	if (!r) {
+		r = calloc(1, sizeof(*r));
+		if (!r)
+			return;
+		snprintf(r->key, sizeof(r->key), "%s", mi->key);
+		r->role = mi->role;
+		r->up = true;
+		r->next = c->recs;
+		c->recs = r;
+	}
+	r->seen = true;
+	if (strcmp(r->peer, mi->peer_host)) {
+		snprintf(r->peer, sizeof(r->peer), "%s", mi->peer_host);
+		r->stale = true;
+	}
+	if (r->stale || !r->found)
+		resolve(c, r);
+}
+
+/* New migrations get their record, ended ones lose theirs, stale routes are looked up again. */
+static void sweep(struct ctl_nic *c)
+{
+	struct rec **pp = &c->recs;
+
+	for (struct rec *r = c->recs; r; r = r->next)
+		r->seen = false;
+	px_node_foreach(c->node, sweep_one, c);
+	while (*pp) {
+		struct rec *r = *pp;
+
+		if (r->seen) {
+			pp = &r->next;
+			continue;
+		}
+		*pp = r->next;
+		free(r);
+	}
+}
+
+static void on_tick(void *arg)
+{
+	struct ctl_nic *c = arg;
+
+	c->t = NULL;
+	sweep(c);
+	if (xp_timer_add(c->loop, vm_now_ms() + SWEEP_MS, on_tick, c, &c->t) < 0)
+		log_warn("nic: cannot arm the sweep timer: new migrations' interfaces are looked "
+			 "up on events only");
+}
+
+static void link_changed(struct ctl_nic *c, int ifindex, const char *name, bool up, bool gone)
+{
+	uint64_t now = vm_now_ms();
+
+	for (struct rec *r = c->recs; r; r = r->next) {
+		if (!r->found || r->nic.ifindex != ifindex || (r->up == up && !gone))
+			continue;
+		if (!up || gone) {
+			if (!r->up)
+				continue;
+			r->up = false;
+			r->down_since_ms = now;
+			r->downs++;
+			log_warn("migration %s role=%s: link %s %s: the node hop to %s has no "
+				 "carrier (down %u time%s during this migration)",
+				 r->key, ctl_role_str(r->role), name[0] ? name : r->nic.name,
+				 gone ? "deleted" : "down", r->peer, r->downs,
+				 r->downs == 1 ? "" : "s");
+		} else {
+			log_info("migration %s role=%s: link %s up again after %.1f s", r->key,
+				 ctl_role_str(r->role), name, (now - r->down_since_ms) / 1000.0);
+			r->up = true;
+			r->down_since_ms = 0;
+		}
+	}
+}
+
+static void on_event(enum ctl_nl_event ev, int ifindex, const char *name, bool up, void *arg)
+{
+	struct ctl_nic *c = arg;
+
+	switch (ev) {
+	case CTL_NL_LINK:
+	case CTL_NL_GONE:
+		link_changed(c, ifindex, name, up, ev == CTL_NL_GONE);
+		break;
+	case CTL_NL_ADDR:
+	case CTL_NL_ROUTE:
+	case CTL_NL_RESYNC:
+		/* A route may have moved: every record is looked up again, now. */
+		for (struct rec *r = c->recs; r; r = r->next)
+			r->stale = true;
+		sweep(c);
+		break;
+	}
+}
+
+int ctl_nic_new(struct xp_loop *loop, struct px_node *n, struct ctl_nic **ret)
+{
+	struct ctl_nic *c = calloc(1, sizeof(*c));
+	int r;
+
+	if (!c)
+		return -ENOMEM;
+	c->loop = loop;
+	c->node = n;
+	r = ctl_nl_new(loop, on_event, c, &c->nic);
+	if (r == 0)
+		r = xp_timer_add(loop, vm_now_ms() + SWEEP_MS, on_tick, c, &c->t);
+	if (r < 0) {
+		ctl_nic_free(c);
+		return r;
+	}
+	*ret = c;
+	return 0;
+}
+
+void ctl_nic_free(struct ctl_nic *c)
+{
+	if (!c)
+		return;
+	xp_timer_del(c->t);
+	ctl_nl_free(c->nic);
+	while (c->recs) {
+		struct rec *r = c->recs;
+
+		c->recs = r->next;
+		free(r);
+	}
+	free(c);
+}
+
+bool ctl_nic_migration(struct ctl_nic *c, const struct px_migration_info *mi,
+		       struct ctl_nic_view *out)
+{
+	struct rec *r;
+	struct ctl_nic_info now;
+	char err[200];
+
+	memset(out, 0, sizeof(*out));
+	if (!c || !mi->peer_host)
+		return false;
+	r = find(c, mi->key, mi->role);
+	if (!r || strcmp(r->peer, mi->peer_host)) {
+		/* Asked before the sweep saw it: look it up now. */
+		sweep(c);
+		r = find(c, mi->key, mi->role);
+	}
+	if (!r || !r->found) {
+		if (r)
+			snprintf(out->error, sizeof(out->error), "%s", r->error);
+		return r && r->error[0];
+	}
+	/* The facts as of now (state, speed, addresses); the history is the record's. */
+	if (ctl_nl_route(c->nic, r->peer, &now, err, sizeof(err)) < 0)
+		snprintf(out->error, sizeof(out->error), "%s", err);
+	else if (now.ifindex == r->nic.ifindex)
+		r->nic = now;
+	else
+		resolve(c, r); /* moved without an event seen yet: logged there */
+	out->nic = r->nic;
+	speed(out);
+	out->link_up = r->up;
+	out->down_ms = r->up ? 0 : vm_now_ms() - r->down_since_ms;
+	out->downs = r->downs;
+	return true;
+}
+
+bool ctl_nic_node(struct ctl_nic *c, struct ctl_nic_view *out)
+{
+	char host[80], err[200];
+	const char *adv = c ? px_node_advertise(c->node) : NULL;
+	const char *colon;
+	size_t n;
+
+	memset(out, 0, sizeof(*out));
+	if (!adv)
+		return false;
+	colon = strrchr(adv, ':');
+	n = colon ? (size_t)(colon - adv) : strlen(adv);
+	if (n >= 2 && adv[0] == '[' && adv[n - 1] == ']') {
+		adv++;
+		n -= 2;
+	}
+	snprintf(host, sizeof(host), "%.*s", (int)n, adv);
+	if (ctl_nl_owner(c->nic, host, &out->nic, err, sizeof(err)) < 0)
+		return false;
+	speed(out);
+	out->link_up = out->nic.up;
+	return true;
+}
