@@ -14,6 +14,7 @@
 #define SWEEP_MS 1000
 
 struct rec {
+	struct ctl_nic *c;
 	char key[PX_KEY_MAX + 1];
 	enum px_role role;
 	char peer[64];
@@ -24,6 +25,8 @@ struct rec {
 	unsigned int downs;
 	bool stale; /* an address changed: look the route up again */
 	bool seen;  /* by this sweep */
+	struct xp_timer *fail_t; /* while down: the bound */
+	bool abandoned;		 /* failed for it, or left alone and said why */
 	char error[200];
 	struct rec *next;
 };
@@ -31,6 +34,8 @@ struct rec {
 struct ctl_nic {
 	struct xp_loop *loop;
 	struct px_node *node;
+	struct cv_set *conv;
+	unsigned int down_timeout_s;
 	struct ctl_nl *nic;
 	struct xp_timer *t;
 	struct rec *recs;
@@ -40,6 +45,30 @@ static void speed(struct ctl_nic_view *v)
 {
 	v->speed_known = v->nic.speed_mbps > 0;
 	v->speed = v->speed_known ? (uint64_t)v->nic.speed_mbps * 125000 : 0;
+}
+
+static void rec_free(struct rec *r)
+{
+	xp_timer_del(r->fail_t);
+	free(r);
+}
+
+static void on_down_bound(void *arg);
+
+/* The link went down: hold convergence, arm the bound. */
+static void link_down_policy(struct ctl_nic *c, struct rec *r)
+{
+	char why[160];
+
+	if (c->conv && r->role == PX_ROLE_SOURCE) {
+		snprintf(why, sizeof(why), "link %s of the node hop is down", r->nic.name);
+		cv_watch_hold(c->conv, r->key, true, why);
+	}
+	if (c->down_timeout_s && !r->abandoned && !r->fail_t &&
+	    xp_timer_add(c->loop, r->down_since_ms + c->down_timeout_s * 1000ull, on_down_bound, r,
+			 &r->fail_t) < 0)
+		log_warn("migration %s role=%s: cannot arm the link-down bound: it waits for TCP",
+			 r->key, ctl_role_str(r->role));
 }
 
 static struct rec *find(struct ctl_nic *c, const char *key, enum px_role role)
@@ -75,14 +104,32 @@ static void resolve(struct ctl_nic *c, struct rec *r)
 		log_warn("migration %s role=%s: node hop to %s now goes out on %s (was %s)", r->key,
 			 ctl_role_str(r->role), r->peer, nic.name, r->nic.name);
 	if (!r->found || nic.ifindex != r->nic.ifindex) {
-		r->up = nic.up;
-		if (!nic.up && !r->down_since_ms)
+		/* Moved onto a link that is up: what a link down set going ends. */
+		if (r->found && !r->up && nic.up) {
+			xp_timer_del(r->fail_t);
+			r->fail_t = NULL;
+			if (c->conv && r->role == PX_ROLE_SOURCE)
+				cv_watch_hold(c->conv, r->key, false,
+					      "the route moved to a link that is up");
+		}
+		if (!nic.up && r->up) {
+			/* Found down (it went down before vmigd looked): as if the event came. */
 			r->down_since_ms = vm_now_ms();
+			r->downs++;
+			log_warn("migration %s role=%s: link %s is down: the node hop to %s has no "
+				 "carrier",
+				 r->key, ctl_role_str(r->role), nic.name, r->peer);
+		}
+		r->up = nic.up;
 		if (nic.up)
 			r->down_since_ms = 0;
+		r->nic = nic;
+		r->found = true;
+		if (!r->up)
+			link_down_policy(c, r);
+		return;
 	}
 	r->nic = nic;
-	r->found = true;
 }
 
 static void sweep_one(const struct px_migration_info *mi, void *arg)
@@ -96,6 +143,7 @@ static void sweep_one(const struct px_migration_info *mi, void *arg)
 		r = calloc(1, sizeof(*r));
 		if (!r)
 			return;
+		r->c = c;
 		snprintf(r->key, sizeof(r->key), "%s", mi->key);
 		r->role = mi->role;
 		r->up = true;
@@ -127,7 +175,7 @@ static void sweep(struct ctl_nic *c)
 			continue;
 		}
 		*pp = r->next;
-		free(r);
+		rec_free(r);
 	}
 }
 
@@ -140,6 +188,61 @@ static void on_tick(void *arg)
 	if (xp_timer_add(c->loop, vm_now_ms() + SWEEP_MS, on_tick, c, &c->t) < 0)
 		log_warn("nic: cannot arm the sweep timer: new migrations' interfaces are looked "
 			 "up on events only");
+}
+
+struct fail_look {
+	struct rec *r;
+	bool found, failed, switchover, inspected;
+};
+
+static void fail_look_one(const struct px_migration_info *mi, void *arg)
+{
+	struct fail_look *l = arg;
+
+	if (mi->role != l->r->role || strcmp(mi->key, l->r->key))
+		return;
+	l->found = true;
+	l->failed = mi->error != NULL;
+	l->inspected = mi->inspected;
+	l->switchover = mi->cap_lifted || (mi->inspected && mi->insp.switchover);
+}
+
+/*
+ * Down for the bound: fail the migration now rather than when TCP gives up, minutes later. Not
+ * once QEMU's switchover has begun: a post-copy guest whose connections are cut is lost on both
+ * nodes, while QEMU can recover a post-copy whose link comes back. Not where the stream is not
+ * inspected either, since vmigd cannot tell then.
+ */
+static void on_down_bound(void *arg)
+{
+	struct rec *r = arg;
+	struct ctl_nic *c = r->c;
+	struct fail_look l = { .r = r };
+	char why[240];
+
+	r->fail_t = NULL;
+	if (r->up || r->abandoned)
+		return;
+	r->abandoned = true;
+	px_node_foreach(c->node, fail_look_one, &l);
+	if (!l.found || l.failed)
+		return;
+	if (l.switchover || !l.inspected) {
+		log_warn("migration %s role=%s: link %s down for %u s, but not failed: %s", r->key,
+			 ctl_role_str(r->role), r->nic.name, c->down_timeout_s,
+			 l.switchover
+				 ? "QEMU's switchover has begun, and cutting a post-copy "
+				   "migration would lose the guest (QEMU can recover it when the "
+				   "link is back)"
+				 : "its stream is not inspected (--no-inspect), so vmigd cannot "
+				   "tell whether post-copy runs");
+		return;
+	}
+	snprintf(why, sizeof(why),
+		 "link %s down for %u s (--link-down-timeout): failed now rather than when TCP "
+		 "gives up; QEMU on the source keeps the guest",
+		 r->nic.name, c->down_timeout_s);
+	px_migration_abandon(c->node, r->key, r->role, why);
 }
 
 static void link_changed(struct ctl_nic *c, int ifindex, const char *name, bool up, bool gone)
@@ -160,11 +263,16 @@ static void link_changed(struct ctl_nic *c, int ifindex, const char *name, bool 
 				 r->key, ctl_role_str(r->role), name[0] ? name : r->nic.name,
 				 gone ? "deleted" : "down", r->peer, r->downs,
 				 r->downs == 1 ? "" : "s");
+			link_down_policy(c, r);
 		} else {
 			log_info("migration %s role=%s: link %s up again after %.1f s", r->key,
 				 ctl_role_str(r->role), name, (now - r->down_since_ms) / 1000.0);
 			r->up = true;
 			r->down_since_ms = 0;
+			xp_timer_del(r->fail_t);
+			r->fail_t = NULL;
+			if (c->conv && r->role == PX_ROLE_SOURCE)
+				cv_watch_hold(c->conv, r->key, false, "the link is up again");
 		}
 	}
 }
@@ -176,6 +284,7 @@ static void on_event(enum ctl_nl_event ev, int ifindex, const char *name, bool u
 	switch (ev) {
 	case CTL_NL_LINK:
 	case CTL_NL_GONE:
+		sweep(c); /* a migration started since the last sweep: known before it is judged */
 		link_changed(c, ifindex, name, up, ev == CTL_NL_GONE);
 		break;
 	case CTL_NL_ADDR:
@@ -189,7 +298,8 @@ static void on_event(enum ctl_nl_event ev, int ifindex, const char *name, bool u
 	}
 }
 
-int ctl_nic_new(struct xp_loop *loop, struct px_node *n, struct ctl_nic **ret)
+int ctl_nic_new(struct xp_loop *loop, struct px_node *n, struct cv_set *conv,
+		unsigned int down_timeout_s, struct ctl_nic **ret)
 {
 	struct ctl_nic *c = calloc(1, sizeof(*c));
 	int r;
@@ -198,6 +308,8 @@ int ctl_nic_new(struct xp_loop *loop, struct px_node *n, struct ctl_nic **ret)
 		return -ENOMEM;
 	c->loop = loop;
 	c->node = n;
+	c->conv = conv;
+	c->down_timeout_s = down_timeout_s;
 	r = ctl_nl_new(loop, on_event, c, &c->nic);
 	if (r == 0)
 		r = xp_timer_add(loop, vm_now_ms() + SWEEP_MS, on_tick, c, &c->t);
@@ -219,7 +331,7 @@ void ctl_nic_free(struct ctl_nic *c)
 		struct rec *r = c->recs;
 
 		c->recs = r->next;
-		free(r);
+		rec_free(r);
 	}
 	free(c);
 }

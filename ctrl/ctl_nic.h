@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Which NIC carries each migration's node hop, and what its link did: the route to the peer
- * looked up as the migration starts and again when addresses change, link events logged and
- * kept per migration (down now, since when, how often). */
+ * looked up as the migration starts and again when addresses or routes change, link events
+ * logged and kept per migration (down now, since when, how often), and the policy for a link
+ * that goes down (doc/design.md): convergence held, the migration failed after a bound. */
 #ifndef CTL_NIC_H
 #define CTL_NIC_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "cv_watch.h"
 #include "px_node.h"
 #include "xp_loop.h"
 #include "ctl_netlink.h"
@@ -26,8 +28,11 @@ struct ctl_nic_view {
 };
 
 /* Follows n's migrations from loop: a look at them every second, link and address events as
- * they come. 0 or -errno. */
-int ctl_nic_new(struct xp_loop *loop, struct px_node *n, struct ctl_nic **ret);
+ * they come. While a migration's link is down its convergence watch (in conv, which may be
+ * NULL) is held; down for down_timeout_s (0: never), a migration that has not reached QEMU's
+ * switchover is failed. 0 or -errno. */
+int ctl_nic_new(struct xp_loop *loop, struct px_node *n, struct cv_set *conv,
+		unsigned int down_timeout_s, struct ctl_nic **ret);
 /* Takes NULL. */
 void ctl_nic_free(struct ctl_nic *c);
 /* The migration's NIC as of now; false where its peer is not known yet (a target before its

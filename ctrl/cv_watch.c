@@ -37,6 +37,10 @@ struct cv_watch {
 	/* to the loop */
 	uint64_t want_cap;
 	bool want_cap_set;
+	/* held by the loop (cv_watch_hold): since when, why, and how long held before */
+	bool held;
+	int64_t held_since_ms, held_total_ms;
+	char held_why[160];
 	/* the report */
 	struct cv_report rep;
 	int64_t started_ms; /* CLOCK_MONOTONIC ms when the job was first seen; -1 before */
@@ -226,7 +230,8 @@ static void *watch_main(void *arg)
 	unsigned int poll_ms =
 		p->mode == CV_MODE_PREDICTIVE ? CV_PREDICTIVE_POLL_MS : CV_KUBEVIRT_POLL_MS;
 	struct cv_state st;
-	bool seen = false, going = true, saw_postcopy = false, told_paused = false;
+	bool seen = false, going = true, saw_postcopy = false, told_paused = false,
+	     was_held = false;
 	unsigned int failing = 0; /* query errors in a row */
 
 	cv_state_init(&st);
@@ -234,6 +239,7 @@ static void *watch_main(void *arg)
 		struct cv_inputs in;
 		struct cv_action a;
 		struct cv_job job = { 0 };
+		bool held;
 		int r;
 
 		going = nap(w, poll_ms);
@@ -261,6 +267,15 @@ static void *watch_main(void *arg)
 		}
 		in.now_ms = seen ? mono_ms() - w->started_ms : 0;
 		w->rep.elapsed_ms = seen ? in.now_ms : -1;
+		held = w->held;
+		/* The policy's clock leaves out the time it was held. */
+		in.now_ms -= w->held_total_ms + (held ? mono_ms() - w->held_since_ms : 0);
+		if (in.now_ms < 0)
+			in.now_ms = 0; /* held before the job was first seen */
+		if (held)
+			snprintf(w->rep.evidence, sizeof(w->rep.evidence),
+				 "held for %.1f s: %s; no action until it ends",
+				 (mono_ms() - w->held_since_ms) / 1000.0, w->held_why);
 		pthread_mutex_unlock(&w->lock);
 		if (r < 0) {
 			failing++;
@@ -298,6 +313,19 @@ static void *watch_main(void *arg)
 		}
 		if (!going)
 			break; /* stopping: the last sample only settles the outcome */
+		if (held) {
+			was_held = true;
+			continue;
+		}
+		if (was_held) {
+			/* What was building up before the hold is not evidence after it. */
+			was_held = false;
+			st.evidence_since_ms = -1;
+			st.stalled = 0;
+			st.stall_min = st.stall_max = 0;
+			st.stall_ms = -1;
+			st.progress_ms = in.now_ms;
+		}
 		cv_decide(p, &st, &in, &a);
 		pthread_mutex_lock(&w->lock);
 		w->rep.dirty_rate = st.dirty_rate;
@@ -546,6 +574,31 @@ void cv_watch_stop(struct cv_set *set, const char *key)
 	*pp = w->next;
 	pthread_mutex_unlock(&set->lock);
 	watch_free(w);
+}
+
+void cv_watch_hold(struct cv_set *set, const char *key, bool hold, const char *why)
+{
+	struct cv_watch *w;
+
+	pthread_mutex_lock(&set->lock);
+	w = find(set, key);
+	if (w) {
+		pthread_mutex_lock(&w->lock);
+		if (hold && !w->held) {
+			w->held = true;
+			w->held_since_ms = mono_ms();
+		} else if (!hold && w->held) {
+			w->held = false;
+			w->held_total_ms += mono_ms() - w->held_since_ms;
+		}
+		snprintf(w->held_why, sizeof(w->held_why), "%s", why ? why : "");
+		pthread_mutex_unlock(&w->lock);
+		if (hold)
+			log_warn("migration %s role=source: convergence: held (%s)", key, why);
+		else
+			log_info("migration %s role=source: convergence: goes on (%s)", key, why);
+	}
+	pthread_mutex_unlock(&set->lock);
 }
 
 bool cv_watch_report(struct cv_set *set, const char *key, struct cv_report *out)

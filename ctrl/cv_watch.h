@@ -72,5 +72,12 @@ int cv_watch_start(struct cv_set *set, const char *key, const struct cv_spec *sp
 void cv_watch_stop(struct cv_set *set, const char *key);
 /* false when key is not watched. */
 bool cv_watch_report(struct cv_set *set, const char *key, struct cv_report *out);
+/*
+ * Holds the policy (hold true) or lets it go on: while held it samples and reports but decides
+ * nothing, and its clock (deadline, progress, evidence windows) does not run, so a node hop
+ * whose link is down is not read as a guest that cannot converge. why says what holds it (one
+ * line, shown as the evidence). No-op when not watched.
+ */
+void cv_watch_hold(struct cv_set *set, const char *key, bool hold, const char *why);
 
 #endif

@@ -61,6 +61,7 @@ struct options {
 	unsigned long order_timeout_ms;
 	unsigned long connect_timeout_ms;
 	unsigned long drain_timeout_s;
+	unsigned long link_down_timeout_s;
 	unsigned long pipe_size;
 	unsigned long slots;
 	int copy_path; /* OPT_WORDS values are ints */
@@ -237,6 +238,10 @@ static const struct opt opts[] = {
 	{ "drain-timeout", 0, ULONG(drain_timeout_s, 0, 86400), .arg = "S", .def = "300",
 	  .help = "on SIGTERM or SIGINT, how long connections in flight may run before they are "
 		  "cut" },
+	{ "link-down-timeout", 0, ULONG(link_down_timeout_s, 0, 86400), .arg = "S", .def = "30",
+	  .help = "a migration whose node hop's link has been down this long fails now, not when "
+		  "TCP gives up (before QEMU's switchover only; 0: never); convergence waits while "
+		  "it is down" },
 	{ "pipe-size", 0, ULONG(pipe_size, 4096, 64 << 20), .arg = "BYTES", .def = "1048576",
 	  .help = "splice pipe size per direction per connection" },
 	{ "max-connections", 0, ULONG(slots, 1, 1 << 20), .arg = "N", .def = "1024",
@@ -1095,7 +1100,7 @@ static int daemon_start(struct daemon *d, const struct options *o)
 		return r;
 	}
 	d->info.conv = d->conv;
-	r = ctl_nic_new(d->loop, d->node, &d->nic);
+	r = ctl_nic_new(d->loop, d->node, d->conv, o->link_down_timeout_s, &d->nic);
 	if (r < 0)
 		log_warn("cannot follow the node hop's interfaces through netlink (%s): status and "
 			 "metrics show no NIC, and link events are not seen",

@@ -170,6 +170,16 @@ void px_migration_fail(struct px_migration *m, const char *fmt, ...)
 	m->order_timer = NULL;
 }
 
+int px_migration_abandon(struct px_node *n, const char *key, enum px_role role, const char *why)
+{
+	struct px_migration *m = px_migration_find(n, key, role);
+
+	if (!m)
+		return -ENOENT;
+	px_migration_fail(m, "%s", why);
+	return 0;
+}
+
 void px_port_close(struct px_port *p)
 {
 	struct px_node *n = p->m->n;

@@ -193,6 +193,10 @@ void px_node_set_bandwidth(struct px_node *n, uint64_t rate);
 void px_node_info(struct px_node *n, struct px_node_info *out);
 const char *px_shaper_str(enum px_shaper s);
 int px_source_stop(struct px_node *n, const char *key, char *err, size_t errlen);
+/* Fails the migration now, as an error of its own would: why is logged and shown in status,
+ * every connection is cut (QEMU sees its migration fail). 0, or -ENOENT; one that failed
+ * already is left as it is. */
+int px_migration_abandon(struct px_node *n, const char *key, enum px_role role, const char *why);
 
 typedef void (*px_migration_fn)(const struct px_migration_info *mi, void *arg);
 void px_node_foreach(struct px_node *n, px_migration_fn fn, void *arg);

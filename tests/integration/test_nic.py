@@ -18,7 +18,13 @@ can be timed against it.
   vmigd_migration_nic_info with the interface). Up again after 2 s: status says up, downs 1,
   the log "up again after", and the stream carries on: every byte arrives (sha256);
 - a route added for the peer through the dummy interface moves the migration there (status
-  and log "now goes out on"), and deleting it moves it back."""
+  and log "now goes out on"), and deleting it moves it back;
+- link down past the bound (--link-down-timeout 5, down 8 s): both daemons fail the migration
+  at the bound, status and log say why, and the source's local connection is cut;
+- a real QEMU migration (7.2, a guest at twice the cap with nothing allowed, which vmigd's
+  predictive policy aborts when it sees it cannot converge) with the link down for 4 s from
+  3 s in: while down, the convergence evidence says "held" and no action is taken; after, the
+  policy goes on and aborts as it would have; the log says held and goes on."""
 
 import hashlib
 import os
@@ -33,6 +39,9 @@ import vmigtest as vt  # noqa: E402
 
 REPORT_WITHIN_S = 1.0
 DOWN_S = 2.0
+BOUND_S = 5                  # --link-down-timeout
+LONG_DOWN_S = BOUND_S + 3
+HOLD_AT_S, HOLD_S = 3.0, 4.0       # the QEMU migration's link down
 STREAM_MIB = 48
 
 
@@ -47,7 +56,8 @@ def nic_of(daemon, key, role):
 
 def main():
     c = vt.Checks()
-    with vt.Testbed(daemon_args=['--metrics', '127.0.0.1:0']) as tb:
+    with vt.Testbed(daemon_args=['--metrics', '127.0.0.1:0',
+                                 '--link-down-timeout', str(BOUND_S)]) as tb:
         net = tb.net
         sns, tns = net.ns('source'), net.ns('target')
         subnet = net.source_addr.split('.')[2]
@@ -181,6 +191,90 @@ def main():
         got = server.join(60)
         c.check(got and got[0] == (want, len(data)),
                 f'every byte arrived through the link down ({got and got[0][1]} of {len(data)})')
+
+        vt.log(f'link down for {LONG_DOWN_S} s, past the bound ({BOUND_S} s)')
+        key = 'nic-long'
+        server = tb.unix_server(f'{key}.sock', vt.digest_all)
+        sender = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sender.connect(tb.start_route(key, tb.path('dst', f'{key}.sock')))
+        sender.sendall(b'x' * (1 << 20))
+        vt.wait_until(lambda: nic_of(tb.target, key, 'target'), 10,
+                      'the target to know its peer')
+        since = {d.name: d.log_offset() for d in (tb.source, tb.target)}
+        t0 = time.monotonic()
+        ip(tns, 'link', 'set', net.target_if, 'down')
+        states = {}
+        for d, role in tb.sides():
+            m = vt.wait_until(lambda: (lambda m: m if m and m['state'] == 'failed' else None)(
+                d.migration_status(key, role)), BOUND_S + 10, f'{d.name}: {key} to fail')
+            states[role] = (time.monotonic() - t0, m['error'])
+            vt.log(f'  {role}: failed {states[role][0]:.1f} s after the fault: {m["error"]}')
+            c.check(f'link {net.source_if if role == "source" else net.target_if} down for '
+                    f'{BOUND_S} s (--link-down-timeout)' in m['error'],
+                    f'{role}: failed for the link, the bound named')
+            c.check(BOUND_S - 0.5 <= states[role][0] <= BOUND_S + 5,
+                    f'{role}: failed at the bound, not before and not long after')
+            d.wait_log(f'migration {key} role={role} failed: link', 5, since[d.name],
+                       'the failure in the log')
+        # The local side (QEMU's socket) sees the migration end: its connection is cut.
+        sender.settimeout(10)
+        try:
+            for _ in range(64):
+                sender.sendall(b'y' * (1 << 20))
+            cut = False
+        except OSError:
+            cut = True
+        c.check(cut, 'the source\'s local connection is cut')
+        sender.close()
+        ip(tns, 'link', 'set', net.target_if, 'up')
+        c.check(time.monotonic() - t0 < LONG_DOWN_S + 15, 'all of it while the link was down '
+                'or just after')
+        for d, role in tb.sides():
+            d.ctl_ok('source' if role == 'source' else 'target', 'stop', key)
+        try:
+            server.join(20)
+        except vt.HarnessError:
+            pass                           # the target's local side may never have been opened
+
+        vt.log(f'a QEMU migration watched by the predictive policy, link down for {HOLD_S} s')
+        hold = {'down': None, 'up': None, 'evidence': []}
+
+        def on_poll(key, info, now):
+            if hold['down'] is None and now >= HOLD_AT_S:
+                hold['down'] = now
+                hold['since'] = tb.source.log_offset()
+                ip(tns, 'link', 'set', net.target_if, 'down')
+            elif hold['down'] is not None and hold['up'] is None:
+                if now >= hold['down'] + HOLD_S:
+                    ip(tns, 'link', 'set', net.target_if, 'up')
+                    hold['up'] = now
+                elif now >= hold['down'] + 1.0:
+                    c = tb.source.convergence(key)
+                    hold['evidence'].append((now, c.get('evidence', ''),
+                                             len(c.get('actions', []))))
+        try:
+            r = vt.converge.run_scenario(tb, vt.converge.SCENARIOS['service'], 'predictive',
+                                         on_poll=on_poll, verify=False)
+        finally:
+            if hold['down'] is not None and hold['up'] is None:
+                ip(tns, 'link', 'set', net.target_if, 'up')
+        for t, ev, n in hold['evidence'][::4]:
+            vt.log(f'  at {t:.1f} s: {n} actions, evidence: {ev}')
+        acts = r['conv'].get('actions', [])
+        vt.log(f'  QEMU: {r["status"]} after {r["total_s"]:.1f} s; actions '
+               f'{[(a["action"], a["at_s"]) for a in acts]}')
+        c.check(hold['evidence'] and all(ev.startswith('held for ') and 'is down' in ev and
+                                         n == 0 for t, ev, n in hold['evidence']),
+                'while the link was down: evidence "held for ...", no action')
+        c.check(r['status'] == 'cancelled' and [a['action'] for a in acts] == ['abort'],
+                'after it: the policy went on and aborted, as without the fault')
+        c.check(acts and acts[0]['at_s'] > hold['up'] - 1,
+                f'the abort came after the link was back ({acts and acts[0]["at_s"]} s, up at '
+                f'{hold["up"]:.1f} s of the poller\'s clock)')
+        tb.source.wait_log(r'convergence: held \(link .* down\)', 5, hold['since'],
+                           'the hold in the log')
+        tb.source.wait_log(r'convergence: goes on \(the link is up again\)', 5, hold['since'],
+                           'its end in the log')
         tb.stop_daemons()
     c.finish()
 
