@@ -49,6 +49,7 @@ struct options {
 	const char *control;
 	const char *listen;
 	const char *advertise;
+	const char *hop_interface;
 	struct xp_tls_conf tls; /* resumption and ktls follow the two flags below */
 	bool no_tls;
 	bool no_tls_resumption;
@@ -66,6 +67,7 @@ struct options {
 	unsigned long slots;
 	int copy_path; /* OPT_WORDS values are ints */
 	uint64_t node_bandwidth;
+	double node_share_pct; /* --node-bandwidth N%: of the hop link's speed; 0: a rate */
 	int shaper; /* enum px_shaper */
 	bool no_inspect;
 	bool keep_cap_at_switchover;
@@ -86,6 +88,7 @@ struct daemon {
 	struct ctl_metrics_server *metrics;
 	struct cv_set *conv;
 	struct ctl_nic *nic; /* NULL where netlink cannot be had */
+	uint64_t node_bandwidth; /* --node-bandwidth N%: what it came to */
 	struct ctl_takeover *takeover;
 	struct xp_watch *sigw;
 	int sfd;
@@ -167,6 +170,8 @@ static int opt_socket_owner(const struct opt *op, const char *arg, const char *w
 			    struct options *o);
 static int opt_tls_version(const struct opt *op, const char *arg, const char *where,
 			   struct options *o);
+static int opt_node_bandwidth(const struct opt *op, const char *arg, const char *where,
+			      struct options *o);
 static int opt_config(const struct opt *op, const char *arg, const char *where, struct options *o);
 static int opt_help(const struct opt *op, const char *arg, const char *where, struct options *o);
 static int opt_version(const struct opt *op, const char *arg, const char *where, struct options *o);
@@ -182,6 +187,12 @@ static const struct opt opts[] = {
 	  .def = "the listen address, or the first non-loopback address when listening on a "
 		 "wildcard",
 	  .help = "address that target start prints for peers to connect to" },
+	{ "hop-interface", 0, STR(hop_interface), .arg = "NAME", .flags = OPT_DEF_TEXT,
+	  .def = "none: --listen decides",
+	  .help = "carry the node hop on this interface: listen on and advertise its address (its "
+		  "first IPv4, else its first global IPv6); --listen then gives the port, or one "
+		  "of "
+		  "its addresses" },
 	{ "tls-cert", 0, STR(tls.cert), .arg = "FILE", .flags = OPT_DEF_TEXT | OPT_SYN_REQ,
 	  .def = NEEDS_TLS,
 	  .help = "PEM certificate (chain) this node presents; reloaded on change or SIGHUP" },
@@ -248,8 +259,9 @@ static const struct opt opts[] = {
 	  .help = "connections carried at once over all workers; slots are allocated at start-up" },
 	{ "data-path", 0, WORDS(copy_path, data_paths), .def = "splice",
 	  .help = "copy: read and write through a user buffer, kept to measure against splice" },
-	{ "node-bandwidth", 0, RATE(node_bandwidth), .arg = "RATE", .def = "none",
-	  .help = "cap on what this node sends, all migrations together (vmigd(8): RATE UNITS)" },
+	{ "node-bandwidth", 0, FUNC(opt_node_bandwidth), .arg = "RATE|N%", .def = "none",
+	  .help = "cap on what this node sends, all migrations together (vmigd(8): RATE UNITS); "
+		  "N% of the link speed of the interface that holds the advertised address" },
 	{ "shaper", 0, WORDS(shaper, shapers), .def = "bucket",
 	  .help = "how caps are enforced: token buckets in the data path, or SO_MAX_PACING_RATE "
 		  "on each node-hop socket" },
@@ -521,6 +533,32 @@ static int opt_socket_owner(const struct opt *op, const char *arg, const char *w
 	}
 	fprintf(stderr, "vmigd: %s--%s: expected UID[:GID] (numbers, or -1), got \"%s\"\n", where,
 		op->name, arg);
+	return -EINVAL;
+}
+
+static int opt_node_bandwidth(const struct opt *op, const char *arg, const char *where,
+			      struct options *o)
+{
+	size_t n = strlen(arg);
+	char *end;
+
+	o->node_share_pct = 0;
+	if (n > 1 && arg[n - 1] == '%') {
+		errno = 0;
+		o->node_share_pct = strtod(arg, &end);
+		if (!errno && end == arg + n - 1 && o->node_share_pct > 0 &&
+		    o->node_share_pct <= 100)
+			return 0;
+		fprintf(stderr, "vmigd: %s--%s: a share of the link is 1%% to 100%%, got \"%s\"\n",
+			where, op->name, arg);
+		return -EINVAL;
+	}
+	if (vm_parse_rate(arg, &o->node_bandwidth) == 0)
+		return 0;
+	fprintf(stderr,
+		"vmigd: %s--%s: expected a rate such as 1Gbit, 500MB, 64Mi or none (vmigd(8): "
+		"RATE UNITS), or a share of the link such as 80%%, got \"%s\"\n",
+		where, op->name, arg);
 	return -EINVAL;
 }
 
@@ -905,6 +943,82 @@ static void on_signal(struct xp_watch *w, int fd, uint32_t events, void *arg)
 
 /* Checks what the options say together, loads TLS, and fills d->pc and the rest of d that start-up
  * needs. Each refusal is one line on stderr. */
+/* Whether word (an address without its "/LEN") is one of addrs ("A/LEN B/LEN"). */
+static bool has_address(const char *addrs, const char *word)
+{
+	size_t n = strlen(word);
+
+	for (const char *p = addrs; (p = strstr(p, word)); p += n)
+		if ((p == addrs || p[-1] == ' ') && (p[n] == '/' || p[n] == ' ' || !p[n]))
+			return true;
+	return false;
+}
+
+/* The address to carry the node hop on, of addrs: the first IPv4, else the first IPv6 that is
+ * not link-local (a peer could not reach that without the interface's name). */
+static bool pick_address(const char *addrs, char *out, size_t len)
+{
+	char buf[sizeof(((struct ctl_nic_info *)0)->addrs)], *save, *w;
+
+	for (int want6 = 0; want6 < 2; want6++) {
+		snprintf(buf, sizeof(buf), "%s", addrs);
+		for (w = strtok_r(buf, " ", &save); w; w = strtok_r(NULL, " ", &save)) {
+			bool v6 = strchr(w, ':') != NULL;
+
+			*strchrnul(w, '/') = '\0';
+			if (v6 != want6 || (v6 && !strncasecmp(w, "fe80:", 5)))
+				continue;
+			snprintf(out, len, "%s", w);
+			return true;
+		}
+	}
+	return false;
+}
+
+/* --hop-interface: the listener on the interface's address, and that address advertised. */
+static int hop_interface(const struct options *o, struct px_config *pc)
+{
+	struct ctl_nic_info nic;
+	struct ctl_nl *nl;
+	char err[300], addr[64];
+	int r = ctl_nl_new(NULL, NULL, NULL, &nl);
+
+	if (r < 0) {
+		fprintf(stderr, "vmigd: --hop-interface: cannot open netlink: %s\n", strerror(-r));
+		return r;
+	}
+	r = ctl_nl_by_name(nl, o->hop_interface, &nic, err, sizeof(err));
+	ctl_nl_free(nl);
+	if (r < 0) {
+		fprintf(stderr, "vmigd: --hop-interface: %s\n", err);
+		return r;
+	}
+	if (!xp_addr_is_wildcard(&pc->listen)) {
+		xp_addr_host(&pc->listen, addr, sizeof(addr));
+		if (!has_address(nic.addrs, addr)) {
+			fprintf(stderr,
+				"vmigd: --listen %s is not an address of --hop-interface %s (it "
+				"has: "
+				"%s)\n",
+				o->listen, nic.name, nic.addrs[0] ? nic.addrs : "none");
+			return -EINVAL;
+		}
+	} else if (!pick_address(nic.addrs, addr, sizeof(addr)) ||
+		   xp_addr_from_host(addr, xp_addr_port(&pc->listen), &pc->listen) < 0) {
+		fprintf(stderr,
+			"vmigd: --hop-interface %s has no IPv4 or global IPv6 address to carry the "
+			"node hop on (it has: %s)\n",
+			nic.name, nic.addrs[0] ? nic.addrs : "none");
+		return -EINVAL;
+	}
+	if (!o->advertise)
+		snprintf(pc->advertise, sizeof(pc->advertise), "%s", addr);
+	if (!nic.up)
+		fprintf(stderr, "vmigd: warning: --hop-interface %s is down (%s)\n", nic.name,
+			nic.operstate);
+	return 0;
+}
+
 static int daemon_configure(struct daemon *d, struct options *o)
 {
 	struct px_config *pc = &d->pc;
@@ -946,6 +1060,8 @@ static int daemon_configure(struct daemon *d, struct options *o)
 
 		xp_addr_from_host("0.0.0.0", port, &pc->listen);
 	}
+	if (o->hop_interface && hop_interface(o, pc) < 0)
+		return -EINVAL;
 	if (o->advertise) {
 		struct xp_addr a;
 
@@ -1054,6 +1170,35 @@ static void raise_nofile(unsigned long conns)
 			 (unsigned long long)was, (unsigned long long)rl.rlim_cur, conns);
 }
 
+/* --node-bandwidth N%: the node cap from the speed of the link that holds the advertised
+ * address, fixed at start. A link whose speed is not known is an error, not a guess. */
+static int node_share(struct daemon *d, const struct options *o)
+{
+	struct ctl_nic_view v;
+	char speed[32], rate[32];
+
+	if (!d->nic || !ctl_nic_node(d->nic, &v)) {
+		log_err("--node-bandwidth %g%%: no interface here holds the advertised address %s, "
+			"so there is no link speed to take a share of; give a rate",
+			o->node_share_pct, px_node_advertise(d->node));
+		return -EINVAL;
+	}
+	if (!v.speed_known) {
+		log_err("--node-bandwidth %g%%: the speed of %s (%s) is unknown (%s); give a rate",
+			o->node_share_pct, v.nic.name, v.nic.kind,
+			v.nic.pci[0]
+				? "its device reports none, or it has no carrier"
+				: "it has no device: veth, bridges and the like have no speed");
+		return -EINVAL;
+	}
+	d->node_bandwidth = (uint64_t)(v.speed * o->node_share_pct / 100);
+	px_node_set_bandwidth(d->node, d->node_bandwidth);
+	log_info("node cap: %g%% of %s's %s = %s", o->node_share_pct, v.nic.name,
+		 vm_format_rate(v.speed, speed, sizeof(speed)),
+		 vm_format_rate(d->node_bandwidth, rate, sizeof(rate)));
+	return 0;
+}
+
 /* The event loop, the node, convergence control, the control socket, metrics and the signals;
  * what was made before a failure is left in d for daemon_done(). Logs its errors. */
 static int daemon_start(struct daemon *d, const struct options *o)
@@ -1106,6 +1251,11 @@ static int daemon_start(struct daemon *d, const struct options *o)
 			 "metrics show no NIC, and link events are not seen",
 			 strerror(-r));
 	d->info.nic = d->nic;
+	if (o->node_share_pct > 0) {
+		r = node_share(d, o);
+		if (r < 0)
+			return r;
+	}
 	if (o->takeover) {
 		r = ctl_server_adopt(d->loop, o->control, d->offer.ctl_fd, d->offer.lock_fd,
 				     d->node, &d->info, &d->ctl);
@@ -1188,8 +1338,10 @@ static int daemon_start(struct daemon *d, const struct options *o)
 		 VMIGD_VERSION, px_node_listen_str(d->node), px_node_advertise(d->node), o->control,
 		 px_node_threads(d->node), px_node_data_path(d->node));
 	log_info("bandwidth: node cap %s, shaper %s, inspection %s, caps %s at switchover",
-		 vm_format_rate(o->node_bandwidth, rate, sizeof(rate)), px_shaper_str(o->shaper),
-		 o->no_inspect ? "off" : "on", o->keep_cap_at_switchover ? "kept" : "lifted");
+		 vm_format_rate(o->node_share_pct > 0 ? d->node_bandwidth : o->node_bandwidth, rate,
+				sizeof(rate)),
+		 px_shaper_str(o->shaper), o->no_inspect ? "off" : "on",
+		 o->keep_cap_at_switchover ? "kept" : "lifted");
 	/* systemd (Type=notify): the control socket and the node-hop listener accept from here.
 	 * A vmigd that took over is made the main process by the old one, and the service is
 	 * ready already. */

@@ -24,9 +24,14 @@ can be timed against it.
 - a real QEMU migration (7.2, a guest at twice the cap with nothing allowed, which vmigd's
   predictive policy aborts when it sees it cannot converge) with the link down for 4 s from
   3 s in: while down, the convergence evidence says "held" and no action is taken; after, the
-  policy goes on and aborts as it would have; the log says held and goes on."""
+  policy goes on and aborts as it would have; the log says held and goes on;
+- vmigd --hop-interface: a daemon given only the interface listens on and advertises its
+  address; an unknown interface, one without an address to use, and a --listen address of
+  another interface are refused at start with the reason; --node-bandwidth 80% on a veth is
+  refused: its speed is unknown."""
 
 import hashlib
+import json
 import os
 import socket
 import subprocess
@@ -87,6 +92,39 @@ def main():
                 'node: no device, so speed unknown (null) and no NUMA node')
         c.check(node and f'{net.source_addr}/24' in node['addresses'].split(),
                 'node: its addresses include the veth\'s')
+
+        vt.log('--hop-interface and --node-bandwidth N%')
+        ctl = tb.path('hop.ctl')
+        hop = subprocess.Popen([*net.prefix('source'), tb.vmigd, '--no-tls', '--control', ctl,
+                                '--hop-interface', dummy, '--log-level', 'info'],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            vt.wait_until(lambda: subprocess.run([tb.vmigctl, '-c', ctl, 'status'],
+                                                 capture_output=True).returncode == 0, 10,
+                          'the --hop-interface daemon to answer')
+            st = json.loads(subprocess.run([tb.vmigctl, '-c', ctl, 'status', '--json'],
+                                              capture_output=True, text=True).stdout)
+            vt.log(f'  listen {st["listen"]}, advertise {st["advertise"]}, node nic '
+                   f'{st["node"]["nic"] and st["node"]["nic"]["interface"]}')
+            c.check(st['listen'].startswith(dummy_addr + ':') and st['advertise'] == dummy_addr
+                    and st['node']['nic']['interface'] == dummy,
+                    f'--hop-interface {dummy}: listens on and advertises {dummy_addr}')
+        finally:
+            hop.terminate()
+            hop.wait(10)
+        for args, want in (
+                (['--hop-interface', 'vmnosuch0'], 'interface vmnosuch0: '),
+                (['--hop-interface', 'lo', '--listen', f'{net.source_addr}:0'],
+                 f'--listen {net.source_addr}:0 is not an address of --hop-interface lo'),
+                (['--listen', f'{net.source_addr}:0', '--node-bandwidth', '80%'],
+                 f'--node-bandwidth 80%: the speed of {net.source_if} (veth) is unknown'),
+                (['--node-bandwidth', '120%'], 'a share of the link is 1% to 100%')):
+            p = subprocess.run([*net.prefix('source'), tb.vmigd, '--no-tls', '--control',
+                                tb.path('bad.ctl'), *args], capture_output=True, text=True,
+                               timeout=20)
+            vt.log(f'  {" ".join(args)}: exit {p.returncode}: {p.stderr.strip()[-160:]}')
+            c.check(p.returncode == 1 and want in p.stderr, f'{" ".join(args)}: refused, '
+                    f'saying "{want}"')
 
         vt.log('a migration behind the dummy interface')
         raw, _ = tb.target.target_start('nic-dummy', {vt.DEFAULT_PORT_ID: tb.path('dst', 'x')})
