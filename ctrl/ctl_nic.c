@@ -55,6 +55,14 @@ static void rec_free(struct rec *r)
 
 static void on_down_bound(void *arg);
 
+/* The convergence policy's headroom stops at the link's speed (a source's only). */
+static void tell_speed(struct ctl_nic *c, const struct rec *r)
+{
+	if (c->conv && r->role == PX_ROLE_SOURCE)
+		cv_watch_set_link(c->conv, r->key,
+				  r->nic.speed_mbps > 0 ? (uint64_t)r->nic.speed_mbps * 125000 : 0);
+}
+
 /* The link went down: hold convergence, arm the bound. */
 static void link_down_policy(struct ctl_nic *c, struct rec *r)
 {
@@ -125,11 +133,13 @@ static void resolve(struct ctl_nic *c, struct rec *r)
 			r->down_since_ms = 0;
 		r->nic = nic;
 		r->found = true;
+		tell_speed(c, r);
 		if (!r->up)
 			link_down_policy(c, r);
 		return;
 	}
 	r->nic = nic;
+	tell_speed(c, r);
 }
 
 static void sweep_one(const struct px_migration_info *mi, void *arg)
@@ -360,9 +370,10 @@ bool ctl_nic_migration(struct ctl_nic *c, const struct px_migration_info *mi,
 	/* The facts as of now (state, speed, addresses); the history is the record's. */
 	if (ctl_nl_route(c->nic, r->peer, &now, err, sizeof(err)) < 0)
 		snprintf(out->error, sizeof(out->error), "%s", err);
-	else if (now.ifindex == r->nic.ifindex)
+	else if (now.ifindex == r->nic.ifindex) {
 		r->nic = now;
-	else
+		tell_speed(c, r);
+	} else
 		resolve(c, r); /* moved without an event seen yet: logged there */
 	out->nic = r->nic;
 	speed(out);

@@ -231,14 +231,22 @@ static uint64_t send_ms(uint64_t remaining, uint64_t rate)
 	return rate ? remaining * 1000 / rate : UINT64_MAX / 2;
 }
 
-/* What the node could give this migration: its cap less what the others send. */
+/* The node's cap, held to the link's speed where that is known and lower: a cap set above the
+ * link (25 Gbit/s of a VF under a 100 Gbit/s node cap) is no room to grow into. The link alone
+ * makes no room: without a node cap, the migration's own cap is the operator's word. */
+static uint64_t ceiling(const struct cv_inputs *in)
+{
+	return in->link_speed && in->link_speed < in->node_cap ? in->link_speed : in->node_cap;
+}
+
+/* What the node could give this migration: its ceiling less what the others send. */
 static uint64_t headroom(const struct cv_inputs *in)
 {
 	uint64_t others = in->node_rate > in->wire_rate ? in->node_rate - in->wire_rate : 0;
 
-	if (!in->node_cap || !in->cap || others >= in->node_cap)
+	if (!in->node_cap || !in->cap || others >= ceiling(in))
 		return 0;
-	return in->node_cap - others;
+	return ceiling(in) - others;
 }
 
 /* The last n + 1 passes fall, each at most CV_MARGIN_PCT above the one before. */
@@ -399,8 +407,10 @@ static void predictive(const struct cv_policy *p, struct cv_state *s, const stru
 	room = headroom(in);
 	if (!done(s, CV_ACT_RAISE_CAP) && room > in->cap + in->cap / 10) {
 		a->cap = room;
-		snprintf(a->reason, sizeof(a->reason), "%s: cap %.1f -> %.1f MiB/s (node headroom)",
-			 why, in->cap / MIB, room / MIB);
+		snprintf(a->reason, sizeof(a->reason),
+			 "%s: cap %.1f -> %.1f MiB/s (node headroom%s)", why, in->cap / MIB,
+			 room / MIB,
+			 ceiling(in) < in->node_cap ? ", held to the link's speed" : "");
 		take(s, in, a, CV_ACT_RAISE_CAP);
 		return;
 	}

@@ -70,6 +70,7 @@ struct cv_inputs {
 	uint64_t limit;		  /* what it may send now (cap or node share); 0: none */
 	uint64_t node_cap;	  /* 0: none */
 	uint64_t node_rate;	  /* bytes/s all migrations on this node sent */
+	uint64_t link_speed;	  /* bytes/s of the node hop's link, where known; 0: not */
 };
 
 enum cv_act {

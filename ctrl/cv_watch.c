@@ -601,6 +601,20 @@ void cv_watch_hold(struct cv_set *set, const char *key, bool hold, const char *w
 	pthread_mutex_unlock(&set->lock);
 }
 
+void cv_watch_set_link(struct cv_set *set, const char *key, uint64_t speed)
+{
+	struct cv_watch *w;
+
+	pthread_mutex_lock(&set->lock);
+	w = find(set, key);
+	if (w) {
+		pthread_mutex_lock(&w->lock);
+		w->px.link_speed = speed;
+		pthread_mutex_unlock(&w->lock);
+	}
+	pthread_mutex_unlock(&set->lock);
+}
+
 bool cv_watch_report(struct cv_set *set, const char *key, struct cv_report *out)
 {
 	struct cv_watch *w;

@@ -79,5 +79,8 @@ bool cv_watch_report(struct cv_set *set, const char *key, struct cv_report *out)
  * line, shown as the evidence). No-op when not watched.
  */
 void cv_watch_hold(struct cv_set *set, const char *key, bool hold, const char *why);
+/* The speed of the node hop's link, bytes/s (0: not known): the ceiling of the node headroom
+ * the policy may give the migration. No-op when not watched. */
+void cv_watch_set_link(struct cv_set *set, const char *key, uint64_t speed);
 
 #endif
