@@ -208,7 +208,7 @@ class Qemu:
 
     def __init__(self, name, role, size_mib, workdir, prefix=(), binary='qemu-system-x86_64',
                  extra_args=(), ram_variant=0, private=False, prealloc=False, guest=None,
-                 machine='q35'):
+                 machine='q35', reserve=True, sparse_dir=None):
         self.name, self.role, self.size_mib = name, role, size_mib
         self.ram_variant, self.private, self.prealloc = ram_variant, private, prealloc
         self.guest = GuestSpec(**guest) if isinstance(guest, dict) else guest
@@ -219,6 +219,13 @@ class Qemu:
         self.workdir, self.prefix = workdir, list(prefix)
         self.binary, self.extra_args = binary, list(extra_args)
         self.machine = machine
+        # reserve=False: the RAM backend reserves no swap space (reserve=off, QEMU 6.1+), so a
+        # guest far larger than the host starts, and only the pages it touches take memory.
+        self.reserve = reserve
+        # sparse_dir: RAM is a sparse file there, mapped private: pages never written read as
+        # the file's holes (no memory where the disk's page cache can give them back), which
+        # anonymous RAM does not give on every kernel (see test_large.py).
+        self.sparse_ram = os.path.join(sparse_dir, f'{name}.ram') if sparse_dir else None
         self.proc = self.qmp = None
 
     def command(self):
@@ -233,6 +240,11 @@ class Qemu:
             backend = f'memory-backend-ram,id=mem0,size={size}'
             if self.prealloc:
                 backend += ',prealloc=on'
+        if self.sparse_ram:
+            backend = (f'memory-backend-file,id=mem0,size={size},mem-path={self.sparse_ram},'
+                       'share=off')
+        if not self.reserve:
+            backend += ',reserve=off'
         cmd = [self.binary, '-name', self.name, '-machine', f'{self.machine},memory-backend=mem0',
                '-m', size, '-object', backend, '-S', '-nodefaults', '-display', 'none',
                '-qmp', f'unix:{self.qmp_path},server=on,wait=off', *self.extra_args]
@@ -244,6 +256,9 @@ class Qemu:
         return self.prefix + cmd
 
     def start(self, timeout=30):
+        if self.sparse_ram:
+            with open(self.sparse_ram, 'wb') as f:
+                f.truncate(self.size_mib << 20)
         with open(self.log_path, 'ab') as logf:
             self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=logf,
                                          stderr=logf)
@@ -387,3 +402,5 @@ class Qemu:
                 self.proc.wait(5)
             except subprocess.TimeoutExpired:
                 stop_process(self.proc, 5)
+        if self.sparse_ram and os.path.exists(self.sparse_ram):
+            os.unlink(self.sparse_ram)
