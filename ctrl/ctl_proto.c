@@ -692,6 +692,7 @@ static struct json_object *status_object(struct px_node *n, const struct ctl_dae
 	json_object_object_add(s, "tls", tls_object(d));
 	json_object_object_add(s, "data_path", json_object_new_string(px_node_data_path(n)));
 	json_object_object_add(s, "threads", json_object_new_int(px_node_threads(n)));
+	json_object_object_add(s, "cpus", d->cpus ? json_object_new_string(d->cpus) : NULL);
 	json_object_object_add(s, "uptime",
 			       json_object_new_double((env.now_ms - d->started_ms) / 1000.0));
 	if (d->metrics)

@@ -64,6 +64,7 @@ struct ctl_daemon_info {
 	struct cv_set *conv; /* the convergence monitors; NULL: none (tests) */
 	struct ctl_takeover *takeover; /* NULL: no takeover (tests) */
 	struct ctl_nic *nic;	       /* the node hop's NICs; NULL: not followed (tests) */
+	const char *cpus;	       /* the data-path workers' CPUs (--cpus); NULL: any */
 };
 
 /* 0, or -EINVAL with one line for the operator in err. *req is filled only on success. */

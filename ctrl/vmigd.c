@@ -50,6 +50,7 @@ struct options {
 	const char *listen;
 	const char *advertise;
 	const char *hop_interface;
+	const char *cpus;
 	struct xp_tls_conf tls; /* resumption and ktls follow the two flags below */
 	bool no_tls;
 	bool no_tls_resumption;
@@ -89,6 +90,7 @@ struct daemon {
 	struct cv_set *conv;
 	struct ctl_nic *nic; /* NULL where netlink cannot be had */
 	uint64_t node_bandwidth; /* --node-bandwidth N%: what it came to */
+	char cpus[320];		 /* --cpus: the workers' CPUs, as status shows them; "" for any */
 	struct ctl_takeover *takeover;
 	struct xp_watch *sigw;
 	int sfd;
@@ -193,6 +195,11 @@ static const struct opt opts[] = {
 		  "first IPv4, else its first global IPv6); --listen then gives the port, or one "
 		  "of "
 		  "its addresses" },
+	{ "cpus", 0, STR(cpus), .arg = "LIST|nic", .flags = OPT_DEF_TEXT, .def = "any",
+	  .help = "CPUs of the data-path workers, a list (0-3,8), or nic: those of the NUMA node "
+		  "of "
+		  "the interface that holds the advertised address; each worker's ring and buffers "
+		  "then come from that node" },
 	{ "tls-cert", 0, STR(tls.cert), .arg = "FILE", .flags = OPT_DEF_TEXT | OPT_SYN_REQ,
 	  .def = NEEDS_TLS,
 	  .help = "PEM certificate (chain) this node presents; reloaded on change or SIGHUP" },
@@ -1019,6 +1026,98 @@ static int hop_interface(const struct options *o, struct px_config *pc)
 	return 0;
 }
 
+/* "0-3,8" into set; false for anything else, or a CPU past the set's size. */
+static bool parse_cpulist(const char *s, cpu_set_t *set)
+{
+	CPU_ZERO(set);
+	while (*s && *s != '\n') {
+		char *end;
+		unsigned long a = strtoul(s, &end, 10), b = a;
+
+		if (end == s)
+			return false;
+		if (*end == '-') {
+			s = end + 1;
+			b = strtoul(s, &end, 10);
+			if (end == s || b < a)
+				return false;
+		}
+		if (b >= CPU_SETSIZE)
+			return false;
+		for (unsigned long i = a; i <= b; i++)
+			CPU_SET(i, set);
+		s = end;
+		if (*s == ',')
+			s++;
+		else if (*s && *s != '\n')
+			return false;
+	}
+	return CPU_COUNT(set) > 0;
+}
+
+/* --cpus: a list, or "nic", the CPUs of the NUMA node of the interface holding the address the
+ * node hop is advertised on. What it came to is kept for status and the start line. */
+static int cpus_option(struct daemon *d, const struct options *o, struct px_config *pc)
+{
+	char path[96], list[256] = "", host[64] = "", err[300];
+	struct ctl_nic_info nic;
+	struct ctl_nl *nl;
+	FILE *f;
+
+	if (strcmp(o->cpus, "nic")) {
+		if (!parse_cpulist(o->cpus, &pc->cpus)) {
+			fprintf(stderr,
+				"vmigd: --cpus: expected a CPU list such as 0-3,8 or nic, got "
+				"\"%s\"\n",
+				o->cpus);
+			return -EINVAL;
+		}
+		snprintf(d->cpus, sizeof(d->cpus), "%s", o->cpus);
+		pc->pin = true;
+		return 0;
+	}
+	if (pc->advertise[0])
+		snprintf(host, sizeof(host), "%s", pc->advertise);
+	else if (!xp_addr_is_wildcard(&pc->listen))
+		xp_addr_host(&pc->listen, host, sizeof(host));
+	if (!host[0]) {
+		fprintf(stderr, "vmigd: --cpus nic needs the node hop's own address: give "
+				"--hop-interface, --listen ADDR:PORT or --advertise\n");
+		return -EINVAL;
+	}
+	if (ctl_nl_new(NULL, NULL, NULL, &nl) < 0) {
+		fprintf(stderr, "vmigd: --cpus nic: cannot open netlink\n");
+		return -EINVAL;
+	}
+	if (ctl_nl_owner(nl, host, &nic, err, sizeof(err)) < 0) {
+		ctl_nl_free(nl);
+		fprintf(stderr, "vmigd: --cpus nic: %s\n", err);
+		return -EINVAL;
+	}
+	ctl_nl_free(nl);
+	if (nic.numa_node < 0) {
+		fprintf(stderr, "vmigd: --cpus nic: %s has no NUMA node (%s); give a CPU list\n",
+			nic.name,
+			nic.pci[0] ? "its device does not say: a one-node machine" : "no device");
+		return -EINVAL;
+	}
+	snprintf(path, sizeof(path), "/sys/devices/system/node/node%d/cpulist", nic.numa_node);
+	f = fopen(path, "re");
+	if (!f || !fgets(list, sizeof(list), f) || !parse_cpulist(list, &pc->cpus)) {
+		if (f)
+			fclose(f);
+		fprintf(stderr, "vmigd: --cpus nic: cannot read the CPUs of NUMA node %d (%s)\n",
+			nic.numa_node, path);
+		return -EINVAL;
+	}
+	fclose(f);
+	list[strcspn(list, "\n")] = '\0';
+	snprintf(d->cpus, sizeof(d->cpus), "%s (NUMA node %d of %s)", list, nic.numa_node,
+		 nic.name);
+	pc->pin = true;
+	return 0;
+}
+
 static int daemon_configure(struct daemon *d, struct options *o)
 {
 	struct px_config *pc = &d->pc;
@@ -1061,6 +1160,8 @@ static int daemon_configure(struct daemon *d, struct options *o)
 		xp_addr_from_host("0.0.0.0", port, &pc->listen);
 	}
 	if (o->hop_interface && hop_interface(o, pc) < 0)
+		return -EINVAL;
+	if (o->cpus && cpus_option(d, o, pc) < 0)
 		return -EINVAL;
 	if (o->advertise) {
 		struct xp_addr a;
@@ -1251,6 +1352,7 @@ static int daemon_start(struct daemon *d, const struct options *o)
 			 "metrics show no NIC, and link events are not seen",
 			 strerror(-r));
 	d->info.nic = d->nic;
+	d->info.cpus = d->cpus[0] ? d->cpus : NULL;
 	if (o->node_share_pct > 0) {
 		r = node_share(d, o);
 		if (r < 0)
@@ -1334,9 +1436,11 @@ static int daemon_start(struct daemon *d, const struct options *o)
 	else
 		log_warn("node hop is plain text (--no-tls): migration data crosses the network "
 			 "unencrypted and peers are not authenticated");
-	log_info("vmigd %s started: listen=%s advertise=%s control=%s threads=%u data_path=%s",
+	log_info("vmigd %s started: listen=%s advertise=%s control=%s threads=%u data_path=%s "
+		 "cpus=%s",
 		 VMIGD_VERSION, px_node_listen_str(d->node), px_node_advertise(d->node), o->control,
-		 px_node_threads(d->node), px_node_data_path(d->node));
+		 px_node_threads(d->node), px_node_data_path(d->node),
+		 d->cpus[0] ? d->cpus : "any");
 	log_info("bandwidth: node cap %s, shaper %s, inspection %s, caps %s at switchover",
 		 vm_format_rate(o->node_share_pct > 0 ? d->node_bandwidth : o->node_bandwidth, rate,
 				sizeof(rate)),

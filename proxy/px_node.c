@@ -265,6 +265,7 @@ int px_node_new(struct xp_loop *loop, const struct px_config *conf, struct px_no
 		.slots = conf->slots,
 		.pipe_size = conf->pipe_size,
 		.path = conf->copy_path ? XP_PATH_COPY : XP_PATH_SPLICE,
+		.cpus = conf->pin ? &conf->cpus : NULL,
 	};
 	struct px_node *n;
 	struct xp_io *io;

@@ -6,6 +6,7 @@
 #ifndef PX_NODE_H
 #define PX_NODE_H
 
+#include <sched.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -32,6 +33,8 @@ struct px_config {
 	unsigned int slots; /* links per worker */
 	size_t pipe_size;
 	bool copy_path; /* read/write instead of splice (for comparison) */
+	bool pin;	/* workers on cpus only */
+	cpu_set_t cpus;
 	uint64_t order_timeout_ms;
 	uint64_t connect_timeout_ms;
 	struct xp_tls *tls; /* NULL: plain text (--no-tls); not owned, outlives the node */

@@ -458,7 +458,17 @@ static int worker_init(struct xp_pool *pool, struct xp_worker *w, unsigned int i
 		w->free_slots[i] = slots - 1 - i;
 	}
 	w->nfree = slots;
-	r = pthread_create(&w->thread, NULL, worker_main, w);
+	if (pool->conf.cpus) {
+		pthread_attr_t attr;
+
+		pthread_attr_init(&attr);
+		r = pthread_attr_setaffinity_np(&attr, sizeof(cpu_set_t), pool->conf.cpus);
+		if (!r)
+			r = pthread_create(&w->thread, &attr, worker_main, w);
+		pthread_attr_destroy(&attr);
+	} else {
+		r = pthread_create(&w->thread, NULL, worker_main, w);
+	}
 	if (r)
 		return -r;
 	w->started = true;

@@ -6,6 +6,7 @@
 #ifndef XP_POOL_H
 #define XP_POOL_H
 
+#include <sched.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -25,6 +26,9 @@ struct xp_pool_conf {
 	unsigned int slots;   /* links per worker, fixed at start-up */
 	size_t pipe_size;     /* bytes per direction per link (pipe or buffer) */
 	enum xp_path path;
+	/* The CPUs the workers run on (NULL: any): set before each starts, so that its ring, pipes
+	 * and buffers, which it allocates itself, come from those CPUs' NUMA node. */
+	const cpu_set_t *cpus;
 };
 
 enum xp_link_end {

@@ -109,9 +109,13 @@ def main():
             break
         time.sleep(0.2)
     step('VFs in namespaces a and b, carrier up')
-    procs = [daemon('a', 'a', '--hop-interface', vfs[0]),
+    procs = [daemon('a', 'a', '--hop-interface', vfs[0], '--cpus', 'nic'),
              daemon('b', 'b', '--hop-interface', vfs[1])]
     res['status_a'] = status('a')
+    res['node_cpus'] = {n: read(f'/sys/devices/system/node/node{n}/cpulist') for n in (0, 1)}
+    # Each thread of daemon a (ip netns exec execs it: the pid is vmigd's): where it may run.
+    res['a_threads'] = [read(f'{t}/status').split('Cpus_allowed_list:')[1].split()[0]
+                        for t in glob.glob(f'/proc/{procs[0].pid}/task/*')]
     step('daemons on the VFs')
 
     # The PF, in the root namespace: a share of its speed.

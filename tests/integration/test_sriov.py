@@ -11,11 +11,13 @@ guest wrote out:
   link is up (1000 Mbit/s: a device's figure, taken as it is);
 - a migration between them carries 16 MiB over the VFs, every byte (sha256); both daemons name
   their VF, NUMA node 1, as the migration's NIC;
+- --cpus nic on the first: status says CPU 1 (NUMA node 1 of the VF), and its data-path workers
+  (as many threads as status's `threads`) may run on CPU 1 only, the control thread anywhere;
 - the source's VF taken down: every status asked 1 s or more after says the link is down;
 - vmigd on the PF with --node-bandwidth 80%: the node cap is 80 % of the PF's 1000 Mbit/s.
 
-Not checked: where the data path's threads and buffers sit (vmigd places nothing by NUMA node
-yet), and the PF's cable (`set_link` on the QEMU monitor), whose carrier the VFs do not follow in
+Not checked: whether the pinned workers' buffers really come from node 1 (TCG emulates no
+per-node memory, so no placement is measurable here either), and the PF's cable (`set_link` on the QEMU monitor), whose carrier the VFs do not follow in
 this emulation. Skips (77) without QEMU 10 or when the guest's boot files cannot be made (no
 Debian mirror). About 1-2 min under TCG."""
 
@@ -120,6 +122,14 @@ def judge(c, r):
     c.check(nic and nic.get('numa_node') == 1, 'discovery: NUMA node 1')
     c.check(nic and nic['speed_known'] is True and nic['speed'] == 125000000,
             'discovery: the speed igbvf reports, 1000 Mbit/s')
+    sa = r['status_a']
+    vt.log(f'  --cpus nic: status cpus {sa.get("cpus")!r}, node CPUs {r["node_cpus"]}, '
+           f'threads {sa["threads"]}, their CPUs {sorted(r["a_threads"])}')
+    want = f'{r["node_cpus"]["1"]} (NUMA node 1 of {r["vfs"][0]})'
+    c.check(sa.get('cpus') == want, f'--cpus nic: status cpus "{want}"')
+    c.check(r['a_threads'].count(r['node_cpus']['1']) == sa['threads'] and
+            len(r['a_threads']) > sa['threads'],
+            f'--cpus nic: {sa["threads"]} worker threads on node 1\'s CPUs only, the rest not')
     st = r['stream']
     vt.log(f'  stream: {st["got"].get("n")} of {st["sent"]} bytes in {st["s"]} s')
     c.check(st['got'].get('sha') == st['sent_sha'] and st['got'].get('n') == st['sent'],
