@@ -111,7 +111,6 @@ enum opt_kind {
 	OPT_STR,   /* const char *, pointing into argv or a config file's text */
 	OPT_FLAG,  /* bool, true when given; no argument */
 	OPT_ULONG, /* unsigned long from min to max */
-	OPT_RATE,  /* uint64_t bytes/s, vmigd(8) RATE UNITS */
 	OPT_WORDS, /* int: the value of the word given, one of words[] */
 	OPT_FUNC,  /* parse() does it all; an argument when arg is set */
 };
@@ -154,7 +153,6 @@ struct opt {
 #define STR(field)	     .kind = OPT_STR, OPT_AT(field)
 #define FLAG(field)	     .kind = OPT_FLAG, OPT_AT(field)
 #define ULONG(field, lo, hi) .kind = OPT_ULONG, OPT_AT(field), .min = (lo), .max = (hi)
-#define RATE(field)	     .kind = OPT_RATE, OPT_AT(field)
 #define WORDS(field, list)   .kind = OPT_WORDS, OPT_AT(field), .words = (list)
 #define FUNC(fn)	     .kind = OPT_FUNC, .parse = (fn)
 #define NEEDS_TLS	     "required unless --no-tls"
@@ -481,14 +479,6 @@ static int opt_apply(const struct opt *op, const char *arg, const char *where, s
 		return 0;
 	case OPT_ULONG:
 		return parse_ulong(op, arg, where, at);
-	case OPT_RATE:
-		if (vm_parse_rate(arg, at) == 0)
-			return 0;
-		fprintf(stderr,
-			"vmigd: %s--%s: expected a rate such as 1Gbit, 500MB, 64Mi or none "
-			"(vmigd(8): RATE UNITS), got \"%s\"\n",
-			where, op->name, arg);
-		return -EINVAL;
 	case OPT_WORDS:
 		return parse_word(op, arg, where, at);
 	case OPT_FUNC:
