@@ -433,10 +433,12 @@ static int on_event(struct nl_msg *msg, void *arg)
 static void on_readable(struct xp_watch *w, int fd, uint32_t events, void *arg)
 {
 	struct ctl_nl *n = arg;
+	/* nl_socket_get_cb() takes a reference: one per wake-up, given back below. */
+	struct nl_cb *cb = nl_socket_get_cb(n->ev);
 
 	/* A bounded batch: the watch is level-triggered and comes back for the rest. */
 	for (int i = 0; i < 64; i++) {
-		int r = nl_recvmsgs_report(n->ev, nl_socket_get_cb(n->ev));
+		int r = nl_recvmsgs_report(n->ev, cb);
 
 		if (r == -NLE_NOMEM) { /* ENOBUFS: the kernel dropped events */
 			n->fn(CTL_NL_RESYNC, 0, "", false, n->arg);
@@ -445,6 +447,7 @@ static void on_readable(struct xp_watch *w, int fd, uint32_t events, void *arg)
 		if (r <= 0)
 			break;
 	}
+	nl_cb_put(cb);
 }
 
 static int events_start(struct ctl_nl *n, struct xp_loop *loop)

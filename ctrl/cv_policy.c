@@ -338,7 +338,7 @@ static void predictive(const struct cv_policy *p, struct cv_state *s, const stru
 	uint64_t link, target, down_ms, room, allowed = allowed_downtime_ms(p);
 	bool overdue, slow = false, slow_hard = false, evidence, throttle_room;
 	int64_t proj, hold;
-	char why[320], passes[64], held[40];
+	char why[320], passes[64], held[48];
 
 	if (j->status != CV_ST_ACTIVE)
 		return;

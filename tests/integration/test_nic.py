@@ -28,7 +28,8 @@ can be timed against it.
 - vmigd --hop-interface: a daemon given only the interface listens on and advertises its
   address; an unknown interface, one without an address to use, and a --listen address of
   another interface are refused at start with the reason; --node-bandwidth 80% on a veth is
-  refused: its speed is unknown."""
+  refused: its speed is unknown; --cpus nic on a veth (no NUMA node), without an address of
+  the node's own, and a malformed CPU list are refused."""
 
 import hashlib
 import json
@@ -118,7 +119,11 @@ def main():
                  f'--listen {net.source_addr}:0 is not an address of --hop-interface lo'),
                 (['--listen', f'{net.source_addr}:0', '--node-bandwidth', '80%'],
                  f'--node-bandwidth 80%: the speed of {net.source_if} (veth) is unknown'),
-                (['--node-bandwidth', '120%'], 'a share of the link is 1% to 100%')):
+                (['--node-bandwidth', '120%'], 'a share of the link is 1% to 100%'),
+                (['--listen', f'{net.source_addr}:0', '--cpus', 'nic'],
+                 f'--cpus nic: {net.source_if} has no NUMA node (no device)'),
+                (['--cpus', '0-'], '--cpus: expected a CPU list such as 0-3,8 or nic'),
+                (['--cpus', 'nic'], '--cpus nic needs the node hop\'s own address')):
             p = subprocess.run([*net.prefix('source'), tb.vmigd, '--no-tls', '--control',
                                 tb.path('bad.ctl'), *args], capture_output=True, text=True,
                                timeout=20)

@@ -208,7 +208,7 @@ class Qemu:
 
     def __init__(self, name, role, size_mib, workdir, prefix=(), binary='qemu-system-x86_64',
                  extra_args=(), ram_variant=0, private=False, prealloc=False, guest=None,
-                 machine='q35', reserve=True, sparse_dir=None):
+                 machine='q35', reserve=True, sparse_dir=None, hugepages=False):
         self.name, self.role, self.size_mib = name, role, size_mib
         self.ram_variant, self.private, self.prealloc = ram_variant, private, prealloc
         self.guest = GuestSpec(**guest) if isinstance(guest, dict) else guest
@@ -226,6 +226,8 @@ class Qemu:
         # the file's holes (no memory where the disk's page cache can give them back), which
         # anonymous RAM does not give on every kernel (see test_large.py).
         self.sparse_ram = os.path.join(sparse_dir, f'{name}.ram') if sparse_dir else None
+        # hugepages: RAM from the host's 2 MiB hugetlb pool (a memfd), as a VM given hugepages
+        self.hugepages = hugepages
         self.proc = self.qmp = None
 
     def command(self):
@@ -240,6 +242,8 @@ class Qemu:
             backend = f'memory-backend-ram,id=mem0,size={size}'
             if self.prealloc:
                 backend += ',prealloc=on'
+        if self.hugepages:
+            backend = f'memory-backend-memfd,id=mem0,size={size},hugetlb=on,hugetlbsize=2M'
         if self.sparse_ram:
             backend = (f'memory-backend-file,id=mem0,size={size},mem-path={self.sparse_ram},'
                        'share=off')

@@ -232,7 +232,7 @@ class Testbed:
         return f'{label}-{os.getpid()}-{self._keys}'
 
     def qemu_pair(self, size_mib, ram_variant=0, private=False, steady=False, guest=None,
-                  src_args=(), qemu=None, reserve=True, sparse_dir=None):
+                  src_args=(), qemu=None, reserve=True, sparse_dir=None, hugepages=False):
         """Start a source QEMU (source namespace) and a destination QEMU (target namespace).
         steady=True, for rate measurements: the destination's RAM is allocated at start
         (prealloc=on) and the source's RAM file read into the page cache, so that neither
@@ -246,10 +246,11 @@ class Testbed:
         pair = (Qemu(f'q{self._pairs}-src', 'source', size_mib, self.workdir,
                      self.net.prefix('source'), src_bin, extra_args=src_args,
                      ram_variant=ram_variant, private=private, guest=guest, machine=machine,
-                     reserve=reserve, sparse_dir=sparse_dir),
+                     reserve=reserve, sparse_dir=sparse_dir, hugepages=hugepages),
                 Qemu(f'q{self._pairs}-dst', 'destination', size_mib, self.workdir,
                      self.net.prefix('target'), dst_bin, prealloc=steady, guest=guest,
-                     machine=machine, reserve=reserve, sparse_dir=sparse_dir))
+                     machine=machine, reserve=reserve, sparse_dir=sparse_dir,
+                     hugepages=hugepages))
         for q in pair:
             self.qemus.append(q)
             q.start()
