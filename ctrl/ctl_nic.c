@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /* Each migration's NIC and its link's history (ctl_nic.h): one record per migration, kept by a
- * one-second sweep of the node's migrations and by xp_nic's events. */
+ * one-second sweep of the node's migrations and by ctl_netlink's events. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,10 +41,16 @@ struct ctl_nic {
 	struct rec *recs;
 };
 
+/* The link's speed in bytes/s; 0 where no device reports one. */
+static uint64_t speed_bps(const struct ctl_nic_info *nic)
+{
+	return nic->speed_mbps > 0 ? (uint64_t)nic->speed_mbps * 125000 : 0;
+}
+
 static void speed(struct ctl_nic_view *v)
 {
-	v->speed_known = v->nic.speed_mbps > 0;
-	v->speed = v->speed_known ? (uint64_t)v->nic.speed_mbps * 125000 : 0;
+	v->speed = speed_bps(&v->nic);
+	v->speed_known = v->speed != 0;
 }
 
 static void rec_free(struct rec *r)
@@ -59,8 +65,16 @@ static void on_down_bound(void *arg);
 static void tell_speed(struct ctl_nic *c, const struct rec *r)
 {
 	if (c->conv && r->role == PX_ROLE_SOURCE)
-		cv_watch_set_link(c->conv, r->key,
-				  r->nic.speed_mbps > 0 ? (uint64_t)r->nic.speed_mbps * 125000 : 0);
+		cv_watch_set_link(c->conv, r->key, speed_bps(&r->nic));
+}
+
+/* The link is back (or the route moved to one that is up): the bound and the hold end. */
+static void link_back_policy(struct ctl_nic *c, struct rec *r, const char *why)
+{
+	xp_timer_del(r->fail_t);
+	r->fail_t = NULL;
+	if (c->conv && r->role == PX_ROLE_SOURCE)
+		cv_watch_hold(c->conv, r->key, false, why);
 }
 
 /* The link went down: hold convergence, arm the bound. */
@@ -113,13 +127,8 @@ static void resolve(struct ctl_nic *c, struct rec *r)
 			 ctl_role_str(r->role), r->peer, nic.name, r->nic.name);
 	if (!r->found || nic.ifindex != r->nic.ifindex) {
 		/* Moved onto a link that is up: what a link down set going ends. */
-		if (r->found && !r->up && nic.up) {
-			xp_timer_del(r->fail_t);
-			r->fail_t = NULL;
-			if (c->conv && r->role == PX_ROLE_SOURCE)
-				cv_watch_hold(c->conv, r->key, false,
-					      "the route moved to a link that is up");
-		}
+		if (r->found && !r->up && nic.up)
+			link_back_policy(c, r, "the route moved to a link that is up");
 		if (!nic.up && r->up) {
 			/* Found down (it went down before vmigd looked): as if the event came. */
 			r->down_since_ms = vm_now_ms();
@@ -279,10 +288,7 @@ static void link_changed(struct ctl_nic *c, int ifindex, const char *name, bool 
 				 ctl_role_str(r->role), name, (now - r->down_since_ms) / 1000.0);
 			r->up = true;
 			r->down_since_ms = 0;
-			xp_timer_del(r->fail_t);
-			r->fail_t = NULL;
-			if (c->conv && r->role == PX_ROLE_SOURCE)
-				cv_watch_hold(c->conv, r->key, false, "the link is up again");
+			link_back_policy(c, r, "the link is up again");
 		}
 	}
 }
