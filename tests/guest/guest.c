@@ -18,7 +18,9 @@ typedef long long s64;
 #define MB_INFO_MMAP	(1u << 6)
 #define PIT_HZ		1193182u
 #define CAL_MS		40u		// TSC calibration window (the PIT's 16 bits hold 54 ms)
-#define CAL_TRIES	8u
+#define CAL_TRIES	8u		// completed tries kept for agreement
+#define CAL_STARTS	200u		// tries begun, stalled ones included, before giving up
+#define CAL_STARTS	200u		// tries begun, stalled ones included, before giving up
 #define TICK_HZ		1000u		// PIT channel 0 rate: wakes the `hlt` between slices
 #define CATCHUP_MS	20u		// default catchup=: most backlog a paced guest makes up
 #define RATE_MAX	(1u << 20)	// MiB/s; keeps rate * 256 pages in 32 bits
@@ -371,17 +373,21 @@ static void pit_stamp(struct pit_stamp *s)
 	s->count = lo | hi << 8;
 }
 
-// TSC ticks per millisecond. Channel 2 (gate via port 0x61) counts down from 0xFFFF in mode 0;
-// two latched reads CAL_MS apart give PIT ticks against TSC ticks. A host stall between the
-// reads costs nothing (both clocks run on); one inside a read shows as its spread, so of
-// CAL_TRIES tries the one with the tightest reads wins.
+// TSC ticks per millisecond. Channel 2 (gate via port 0x61) counts down from 0xFFFF in mode 0
+// and wraps every 55 ms; two latched reads CAL_MS apart give PIT ticks against TSC ticks. A
+// loaded host's vCPU thread can lose tens of milliseconds anywhere, so a try starts again when
+// the first read came too late to leave CAL_MS before the wrap, when the count went up (a wrap),
+// or when one gap between reads was a quarter of the try or more (time enough to hide a wrap).
+// A stall inside a read shows as its spread. The answer is the tighter of the first two tries
+// that agree within 0.1 %: one try alone can be wrong in a way no single check sees.
 static u32 calibrate_tsc(void)
 {
-	struct pit_stamp s1, s2;
-	u32 pit, spins, try, best_spread = 0xFFFFFFFFu, best = 0;
-	u64 tsc;
+	const u32 window = PIT_HZ / 1000 * CAL_MS;
+	struct pit_stamp s1, s2, prev;
+	u32 spins, i, n = 0, starts = 0, rate[CAL_TRIES], spread[CAL_TRIES];
+	u64 tsc, gap;
 
-	for (try = 0; try < CAL_TRIES; try++) {
+	while (++starts <= CAL_STARTS) {
 		outb(0x61, (u8)((inb(0x61) & ~0x02) | 0x01));	// gate high, speaker off
 		outb(0x43, 0xB0);				// channel 2, lo/hi byte, mode 0
 		outb(0x42, 0xFF);
@@ -392,23 +398,38 @@ static u32 calibrate_tsc(void)
 			if (++spins > 10000000u)
 				fail("PIT channel 2 does not count");
 		} while (s1.count > 0xFF00);
-		do {
+		// stalled past the room the window needs before the wrap
+		if (s1.count < window + 0x100)
+			continue;
+		prev = s1;
+		gap = 0;
+		for (;;) {
 			pit_stamp(&s2);
+			if (s2.tsc - prev.tsc > gap)
+				gap = s2.tsc - prev.tsc;
+			if (s2.count > prev.count || s1.count - s2.count >= window)
+				break;
 			if (++spins > 20000000u)
 				fail("PIT channel 2 does not count");
-		} while (s2.count > s1.count || s1.count - s2.count < PIT_HZ / 1000 * CAL_MS);
-		pit = s1.count - s2.count;
+			prev = s2;
+		}
 		tsc = s2.tsc - s1.tsc;
+		// wrapped, or may have
+		if (s2.count > prev.count || gap * 4 >= tsc)
+			continue;
 		if (tsc < (u64)CAL_MS * 1000)
 			fail("TSC runs slower than 1 MHz");
-		if (s1.spread + s2.spread < best_spread) {
-			best_spread = s1.spread + s2.spread;
-			best = (u32)udiv64(tsc * PIT_HZ, pit * 1000, 0);
+		rate[n % CAL_TRIES] = (u32)udiv64(tsc * PIT_HZ, (s1.count - s2.count) * 1000, 0);
+		spread[n % CAL_TRIES] = s1.spread + s2.spread;
+		for (i = 0; i < n && i < CAL_TRIES; i++) {
+			u32 a = rate[i], b = rate[n % CAL_TRIES], d = a > b ? a - b : b - a;
+
+			if (i != n % CAL_TRIES && (u64)d * 1000 <= b)
+				return spread[i] < spread[n % CAL_TRIES] ? a : b;
 		}
-		if ((u64)best_spread * 2000 < tsc)		// within 0.05 %: good enough
-			break;
+		n++;
 	}
-	return best;
+	fail("PIT calibration: host stalls left no two tries that agree within 0.1 %");
 }
 
 static struct idt_entry idt[256];
