@@ -716,7 +716,7 @@ static size_t build(struct xp_rel *r, uint8_t *buf, uint8_t flags, uint64_t seq,
 	h.flags = flags;
 	h.len = (uint16_t)len;
 	h.stream = r->cfg.stream;
-	h.pn = r->pn++;
+	h.pn = r->cfg.pn_space ? (*r->cfg.pn_space)++ : r->pn++;
 	h.seq = seq;
 	h.ack = r->rcv_nxt;
 	h.window = (uint32_t)window(r);

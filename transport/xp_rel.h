@@ -72,6 +72,9 @@ struct xp_rel_cfg {
 				*/
 	uint32_t min_rto_us;   /* 0: XP_REL_MIN_RTO_US */
 	uint32_t ack_delay_us; /* 0: XP_REL_ACK_DELAY_US */
+	/* The packet numbers this stream's frames take, shared by every stream to the same peer:
+	 * one rising space per direction, as the sealing's nonces need. NULL: the stream's own. */
+	uint64_t *pn_space;
 };
 
 #define XP_REL_MIN_RTO_US     10000

@@ -2,9 +2,12 @@
 """The DPDK node hop's pieces, end to end on real DPDK ports: xp_dpdk (EAL, ARP, IPv4/UDP), xp_rel
 (the reliable stream) and xp_seal (AES-GCM keyed per direction), driven by tests/tools/dpdk-stream
 in two network namespaces, joined by net_memif (a filesystem socket) and, separately, by
-net_af_packet on a veth pair. Every byte is checked by the receiver. Sealed: a capture on the veth
-finds no clear text (a marker the sender writes every 4 KiB, found in a plain run's capture), a
-receiver with another key refuses every frame and delivers nothing, and with 2 % of frames dropped
+net_af_packet on a veth pair. Every byte is checked by the receiver. Sealed streams are keyed as
+the daemons will key them: a mutual-TLS 1.3 control connection over the kernel (the veth), with
+the node certificates and the default allow-list, and the TLS exporter's secret per direction. A
+capture on the veth finds no clear text (a marker the sender writes every 4 KiB, found in a plain
+run's capture); a sender whose certificate is from another CA is refused before it opens its port;
+a receiver with another key refuses every frame and delivers nothing; with 2 % of frames dropped
 on arrival the stream retransmits and still arrives whole. proxy/ does not carry migrations over
 this path yet (issue 16); this tests what it will stand on. Skips (77) without DPDK."""
 
@@ -61,23 +64,32 @@ class Sniffer:
         self.sock.close()
 
 
-def run_pair(tool, net, work, name, vdevs, size, keys=(None, None), loss=0, timeout=60):
+def run_pair(tool, net, work, name, vdevs, size, keys=(None, None), loss=0, timeout=60,
+             tls=None, streams=1):
     """Receiver in the target namespace, sender in the source one; (receiver, sender) results,
-    each the tool's JSON with its exit status as 'rc'."""
+    each the tool's JSON with its exit status as 'rc'. keys: a shared secret per side (hex);
+    tls: per side {'cert', 'key', 'ca'}, keyed over a TLS control connection on the veth.
+    streams: how many streams (multifd's channels) share the port, size split among them."""
     cpus = os.cpu_count() or 1
     procs, outs = [], []
-    for side, role, lcore, addr, peer, vdev, key in (
-            ('target', 'receive', 0, '10.77.0.1/24', '10.77.0.2', vdevs[0], keys[0]),
-            ('source', 'send', 1 % cpus, '10.77.0.2/24', '10.77.0.1', vdevs[1], keys[1])):
+    for side, role, lcore, addr, peer, vdev, key, certs in (
+            ('target', 'receive', 0, '10.77.0.1/24', '10.77.0.2', vdevs[0], keys[0],
+             tls and tls[0]),
+            ('source', 'send', 1 % cpus, '10.77.0.2/24', '10.77.0.1', vdevs[1], keys[1],
+             tls and tls[1])):
         prefix = f'vmigdpdk{os.getpid()}{name}{role}'
         # A memif server leaves its socket behind (its port is only stopped): one per run.
         vdev = vdev.replace('{sock}', os.path.join(work, name + '.sock'))
         eal = (f'--no-huge -m 256 --no-pci --no-shconf --file-prefix={prefix} -l {lcore} '
                f'--vdev={vdev}')
         cmd = [*net.prefix(side), tool, '--eal', eal, '--address', addr, '--peer', peer,
-               '--port', str(PORT), f'--{role}', str(size), '--timeout', str(timeout)]
+               '--port', str(PORT), f'--{role}', str(size), '--timeout', str(timeout),
+               '--streams', str(streams)]
         if key:
             cmd += ['--secret', key]
+        if certs:
+            cmd += ['--control', f'{net.target_addr}:{PORT + 1}', '--tls-cert', certs['cert'],
+                    '--tls-key', certs['key'], '--tls-ca', certs['ca']]
         if loss and role == 'receive':
             cmd += ['--loss', str(loss)]
         out = open(os.path.join(work, f'{name}-{role}.out'), 'w+')
@@ -104,8 +116,9 @@ def run_pair(tool, net, work, name, vdevs, size, keys=(None, None), loss=0, time
 
 
 def short(r):
-    keys = ('rc', 'bytes', 'done', 'gbit_s', 'core_s_per_gb', 'retransmitted_frames',
-            'timeouts', 'dropped_by_test', 'refused_frames', 'seal_forged', 'output')
+    keys = ('rc', 'bytes', 'done', 'gbit_s', 'core_s_per_gb', 'keying', 'streams',
+            'retransmitted_frames',
+            'timeouts', 'dropped_by_test', 'refused_frames', 'seal_forged', 'refused', 'output')
     return {k: r[k] for k in keys if k in r}
 
 
@@ -121,20 +134,41 @@ def main():
                  'net_memif0,role=client,socket={sock},socket-abstract=no')
         afp = (f'net_af_packet0,iface={net.target_if}', f'net_af_packet0,iface={net.source_if}')
         key = secrets.token_hex(32)
+        pki = vt.make_pki(os.path.join(work, 'pki'))
+        node = (pki.paths('node'), pki.paths('node2'))
 
         size = 64 << 20
         rx, tx = run_pair(tool, net, work, 'memif-plain', memif, size)
         check_whole(rx, tx, size, 'memif, plain')
-        rx, tx = run_pair(tool, net, work, 'memif-sealed', memif, size, (key, key))
+        rx, tx = run_pair(tool, net, work, 'memif-sealed', memif, size, tls=node)
         check_whole(rx, tx, size, 'memif, sealed')
-        if tx['sealed'] is not True or rx['refused_frames'] != 0:
-            raise vt.HarnessError(f'memif, sealed: {rx}')
+        if (tx['sealed'] is not True or rx['refused_frames'] != 0
+                or {rx['keying'], tx['keying']} != {'tls-exporter'}):
+            raise vt.HarnessError(f'memif, sealed, keyed by TLS: {rx} {tx}')
 
-        rx, tx = run_pair(tool, net, work, 'memif-loss', memif, 16 << 20, (key, key), loss=2)
-        check_whole(rx, tx, 16 << 20, 'memif, sealed, 2 % dropped')
+        # Eight streams on one port, as an 8-channel multifd migration has: demultiplexed by
+        # stream id, one packet number space per direction under the seal.
+        rx, tx = run_pair(tool, net, work, 'memif-8streams', memif, size, tls=node, streams=8)
+        check_whole(rx, tx, size, 'memif, sealed, 8 streams')
+        if rx['streams'] != 8 or rx['unknown_stream'] != 0 or rx['refused_frames'] != 0:
+            raise vt.HarnessError(f'memif, 8 streams: {rx}')
+
+        rx, tx = run_pair(tool, net, work, 'memif-loss', memif, 16 << 20, loss=2, tls=node,
+                          streams=4)
+        check_whole(rx, tx, 16 << 20, 'memif, sealed, 4 streams, 2 % dropped')
         if rx['dropped_by_test'] == 0 or tx['retransmitted_frames'] == 0:
             raise vt.HarnessError(f'memif, 2 % dropped: nothing was dropped or resent: {rx} {tx}')
 
+        # A sender whose certificate another CA signed: refused on the control connection,
+        # before it opens its port, so not one frame moves.
+        rx, tx = run_pair(tool, net, work, 'memif-rogue', memif, 1 << 20, timeout=10,
+                          tls=(pki.paths('node'), pki.paths('rogue', ca=pki.ca)))
+        if rx['rc'] == 0 or tx['rc'] == 0 or 'untrusted-ca' not in rx.get('refused', ''):
+            raise vt.HarnessError(f'a rogue sender was not refused as untrusted: {rx} {tx}')
+        if 'bytes' in rx or 'bytes' in tx:
+            raise vt.HarnessError(f'a rogue sender got a stream: {rx} {tx}')
+
+        # Shared secrets (a test-only keying) that differ: every frame is refused.
         other = secrets.token_hex(32)
         rx, tx = run_pair(tool, net, work, 'memif-wrong-key', memif, 1 << 20, (other, key),
                           timeout=5)
@@ -143,11 +177,10 @@ def main():
 
         # af_packet on the veth pair, with a capture on the receiver's side of it.
         size = 8 << 20
-        for name, keys, want_clear in (('afp-plain', (None, None), True),
-                                       ('afp-sealed', (key, key), False)):
+        for name, tls, want_clear in (('afp-plain', None, True), ('afp-sealed', node, False)):
             sniff = Sniffer(net, 'target', net.target_if)
             try:
-                rx, tx = run_pair(tool, net, work, name, afp, size, keys)
+                rx, tx = run_pair(tool, net, work, name, afp, size, tls=tls)
             finally:
                 sniff.close()
             check_whole(rx, tx, size, name)

@@ -237,6 +237,49 @@ static void test_codec(void **state)
 	assert_string_equal(why, "too many SACK blocks");
 }
 
+/* Streams to one peer share a packet number space: their frames' numbers, the sealing's nonces,
+ * rise across all of them, and a stream without one counts its own. */
+static void test_pn_space(void **state)
+{
+	struct xp_rel_cfg cfg = {
+		.mss = 1000, .sndbuf = 1 << 16, .rcvbuf = 1 << 16, .peer_rcvbuf = 1 << 16
+	};
+	uint8_t buf[XP_REL_MAX_HDR + 1000], data[4000] = { 0 };
+	struct xp_rel *a, *b, *own;
+	struct xp_rel_hdr h;
+	const char *why;
+	uint64_t space = 5, last = 0;
+	size_t n;
+	int i;
+
+	(void)state;
+	cfg.pn_space = &space;
+	cfg.stream = 1;
+	assert_int_equal(xp_rel_new(&cfg, 0, &a), 0);
+	cfg.stream = 2;
+	assert_int_equal(xp_rel_new(&cfg, 0, &b), 0);
+	cfg.pn_space = NULL;
+	assert_int_equal(xp_rel_new(&cfg, 0, &own), 0);
+	assert_int_equal(xp_rel_write(a, data, sizeof(data)), sizeof(data));
+	assert_int_equal(xp_rel_write(b, data, sizeof(data)), sizeof(data));
+	for (i = 0; i < 6; i++) {
+		n = xp_rel_next_frame(i % 2 ? b : a, 1000, buf, sizeof(buf));
+		assert_true(n > XP_REL_HDR);
+		assert_int_equal(xp_rel_parse(buf, n, &h, &why), 0);
+		assert_int_equal(h.stream, i % 2 ? 2 : 1);
+		assert_true(i == 0 ? h.pn == 5 : h.pn == last + 1);
+		last = h.pn;
+	}
+	assert_true(space == 11);
+	assert_int_equal(xp_rel_write(own, data, 10), 10);
+	n = xp_rel_next_frame(own, 1000, buf, sizeof(buf));
+	assert_int_equal(xp_rel_parse(buf, n, &h, &why), 0);
+	assert_true(h.pn == 0 && space == 11);
+	xp_rel_free(a);
+	xp_rel_free(b);
+	xp_rel_free(own);
+}
+
 static void test_bad_input(void **state)
 {
 	struct xp_rel_cfg cfg = { .stream = 1, .mss = 1000, .sndbuf = 8000, .rcvbuf = 4000 };
@@ -294,7 +337,7 @@ int main(void)
 		cmocka_unit_test(test_clean),	    cmocka_unit_test(test_lossy),
 		cmocka_unit_test(test_heavy_loss),  cmocka_unit_test(test_congestion),
 		cmocka_unit_test(test_slow_reader), cmocka_unit_test(test_empty_streams),
-		cmocka_unit_test(test_fate_bytes),
+		cmocka_unit_test(test_fate_bytes),  cmocka_unit_test(test_pn_space),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
