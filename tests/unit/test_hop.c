@@ -1,0 +1,356 @@
+// SPDX-License-Identifier: Apache-2.0
+/* xp_hop, the node hop's sessions, over an in-memory datagram link (the port's ops table faked):
+ * several streams to one peer, sealed or plain, with frames dropped; and what must be refused
+ * and counted, never delivered: a replayed frame, an altered one, another key, a stream nobody
+ * opened, an address that is no peer's. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "xp_hop.h"
+
+#define SLOTS	  512
+#define SLOT_SIZE 2048
+#define MSS	  1400
+#define IP_A	  0x0a000001u
+#define IP_B	  0x0a000002u
+
+/* One node's end of the link: what is queued for it, and what it may lose on the way in. */
+struct end {
+	uint8_t data[SLOTS][SLOT_SIZE];
+	size_t len[SLOTS];
+	uint32_t from[SLOTS];
+	unsigned int head, count;
+	uint32_t ip;
+	struct end *peer;
+	unsigned int loss_pct; /* of frames queued for this end */
+	uint32_t rng;
+	/* a copy of the last frame queued here, for the replay test */
+	uint8_t last[SLOT_SIZE];
+	size_t last_len;
+};
+
+static int fake_send(void *port, uint32_t ip, uint16_t udp_port, const void *data, size_t len,
+		     uint64_t now_us)
+{
+	struct end *self = port, *to = self->peer;
+	unsigned int slot;
+
+	(void)udp_port;
+	(void)now_us;
+	assert_int_equal(ip, to->ip);
+	assert_true(len <= SLOT_SIZE);
+	if (to->count == SLOTS)
+		return -EAGAIN;
+	to->rng = to->rng * 1103515245 + 12345;
+	memcpy(to->last, data, len);
+	to->last_len = len;
+	if (to->loss_pct && (to->rng >> 16) % 100 < to->loss_pct)
+		return 0; /* sent, and lost on the way */
+	slot = (to->head + to->count++) % SLOTS;
+	memcpy(to->data[slot], data, len);
+	to->len[slot] = len;
+	to->from[slot] = self->ip;
+	return 0;
+}
+
+static int fake_poll(void *port, xp_hop_rx_fn fn, void *arg)
+{
+	struct end *self = port;
+	int n = 0;
+
+	while (self->count) {
+		unsigned int slot = self->head;
+
+		self->head = (self->head + 1) % SLOTS;
+		self->count--;
+		fn(arg, self->from[slot], 4790, self->data[slot], self->len[slot]);
+		n++;
+	}
+	return n;
+}
+
+static const struct xp_hop_port_ops fake_ops = { .send = fake_send, .poll = fake_poll };
+
+/* Injects a datagram at an end, as if it came from ip. */
+static void inject(struct end *e, uint32_t from, const void *data, size_t len)
+{
+	unsigned int slot = (e->head + e->count++) % SLOTS;
+
+	memcpy(e->data[slot], data, len);
+	e->len[slot] = len;
+	e->from[slot] = from;
+}
+
+struct pair {
+	struct end *a, *b;
+	struct xp_hop *ha, *hb;
+	struct xp_hop_peer *pa, *pb; /* a's view of b, b's of a */
+};
+
+static const uint8_t secret_ab[XP_SEAL_SECRET] = { 1, 2, 3 };
+static const uint8_t secret_ba[XP_SEAL_SECRET] = { 4, 5, 6 };
+
+static void pair_new(struct pair *p, bool sealed, const uint8_t *b_rx_secret)
+{
+	struct xp_hop_conf c = { .ops = &fake_ops, .mss = MSS, .max_peers = 2, .max_streams = 4 };
+	struct xp_hop_peer_conf pc = { .udp_port = 4790, .budget = 4 << 20 };
+
+	p->a = calloc(1, sizeof(*p->a));
+	p->b = calloc(1, sizeof(*p->b));
+	assert_non_null(p->a);
+	assert_non_null(p->b);
+	p->a->ip = IP_A;
+	p->b->ip = IP_B;
+	p->a->peer = p->b;
+	p->b->peer = p->a;
+	p->a->rng = p->b->rng = 7;
+	c.port = p->a;
+	assert_int_equal(xp_hop_new(&c, &p->ha), 0);
+	c.port = p->b;
+	assert_int_equal(xp_hop_new(&c, &p->hb), 0);
+	pc.ip = IP_B;
+	pc.tx_secret = sealed ? secret_ab : NULL;
+	pc.rx_secret = sealed ? secret_ba : NULL;
+	assert_int_equal(xp_hop_peer_add(p->ha, &pc, 0, &p->pa), 0);
+	pc.ip = IP_A;
+	pc.tx_secret = sealed ? secret_ba : NULL;
+	pc.rx_secret = sealed ? b_rx_secret : NULL;
+	assert_int_equal(xp_hop_peer_add(p->hb, &pc, 0, &p->pb), 0);
+}
+
+static void pair_free(struct pair *p)
+{
+	xp_hop_free(p->ha);
+	xp_hop_free(p->hb);
+	free(p->a);
+	free(p->b);
+}
+
+static uint8_t pattern(uint32_t stream, uint64_t off)
+{
+	return (uint8_t)((off * 0x9e3779b97f4a7c15ull + stream * 977) >> 56);
+}
+
+/*
+ * a sends size[i] bytes on stream i + 1 to b; runs steps with a simulated clock (1 us per step,
+ * 1 ms when both are idle) until b has every byte and both FINs are through. Returns the bytes b
+ * read; each byte is checked against the pattern.
+ */
+static uint64_t transfer(struct pair *p, const uint64_t *size, unsigned int n, uint64_t limit_us)
+{
+	struct xp_rel *ra[4], *rb[4];
+	uint64_t written[4] = { 0 }, got[4] = { 0 }, now = 1, total = 0;
+	uint8_t buf[16384];
+	unsigned int i;
+
+	for (i = 0; i < n; i++) {
+		assert_int_equal(xp_hop_stream_open(p->pa, i + 1, now, &ra[i]), 0);
+		assert_int_equal(xp_hop_stream_open(p->pb, i + 1, now, &rb[i]), 0);
+		xp_rel_shutdown(rb[i]); /* b sends nothing back but acknowledgements */
+	}
+	for (; now < limit_us;) {
+		bool done = true;
+		int moved;
+
+		for (i = 0; i < n; i++) {
+			size_t k;
+
+			while (written[i] < size[i]) {
+				size_t want = size[i] - written[i] < sizeof(buf)
+						      ? size[i] - written[i]
+						      : sizeof(buf);
+
+				for (k = 0; k < want; k++)
+					buf[k] = pattern(i + 1, written[i] + k);
+				k = xp_rel_write(ra[i], buf, want);
+				written[i] += k;
+				if (k < want)
+					break;
+			}
+			if (written[i] == size[i])
+				xp_rel_shutdown(ra[i]);
+			while ((k = xp_rel_read(rb[i], buf, sizeof(buf))) > 0) {
+				for (size_t j = 0; j < k; j++)
+					if (buf[j] != pattern(i + 1, got[i] + j))
+						fail_msg("stream %u: byte %llu differs", i + 1,
+							 (unsigned long long)(got[i] + j));
+				got[i] += k;
+			}
+			if (!xp_rel_eof(rb[i]) || !xp_rel_send_done(ra[i]))
+				done = false;
+		}
+		if (done)
+			break;
+		moved = xp_hop_step(p->ha, now) + xp_hop_step(p->hb, now);
+		now += moved ? 1 : 1000;
+	}
+	for (i = 0; i < n; i++) {
+		assert_int_equal(got[i], size[i]);
+		total += got[i];
+	}
+	return total;
+}
+
+static void test_sealed_streams(void **state)
+{
+	static const uint64_t size[3] = { 3 << 20, 1 << 20, 12345 };
+	struct xp_hop_peer_stats sa, sb;
+	struct pair p;
+
+	(void)state;
+	pair_new(&p, true, secret_ab);
+	assert_int_equal(transfer(&p, size, 3, 60000000), size[0] + size[1] + size[2]);
+	xp_hop_peer_stats(p.pa, &sa);
+	xp_hop_peer_stats(p.pb, &sb);
+	assert_true(sa.frames_out > (size[0] + size[1]) / MSS);
+	assert_int_equal(sb.forged + sb.replayed + sb.too_old + sb.malformed + sb.unknown_stream,
+			 0);
+	assert_int_equal(sa.forged + sa.replayed + sa.too_old + sa.malformed + sa.unknown_stream,
+			 0);
+	assert_int_equal(sa.retransmitted_frames, 0);
+	pair_free(&p);
+}
+
+static void test_plain_lossy(void **state)
+{
+	static const uint64_t size[4] = { 1 << 20, 1 << 20, 512 << 10, 1 };
+	struct xp_hop_peer_stats sa, sb;
+	struct pair p;
+
+	(void)state;
+	pair_new(&p, false, NULL);
+	p.b->loss_pct = 3;
+	p.a->loss_pct = 3;
+	assert_int_equal(transfer(&p, size, 4, 600000000), size[0] + size[1] + size[2] + size[3]);
+	xp_hop_peer_stats(p.pa, &sa);
+	xp_hop_peer_stats(p.pb, &sb);
+	assert_true(sa.retransmitted_frames > 0);
+	assert_int_equal(sb.malformed + sb.unknown_stream, 0);
+	pair_free(&p);
+}
+
+/* Each refused frame is counted by its reason, and the stream reads nothing from it. */
+static void test_refusals(void **state)
+{
+	struct xp_hop_peer_stats sb;
+	struct xp_rel *ra, *rb, *stray;
+	uint8_t frame[SLOT_SIZE], out[64];
+	size_t len;
+	struct pair p;
+
+	(void)state;
+	pair_new(&p, true, secret_ab);
+	assert_int_equal(xp_hop_stream_open(p.pa, 1, 1, &ra), 0);
+	assert_int_equal(xp_hop_stream_open(p.pb, 1, 1, &rb), 0);
+	assert_int_equal(xp_rel_write(ra, "hello", 5), 5);
+	xp_hop_step(p.ha, 10); /* the frame is queued at b */
+	assert_int_equal(p.b->count, 1);
+	len = p.b->last_len;
+	memcpy(frame, p.b->last, len);
+	xp_hop_step(p.hb, 20);
+	assert_int_equal(xp_rel_read(rb, out, sizeof(out)), 5);
+	assert_memory_equal(out, "hello", 5);
+
+	inject(p.b, IP_A, frame, len); /* the same frame again */
+	xp_hop_step(p.hb, 30);
+	assert_int_equal(xp_rel_write(ra, "world", 5), 5);
+	xp_hop_step(p.ha, 35);
+	assert_int_equal(p.b->count, 1);
+	p.b->data[p.b->head][p.b->len[p.b->head] - 1] ^= 1; /* a new frame, its tag altered */
+	xp_hop_step(p.hb, 40);
+	inject(p.b, IP_A, frame, 10);	      /* too short for a header */
+	inject(p.b, 0x0a0000ffu, frame, len); /* from an address that is no peer's */
+	xp_hop_step(p.hb, 50);
+	xp_hop_peer_stats(p.pb, &sb);
+	assert_int_equal(sb.replayed, 1);
+	assert_int_equal(sb.forged, 1);
+	assert_int_equal(sb.malformed, 1);
+	assert_int_equal(xp_hop_unknown_peer(p.hb), 1);
+	assert_int_equal(xp_rel_read(rb, out, sizeof(out)), 0);
+
+	/* a stream b never opened: refused until it opens, then the sender's retransmission lands
+	 */
+	assert_int_equal(xp_hop_stream_open(p.pa, 3, 60, &stray), 0);
+	assert_int_equal(xp_rel_write(stray, "late", 4), 4);
+	xp_hop_step(p.ha, 70);
+	xp_hop_step(p.hb, 80);
+	xp_hop_peer_stats(p.pb, &sb);
+	assert_int_equal(sb.unknown_stream, 1);
+	assert_null(xp_hop_stream(p.pb, 3));
+	assert_int_equal(xp_hop_stream_open(p.pb, 3, 90, &rb), 0);
+	for (uint64_t t = 1000; t < 2000000 && !xp_rel_read(rb, out, sizeof(out)); t += 1000) {
+		xp_hop_step(p.ha, t);
+		xp_hop_step(p.hb, t);
+	}
+	assert_memory_equal(out, "late", 4);
+	pair_free(&p);
+
+	/* b opens with another key: every frame is forged to it, nothing is read */
+	pair_new(&p, true, secret_ba);
+	assert_int_equal(xp_hop_stream_open(p.pa, 1, 1, &ra), 0);
+	assert_int_equal(xp_hop_stream_open(p.pb, 1, 1, &rb), 0);
+	assert_int_equal(xp_rel_write(ra, "secret", 6), 6);
+	for (uint64_t t = 10; t < 3000000; t += 1000) {
+		xp_hop_step(p.ha, t);
+		xp_hop_step(p.hb, t);
+	}
+	xp_hop_peer_stats(p.pb, &sb);
+	assert_true(sb.forged >= 2); /* the first frame and its retransmissions */
+	assert_int_equal(xp_rel_read(rb, out, sizeof(out)), 0);
+	pair_free(&p);
+}
+
+static void test_table(void **state)
+{
+	struct xp_hop_conf c = { .ops = &fake_ops, .mss = MSS, .max_peers = 1, .max_streams = 2 };
+	struct xp_hop_peer_conf pc = { .ip = IP_B, .udp_port = 4790, .budget = 1 << 20 };
+	struct xp_hop_peer *p, *q;
+	struct xp_rel *r;
+	struct xp_hop *h;
+	struct end e = { .ip = IP_A };
+
+	(void)state;
+	c.port = &e;
+	assert_int_equal(xp_hop_new(&c, &h), 0);
+	assert_int_equal(xp_hop_deadline(h), UINT64_MAX);
+	pc.tx_secret = secret_ab; /* one secret without the other */
+	assert_int_equal(xp_hop_peer_add(h, &pc, 0, &p), -EINVAL);
+	pc.tx_secret = NULL;
+	pc.budget = 2 * MSS; /* less than two frames a stream */
+	assert_int_equal(xp_hop_peer_add(h, &pc, 0, &p), -EINVAL);
+	pc.budget = 1 << 20;
+	assert_int_equal(xp_hop_peer_add(h, &pc, 0, &p), 0);
+	assert_int_equal(xp_hop_peer_add(h, &pc, 0, &q), -EEXIST);
+	pc.ip = IP_A;
+	assert_int_equal(xp_hop_peer_add(h, &pc, 0, &q), -ENOSPC);
+	assert_int_equal(xp_hop_stream_open(p, 0, 0, &r), -EINVAL);
+	assert_int_equal(xp_hop_stream_open(p, 1, 0, &r), 0);
+	assert_ptr_equal(xp_hop_stream(p, 1), r);
+	assert_int_equal(xp_hop_stream_open(p, 1, 0, &r), -EEXIST);
+	assert_int_equal(xp_hop_stream_open(p, 2, 0, &r), 0);
+	assert_int_equal(xp_hop_stream_open(p, 3, 0, &r), -ENOSPC);
+	xp_hop_peer_remove(h, p);
+	assert_int_equal(xp_hop_peer_add(h, &pc, 0, &q), 0); /* the slot is free again */
+	xp_hop_free(h);
+	c.mss = 10;
+	assert_int_equal(xp_hop_new(&c, &h), -EINVAL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_table),
+		cmocka_unit_test(test_sealed_streams),
+		cmocka_unit_test(test_plain_lossy),
+		cmocka_unit_test(test_refusals),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
