@@ -45,6 +45,12 @@ struct xp_dpdk {
 	struct peer peers[PEERS];
 	char *argv[MAX_ARGS + 1];
 	struct xp_dpdk_stats st;
+	/* transmit: frames wait here for one rte_eth_tx_burst() per BURST or per flush */
+	struct rte_mbuf *txq[BURST];
+	unsigned int ntx;
+	/* a frame handed out by xp_dpdk_frame() and not yet sent; kept for the next ask */
+	struct rte_mbuf *open;
+	struct peer *open_peer;
 };
 
 bool xp_dpdk_built(void)
@@ -159,6 +165,9 @@ void xp_dpdk_close(struct xp_dpdk *d)
 {
 	if (!d)
 		return;
+	xp_dpdk_flush(d);
+	if (d->open)
+		rte_pktmbuf_free(d->open);
 	rte_eth_dev_stop(d->port);
 	free(d);
 }
@@ -187,16 +196,40 @@ static struct peer *peer_of(struct xp_dpdk *d, uint32_t ip, bool add)
 	return free_slot;
 }
 
+/* Sends what waits in the queue in one burst; what the ring does not take is dropped (the
+ * stream sends it again). 0, or -EAGAIN when the ring was full. */
+static int tx_flush(struct xp_dpdk *d)
+{
+	unsigned int queued = d->ntx;
+	uint16_t n;
+
+	if (!queued)
+		return 0;
+	n = rte_eth_tx_burst(d->port, 0, d->txq, (uint16_t)queued);
+	for (unsigned int i = 0; i < queued; i++) {
+		if (i < n) {
+			d->st.tx_frames++;
+			d->st.tx_bytes += d->txq[i]->pkt_len;
+		} else {
+			rte_pktmbuf_free(d->txq[i]);
+			d->st.tx_ring_full++;
+		}
+	}
+	d->st.tx_bursts++;
+	d->ntx = 0;
+	return n < queued ? -EAGAIN : 0;
+}
+
+/* Queues a frame; a full queue goes out at once. */
 static int tx_one(struct xp_dpdk *d, struct rte_mbuf *m)
 {
-	if (rte_eth_tx_burst(d->port, 0, &m, 1) == 1) {
-		d->st.tx_frames++;
-		d->st.tx_bytes += m->pkt_len;
-		return 0;
-	}
-	rte_pktmbuf_free(m);
-	d->st.tx_ring_full++;
-	return -EAGAIN;
+	d->txq[d->ntx++] = m;
+	return d->ntx < BURST ? 0 : tx_flush(d);
+}
+
+int xp_dpdk_flush(struct xp_dpdk *d)
+{
+	return tx_flush(d);
 }
 
 static void send_arp(struct xp_dpdk *d, uint16_t op, const struct rte_ether_addr *to_mac,
@@ -230,7 +263,8 @@ static void send_arp(struct xp_dpdk *d, uint16_t op, const struct rte_ether_addr
 	else
 		rte_ether_addr_copy(to_mac, &ah->arp_data.arp_tha);
 	ah->arp_data.arp_tip = to_ip;
-	if (tx_one(d, m) == 0) {
+	/* ARP does not wait for a burst: it goes with what is queued */
+	if (tx_one(d, m) == 0 && tx_flush(d) == 0) {
 		if (op == RTE_ARP_OP_REQUEST)
 			d->st.arp_requests_sent++;
 		else
@@ -238,35 +272,58 @@ static void send_arp(struct xp_dpdk *d, uint16_t op, const struct rte_ether_addr
 	}
 }
 
-int xp_dpdk_send(struct xp_dpdk *d, uint32_t peer_ip, uint16_t peer_port, const void *data,
-		 size_t len, uint64_t now_us)
+/* The peer's entry when its MAC is known; else NULL, with an ARP request sent (at most one per
+ * ARP_GAP_US) and counted. */
+static struct peer *peer_ready(struct xp_dpdk *d, uint32_t ip, uint64_t now_us)
 {
-	uint32_t ip = htonl(peer_ip);
 	struct peer *p = peer_of(d, ip, true);
-	struct rte_ether_hdr *eh;
-	struct rte_ipv4_hdr *iph;
-	struct rte_udp_hdr *uh;
-	struct rte_mbuf *m;
 
-	if (len > xp_dpdk_max_payload(d))
-		return -EMSGSIZE;
-	if (!p->known) {
-		if (!p->asked_us || now_us - p->asked_us >= ARP_GAP_US) {
-			p->asked_us = now_us ? now_us : 1;
-			send_arp(d, RTE_ARP_OP_REQUEST, NULL, ip);
+	if (p->known)
+		return p;
+	if (!p->asked_us || now_us - p->asked_us >= ARP_GAP_US) {
+		p->asked_us = now_us ? now_us : 1;
+		send_arp(d, RTE_ARP_OP_REQUEST, NULL, ip);
+	}
+	d->st.tx_no_arp++;
+	return NULL;
+}
+
+static inline size_t hdr_len(void)
+{
+	return sizeof(struct rte_ether_hdr) + sizeof(struct rte_ipv4_hdr) +
+	       sizeof(struct rte_udp_hdr);
+}
+
+int xp_dpdk_frame(struct xp_dpdk *d, uint32_t peer_ip, uint64_t now_us, uint8_t **payload,
+		  size_t *cap)
+{
+	struct peer *p = peer_ready(d, htonl(peer_ip), now_us);
+
+	if (!p)
+		return -EAGAIN;
+	if (!d->open) {
+		d->open = rte_pktmbuf_alloc(d->pool);
+		if (!d->open) {
+			d->st.tx_no_mbuf++;
+			return -EAGAIN;
 		}
-		d->st.tx_no_arp++;
-		return -EAGAIN;
 	}
-	m = rte_pktmbuf_alloc(d->pool);
-	if (!m) {
-		d->st.tx_no_mbuf++;
-		return -EAGAIN;
-	}
-	eh = (struct rte_ether_hdr *)rte_pktmbuf_append(m, sizeof(*eh) + sizeof(*iph) +
-								   sizeof(*uh) + len);
-	iph = (struct rte_ipv4_hdr *)(eh + 1);
-	uh = (struct rte_udp_hdr *)(iph + 1);
+	d->open_peer = p;
+	*payload = rte_pktmbuf_mtod_offset(d->open, uint8_t *, hdr_len());
+	*cap = xp_dpdk_max_payload(d);
+	return 0;
+}
+
+/* Ethernet, IPv4 and UDP headers in front of len bytes of payload already in m; the UDP
+ * checksum over the payload unless skip_csum (0 on IPv4 says "none", RFC 768). */
+static void put_headers(struct xp_dpdk *d, struct rte_mbuf *m, const struct peer *p,
+			uint16_t peer_port, size_t len, bool skip_csum)
+{
+	struct rte_ether_hdr *eh = rte_pktmbuf_mtod(m, struct rte_ether_hdr *);
+	struct rte_ipv4_hdr *iph = (struct rte_ipv4_hdr *)(eh + 1);
+	struct rte_udp_hdr *uh = (struct rte_udp_hdr *)(iph + 1);
+
+	m->data_len = m->pkt_len = (uint32_t)(hdr_len() + len);
 	rte_ether_addr_copy(&p->mac, &eh->dst_addr);
 	rte_ether_addr_copy(&d->mac, &eh->src_addr);
 	eh->ether_type = htons(RTE_ETHER_TYPE_IPV4);
@@ -277,15 +334,47 @@ int xp_dpdk_send(struct xp_dpdk *d, uint32_t peer_ip, uint16_t peer_port, const 
 	iph->time_to_live = TTL;
 	iph->next_proto_id = IPPROTO_UDP;
 	iph->src_addr = d->ip;
-	iph->dst_addr = ip;
+	iph->dst_addr = p->ip;
 	uh->src_port = d->udp_port;
 	uh->dst_port = htons(peer_port);
 	uh->dgram_len = htons((uint16_t)(sizeof(*uh) + len));
 	uh->dgram_cksum = 0;
-	memcpy(uh + 1, data, len);
 	iph->hdr_checksum = rte_ipv4_cksum(iph);
-	uh->dgram_cksum = rte_ipv4_udptcp_cksum(iph, uh);
+	if (!skip_csum)
+		uh->dgram_cksum = rte_ipv4_udptcp_cksum(iph, uh);
+}
+
+int xp_dpdk_frame_send(struct xp_dpdk *d, uint16_t peer_port, size_t len, bool sealed)
+{
+	struct rte_mbuf *m = d->open;
+
+	if (!m || len > xp_dpdk_max_payload(d))
+		return -EINVAL;
+	d->open = NULL;
+	put_headers(d, m, d->open_peer, peer_port, len, sealed);
 	return tx_one(d, m);
+}
+
+int xp_dpdk_send(struct xp_dpdk *d, uint32_t peer_ip, uint16_t peer_port, const void *data,
+		 size_t len, uint64_t now_us)
+{
+	struct peer *p;
+	struct rte_mbuf *m;
+
+	if (len > xp_dpdk_max_payload(d))
+		return -EMSGSIZE;
+	p = peer_ready(d, htonl(peer_ip), now_us);
+	if (!p)
+		return -EAGAIN;
+	m = rte_pktmbuf_alloc(d->pool);
+	if (!m) {
+		d->st.tx_no_mbuf++;
+		return -EAGAIN;
+	}
+	memcpy(rte_pktmbuf_mtod_offset(m, uint8_t *, hdr_len()), data, len);
+	put_headers(d, m, p, peer_port, len, false);
+	/* one datagram asked for on its own goes at once */
+	return tx_one(d, m) ?: tx_flush(d);
 }
 
 static void take_arp(struct xp_dpdk *d, struct rte_mbuf *m, const struct rte_ether_hdr *eh)

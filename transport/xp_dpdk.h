@@ -22,6 +22,7 @@ struct xp_dpdk_stats {
 	uint64_t rx_frames, tx_frames, rx_bytes, tx_bytes;
 	uint64_t arp_requests_sent, arp_replies_sent, arp_learned;
 	uint64_t rx_not_ours, rx_bad, tx_no_mbuf, tx_ring_full, tx_no_arp;
+	uint64_t tx_bursts; /* rte_eth_tx_burst() calls: frames per burst is tx_frames / this */
 };
 
 typedef void (*xp_dpdk_rx_fn)(void *arg, uint32_t peer_ip, uint16_t peer_port, uint8_t *data,
@@ -36,11 +37,24 @@ int xp_dpdk_open(const struct xp_dpdk_conf *conf, struct xp_dpdk **ret, char *er
 void xp_dpdk_close(struct xp_dpdk *d);
 /* The largest UDP payload a frame can carry (the port's MTU less IPv4 and UDP headers). */
 size_t xp_dpdk_max_payload(const struct xp_dpdk *d);
-/* Sends one UDP datagram to peer_ip:peer_port (host order). -EAGAIN while the peer's MAC is not
- * known (an ARP request went out, at most one per 100 ms) or the port's ring is full; -EMSGSIZE
- * for a payload over xp_dpdk_max_payload(). */
+/* Sends one UDP datagram to peer_ip:peer_port (host order) at once, copied. -EAGAIN while the
+ * peer's MAC is not known (an ARP request went out, at most one per 100 ms) or the port's ring
+ * is full; -EMSGSIZE for a payload over xp_dpdk_max_payload(). */
 int xp_dpdk_send(struct xp_dpdk *d, uint32_t peer_ip, uint16_t peer_port, const void *data,
 		 size_t len, uint64_t now_us);
+/*
+ * Zero copy: the payload area of the next datagram to peer_ip, cap bytes, to build a frame in
+ * (and seal it) in place; -EAGAIN as xp_dpdk_send(). Asked again before it is sent, the same
+ * buffer comes back (for this peer or another). xp_dpdk_frame_send() puts the headers in front
+ * of its first len bytes and queues it; the queue leaves in one burst when full or at
+ * xp_dpdk_flush(). sealed: the payload carries its own check (an AEAD tag), so the UDP
+ * checksum, a second pass over every byte, is left 0 ("none", RFC 768). -EAGAIN when a full
+ * queue met a full ring (frames dropped and counted in tx_ring_full), -EINVAL with no buffer.
+ */
+int xp_dpdk_frame(struct xp_dpdk *d, uint32_t peer_ip, uint64_t now_us, uint8_t **payload,
+		  size_t *cap);
+int xp_dpdk_frame_send(struct xp_dpdk *d, uint16_t peer_port, size_t len, bool sealed);
+int xp_dpdk_flush(struct xp_dpdk *d);
 /* Takes what arrived: answers ARP for our address, learns peers' MACs, hands UDP datagrams for
  * our port to fn (data valid during the call). Returns how many packets it took. */
 int xp_dpdk_poll(struct xp_dpdk *d, xp_dpdk_rx_fn fn, void *arg);

@@ -36,6 +36,22 @@ int xp_dpdk_send(struct xp_dpdk *d, uint32_t peer_ip, uint16_t peer_port, const 
 	return -ENOTSUP;
 }
 
+int xp_dpdk_frame(struct xp_dpdk *d, uint32_t peer_ip, uint64_t now_us, uint8_t **payload,
+		  size_t *cap)
+{
+	return -ENOTSUP;
+}
+
+int xp_dpdk_frame_send(struct xp_dpdk *d, uint16_t peer_port, size_t len, bool sealed)
+{
+	return -ENOTSUP;
+}
+
+int xp_dpdk_flush(struct xp_dpdk *d)
+{
+	return -ENOTSUP;
+}
+
 int xp_dpdk_poll(struct xp_dpdk *d, xp_dpdk_rx_fn fn, void *arg)
 {
 	return -ENOTSUP;

@@ -40,7 +40,8 @@ int xp_hop_new(const struct xp_hop_conf *conf, struct xp_hop **ret)
 	struct xp_hop *h;
 
 	if (!conf->ops || !conf->ops->send || !conf->ops->poll || conf->mss < 64 ||
-	    conf->mss > 65535 || !conf->max_peers || !conf->max_streams)
+	    conf->mss > 65535 || !conf->max_peers || !conf->max_streams ||
+	    !conf->ops->frame != !conf->ops->frame_send || !conf->ops->frame != !conf->ops->flush)
 		return -EINVAL;
 	h = calloc(1, sizeof(*h));
 	if (!h)
@@ -235,21 +236,55 @@ static void on_datagram(void *arg, uint32_t ip, uint16_t port, uint8_t *data, si
 	xp_rel_input(r, h->now, &hdr);
 }
 
+/*
+ * Where the next frame is built: in the port's own buffer when it lends one big enough (the frame
+ * is then sealed in place and never copied), else in h->frame. 0, or -EAGAIN when the port has
+ * no buffer for this peer now.
+ */
+static int frame_buf(struct xp_hop *h, const struct xp_hop_peer *p, uint8_t **buf, size_t *cap,
+		     bool *lent)
+{
+	const struct xp_hop_port_ops *ops = h->conf.ops;
+
+	*lent = false;
+	if (ops->frame) {
+		int e = ops->frame(h->conf.port, p->ip, h->now, buf, cap);
+
+		if (e)
+			return e;
+		if (*cap >= h->frame_cap) {
+			*cap = h->frame_cap;
+			*lent = true;
+			return 0;
+		}
+	}
+	*buf = h->frame;
+	*cap = h->frame_cap;
+	return 0;
+}
+
 /* A frame from each of p's streams in turn while any has one. 1 when the port filled up. */
 static int peer_send(struct xp_hop *h, struct xp_hop_peer *p, int *moved)
 {
+	const struct xp_hop_port_ops *ops = h->conf.ops;
 	unsigned int busy = p->nst;
-	size_t n;
+	uint8_t *buf;
+	size_t n, cap;
+	bool lent;
 	int e;
 
 	while (busy) {
 		struct xp_rel *r = p->st[p->rr].r;
 
+		if (frame_buf(h, p, &buf, &cap, &lent)) {
+			p->stats.port_busy++;
+			return 1;
+		}
 		p->rr = (p->rr + 1) % p->nst;
-		n = xp_rel_next_frame(r, h->now, h->frame, h->frame_cap - XP_SEAL_TAG);
+		n = xp_rel_next_frame(r, h->now, buf, cap - XP_SEAL_TAG);
 		if (!n) {
 			busy--;
-			continue;
+			continue; /* a lent buffer stays the port's, for the next frame */
 		}
 		busy = p->nst;
 		if (p->tx) {
@@ -257,15 +292,18 @@ static int peer_send(struct xp_hop *h, struct xp_hop_peer *p, int *moved)
 			size_t hl;
 
 			/* xp_rel wrote the header: peek cannot fail, and pn rises (pn_space) */
-			if (xp_rel_peek(h->frame, n, &pn, &hl) ||
-			    xp_seal(p->tx, pn, h->frame, hl, h->frame + hl, n - hl, h->frame + n))
+			if (xp_rel_peek(buf, n, &pn, &hl) ||
+			    xp_seal(p->tx, pn, buf, hl, buf + hl, n - hl, buf + n))
 				continue; /* never sent: xp_rel finds it lost and sends it again */
 			n += XP_SEAL_TAG;
 		}
 		(*moved)++;
-		e = h->conf.ops->send(h->conf.port, p->ip, p->udp_port, h->frame, n, h->now);
+		if (lent)
+			e = ops->frame_send(h->conf.port, p->udp_port, n, p->tx != NULL);
+		else
+			e = ops->send(h->conf.port, p->ip, p->udp_port, buf, n, h->now);
 		if (e == -EAGAIN) {
-			p->stats.port_busy++; /* that frame counts as lost; the rest wait */
+			p->stats.port_busy++; /* the frame(s) count as lost; the rest wait */
 			return 1;
 		}
 		p->stats.frames_out++;
@@ -286,6 +324,8 @@ int xp_hop_step(struct xp_hop *h, uint64_t now_us)
 			break;
 	}
 	h->rr = (h->rr + 1) % h->conf.max_peers; /* no peer always first */
+	if (h->conf.ops->flush)
+		h->conf.ops->flush(h->conf.port);
 	return moved;
 }
 

@@ -25,6 +25,13 @@ struct xp_hop_port_ops {
 		    uint64_t now_us);
 	/* Hands each datagram that arrived to fn; returns how many. */
 	int (*poll)(void *port, xp_hop_rx_fn fn, void *arg);
+	/* Optional, zero copy (all three or none): a buffer in the port's next datagram to
+	 * peer_ip, to build and seal a frame in (0, or -EAGAIN); frame_send sends its first len
+	 * bytes (sealed: the payload has its own check); flush sends what the port holds back
+	 * for a burst, once per step. */
+	int (*frame)(void *port, uint32_t peer_ip, uint64_t now_us, uint8_t **buf, size_t *cap);
+	int (*frame_send)(void *port, uint16_t peer_port, size_t len, bool sealed);
+	int (*flush)(void *port);
 };
 
 struct xp_hop_conf {

@@ -65,11 +65,12 @@ class Sniffer:
 
 
 def run_pair(tool, net, work, name, vdevs, size, keys=(None, None), loss=0, timeout=60,
-             tls=None, streams=1):
+             tls=None, streams=1, extra=()):
     """Receiver in the target namespace, sender in the source one; (receiver, sender) results,
     each the tool's JSON with its exit status as 'rc'. keys: a shared secret per side (hex);
     tls: per side {'cert', 'key', 'ca'}, keyed over a TLS control connection on the veth.
-    streams: how many streams (multifd's channels) share the port, size split among them."""
+    streams: how many streams (multifd's channels) share the port, size split among them.
+    extra: more arguments for both sides (--copy)."""
     cpus = os.cpu_count() or 1
     procs, outs = [], []
     for side, role, lcore, addr, peer, vdev, key, certs in (
@@ -84,7 +85,7 @@ def run_pair(tool, net, work, name, vdevs, size, keys=(None, None), loss=0, time
                f'--vdev={vdev}')
         cmd = [*net.prefix(side), tool, '--eal', eal, '--address', addr, '--peer', peer,
                '--port', str(PORT), f'--{role}', str(size), '--timeout', str(timeout),
-               '--streams', str(streams)]
+               '--streams', str(streams), *extra]
         if key:
             cmd += ['--secret', key]
         if certs:

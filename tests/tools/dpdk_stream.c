@@ -113,7 +113,36 @@ static int port_poll(void *port, xp_hop_rx_fn fn, void *arg)
 	return xp_dpdk_poll(c->d, on_rx, c);
 }
 
-static const struct xp_hop_port_ops port_ops = { .send = port_send, .poll = port_poll };
+static int port_frame(void *port, uint32_t ip, uint64_t now, uint8_t **buf, size_t *cap)
+{
+	struct ctx *c = port;
+
+	return xp_dpdk_frame(c->d, ip, now, buf, cap);
+}
+
+static int port_frame_send(void *port, uint16_t udp_port, size_t len, bool sealed)
+{
+	struct ctx *c = port;
+
+	return xp_dpdk_frame_send(c->d, udp_port, len, sealed);
+}
+
+static int port_flush(void *port)
+{
+	struct ctx *c = port;
+
+	return xp_dpdk_flush(c->d);
+}
+
+/* zero copy: frames are built and sealed in the packet buffers, sent in bursts */
+static const struct xp_hop_port_ops port_ops = {
+	.send = port_send,
+	.poll = port_poll,
+	.frame = port_frame,
+	.frame_send = port_frame_send,
+	.flush = port_flush,
+};
+static const struct xp_hop_port_ops copy_ops = { .send = port_send, .poll = port_poll };
 
 /* Waits for what a TLS step wants, up to the deadline: 0, or -ETIMEDOUT. */
 static int wait_fd(int fd, enum xp_tls_want want, uint64_t deadline)
@@ -275,6 +304,7 @@ int main(int argc, char **argv)
 		{ "tls-ca", required_argument, NULL, 'A' },
 		{ "tls-allow", required_argument, NULL, 'W' },
 		{ "streams", required_argument, NULL, 'n' },
+		{ "copy", no_argument, NULL, 'y' },
 		{ NULL, 0, NULL, 0 },
 	};
 
@@ -332,6 +362,9 @@ int main(int argc, char **argv)
 			break;
 		case 'W':
 			tc.allow = optarg;
+			break;
+		case 'y':
+			hc.ops = &copy_ops; /* to measure what zero copy saves */
 			break;
 		case 'n':
 			nstreams = (unsigned int)atoi(optarg);
@@ -526,7 +559,8 @@ int main(int argc, char **argv)
 		       ", \"rx_frames\": %" PRIu64 ", \"tx_ring_full\": %" PRIu64
 		       ", \"tx_no_mbuf\": %" PRIu64 ", \"arp_learned\": %" PRIu64
 		       ", \"seal_forged\": %" PRIu64 ", \"seal_replayed\": %" PRIu64
-		       ", \"unknown_peer\": %" PRIu64 "}\n",
+		       ", \"unknown_peer\": %" PRIu64 ", \"zero_copy\": %s, \"tx_bursts\": %" PRIu64
+		       "}\n",
 		       sender ? "sender" : "receiver", bytes, sender ? send : receive, bad,
 		       t_end ? "true" : "false", secs, secs > 0 ? bytes * 8 / secs / 1e9 : 0, cpu,
 		       bytes ? cpu / (bytes / 1e9) : 0, sealed ? "true" : "false", keying, nstreams,
@@ -535,7 +569,8 @@ int main(int argc, char **argv)
 		       ps.port_busy, ps.retransmitted_frames, ps.fast_recoveries, ps.timeouts,
 		       rs.tail_probes, rs.srtt_us, rs.frames_sent, rs.frames_received, ds.tx_frames,
 		       ds.rx_frames, ds.tx_ring_full, ds.tx_no_mbuf, ds.arp_learned, ps.forged,
-		       ps.replayed, xp_hop_unknown_peer(hop));
+		       ps.replayed, xp_hop_unknown_peer(hop),
+		       hc.ops == &port_ops ? "true" : "false", ds.tx_bursts);
 		r = t_end && bad == 0 && (sender || checked == receive) ? 0 : 1;
 	}
 	xp_hop_free(hop);
@@ -544,10 +579,11 @@ int main(int argc, char **argv)
 		close(cfd);
 	return r;
 usage:
-	fprintf(stderr, "usage: dpdk-stream --eal 'EAL ARGS' --address A/P --peer IP [--port N]\n"
-			"       (--send BYTES | --receive BYTES) [--streams N] [--loss PCT]\n"
-			"       [--timeout S]\n"
-			"       [--secret HEX64 | --control IP:PORT --tls-cert F --tls-key F\n"
-			"        --tls-ca F [--tls-allow NAMES]]\n");
+	fprintf(stderr,
+		"usage: dpdk-stream --eal 'EAL ARGS' --address A/P --peer IP [--port N]\n"
+		"       (--send BYTES | --receive BYTES) [--streams N] [--loss PCT] [--copy]\n"
+		"       [--timeout S]\n"
+		"       [--secret HEX64 | --control IP:PORT --tls-cert F --tls-key F\n"
+		"        --tls-ca F [--tls-allow NAMES]]\n");
 	return 2;
 }

@@ -34,6 +34,12 @@ struct end {
 	/* a copy of the last frame queued here, for the replay test */
 	uint8_t last[SLOT_SIZE];
 	size_t last_len;
+	/* zero copy (the sending end's): the buffer lent, frames sent from it, flushes */
+	uint8_t lent[SLOT_SIZE];
+	uint32_t lent_to;
+	bool lent_out;
+	uint64_t lent_sent, flushes, sealed_sent;
+	size_t lend_cap; /* 0: the whole slot */
 };
 
 static int fake_send(void *port, uint32_t ip, uint16_t udp_port, const void *data, size_t len,
@@ -78,6 +84,42 @@ static int fake_poll(void *port, xp_hop_rx_fn fn, void *arg)
 
 static const struct xp_hop_port_ops fake_ops = { .send = fake_send, .poll = fake_poll };
 
+/* The same link lending its buffers, as xp_dpdk does: the frame is built in e->lent. */
+static int fake_frame(void *port, uint32_t ip, uint64_t now_us, uint8_t **buf, size_t *cap)
+{
+	struct end *e = port;
+
+	(void)now_us;
+	e->lent_to = ip;
+	e->lent_out = true;
+	*buf = e->lent;
+	*cap = e->lend_cap ? e->lend_cap : SLOT_SIZE;
+	return 0;
+}
+
+static int fake_frame_send(void *port, uint16_t udp_port, size_t len, bool sealed)
+{
+	struct end *e = port;
+
+	assert_true(e->lent_out);
+	e->lent_out = false;
+	e->lent_sent++;
+	e->sealed_sent += sealed;
+	return fake_send(port, e->lent_to, udp_port, e->lent, len, 0);
+}
+
+static int fake_flush(void *port)
+{
+	((struct end *)port)->flushes++;
+	return 0;
+}
+
+static const struct xp_hop_port_ops lend_ops = { .send = fake_send,
+						 .poll = fake_poll,
+						 .frame = fake_frame,
+						 .frame_send = fake_frame_send,
+						 .flush = fake_flush };
+
 /* Injects a datagram at an end, as if it came from ip. */
 static void inject(struct end *e, uint32_t from, const void *data, size_t len)
 {
@@ -97,9 +139,10 @@ struct pair {
 static const uint8_t secret_ab[XP_SEAL_SECRET] = { 1, 2, 3 };
 static const uint8_t secret_ba[XP_SEAL_SECRET] = { 4, 5, 6 };
 
-static void pair_new(struct pair *p, bool sealed, const uint8_t *b_rx_secret)
+static void pair_new_ops(struct pair *p, bool sealed, const uint8_t *b_rx_secret,
+			 const struct xp_hop_port_ops *ops)
 {
-	struct xp_hop_conf c = { .ops = &fake_ops, .mss = MSS, .max_peers = 2, .max_streams = 4 };
+	struct xp_hop_conf c = { .ops = ops, .mss = MSS, .max_peers = 2, .max_streams = 4 };
 	struct xp_hop_peer_conf pc = { .udp_port = 4790, .budget = 4 << 20 };
 
 	p->a = calloc(1, sizeof(*p->a));
@@ -123,6 +166,11 @@ static void pair_new(struct pair *p, bool sealed, const uint8_t *b_rx_secret)
 	pc.tx_secret = sealed ? secret_ba : NULL;
 	pc.rx_secret = sealed ? b_rx_secret : NULL;
 	assert_int_equal(xp_hop_peer_add(p->hb, &pc, 0, &p->pb), 0);
+}
+
+static void pair_new(struct pair *p, bool sealed, const uint8_t *b_rx_secret)
+{
+	pair_new_ops(p, sealed, b_rx_secret, &fake_ops);
 }
 
 static void pair_free(struct pair *p)
@@ -215,6 +263,33 @@ static void test_sealed_streams(void **state)
 	assert_int_equal(sa.forged + sa.replayed + sa.too_old + sa.malformed + sa.unknown_stream,
 			 0);
 	assert_int_equal(sa.retransmitted_frames, 0);
+	pair_free(&p);
+}
+
+/* Frames built and sealed in the port's own buffers: the same bytes arrive, every frame goes
+ * out of a lent buffer, marked sealed, and each step flushes. */
+static void test_zero_copy(void **state)
+{
+	static const uint64_t size[2] = { 2 << 20, 777 };
+	struct xp_hop_peer_stats sa;
+	struct pair p;
+
+	(void)state;
+	pair_new_ops(&p, true, secret_ab, &lend_ops);
+	p.b->loss_pct = 1;
+	assert_int_equal(transfer(&p, size, 2, 60000000), size[0] + size[1]);
+	xp_hop_peer_stats(p.pa, &sa);
+	assert_int_equal(p.a->lent_sent, sa.frames_out);
+	assert_int_equal(p.a->sealed_sent, sa.frames_out);
+	assert_true(p.a->flushes > 0);
+	assert_true(sa.retransmitted_frames > 0);
+	pair_free(&p);
+
+	/* a port lending less than a whole frame: the hop builds in its own buffer and copies */
+	pair_new_ops(&p, false, NULL, &lend_ops);
+	p.a->lend_cap = p.b->lend_cap = 1000;
+	assert_int_equal(transfer(&p, size, 2, 60000000), size[0] + size[1]);
+	assert_int_equal(p.a->lent_sent, 0);
 	pair_free(&p);
 }
 
@@ -346,9 +421,8 @@ static void test_table(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_table),
-		cmocka_unit_test(test_sealed_streams),
-		cmocka_unit_test(test_plain_lossy),
+		cmocka_unit_test(test_table),	    cmocka_unit_test(test_sealed_streams),
+		cmocka_unit_test(test_plain_lossy), cmocka_unit_test(test_zero_copy),
 		cmocka_unit_test(test_refusals),
 	};
 
