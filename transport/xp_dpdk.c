@@ -494,3 +494,10 @@ void xp_dpdk_stats(const struct xp_dpdk *d, struct xp_dpdk_stats *st)
 {
 	*st = d->st;
 }
+
+bool xp_dpdk_link_up(const struct xp_dpdk *d)
+{
+	struct rte_eth_link link;
+
+	return rte_eth_link_get_nowait(d->port, &link) == 0 && link.link_status == RTE_ETH_LINK_UP;
+}

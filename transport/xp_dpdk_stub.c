@@ -62,3 +62,9 @@ void xp_dpdk_stats(const struct xp_dpdk *d, struct xp_dpdk_stats *st)
 	(void)d;
 	*st = (struct xp_dpdk_stats){ 0 };
 }
+
+bool xp_dpdk_link_up(const struct xp_dpdk *d)
+{
+	(void)d;
+	return false;
+}

@@ -7,8 +7,9 @@ the daemons will key them: a mutual-TLS 1.3 control connection over the kernel (
 the node certificates and the default allow-list, and the TLS exporter's secret per direction. A
 capture on the veth finds no clear text (a marker the sender writes every 4 KiB, found in a plain
 run's capture); a sender whose certificate is from another CA is refused before it opens its port;
-a receiver with another key refuses every frame and delivers nothing; with 2 % of frames dropped
-on arrival the stream retransmits and still arrives whole. proxy/ does not carry migrations over
+a receiver with another key refuses every frame and delivers nothing; with frames dropped,
+duplicated and reordered on arrival the streams retransmit, the seal refuses the duplicates as
+replays, and every byte still arrives once, in order. proxy/ does not carry migrations over
 this path yet (issue 16); this tests what it will stand on. Skips (77) without DPDK."""
 
 import glob
@@ -64,13 +65,14 @@ class Sniffer:
         self.sock.close()
 
 
-def run_pair(tool, net, work, name, vdevs, size, keys=(None, None), loss=0, timeout=60,
-             tls=None, streams=1, extra=()):
+def run_pair(tool, net, work, name, vdevs, size, keys=(None, None), impair=(), timeout=60,
+             tls=None, streams=1, extra=(), again=True):
     """Receiver in the target namespace, sender in the source one; (receiver, sender) results,
     each the tool's JSON with its exit status as 'rc'. keys: a shared secret per side (hex);
     tls: per side {'cert', 'key', 'ca'}, keyed over a TLS control connection on the veth.
     streams: how many streams (multifd's channels) share the port, size split among them.
-    extra: more arguments for both sides (--copy)."""
+    extra: more arguments for both sides (--copy). impair: the receiver's test-only damage on
+    arrival (--loss, --duplicate, --reorder PCT)."""
     cpus = os.cpu_count() or 1
     procs, outs = [], []
     for side, role, lcore, addr, peer, vdev, key, certs in (
@@ -91,8 +93,8 @@ def run_pair(tool, net, work, name, vdevs, size, keys=(None, None), loss=0, time
         if certs:
             cmd += ['--control', f'{net.target_addr}:{PORT + 1}', '--tls-cert', certs['cert'],
                     '--tls-key', certs['key'], '--tls-ca', certs['ca']]
-        if loss and role == 'receive':
-            cmd += ['--loss', str(loss)]
+        if role == 'receive':
+            cmd += list(impair)
         out = open(os.path.join(work, f'{name}-{role}.out'), 'w+')
         procs.append((subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT), prefix))
         outs.append(out)
@@ -113,13 +115,21 @@ def run_pair(tool, net, work, name, vdevs, size, keys=(None, None), loss=0, time
         res['rc'] = rc
         results.append(res)
     vt.log(f'{name}: receiver {short(results[0])}; sender {short(results[1])}')
+    # The port's own link never coming up is DPDK's memif handshake, not the hop: seen once in
+    # about 30 runs here with CI beside it. One more try, said in the log.
+    if again and all('no answer from the peer' in r.get('output', '') and '(link down' in
+                     r.get('output', '') for r in results):
+        vt.log(f'{name}: the memif link never came up on either side: once more')
+        return run_pair(tool, net, work, name + '-again', vdevs, size, keys, impair, timeout,
+                        tls, streams, extra, again=False)
     return results
 
 
 def short(r):
     keys = ('rc', 'bytes', 'done', 'gbit_s', 'core_s_per_gb', 'keying', 'streams',
             'retransmitted_frames',
-            'timeouts', 'dropped_by_test', 'refused_frames', 'seal_forged', 'refused', 'output')
+            'timeouts', 'dropped_by_test', 'duplicated_by_test', 'reordered_by_test',
+            'refused_frames', 'seal_forged', 'seal_replayed', 'refused', 'output')
     return {k: r[k] for k in keys if k in r}
 
 
@@ -154,11 +164,18 @@ def main():
         if rx['streams'] != 8 or rx['unknown_stream'] != 0 or rx['refused_frames'] != 0:
             raise vt.HarnessError(f'memif, 8 streams: {rx}')
 
-        rx, tx = run_pair(tool, net, work, 'memif-loss', memif, 16 << 20, loss=2, tls=node,
-                          streams=4)
-        check_whole(rx, tx, 16 << 20, 'memif, sealed, 4 streams, 2 % dropped')
-        if rx['dropped_by_test'] == 0 or tx['retransmitted_frames'] == 0:
-            raise vt.HarnessError(f'memif, 2 % dropped: nothing was dropped or resent: {rx} {tx}')
+        # Frames dropped, duplicated and held back behind the next on arrival: resent, the
+        # duplicates refused by the seal as replays (never delivered twice), still whole.
+        rx, tx = run_pair(tool, net, work, 'memif-loss', memif, 16 << 20, tls=node, streams=4,
+                          impair=('--loss', '2', '--duplicate', '2', '--reorder', '3'))
+        check_whole(rx, tx, 16 << 20, 'memif, sealed, 4 streams, 2 % dropped, 2 % duplicated, '
+                    '3 % reordered')
+        if (rx['dropped_by_test'] == 0 or tx['retransmitted_frames'] == 0
+                or rx['duplicated_by_test'] == 0 or rx['reordered_by_test'] == 0):
+            raise vt.HarnessError(f'memif, damaged: nothing was dropped, duplicated, reordered '
+                                  f'or resent: {rx} {tx}')
+        if rx['seal_replayed'] < rx['duplicated_by_test']:
+            raise vt.HarnessError(f'memif, damaged: duplicates not refused as replays: {rx}')
 
         # A sender whose certificate another CA signed: refused on the control connection,
         # before it opens its port, so not one frame moves.

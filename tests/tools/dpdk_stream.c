@@ -35,14 +35,16 @@ struct stream {
 	bool fin; /* the sender queued its FIN */
 };
 
-/* The port as xp_hop sees it: xp_dpdk, less the hellos (empty datagrams) and, on a receiver
- * asked to, a share of frames dropped on arrival (the test's loss). */
+/* The port as xp_hop sees it: xp_dpdk, less the hellos (empty datagrams) and, where asked to, a
+ * share of frames dropped, duplicated or held back behind the next on arrival (the test's). */
 struct ctx {
 	struct xp_dpdk *d;
 	uint32_t peer;
-	unsigned int loss_pct;
+	unsigned int loss_pct, dup_pct, reorder_pct;
 	uint32_t rng;
-	uint64_t dropped_by_test;
+	uint64_t dropped_by_test, duplicated_by_test, reordered_by_test;
+	uint8_t held[2048], copy[2048]; /* a frame held back; a duplicate's copy */
+	size_t held_len;
 	bool hello; /* a datagram from the peer arrived */
 	xp_hop_rx_fn fn;
 	void *fn_arg;
@@ -93,7 +95,28 @@ static void on_rx(void *arg, uint32_t ip, uint16_t port, uint8_t *data, size_t l
 		c->dropped_by_test++;
 		return;
 	}
+	c->rng = c->rng * 1103515245 + 12345;
+	if (c->reorder_pct && !c->held_len && len <= sizeof(c->held) &&
+	    (c->rng >> 16) % 100 < c->reorder_pct) {
+		memcpy(c->held, data, len); /* goes after the next frame */
+		c->held_len = len;
+		c->reordered_by_test++;
+		return;
+	}
+	c->rng = c->rng * 1103515245 + 12345;
+	if (c->dup_pct && len <= sizeof(c->copy) && (c->rng >> 16) % 100 < c->dup_pct) {
+		memcpy(c->copy, data,
+		       len); /* opening works in place: each delivery its own bytes */
+		c->fn(c->fn_arg, ip, port, c->copy, len);
+		c->duplicated_by_test++;
+	}
 	c->fn(c->fn_arg, ip, port, data, len);
+	if (c->held_len) {
+		size_t n = c->held_len;
+
+		c->held_len = 0;
+		c->fn(c->fn_arg, ip, port, c->held, n);
+	}
 }
 
 static int port_send(void *port, uint32_t ip, uint16_t udp_port, const void *data, size_t len,
@@ -305,6 +328,8 @@ int main(int argc, char **argv)
 		{ "tls-allow", required_argument, NULL, 'W' },
 		{ "streams", required_argument, NULL, 'n' },
 		{ "copy", no_argument, NULL, 'y' },
+		{ "duplicate", required_argument, NULL, 'D' },
+		{ "reorder", required_argument, NULL, 'R' },
 		{ NULL, 0, NULL, 0 },
 	};
 
@@ -337,6 +362,12 @@ int main(int argc, char **argv)
 			break;
 		case 'l':
 			c.loss_pct = (unsigned int)atoi(optarg);
+			break;
+		case 'D':
+			c.dup_pct = (unsigned int)atoi(optarg);
+			break;
+		case 'R':
+			c.reorder_pct = (unsigned int)atoi(optarg);
 			break;
 		case 't':
 			timeout_s = strtoull(optarg, NULL, 0);
@@ -452,12 +483,13 @@ int main(int argc, char **argv)
 			xp_dpdk_stats(c.d, &ds);
 			fprintf(stderr,
 				"dpdk-stream: no answer from the peer in %" PRIu64
-				" s (ARP requests sent %" PRIu64 ", replies sent %" PRIu64
+				" s (link %s; ARP requests sent %" PRIu64 ", replies sent %" PRIu64
 				", learned %" PRIu64 "; frames in %" PRIu64 ", out %" PRIu64
-				", not ours %" PRIu64 ", bad %" PRIu64 ")\n",
-				timeout_s, ds.arp_requests_sent, ds.arp_replies_sent,
-				ds.arp_learned, ds.rx_frames, ds.tx_frames, ds.rx_not_ours,
-				ds.rx_bad);
+				", not ours %" PRIu64 ", bad %" PRIu64 ", ring full %" PRIu64 ")\n",
+				timeout_s, xp_dpdk_link_up(c.d) ? "up" : "down",
+				ds.arp_requests_sent, ds.arp_replies_sent, ds.arp_learned,
+				ds.rx_frames, ds.tx_frames, ds.rx_not_ours, ds.rx_bad,
+				ds.tx_ring_full);
 			return 1;
 		}
 		nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
@@ -551,6 +583,7 @@ int main(int argc, char **argv)
 		       "\"gbit_s\": %.3f, \"cpu_s\": %.3f, \"core_s_per_gb\": %.3f, \"sealed\": "
 		       "%s, \"keying\": \"%s\", \"streams\": %u, \"unknown_stream\": %" PRIu64 ", "
 		       "\"sleeps\": %" PRIu64 ", \"dropped_by_test\": %" PRIu64
+		       ", \"duplicated_by_test\": %" PRIu64 ", \"reordered_by_test\": %" PRIu64
 		       ", \"refused_frames\": %" PRIu64 ", \"port_busy\": %" PRIu64
 		       ", \"retransmitted_frames\": %" PRIu64 ", \"fast_recoveries\": %" PRIu64
 		       ", \"timeouts\": %" PRIu64 ", \"tail_probes\": %" PRIu64
@@ -564,7 +597,8 @@ int main(int argc, char **argv)
 		       sender ? "sender" : "receiver", bytes, sender ? send : receive, bad,
 		       t_end ? "true" : "false", secs, secs > 0 ? bytes * 8 / secs / 1e9 : 0, cpu,
 		       bytes ? cpu / (bytes / 1e9) : 0, sealed ? "true" : "false", keying, nstreams,
-		       ps.unknown_stream, sleeps, c.dropped_by_test,
+		       ps.unknown_stream, sleeps, c.dropped_by_test, c.duplicated_by_test,
+		       c.reordered_by_test,
 		       ps.forged + ps.replayed + ps.too_old + ps.malformed + ps.unknown_stream,
 		       ps.port_busy, ps.retransmitted_frames, ps.fast_recoveries, ps.timeouts,
 		       rs.tail_probes, rs.srtt_us, rs.frames_sent, rs.frames_received, ds.tx_frames,
@@ -579,11 +613,11 @@ int main(int argc, char **argv)
 		close(cfd);
 	return r;
 usage:
-	fprintf(stderr,
-		"usage: dpdk-stream --eal 'EAL ARGS' --address A/P --peer IP [--port N]\n"
-		"       (--send BYTES | --receive BYTES) [--streams N] [--loss PCT] [--copy]\n"
-		"       [--timeout S]\n"
-		"       [--secret HEX64 | --control IP:PORT --tls-cert F --tls-key F\n"
-		"        --tls-ca F [--tls-allow NAMES]]\n");
+	fprintf(stderr, "usage: dpdk-stream --eal 'EAL ARGS' --address A/P --peer IP [--port N]\n"
+			"       (--send BYTES | --receive BYTES) [--streams N] [--copy]\n"
+			"       [--loss PCT] [--duplicate PCT] [--reorder PCT]\n"
+			"       [--timeout S]\n"
+			"       [--secret HEX64 | --control IP:PORT --tls-cert F --tls-key F\n"
+			"        --tls-ca F [--tls-allow NAMES]]\n");
 	return 2;
 }
