@@ -12,32 +12,16 @@ duplicated and reordered on arrival the streams retransmit, the seal refuses the
 replays, and every byte still arrives once, in order. proxy/ does not carry migrations over
 this path yet (issue 16); this tests what it will stand on. Skips (77) without DPDK."""
 
-import glob
-import json
 import os
 import secrets
-import shutil
 import socket
-import subprocess
 import sys
 import threading
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
 import vmigtest as vt  # noqa: E402
 
 MARKER = b'VMIGD-CLEAR-TEXT-MARKER'
-PORT = 4790
-
-
-def stream_tool():
-    path = vt.tool_binary('DPDK_STREAM', 'tests/tools/dpdk-stream')
-    proc = subprocess.run([path], capture_output=True, text=True)
-    if proc.returncode == 77:
-        raise vt.Skip(proc.stdout.strip())
-    if not glob.glob('/usr/lib/*/dpdk/pmds-*/librte_net_memif.so*'):
-        raise vt.Skip('DPDK has no net_memif PMD here')
-    return path
 
 
 class Sniffer:
@@ -65,93 +49,23 @@ class Sniffer:
         self.sock.close()
 
 
-def run_pair(tool, net, work, name, vdevs, size, keys=(None, None), impair=(), timeout=60,
-             tls=None, streams=1, extra=(), again=True):
-    """Receiver in the target namespace, sender in the source one; (receiver, sender) results,
-    each the tool's JSON with its exit status as 'rc'. keys: a shared secret per side (hex);
-    tls: per side {'cert', 'key', 'ca'}, keyed over a TLS control connection on the veth.
-    streams: how many streams (multifd's channels) share the port, size split among them.
-    extra: more arguments for both sides (--copy). impair: the receiver's test-only damage on
-    arrival (--loss, --duplicate, --reorder PCT)."""
-    cpus = os.cpu_count() or 1
-    procs, outs = [], []
-    for side, role, lcore, addr, peer, vdev, key, certs in (
-            ('target', 'receive', 0, '10.77.0.1/24', '10.77.0.2', vdevs[0], keys[0],
-             tls and tls[0]),
-            ('source', 'send', 1 % cpus, '10.77.0.2/24', '10.77.0.1', vdevs[1], keys[1],
-             tls and tls[1])):
-        prefix = f'vmigdpdk{os.getpid()}{name}{role}'
-        # A memif server leaves its socket behind (its port is only stopped): one per run.
-        vdev = vdev.replace('{sock}', os.path.join(work, name + '.sock'))
-        eal = (f'--no-huge -m 256 --no-pci --no-shconf --file-prefix={prefix} -l {lcore} '
-               f'--vdev={vdev}')
-        cmd = [*net.prefix(side), tool, '--eal', eal, '--address', addr, '--peer', peer,
-               '--port', str(PORT), f'--{role}', str(size), '--timeout', str(timeout),
-               '--streams', str(streams), *extra]
-        if key:
-            cmd += ['--secret', key]
-        if certs:
-            cmd += ['--control', f'{net.target_addr}:{PORT + 1}', '--tls-cert', certs['cert'],
-                    '--tls-key', certs['key'], '--tls-ca', certs['ca']]
-        if role == 'receive':
-            cmd += list(impair)
-        out = open(os.path.join(work, f'{name}-{role}.out'), 'w+')
-        procs.append((subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT), prefix))
-        outs.append(out)
-        if role == 'receive':
-            time.sleep(0.5)  # the memif server first
-    results = []
-    for (proc, prefix), out in zip(procs, outs):
-        try:
-            rc = proc.wait(timeout + 30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            rc = proc.wait()
-        shutil.rmtree(f'/var/run/dpdk/{prefix}', ignore_errors=True)
-        out.seek(0)
-        text = out.read()
-        lines = [ln for ln in text.splitlines() if ln.startswith('{')]
-        res = json.loads(lines[-1]) if lines else {'output': text[-2000:]}
-        res['rc'] = rc
-        results.append(res)
-    vt.log(f'{name}: receiver {short(results[0])}; sender {short(results[1])}')
-    # The port's own link never coming up is DPDK's memif handshake, not the hop: seen once in
-    # about 30 runs here with CI beside it. One more try, said in the log.
-    if again and all('no answer from the peer' in r.get('output', '') and '(link down' in
-                     r.get('output', '') for r in results):
-        vt.log(f'{name}: the memif link never came up on either side: once more')
-        return run_pair(tool, net, work, name + '-again', vdevs, size, keys, impair, timeout,
-                        tls, streams, extra, again=False)
-    return results
-
-
-def short(r):
-    keys = ('rc', 'bytes', 'done', 'gbit_s', 'core_s_per_gb', 'keying', 'streams',
-            'retransmitted_frames',
-            'timeouts', 'dropped_by_test', 'duplicated_by_test', 'reordered_by_test',
-            'refused_frames', 'seal_forged', 'seal_replayed', 'refused', 'output')
-    return {k: r[k] for k in keys if k in r}
-
-
 def check_whole(rx, tx, size, what):
     if rx['rc'] != 0 or tx['rc'] != 0 or rx.get('bytes') != size or rx.get('bad_bytes') != 0:
         raise vt.HarnessError(f'{what}: not delivered whole: receiver {rx}, sender {tx}')
 
 
 def main():
-    tool = stream_tool()
+    tool = vt.dpdk.stream_tool()
     with vt.work_directory('/tmp/vmig-dpdk-', keep_on_error=True) as work, vt.NetPair() as net:
-        memif = ('net_memif0,role=server,socket={sock},socket-abstract=no',
-                 'net_memif0,role=client,socket={sock},socket-abstract=no')
-        afp = (f'net_af_packet0,iface={net.target_if}', f'net_af_packet0,iface={net.source_if}')
+        memif, afp = vt.dpdk.MEMIF, vt.dpdk.afpacket(net)
         key = secrets.token_hex(32)
         pki = vt.make_pki(os.path.join(work, 'pki'))
         node = (pki.paths('node'), pki.paths('node2'))
 
         size = 64 << 20
-        rx, tx = run_pair(tool, net, work, 'memif-plain', memif, size)
+        rx, tx = vt.dpdk.run_pair(tool, net, work, 'memif-plain', memif, size)
         check_whole(rx, tx, size, 'memif, plain')
-        rx, tx = run_pair(tool, net, work, 'memif-sealed', memif, size, tls=node)
+        rx, tx = vt.dpdk.run_pair(tool, net, work, 'memif-sealed', memif, size, tls=node)
         check_whole(rx, tx, size, 'memif, sealed')
         if (tx['sealed'] is not True or rx['refused_frames'] != 0
                 or {rx['keying'], tx['keying']} != {'tls-exporter'}):
@@ -159,14 +73,14 @@ def main():
 
         # Eight streams on one port, as an 8-channel multifd migration has: demultiplexed by
         # stream id, one packet number space per direction under the seal.
-        rx, tx = run_pair(tool, net, work, 'memif-8streams', memif, size, tls=node, streams=8)
+        rx, tx = vt.dpdk.run_pair(tool, net, work, 'memif-8streams', memif, size, tls=node, streams=8)
         check_whole(rx, tx, size, 'memif, sealed, 8 streams')
         if rx['streams'] != 8 or rx['unknown_stream'] != 0 or rx['refused_frames'] != 0:
             raise vt.HarnessError(f'memif, 8 streams: {rx}')
 
         # Frames dropped, duplicated and held back behind the next on arrival: resent, the
         # duplicates refused by the seal as replays (never delivered twice), still whole.
-        rx, tx = run_pair(tool, net, work, 'memif-loss', memif, 16 << 20, tls=node, streams=4,
+        rx, tx = vt.dpdk.run_pair(tool, net, work, 'memif-loss', memif, 16 << 20, tls=node, streams=4,
                           impair=('--loss', '2', '--duplicate', '2', '--reorder', '3'))
         check_whole(rx, tx, 16 << 20, 'memif, sealed, 4 streams, 2 % dropped, 2 % duplicated, '
                     '3 % reordered')
@@ -179,7 +93,7 @@ def main():
 
         # A sender whose certificate another CA signed: refused on the control connection,
         # before it opens its port, so not one frame moves.
-        rx, tx = run_pair(tool, net, work, 'memif-rogue', memif, 1 << 20, timeout=10,
+        rx, tx = vt.dpdk.run_pair(tool, net, work, 'memif-rogue', memif, 1 << 20, timeout=10,
                           tls=(pki.paths('node'), pki.paths('rogue', ca=pki.ca)))
         if rx['rc'] == 0 or tx['rc'] == 0 or 'untrusted-ca' not in rx.get('refused', ''):
             raise vt.HarnessError(f'a rogue sender was not refused as untrusted: {rx} {tx}')
@@ -188,7 +102,7 @@ def main():
 
         # Shared secrets (a test-only keying) that differ: every frame is refused.
         other = secrets.token_hex(32)
-        rx, tx = run_pair(tool, net, work, 'memif-wrong-key', memif, 1 << 20, (other, key),
+        rx, tx = vt.dpdk.run_pair(tool, net, work, 'memif-wrong-key', memif, 1 << 20, (other, key),
                           timeout=5)
         if rx['rc'] == 0 or rx.get('bytes') != 0 or rx.get('refused_frames', 0) == 0:
             raise vt.HarnessError(f'another key: frames were taken: {rx}')
@@ -198,7 +112,7 @@ def main():
         for name, tls, want_clear in (('afp-plain', None, True), ('afp-sealed', node, False)):
             sniff = Sniffer(net, 'target', net.target_if)
             try:
-                rx, tx = run_pair(tool, net, work, name, afp, size, tls=tls)
+                rx, tx = vt.dpdk.run_pair(tool, net, work, name, afp, size, tls=tls)
             finally:
                 sniff.close()
             check_whole(rx, tx, size, name)

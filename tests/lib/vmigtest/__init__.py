@@ -2,13 +2,14 @@
 vmigd daemons and vmigctl (daemons), TLS material (tls) and what crosses the node hop (nodehop),
 QEMU and the test guest (qemu), migrations (migrate), the testbed that wires them (testbed),
 rates from `metrics --json` (rates), Prometheus text (prometheus), how a test reports (checks),
-convergence runs (converge) and throw-away libvirtds (virt). Stdlib only; every wait has a
-deadline, every resource is released by a context manager.
+convergence runs (converge), throw-away libvirtds (virt) and the DPDK hop's tool run as a pair
+(dpdk). Stdlib only; every wait has a deadline, every resource is released by a context
+manager.
 
 A test puts tests/lib on sys.path and writes `import vmigtest as vt`; the names below are the
 ones tests use. Anything else is in its module (vt.tls.cert_info, vt.virt.Libvirtd...)."""
 
-from . import converge, stockpeer, virt
+from . import converge, dpdk, stockpeer, virt
 from . import virtmigrate  # noqa: F401 -- vt.virtmigrate, for test_kubevirt_libvirt
 from .base import (DEFAULT_PORT_ID, MIB, REPO_ROOT, SKIP_EXIT, HarnessError, Skip, log,
                    stop_process, tail, tool_binary, wait_until, work_directory)
