@@ -438,6 +438,7 @@ int main(int argc, char **argv)
 			printf("{\"role\": \"%s\", \"refused\": \"%s\"}\n",
 			       sender ? "sender" : "receiver", err);
 			fprintf(stderr, "dpdk-stream: %s\n", err);
+			xp_dpdk_close(c.d); /* the receiver's, opened first; NULL for a sender */
 			return 1;
 		}
 		sealed = true;
