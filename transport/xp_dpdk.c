@@ -198,7 +198,7 @@ static struct peer *peer_of(struct xp_dpdk *d, uint32_t ip, bool add)
 
 /* Sends what waits in the queue in one burst; what the ring does not take is dropped (the
  * stream sends it again). 0, or -EAGAIN when the ring was full. */
-static int tx_flush(struct xp_dpdk *d)
+int xp_dpdk_flush(struct xp_dpdk *d)
 {
 	unsigned int queued = d->ntx;
 	uint16_t n;
@@ -224,12 +224,7 @@ static int tx_flush(struct xp_dpdk *d)
 static int tx_one(struct xp_dpdk *d, struct rte_mbuf *m)
 {
 	d->txq[d->ntx++] = m;
-	return d->ntx < BURST ? 0 : tx_flush(d);
-}
-
-int xp_dpdk_flush(struct xp_dpdk *d)
-{
-	return tx_flush(d);
+	return d->ntx < BURST ? 0 : xp_dpdk_flush(d);
 }
 
 static void send_arp(struct xp_dpdk *d, uint16_t op, const struct rte_ether_addr *to_mac,
@@ -264,7 +259,7 @@ static void send_arp(struct xp_dpdk *d, uint16_t op, const struct rte_ether_addr
 		rte_ether_addr_copy(to_mac, &ah->arp_data.arp_tha);
 	ah->arp_data.arp_tip = to_ip;
 	/* ARP does not wait for a burst: it goes with what is queued */
-	if (tx_one(d, m) == 0 && tx_flush(d) == 0) {
+	if (tx_one(d, m) == 0 && xp_dpdk_flush(d) == 0) {
 		if (op == RTE_ARP_OP_REQUEST)
 			d->st.arp_requests_sent++;
 		else
@@ -374,7 +369,7 @@ int xp_dpdk_send(struct xp_dpdk *d, uint32_t peer_ip, uint16_t peer_port, const 
 	memcpy(rte_pktmbuf_mtod_offset(m, uint8_t *, hdr_len()), data, len);
 	put_headers(d, m, p, peer_port, len, false);
 	/* one datagram asked for on its own goes at once */
-	return tx_one(d, m) ?: tx_flush(d);
+	return tx_one(d, m) ?: xp_dpdk_flush(d);
 }
 
 static void take_arp(struct xp_dpdk *d, struct rte_mbuf *m, const struct rte_ether_hdr *eh)

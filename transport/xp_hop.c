@@ -63,10 +63,8 @@ static void peer_clear(struct xp_hop_peer *p)
 	for (unsigned int i = 0; i < p->nst; i++)
 		xp_rel_free(p->st[i].r);
 	free(p->st);
-	if (p->tx)
-		xp_seal_free(p->tx);
-	if (p->rx)
-		xp_seal_free(p->rx);
+	xp_seal_free(p->tx);
+	xp_seal_free(p->rx);
 	memset(p, 0, sizeof(*p));
 }
 
@@ -90,13 +88,11 @@ static struct xp_hop_peer *peer_by_ip(struct xp_hop *h, uint32_t ip)
 	return NULL;
 }
 
-int xp_hop_peer_add(struct xp_hop *h, const struct xp_hop_peer_conf *conf, uint64_t now_us,
-		    struct xp_hop_peer **ret)
+int xp_hop_peer_add(struct xp_hop *h, const struct xp_hop_peer_conf *conf, struct xp_hop_peer **ret)
 {
 	struct xp_hop_peer *p = NULL;
 	int r = -ENOMEM;
 
-	(void)now_us;
 	if (!conf->ip || !!conf->tx_secret != !!conf->rx_secret ||
 	    conf->budget / h->conf.max_streams < 2 * h->conf.mss)
 		return -EINVAL;

@@ -66,7 +66,7 @@ int xp_hop_new(const struct xp_hop_conf *conf, struct xp_hop **ret);
 void xp_hop_free(struct xp_hop *h);
 
 /* -EEXIST for an address already there, -ENOSPC past max_peers, -EINVAL, -ENOMEM. */
-int xp_hop_peer_add(struct xp_hop *h, const struct xp_hop_peer_conf *conf, uint64_t now_us,
+int xp_hop_peer_add(struct xp_hop *h, const struct xp_hop_peer_conf *conf,
 		    struct xp_hop_peer **ret);
 /* Frees the peer's streams; frames from its address are counted as from no peer after. */
 void xp_hop_peer_remove(struct xp_hop *h, struct xp_hop_peer *p);

@@ -69,7 +69,7 @@ static void side_new(struct side *s, bool sealed)
 		pc.rx_secret = rx;
 	}
 	FUZZ_CHECK(xp_hop_new(&c, &s->h) == 0);
-	FUZZ_CHECK(xp_hop_peer_add(s->h, &pc, 0, &s->peer) == 0);
+	FUZZ_CHECK(xp_hop_peer_add(s->h, &pc, &s->peer) == 0);
 	FUZZ_CHECK(xp_hop_stream_open(s->peer, 1, 0, &s->r[0]) == 0);
 	FUZZ_CHECK(xp_hop_stream_open(s->peer, 2, 0, &s->r[1]) == 0);
 	FUZZ_CHECK(xp_rel_write(s->r[0], "some bytes to send", 18) == 18);

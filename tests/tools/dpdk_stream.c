@@ -458,7 +458,7 @@ int main(int argc, char **argv)
 	hc.max_streams = nstreams;
 	pc.tx_secret = sealed ? tx_secret : NULL;
 	pc.rx_secret = sealed ? secret : NULL;
-	if (xp_hop_new(&hc, &hop) || xp_hop_peer_add(hop, &pc, now_us(), &peer)) {
+	if (xp_hop_new(&hc, &hop) || xp_hop_peer_add(hop, &pc, &peer)) {
 		fprintf(stderr, "dpdk-stream: out of memory\n");
 		return 1;
 	}

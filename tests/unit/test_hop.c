@@ -161,11 +161,11 @@ static void pair_new_ops(struct pair *p, bool sealed, const uint8_t *b_rx_secret
 	pc.ip = IP_B;
 	pc.tx_secret = sealed ? secret_ab : NULL;
 	pc.rx_secret = sealed ? secret_ba : NULL;
-	assert_int_equal(xp_hop_peer_add(p->ha, &pc, 0, &p->pa), 0);
+	assert_int_equal(xp_hop_peer_add(p->ha, &pc, &p->pa), 0);
 	pc.ip = IP_A;
 	pc.tx_secret = sealed ? secret_ba : NULL;
 	pc.rx_secret = sealed ? b_rx_secret : NULL;
-	assert_int_equal(xp_hop_peer_add(p->hb, &pc, 0, &p->pb), 0);
+	assert_int_equal(xp_hop_peer_add(p->hb, &pc, &p->pb), 0);
 }
 
 static void pair_new(struct pair *p, bool sealed, const uint8_t *b_rx_secret)
@@ -396,15 +396,15 @@ static void test_table(void **state)
 	assert_int_equal(xp_hop_new(&c, &h), 0);
 	assert_int_equal(xp_hop_deadline(h), UINT64_MAX);
 	pc.tx_secret = secret_ab; /* one secret without the other */
-	assert_int_equal(xp_hop_peer_add(h, &pc, 0, &p), -EINVAL);
+	assert_int_equal(xp_hop_peer_add(h, &pc, &p), -EINVAL);
 	pc.tx_secret = NULL;
 	pc.budget = 2 * MSS; /* less than two frames a stream */
-	assert_int_equal(xp_hop_peer_add(h, &pc, 0, &p), -EINVAL);
+	assert_int_equal(xp_hop_peer_add(h, &pc, &p), -EINVAL);
 	pc.budget = 1 << 20;
-	assert_int_equal(xp_hop_peer_add(h, &pc, 0, &p), 0);
-	assert_int_equal(xp_hop_peer_add(h, &pc, 0, &q), -EEXIST);
+	assert_int_equal(xp_hop_peer_add(h, &pc, &p), 0);
+	assert_int_equal(xp_hop_peer_add(h, &pc, &q), -EEXIST);
 	pc.ip = IP_A;
-	assert_int_equal(xp_hop_peer_add(h, &pc, 0, &q), -ENOSPC);
+	assert_int_equal(xp_hop_peer_add(h, &pc, &q), -ENOSPC);
 	assert_int_equal(xp_hop_stream_open(p, 0, 0, &r), -EINVAL);
 	assert_int_equal(xp_hop_stream_open(p, 1, 0, &r), 0);
 	assert_ptr_equal(xp_hop_stream(p, 1), r);
@@ -412,7 +412,7 @@ static void test_table(void **state)
 	assert_int_equal(xp_hop_stream_open(p, 2, 0, &r), 0);
 	assert_int_equal(xp_hop_stream_open(p, 3, 0, &r), -ENOSPC);
 	xp_hop_peer_remove(h, p);
-	assert_int_equal(xp_hop_peer_add(h, &pc, 0, &q), 0); /* the slot is free again */
+	assert_int_equal(xp_hop_peer_add(h, &pc, &q), 0); /* the slot is free again */
 	xp_hop_free(h);
 	c.mss = 10;
 	assert_int_equal(xp_hop_new(&c, &h), -EINVAL);
