@@ -20,7 +20,6 @@ typedef long long s64;
 #define CAL_MS		40u		// TSC calibration window (the PIT's 16 bits hold 54 ms)
 #define CAL_TRIES	8u		// completed tries kept for agreement
 #define CAL_STARTS	200u		// tries begun, stalled ones included, before giving up
-#define CAL_STARTS	200u		// tries begun, stalled ones included, before giving up
 #define TICK_HZ		1000u		// PIT channel 0 rate: wakes the `hlt` between slices
 #define CATCHUP_MS	20u		// default catchup=: most backlog a paced guest makes up
 #define RATE_MAX	(1u << 20)	// MiB/s; keeps rate * 256 pages in 32 bits
@@ -384,7 +383,7 @@ static u32 calibrate_tsc(void)
 {
 	const u32 window = PIT_HZ / 1000 * CAL_MS;
 	struct pit_stamp s1, s2, prev;
-	u32 spins, i, n = 0, starts = 0, rate[CAL_TRIES], spread[CAL_TRIES];
+	u32 spins, i, cur, n = 0, starts = 0, rate[CAL_TRIES], spread[CAL_TRIES];
 	u64 tsc, gap;
 
 	while (++starts <= CAL_STARTS) {
@@ -419,13 +418,14 @@ static u32 calibrate_tsc(void)
 			continue;
 		if (tsc < (u64)CAL_MS * 1000)
 			fail("TSC runs slower than 1 MHz");
-		rate[n % CAL_TRIES] = (u32)udiv64(tsc * PIT_HZ, (s1.count - s2.count) * 1000, 0);
-		spread[n % CAL_TRIES] = s1.spread + s2.spread;
+		cur = n % CAL_TRIES; // the oldest kept try makes room
+		rate[cur] = (u32)udiv64(tsc * PIT_HZ, (s1.count - s2.count) * 1000, 0);
+		spread[cur] = s1.spread + s2.spread;
 		for (i = 0; i < n && i < CAL_TRIES; i++) {
-			u32 a = rate[i], b = rate[n % CAL_TRIES], d = a > b ? a - b : b - a;
+			u32 a = rate[i], b = rate[cur], d = a > b ? a - b : b - a;
 
-			if (i != n % CAL_TRIES && (u64)d * 1000 <= b)
-				return spread[i] < spread[n % CAL_TRIES] ? a : b;
+			if (i != cur && (u64)d * 1000 <= b)
+				return spread[i] < spread[cur] ? a : b;
 		}
 		n++;
 	}
