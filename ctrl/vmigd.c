@@ -27,6 +27,7 @@
 #include "units.h"
 #include "util.h"
 #include "vmigd-config.h"
+#include "xp_dpdk.h"
 #include "xp_fwatch.h"
 #include "xp_tls.h"
 
@@ -72,6 +73,11 @@ struct options {
 	int shaper; /* enum px_shaper */
 	bool no_inspect;
 	bool keep_cap_at_switchover;
+	const char *dpdk_eal;
+	const char *dpdk_address;
+	unsigned long dpdk_port;
+	unsigned long dpdk_buffer;
+	unsigned int dpdk_impair[3]; /* tests: loss, duplicate, reorder % */
 	const char *metrics;
 	enum vm_log_level log_level;
 	bool check_only;
@@ -172,6 +178,8 @@ static int opt_tls_version(const struct opt *op, const char *arg, const char *wh
 			   struct options *o);
 static int opt_node_bandwidth(const struct opt *op, const char *arg, const char *where,
 			      struct options *o);
+static int opt_dpdk_impair(const struct opt *op, const char *arg, const char *where,
+			   struct options *o);
 static int opt_config(const struct opt *op, const char *arg, const char *where, struct options *o);
 static int opt_help(const struct opt *op, const char *arg, const char *where, struct options *o);
 static int opt_version(const struct opt *op, const char *arg, const char *where, struct options *o);
@@ -274,6 +282,23 @@ static const struct opt opts[] = {
 	  .help = "do not read the QEMU stream as it passes (pages, passes, dirty rate)" },
 	{ "keep-cap-at-switchover", 0, FLAG(keep_cap_at_switchover), .flags = OPT_DEF_TEXT,
 	  .def = "lifted", .help = "keep a migration's cap after its VM stopped for switchover" },
+	{ "dpdk", 0, STR(dpdk_eal), .arg = "'EAL ARGS'", .flags = OPT_DEF_TEXT,
+	  .def = "off: the kernel path only",
+	  .help = "carry the node hop over this DPDK port (an SR-IOV VF, or a vdev) with vmigd's "
+		  "own "
+		  "reliable transport, sealed with keys from each connection's TLS 1.3 session; "
+		  "used "
+		  "when the peer has one too (builds with -Ddpdk=enabled)" },
+	{ "dpdk-address", 0, STR(dpdk_address), .arg = "ADDR/PREFIX", .flags = OPT_DEF_TEXT,
+	  .def = "required with --dpdk", .help = "this node's IPv4 address on the DPDK port" },
+	{ "dpdk-port", 0, ULONG(dpdk_port, 1, 65535), .arg = "UDP", .def = "4791",
+	  .help = "the DPDK node hop's UDP port (both nodes)" },
+	{ "dpdk-buffer", 0, ULONG(dpdk_buffer, 65536, 256 << 20), .arg = "BYTES", .def = "2097152",
+	  .help = "DPDK node hop buffer per connection and direction (the window)" },
+	{ "dpdk-test-impair", 0, FUNC(opt_dpdk_impair), .arg = "LOSS,DUP,REORDER",
+	  .flags = OPT_DEF_TEXT, .def = "none",
+	  .help = "tests only: drop, duplicate and delay behind the next one these shares (%) of "
+		  "the DPDK frames that arrive" },
 	{ "socket-owner", 0, FUNC(opt_socket_owner), .arg = "UID[:GID]", .def = "107:107",
 	  .help = "owner of a source's sockets (mode 0660) and of migrationproxy/ (0750): "
 		  "KubeVirt's qemu user; -1 leaves them to the daemon" },
@@ -530,6 +555,24 @@ static int opt_socket_owner(const struct opt *op, const char *arg, const char *w
 	}
 	fprintf(stderr, "vmigd: %s--%s: expected UID[:GID] (numbers, or -1), got \"%s\"\n", where,
 		op->name, arg);
+	return -EINVAL;
+}
+
+static int opt_dpdk_impair(const struct opt *op, const char *arg, const char *where,
+			   struct options *o)
+{
+	unsigned int v[3];
+	char tail;
+
+	if (sscanf(arg, "%u,%u,%u%c", &v[0], &v[1], &v[2], &tail) == 3 && v[0] <= 50 &&
+	    v[1] <= 50 && v[2] <= 50) {
+		memcpy(o->dpdk_impair, v, sizeof(v));
+		return 0;
+	}
+	fprintf(stderr,
+		"vmigd: %s--%s: expected LOSS,DUP,REORDER (percent, 0 to 50 each), got "
+		"\"%s\"\n",
+		where, op->name, arg);
 	return -EINVAL;
 }
 
@@ -1193,6 +1236,20 @@ static int daemon_configure(struct daemon *d, struct options *o)
 	pc->keep_cap_at_switchover = o->keep_cap_at_switchover;
 	pc->socket_uid = o->socket_uid;
 	pc->socket_gid = o->socket_gid;
+	if (!o->dpdk_eal != !o->dpdk_address) {
+		fprintf(stderr, "vmigd: --dpdk and --dpdk-address go together\n");
+		return -EINVAL;
+	}
+	if (o->dpdk_eal && !xp_dpdk_built()) {
+		fprintf(stderr, "vmigd: --dpdk: this vmigd was built without DPDK (meson setup "
+				"-Ddpdk=enabled)\n");
+		return -ENOTSUP;
+	}
+	pc->dpdk_eal = o->dpdk_eal;
+	pc->dpdk_address = o->dpdk_address;
+	pc->dpdk_port = (uint16_t)o->dpdk_port;
+	pc->dpdk_buffer = (uint32_t)o->dpdk_buffer;
+	memcpy(pc->dpdk_impair, o->dpdk_impair, sizeof(pc->dpdk_impair));
 	d->drain_timeout_s = o->drain_timeout_s;
 	d->info.tls = d->tls;
 	d->info.control_path = o->control;
@@ -1436,6 +1493,12 @@ static int daemon_start(struct daemon *d, const struct options *o)
 				sizeof(rate)),
 		 px_shaper_str(o->shaper), o->no_inspect ? "off" : "on",
 		 o->keep_cap_at_switchover ? "kept" : "lifted");
+	if (o->dpdk_eal)
+		log_info("DPDK node hop: %s udp %lu, %s, for peers that have one too",
+			 o->dpdk_address, o->dpdk_port,
+			 d->tls ? "sealed with AES-256-GCM keys from each connection's TLS 1.3 "
+				  "session"
+				: "plain text (--no-tls)");
 	/* systemd (Type=notify): the control socket and the node-hop listener accept from here.
 	 * A vmigd that took over is made the main process by the old one, and the service is
 	 * ready already. */

@@ -72,15 +72,32 @@ void px_conn_release(struct px_conn *c)
  * refusing a connection need not care. */
 int px_conn_reply(struct px_conn *c, enum px_status st)
 {
-	uint8_t r[PX_REPLY_LEN];
+	uint8_t r[PX_REPLY_DPDK_LEN];
 	uint32_t ev;
+	size_t len;
 	ssize_t k;
 
-	px_reply_encode(st, r);
-	k = IO(c->n, write, c->hop, r, sizeof(r), &ev);
+	/* accepted over the DPDK node hop: this node's address and the stream both will use */
+	if (st == PX_OK && c->dpdk.ip) {
+		struct px_dpdk self = c->n->dpdk;
+
+		self.stream = c->dpdk.stream;
+		st = PX_OK_DPDK;
+		len = px_reply_encode(st, &self, r);
+	} else {
+		len = px_reply_encode(st, NULL, r);
+	}
+	k = IO(c->n, write, c->hop, r, len, &ev);
 	if (k < 0)
 		return k == -EAGAIN ? -EIO : (int)k;
-	return k == sizeof(r) ? 0 : -EIO;
+	return (size_t)k == len ? 0 : -EIO;
+}
+
+bool px_dpdk_can(const struct px_conn *c)
+{
+	/* the keys come from TLS 1.3's exporter; TLS 1.2 has none */
+	return c->n->dpdk.ip && !c->raw &&
+	       (!c->tls.version[0] || strcmp(c->tls.version, "TLSv1.3") == 0);
 }
 
 int px_conn_link(struct px_conn *c)
@@ -95,6 +112,9 @@ int px_conn_link(struct px_conn *c)
 	c->t = NULL;
 	o.cookie = c;
 	o.raw = c->raw;
+	o.dpdk.ip = c->dpdk.ip;
+	o.dpdk.port = c->dpdk.port;
+	o.dpdk.stream = c->dpdk.stream;
 	if (n->conf.shaper == PX_SHAPE_BUCKET) {
 		o.bucket[0] = c->m->bucket;
 		o.bucket[1] = n->bucket;
@@ -120,9 +140,10 @@ int px_conn_link(struct px_conn *c)
 	c->m->conns_total++;
 	c->port->conns_total++;
 	n->conns_total++;
-	log_info("migration %s role=%s: port %u connection %u linked %s wire=%s", c->m->key,
+	log_info("migration %s role=%s: port %u connection %u linked %s wire=%s path=%s", c->m->key,
 		 px_role_str(c->m->role), c->port->id, c->seq,
-		 c->tls.describe[0] ? c->tls.describe : "tls=off", c->raw ? "raw" : "vmigd");
+		 c->tls.describe[0] ? c->tls.describe : "tls=off", c->raw ? "raw" : "vmigd",
+		 c->dpdk.ip ? "dpdk" : "kernel");
 	return 0;
 }
 

@@ -10,6 +10,7 @@
 
 #include "log.h"
 #include "px_private.h"
+#include "xp_dhop.h"
 
 unsigned int px_node_active_conns(const struct px_node *n)
 {
@@ -217,6 +218,13 @@ int px_node_new_io(const struct xp_io_ops *io, void *ioc, const struct px_config
 			strerror(-r));
 		goto fail;
 	}
+	{
+		struct xp_io_info info = { 0 };
+
+		IO(n, info, &info);
+		n->dpdk.ip = info.dpdk_ip;
+		n->dpdk.port = info.dpdk_port;
+	}
 	if (conf->adopt) {
 		r = IO(n, listen_adopt, conf->adopt_fd, &n->bound);
 		if (r < 0) {
@@ -274,6 +282,28 @@ int px_node_new(struct xp_loop *loop, const struct px_config *conf, struct px_no
 	r = xp_io_new(loop, &pc, conf->tls, &io);
 	if (r < 0)
 		return r;
+	if (conf->dpdk_eal) {
+		struct xp_dhop_conf dc = {
+			.eal = conf->dpdk_eal,
+			.address = conf->dpdk_address,
+			.udp_port = conf->dpdk_port,
+			.link_buffer = conf->dpdk_buffer,
+			.max_links = 64,
+			.loss_pct = conf->dpdk_impair[0],
+			.dup_pct = conf->dpdk_impair[1],
+			.reorder_pct = conf->dpdk_impair[2],
+		};
+		struct xp_dhop *d;
+		char err[256];
+
+		r = xp_dhop_new(&dc, &d, err, sizeof(err));
+		if (r < 0) {
+			log_err("cannot open the DPDK node hop: %s", err[0] ? err : strerror(-r));
+			xp_io_free(io);
+			return r;
+		}
+		xp_io_set_dhop(io, d);
+	}
 	r = px_node_new_io(&xp_io_ops, io, conf, &n);
 	if (r < 0) {
 		xp_io_free(io);

@@ -28,32 +28,58 @@ int px_key_valid(const char *key)
 	return key_valid_n(key, strnlen(key, PX_KEY_MAX + 1));
 }
 
+/* ip, port, 0, stream: PX_DPDK_LEN bytes */
+static void dpdk_put(const struct px_dpdk *d, uint8_t *buf)
+{
+	vm_put_be32(buf, d->ip);
+	vm_put_be16(buf + 4, d->port);
+	vm_put_be16(buf + 6, 0);
+	vm_put_be32(buf + 8, d->stream);
+}
+
+/* 0, or -1 for an address, port or stream id of 0 or a nonzero pad */
+static int dpdk_get(const uint8_t *buf, struct px_dpdk *d)
+{
+	d->ip = vm_get_be32(buf);
+	d->port = vm_get_be16(buf + 4);
+	d->stream = vm_get_be32(buf + 8);
+	return d->ip && d->port && d->stream && !vm_get_be16(buf + 6) ? 0 : -1;
+}
+
 int px_preamble_encode(const struct px_preamble *p, uint8_t *buf, size_t len)
 {
 	size_t kl = strnlen(p->key, PX_KEY_MAX + 1);
+	size_t at = PX_PREAMBLE_FIXED + kl;
 
 	if (!key_valid_n(p->key, kl) || p->port > PX_PORT_MAX)
 		return -EINVAL;
-	if (len < PX_PREAMBLE_FIXED + kl + (p->has_secret ? PX_SECRET_LEN : 0))
+	if (len < at + (p->has_secret ? PX_SECRET_LEN : 0) + (p->dpdk.ip ? PX_DPDK_LEN : 0))
 		return -ENOSPC;
 	vm_put_be32(buf, PX_PREAMBLE_MAGIC);
 	vm_put_be16(buf + 4, p->version);
-	vm_put_be16(buf + 6, p->has_secret ? PX_PREAMBLE_F_SECRET : 0);
+	vm_put_be16(buf + 6, (p->has_secret ? PX_PREAMBLE_F_SECRET : 0) |
+				     (p->dpdk.ip ? PX_PREAMBLE_F_DPDK : 0));
 	vm_put_be32(buf + 8, p->port);
 	vm_put_be32(buf + 12, p->seq);
 	vm_put_be16(buf + 16, kl);
 	vm_put_be16(buf + 18, 0);
 	memcpy(buf + PX_PREAMBLE_FIXED, p->key, kl);
-	if (!p->has_secret)
-		return PX_PREAMBLE_FIXED + kl;
-	memcpy(buf + PX_PREAMBLE_FIXED + kl, p->secret, PX_SECRET_LEN);
-	return PX_PREAMBLE_FIXED + kl + PX_SECRET_LEN;
+	if (p->has_secret) {
+		memcpy(buf + at, p->secret, PX_SECRET_LEN);
+		at += PX_SECRET_LEN;
+	}
+	if (p->dpdk.ip) {
+		dpdk_put(&p->dpdk, buf + at);
+		at += PX_DPDK_LEN;
+	}
+	return (int)at;
 }
 
 size_t px_preamble_len(const uint8_t *buf)
 {
 	return PX_PREAMBLE_FIXED + vm_get_be16(buf + 16) +
-	       (vm_get_be16(buf + 6) & PX_PREAMBLE_F_SECRET ? PX_SECRET_LEN : 0);
+	       (vm_get_be16(buf + 6) & PX_PREAMBLE_F_SECRET ? PX_SECRET_LEN : 0) +
+	       (vm_get_be16(buf + 6) & PX_PREAMBLE_F_DPDK ? PX_DPDK_LEN : 0);
 }
 
 int px_preamble_decode(const uint8_t *buf, size_t len, struct px_preamble *ret)
@@ -71,8 +97,8 @@ int px_preamble_decode(const uint8_t *buf, size_t len, struct px_preamble *ret)
 		return 0;
 	kl = vm_get_be16(buf + 16);
 	flags = vm_get_be16(buf + 6);
-	if ((flags & ~PX_PREAMBLE_F_SECRET) || vm_get_be16(buf + 18) != 0 || kl == 0 ||
-	    kl > PX_KEY_MAX || vm_get_be32(buf + 8) > PX_PORT_MAX)
+	if ((flags & ~(PX_PREAMBLE_F_SECRET | PX_PREAMBLE_F_DPDK)) || vm_get_be16(buf + 18) != 0 ||
+	    kl == 0 || kl > PX_KEY_MAX || vm_get_be32(buf + 8) > PX_PORT_MAX)
 		return -PX_ERR_MALFORMED;
 	if (len < px_preamble_len(buf))
 		return 0;
@@ -86,25 +112,45 @@ int px_preamble_decode(const uint8_t *buf, size_t len, struct px_preamble *ret)
 	p.has_secret = flags & PX_PREAMBLE_F_SECRET;
 	if (p.has_secret)
 		memcpy(p.secret, buf + PX_PREAMBLE_FIXED + kl, PX_SECRET_LEN);
+	memset(&p.dpdk, 0, sizeof(p.dpdk));
+	if ((flags & PX_PREAMBLE_F_DPDK) &&
+	    dpdk_get(buf + PX_PREAMBLE_FIXED + kl + (p.has_secret ? PX_SECRET_LEN : 0), &p.dpdk))
+		return -PX_ERR_MALFORMED;
 	*ret = p;
 	return (int)px_preamble_len(buf);
 }
 
-void px_reply_encode(enum px_status st, uint8_t buf[PX_REPLY_LEN])
+size_t px_reply_encode(enum px_status st, const struct px_dpdk *dpdk, uint8_t *buf)
 {
 	vm_put_be32(buf, PX_REPLY_MAGIC);
 	vm_put_be16(buf + 4, PX_PROTO_VERSION);
 	vm_put_be16(buf + 6, st);
+	if (st != PX_OK_DPDK)
+		return PX_REPLY_LEN;
+	dpdk_put(dpdk, buf + PX_REPLY_LEN);
+	return PX_REPLY_DPDK_LEN;
 }
 
-int px_reply_decode(const uint8_t *buf, size_t len, enum px_status *ret)
+int px_reply_decode(const uint8_t *buf, size_t len, enum px_status *ret, struct px_dpdk *dpdk)
 {
+	struct px_dpdk d;
+
 	if (len < PX_REPLY_LEN)
 		return 0;
 	if (vm_get_be32(buf) != PX_REPLY_MAGIC || vm_get_be16(buf + 4) != PX_PROTO_VERSION)
 		return -EBADMSG;
-	*ret = vm_get_be16(buf + 6);
-	return PX_REPLY_LEN;
+	if (vm_get_be16(buf + 6) != PX_OK_DPDK) {
+		*ret = vm_get_be16(buf + 6);
+		return PX_REPLY_LEN;
+	}
+	if (len < PX_REPLY_DPDK_LEN)
+		return 0;
+	if (dpdk_get(buf + PX_REPLY_LEN, &d))
+		return -EBADMSG;
+	*ret = PX_OK_DPDK;
+	if (dpdk)
+		*dpdk = d;
+	return PX_REPLY_DPDK_LEN;
 }
 
 const char *px_status_str(enum px_status st)
@@ -112,6 +158,8 @@ const char *px_status_str(enum px_status st)
 	switch (st) {
 	case PX_OK:
 		return "ok";
+	case PX_OK_DPDK:
+		return "ok, over the DPDK node hop";
 	case PX_ERR_MALFORMED:
 		return "malformed preamble";
 	case PX_ERR_VERSION:

@@ -14,10 +14,15 @@
 #define PX_KEY_MAX	  128
 #define PX_PREAMBLE_FIXED 20
 #define PX_SECRET_LEN	  16
-#define PX_PREAMBLE_MAX	  (PX_PREAMBLE_FIXED + PX_KEY_MAX + PX_SECRET_LEN)
+#define PX_DPDK_LEN	  12
+#define PX_PREAMBLE_MAX	  (PX_PREAMBLE_FIXED + PX_KEY_MAX + PX_SECRET_LEN + PX_DPDK_LEN)
 /* Flags: the migration's secret (from the target's JSON) follows the key. */
 #define PX_PREAMBLE_F_SECRET 0x0001
-#define PX_REPLY_LEN	  8
+/* The source offers the DPDK node hop: its address, UDP port and a stream id follow. */
+#define PX_PREAMBLE_F_DPDK 0x0002
+#define PX_REPLY_LEN	   8
+/* A PX_OK_DPDK reply: the target's DPDK address and port and the stream id follow. */
+#define PX_REPLY_DPDK_LEN (PX_REPLY_LEN + PX_DPDK_LEN)
 #define PX_PORT_MAX	  65535
 
 enum px_status {
@@ -32,6 +37,14 @@ enum px_status {
 	PX_ERR_SHUTDOWN = 8,
 	PX_ERR_LIMIT = 9, /* the migration has --max-migration-conns connections already */
 	PX_ERR_AUTH = 10, /* no or a wrong secret, or a peer other than the migration's first */
+	PX_OK_DPDK = 11,  /* ok, and the connection's bytes go over the DPDK node hop */
+};
+
+/* A DPDK node-hop address and the stream id of one connection on it (ip 0: none). */
+struct px_dpdk {
+	uint32_t ip; /* host order */
+	uint16_t port;
+	uint32_t stream;
 };
 
 struct px_preamble {
@@ -41,6 +54,7 @@ struct px_preamble {
 	char key[PX_KEY_MAX + 1];
 	bool has_secret;
 	uint8_t secret[PX_SECRET_LEN];
+	struct px_dpdk dpdk; /* the source's offer; ip 0: none */
 };
 
 /* 1..PX_KEY_MAX characters of [A-Za-z0-9._-]. */
@@ -58,9 +72,13 @@ int px_preamble_decode(const uint8_t *buf, size_t len, struct px_preamble *ret);
  * px_preamble_decode() judges whether that length is valid. */
 size_t px_preamble_len(const uint8_t *buf);
 
-void px_reply_encode(enum px_status st, uint8_t buf[PX_REPLY_LEN]);
-/* 0 while more bytes are needed, PX_REPLY_LEN when decoded, -EBADMSG on a bad magic or version. */
-int px_reply_decode(const uint8_t *buf, size_t len, enum px_status *ret);
+/* Writes the reply into buf (PX_REPLY_DPDK_LEN bytes of room); returns its length. dpdk is used
+ * with PX_OK_DPDK only. */
+size_t px_reply_encode(enum px_status st, const struct px_dpdk *dpdk, uint8_t *buf);
+/* 0 while more bytes are needed, the reply's length when decoded (*dpdk written for PX_OK_DPDK
+ * unless NULL),
+ * -EBADMSG on a bad magic or version or a PX_OK_DPDK without an address. */
+int px_reply_decode(const uint8_t *buf, size_t len, enum px_status *ret, struct px_dpdk *dpdk);
 
 const char *px_status_str(enum px_status st);
 

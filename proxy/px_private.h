@@ -74,6 +74,8 @@ struct px_conn {
 	uint8_t buf[PX_PREAMBLE_MAX];
 	size_t len, off;
 	struct xp_link *link;
+	struct px_dpdk
+		dpdk; /* over the DPDK node hop: the peer's address, the stream (ip 0: not) */
 	char peer[80];
 	struct px_insp *insp; /* the QEMU stream's direction, once linked (--no-inspect: NULL) */
 	struct vm_rate rate[2];
@@ -166,6 +168,8 @@ struct px_node {
 	unsigned int nelsewhere;
 	char elsewhere_who[64];
 	struct xp_bucket *bucket; /* the node cap (rate 0: none) */
+	struct px_dpdk dpdk;	  /* this node's DPDK node hop (ip 0: none); stream unused */
+	uint32_t dpdk_next;	  /* the stream id the next offer proposes */
 	struct xp_timer *tick;
 	uint64_t bytes_done[2]; /* of ended connections */
 	uint64_t conns_total;
@@ -203,7 +207,11 @@ void px_conn_list_del(struct px_conn **head, struct px_conn *c);
 void px_conn_free(struct px_conn *c);
 /* Frees it, then lets a stopping migration finish and a drain end. */
 void px_conn_release(struct px_conn *c);
-/* Writes the preamble's reply: 0, or -errno (-EIO for a short write). */
+/* Whether this connection can go over the DPDK node hop: the node has one, the peer is a vmigd,
+ * and the node hop is plain or TLS 1.3. */
+bool px_dpdk_can(const struct px_conn *c);
+/* Writes the preamble's reply (PX_OK_DPDK in place of PX_OK when c->dpdk is set): 0, or -errno
+ * (-EIO for a short write). */
 int px_conn_reply(struct px_conn *c, enum px_status st);
 /* Hands both sockets to the data path. 0, or -errno with the connection still ours. */
 int px_conn_link(struct px_conn *c);

@@ -128,6 +128,11 @@ static void src_start_send(struct px_conn *c)
 	strcpy(p.key, c->m->key);
 	p.has_secret = c->m->target.has_secret;
 	memcpy(p.secret, c->m->target.secret, PX_SECRET_LEN);
+	if (px_dpdk_can(c)) {
+		/* the target sets the top bit (px_target.c says why) */
+		p.dpdk = c->n->dpdk;
+		p.dpdk.stream = (c->n->dpdk_next++ % 0x7fffffffu) + 1;
+	}
 	r = px_preamble_encode(&p, c->buf, sizeof(c->buf));
 	if (r < 0) {
 		src_error(c, "cannot encode the preamble: %s", strerror(-r));
@@ -209,13 +214,18 @@ static void src_read_reply(struct px_conn *c)
 	ssize_t k = 0;
 	int r = 0;
 
-	while (c->len < PX_REPLY_LEN) {
-		k = IO(c->n, read, c->hop, c->buf + c->len, PX_REPLY_LEN - c->len, &ev);
+	size_t want = PX_REPLY_LEN;
+
+	/* exactly the reply: on the kernel path QEMU's bytes follow it */
+	while (c->len < want) {
+		k = IO(c->n, read, c->hop, c->buf + c->len, want - c->len, &ev);
 		if (k <= 0)
 			break;
 		c->len += k;
+		if (c->len == PX_REPLY_LEN && c->buf[6] == 0 && c->buf[7] == PX_OK_DPDK)
+			want = PX_REPLY_DPDK_LEN;
 	}
-	if (k == 0 && c->len < PX_REPLY_LEN) {
+	if (k == 0 && c->len < want) {
 		src_error(c, "the target closed the connection before replying");
 		return;
 	}
@@ -223,12 +233,12 @@ static void src_read_reply(struct px_conn *c)
 		src_io_error(c, "reading the reply", k);
 		return;
 	}
-	if (c->len < PX_REPLY_LEN) {
+	if (c->len < want) {
 		src_set_wait(c, C_SRC_REPLY, ev,
 			     c->n->conf.order_timeout_ms + c->n->conf.connect_timeout_ms);
 		return;
 	}
-	r = px_reply_decode(c->buf, c->len, &st);
+	r = px_reply_decode(c->buf, c->len, &st, &c->dpdk);
 	if (r < 0) {
 		src_error(c, "the target's reply is malformed (not a vmigd of this protocol?)");
 		return;
@@ -237,10 +247,16 @@ static void src_read_reply(struct px_conn *c)
 		src_error(c, "refused (migration-conn-limit) by the target: %s", px_status_str(st));
 		return;
 	}
-	if (st != PX_OK) {
+	if (st == PX_OK_DPDK && !px_dpdk_can(c)) {
+		src_error(c, "the target chose the DPDK node hop, which this side did not offer");
+		return;
+	}
+	if (st != PX_OK && st != PX_OK_DPDK) {
 		src_error(c, "refused by the target: %s", px_status_str(st));
 		return;
 	}
+	if (st == PX_OK)
+		memset(&c->dpdk, 0, sizeof(c->dpdk));
 	src_link(c);
 }
 

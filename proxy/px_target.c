@@ -258,6 +258,17 @@ static void tgt_dispatch(struct px_conn *c, const struct px_preamble *p)
 		tgt_refuse_peer(c, m, p->port, why);
 		return;
 	}
+	if (p->dpdk.ip && px_dpdk_can(c)) {
+		/*
+		 * Both nodes key a link by the peer's address and the stream id, and a node can be
+		 * source and target to the same peer at once: ids proposed by the node with the
+		 * lower address get the top bit, so two proposals never meet.
+		 */
+		c->dpdk = p->dpdk;
+		c->dpdk.stream &= 0x7fffffffu;
+		if (p->dpdk.ip < n->dpdk.ip)
+			c->dpdk.stream |= 0x80000000u;
+	}
 	if (tgt_bind(c, port, p->seq) < 0)
 		return;
 	if (p->seq > px_order_next(port->order))

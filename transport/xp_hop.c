@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util.h"
 #include "xp_hop.h"
 
 struct hop_stream {
@@ -18,6 +19,7 @@ struct xp_hop_peer {
 	bool used;
 	uint32_t ip;
 	uint16_t udp_port;
+	uint32_t first, last;	 /* the stream ids it takes (0 and UINT32_MAX: all) */
 	struct xp_seal *tx, *rx; /* both NULL: plain */
 	uint32_t stream_buf;
 	uint64_t pn; /* the packet numbers of all its streams' frames: this direction's nonces */
@@ -80,11 +82,15 @@ void xp_hop_free(struct xp_hop *h)
 	free(h);
 }
 
-static struct xp_hop_peer *peer_by_ip(struct xp_hop *h, uint32_t ip)
+/* The peer at ip that takes stream ids first .. last (one id: first == last), or NULL. */
+static struct xp_hop_peer *peer_find(struct xp_hop *h, uint32_t ip, uint32_t first, uint32_t last)
 {
-	for (unsigned int i = 0; i < h->conf.max_peers; i++)
-		if (h->peers[i].used && h->peers[i].ip == ip)
-			return &h->peers[i];
+	for (unsigned int i = 0; i < h->conf.max_peers; i++) {
+		struct xp_hop_peer *p = &h->peers[i];
+
+		if (p->used && p->ip == ip && first <= p->last && p->first <= last)
+			return p;
+	}
 	return NULL;
 }
 
@@ -93,10 +99,14 @@ int xp_hop_peer_add(struct xp_hop *h, const struct xp_hop_peer_conf *conf, struc
 	struct xp_hop_peer *p = NULL;
 	int r = -ENOMEM;
 
+	uint32_t first = conf->first_stream ? conf->first_stream : 0;
+	uint32_t last =
+		conf->first_stream ? conf->first_stream + h->conf.max_streams - 1 : UINT32_MAX;
+
 	if (!conf->ip || !!conf->tx_secret != !!conf->rx_secret ||
-	    conf->budget / h->conf.max_streams < 2 * h->conf.mss)
+	    conf->budget / h->conf.max_streams < 2 * h->conf.mss || last < first)
 		return -EINVAL;
-	if (peer_by_ip(h, conf->ip))
+	if (peer_find(h, conf->ip, first, last))
 		return -EEXIST;
 	for (unsigned int i = 0; i < h->conf.max_peers && !p; i++)
 		if (!h->peers[i].used)
@@ -107,6 +117,8 @@ int xp_hop_peer_add(struct xp_hop *h, const struct xp_hop_peer_conf *conf, struc
 	p->used = true;
 	p->ip = conf->ip;
 	p->udp_port = conf->udp_port;
+	p->first = first;
+	p->last = last;
 	p->stream_buf = conf->budget / h->conf.max_streams;
 	p->st = calloc(h->conf.max_streams, sizeof(*p->st));
 	if (!p->st)
@@ -151,7 +163,7 @@ int xp_hop_stream_open(struct xp_hop_peer *p, uint32_t id, uint64_t now_us, stru
 	};
 	int r;
 
-	if (!id)
+	if (!id || id < p->first || id > p->last)
 		return -EINVAL;
 	if (xp_hop_stream(p, id))
 		return -EEXIST;
@@ -187,7 +199,11 @@ uint64_t xp_hop_unknown_peer(const struct xp_hop *h)
 static void on_datagram(void *arg, uint32_t ip, uint16_t port, uint8_t *data, size_t len)
 {
 	struct xp_hop *h = arg;
-	struct xp_hop_peer *p = peer_by_ip(h, ip);
+	/* The stream id is in clear (authenticated, not encrypted): it picks the peer, whose keys
+	 * then open the frame. A datagram too short to hold one reaches only a peer that takes
+	 * every id, which refuses it as malformed. */
+	uint32_t id = len >= 8 ? vm_get_be32(data + 4) : 0;
+	struct xp_hop_peer *p = peer_find(h, ip, id, id);
 	struct xp_rel_hdr hdr;
 	struct xp_rel *r;
 	const char *why;

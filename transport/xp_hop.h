@@ -51,6 +51,10 @@ struct xp_hop_peer_conf {
 	/* Buffer bytes for this peer, shared among its max_streams streams: each stream gets
 	 * budget / max_streams for sending and as much for receiving. */
 	uint32_t budget;
+	/* 0: the peer is the only one at ip and takes every stream id. Else it takes the ids
+	 * first_stream .. first_stream + max_streams - 1, and other peers at the same ip may hold
+	 * other ids (the daemon keys each QEMU connection on its own, from its own TLS session). */
+	uint32_t first_stream;
 };
 
 /* What a peer refused, by reason: nothing of a refused frame reaches a stream. */
@@ -65,7 +69,8 @@ int xp_hop_new(const struct xp_hop_conf *conf, struct xp_hop **ret);
 /* Frees every peer and stream. */
 void xp_hop_free(struct xp_hop *h);
 
-/* -EEXIST for an address already there, -ENOSPC past max_peers, -EINVAL, -ENOMEM. */
+/* -EEXIST for an address (and stream ids) already there, -ENOSPC past max_peers, -EINVAL (a
+ * stream id outside the peer's range too), -ENOMEM. */
 int xp_hop_peer_add(struct xp_hop *h, const struct xp_hop_peer_conf *conf,
 		    struct xp_hop_peer **ret);
 /* Frees the peer's streams; frames from its address are counted as from no peer after. */

@@ -12,7 +12,9 @@
 #include <unistd.h>
 
 #include "util.h"
+#include "xp_dhop.h"
 #include "xp_io.h"
+#include "xp_seal.h"
 #include "xp_tls.h"
 
 struct xp_io {
@@ -21,6 +23,8 @@ struct xp_io {
 	struct xp_tls *tls; /* NULL: plain text */
 	struct xp_pool *pool;
 	struct xp_watch *pool_w;
+	struct xp_dhop *dhop; /* the DPDK node hop, or NULL */
+	struct xp_watch *dhop_w;
 };
 
 /* One set-up connection. */
@@ -28,6 +32,7 @@ struct io_conn {
 	struct xp_conn c;
 	struct xp_tls_sess *tls; /* from the first handshake step on */
 	bool graceful;		 /* a refused handshake: let our alert reach the peer */
+	bool server;		 /* accepted: the TLS server */
 	char peer[80];		 /* client: the target, for the session cache */
 };
 
@@ -75,6 +80,11 @@ static void pool_ready(struct xp_watch *w, int fd, uint32_t events, void *arg)
 	xp_pool_reap(arg);
 }
 
+static void dhop_ready(struct xp_watch *w, int fd, uint32_t events, void *arg)
+{
+	xp_dhop_reap(arg);
+}
+
 static int io_start(void *arg, xp_link_done_fn done, void *done_arg)
 {
 	struct xp_io *io = arg;
@@ -83,8 +93,15 @@ static int io_start(void *arg, xp_link_done_fn done, void *done_arg)
 	r = xp_pool_new(&io->pool_conf, done, done_arg, &io->pool);
 	if (r < 0)
 		return r;
-	return xp_watch_add(io->loop, xp_pool_event_fd(io->pool), EPOLLIN, pool_ready, io->pool,
-			    &io->pool_w);
+	r = xp_watch_add(io->loop, xp_pool_event_fd(io->pool), EPOLLIN, pool_ready, io->pool,
+			 &io->pool_w);
+	if (r < 0 || !io->dhop)
+		return r;
+	r = xp_dhop_start(io->dhop, done, done_arg);
+	if (r < 0)
+		return r;
+	return xp_watch_add(io->loop, xp_dhop_event_fd(io->dhop), EPOLLIN, dhop_ready, io->dhop,
+			    &io->dhop_w);
 }
 
 static void io_info(void *arg, struct xp_io_info *out)
@@ -93,6 +110,8 @@ static void io_info(void *arg, struct xp_io_info *out)
 
 	out->threads = io->pool ? xp_pool_threads(io->pool) : 0;
 	out->tls_client_problem = io->tls ? xp_tls_client_problem(io->tls) : NULL;
+	out->dpdk_ip = io->dhop ? xp_dhop_ip(io->dhop) : 0;
+	out->dpdk_port = io->dhop ? xp_dhop_port(io->dhop) : 0;
 	if (io->tls)
 		out->data_path =
 			xp_tls_ktls_enabled(io->tls) ? "io_uring+ktls" : "io_uring+openssl";
@@ -141,6 +160,7 @@ static int io_accept(void *io, int lfd, struct xp_conn **ret, char *peer, size_t
 		close(fd);
 		return -ENOMEM;
 	}
+	ic->server = true;
 	if (getpeername(fd, (struct sockaddr *)&a.ss, &a.len) < 0 ||
 	    xp_addr_format(&a, peer, peerlen) < 0)
 		snprintf(peer, peerlen, "?");
@@ -332,6 +352,44 @@ static void io_close_fd(void *io, int fd, bool reset)
 		close(fd);
 }
 
+/* Over the DPDK hop: keys from this connection's TLS session, which then goes; the TCP
+ * connection stays as the link's liveness. */
+static int attach_dpdk(struct xp_io *io, int local_fd, struct io_conn *ic,
+		       const struct xp_link_opts *o, struct xp_link **ret)
+{
+	uint8_t cs[XP_SEAL_SECRET], ss[XP_SEAL_SECRET];
+	struct xp_dhop_link_conf lc = {
+		.local_fd = local_fd,
+		.tcp_fd = ic->c.fd,
+		.peer_ip = o->dpdk.ip,
+		.peer_port = o->dpdk.port,
+		.stream = o->dpdk.stream,
+		.cookie = o->cookie,
+		.bucket = { o->bucket[0], o->bucket[1] },
+		.tap_ops = { o->tap_ops[0], o->tap_ops[1] },
+		.tap_ctx = { o->tap_ctx[0], o->tap_ctx[1] },
+	};
+	int r;
+
+	if (!io->dhop)
+		return -ENOTSUP;
+	if (ic->tls) {
+		r = xp_seal_export(ic->tls, cs, ss);
+		if (r < 0)
+			return r;
+		lc.tx_secret = ic->server ? ss : cs;
+		lc.rx_secret = ic->server ? cs : ss;
+	}
+	r = xp_dhop_attach(io->dhop, &lc, ret);
+	explicit_bzero(cs, sizeof(cs));
+	explicit_bzero(ss, sizeof(ss));
+	if (r < 0)
+		return r;
+	xp_tls_sess_free(ic->tls);
+	free(ic);
+	return 0;
+}
+
 static int io_attach(void *arg, int local_fd, struct xp_conn *c, const struct xp_link_opts *o,
 		     struct xp_link **ret)
 {
@@ -340,6 +398,8 @@ static int io_attach(void *arg, int local_fd, struct xp_conn *c, const struct xp
 	struct xp_link_opts lo = *o;
 	int one = 1, r;
 
+	if (o->dpdk.ip)
+		return attach_dpdk(io, local_fd, ic, o, ret);
 	/* The return path carries small messages that must not wait for Nagle. */
 	(void)setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	lo.tls = ic->tls;
@@ -351,24 +411,40 @@ static int io_attach(void *arg, int local_fd, struct xp_conn *c, const struct xp
 	return 0;
 }
 
-static void io_link_abort(void *io, struct xp_link *l)
+/* A link is the DPDK hop's or the io_uring pool's. */
+static void io_link_abort(void *arg, struct xp_link *l)
 {
-	xp_link_abort(l);
+	struct xp_io *io = arg;
+
+	if (xp_dhop_owns(io->dhop, l))
+		xp_dhop_link_abort(l);
+	else
+		xp_link_abort(l);
 }
 
-static void io_link_bytes(void *io, const struct xp_link *l, uint64_t out[2])
+static void io_link_bytes(void *arg, const struct xp_link *l, uint64_t out[2])
 {
-	xp_link_bytes(l, out);
+	struct xp_io *io = arg;
+
+	if (xp_dhop_owns(io->dhop, l))
+		xp_dhop_link_bytes(l, out);
+	else
+		xp_link_bytes(l, out);
 }
 
-static uint64_t io_link_shaped_ns(void *io, const struct xp_link *l)
+static uint64_t io_link_shaped_ns(void *arg, const struct xp_link *l)
 {
-	return xp_link_shaped_ns(l);
+	struct xp_io *io = arg;
+
+	return xp_dhop_owns(io->dhop, l) ? xp_dhop_link_shaped_ns(l) : xp_link_shaped_ns(l);
 }
 
-static void io_link_set_pacing(void *io, struct xp_link *l, uint64_t rate)
+static void io_link_set_pacing(void *arg, struct xp_link *l, uint64_t rate)
 {
-	xp_link_set_pacing(l, rate);
+	struct xp_io *io = arg;
+
+	if (!xp_dhop_owns(io->dhop, l))
+		xp_link_set_pacing(l, rate);
 }
 
 const struct xp_io_ops xp_io_ops = {
@@ -418,12 +494,25 @@ int xp_io_new(struct xp_loop *loop, const struct xp_pool_conf *pool, struct xp_t
 	return 0;
 }
 
+void xp_io_set_dhop(struct xp_io *io, struct xp_dhop *d)
+{
+	io->dhop = d;
+}
+
+struct xp_dhop *xp_io_dhop(const struct xp_io *io)
+{
+	return io->dhop;
+}
+
 void xp_io_stop(struct xp_io *io)
 {
 	xp_watch_del(io->pool_w);
 	io->pool_w = NULL;
 	xp_pool_free(io->pool);
 	io->pool = NULL;
+	xp_watch_del(io->dhop_w);
+	io->dhop_w = NULL;
+	xp_dhop_stop(io->dhop);
 }
 
 void xp_io_free(struct xp_io *io)
@@ -431,5 +520,6 @@ void xp_io_free(struct xp_io *io)
 	if (!io)
 		return;
 	xp_io_stop(io);
+	xp_dhop_free(io->dhop);
 	free(io);
 }

@@ -16,6 +16,7 @@
 
 struct xp_io;
 struct xp_tls;
+struct xp_dhop;
 
 /*
  * A node-hop connection while it is set up: its socket, and its TLS session once the handshake
@@ -57,6 +58,9 @@ struct xp_io_info {
 	/* With TLS: why this node cannot connect as a TLS client (its client certificate is
 	 * for servers only), or NULL. */
 	const char *tls_client_problem;
+	/* The DPDK node hop's address (host order) and UDP port; 0: none (--dpdk not given). */
+	uint32_t dpdk_ip;
+	uint16_t dpdk_port;
 };
 
 /*
@@ -144,6 +148,9 @@ extern const struct xp_io_ops xp_io_ops;
 /* tls is not owned and must outlive the io. The pool starts in start(). */
 int xp_io_new(struct xp_loop *loop, const struct xp_pool_conf *pool, struct xp_tls *tls,
 	      struct xp_io **ret);
+/* Gives the io the DPDK node hop (xp_dhop.h), before start(); the io owns it from then on. */
+void xp_io_set_dhop(struct xp_io *io, struct xp_dhop *d);
+struct xp_dhop *xp_io_dhop(const struct xp_io *io);
 /* Joins the workers: every link's sockets close, and no done callback follows. Idempotent. */
 void xp_io_stop(struct xp_io *io);
 /* Stops it first. Takes NULL. */

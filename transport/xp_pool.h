@@ -78,6 +78,16 @@ struct xp_link_opts {
 	 * a TLS peer's TCP FIN without close_notify is an end of stream, not a truncation.
 	 */
 	bool raw;
+	/*
+	 * xp_io only: carry the link over the DPDK node hop instead (ip 0: not), to the peer's
+	 * DPDK address (host order), as the stream both nodes agreed on. Buckets and taps apply
+	 * there too; pacing (a TCP socket option) does not.
+	 */
+	struct {
+		uint32_t ip;
+		uint16_t port;
+		uint32_t stream;
+	} dpdk;
 };
 
 /* Runs on the control thread, from xp_pool_reap(). The link is gone when it returns. */

@@ -239,6 +239,28 @@ size_t xp_rel_write(struct xp_rel *r, const void *buf, size_t len)
 	return len;
 }
 
+/* The bytes of a ring of size cap from offset off, len of them, as up to two spans. */
+static size_t ring_spans(uint8_t *ring, uint64_t cap, uint64_t off, size_t len, struct iovec iov[2])
+{
+	size_t at = off % cap, first = len < cap - at ? len : cap - at;
+
+	iov[0] = (struct iovec){ ring + at, first };
+	iov[1] = (struct iovec){ ring, len - first };
+	return len;
+}
+
+size_t xp_rel_write_space(struct xp_rel *r, struct iovec iov[2])
+{
+	uint64_t room = r->shut ? 0 : r->cfg.sndbuf - (r->snd_end - r->snd_una);
+
+	return ring_spans(r->sbuf, r->cfg.sndbuf, r->snd_end, room, iov);
+}
+
+void xp_rel_write_commit(struct xp_rel *r, size_t n)
+{
+	r->snd_end += n;
+}
+
 void xp_rel_shutdown(struct xp_rel *r)
 {
 	r->shut = true;
@@ -265,18 +287,29 @@ static uint64_t window(const struct xp_rel *r)
 size_t xp_rel_read(struct xp_rel *r, void *buf, size_t len)
 {
 	uint64_t avail = data_end(r) - r->rd;
-	uint64_t before = window(r);
 
 	if (len > avail)
 		len = avail;
 	ring_copy(r->rbuf, r->cfg.rcvbuf, r->rd, buf, len, false);
-	r->rd += len;
-	r->st.bytes_delivered += len;
-	/* A window that opened from under a frame, or by half the buffer, is told at once. */
-	if (len && ((before < r->cfg.mss && window(r) >= r->cfg.mss) ||
-		    r->rd + r->cfg.rcvbuf >= r->adv_right + r->cfg.rcvbuf / 2))
-		r->ack_now = true;
+	xp_rel_read_commit(r, len);
 	return len;
+}
+
+size_t xp_rel_read_space(struct xp_rel *r, struct iovec iov[2])
+{
+	return ring_spans(r->rbuf, r->cfg.rcvbuf, r->rd, data_end(r) - r->rd, iov);
+}
+
+void xp_rel_read_commit(struct xp_rel *r, size_t n)
+{
+	uint64_t before = window(r);
+
+	r->rd += n;
+	r->st.bytes_delivered += n;
+	/* A window that opened from under a frame, or by half the buffer, is told at once. */
+	if (n && ((before < r->cfg.mss && window(r) >= r->cfg.mss) ||
+		  r->rd + r->cfg.rcvbuf >= r->adv_right + r->cfg.rcvbuf / 2))
+		r->ack_now = true;
 }
 
 bool xp_rel_eof(const struct xp_rel *r)

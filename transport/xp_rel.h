@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 /*
  * A frame, all fields big-endian, carried in one UDP datagram (doc/design.md, "The DPDK node
@@ -104,6 +105,11 @@ void xp_rel_free(struct xp_rel *r);
 
 /* Sending: copies up to len bytes into the send buffer; returns how many fitted. */
 size_t xp_rel_write(struct xp_rel *r, const void *buf, size_t len);
+/* The same without a copy, for readv() straight into the send buffer: up to two spans of free
+ * room (iov[1] may be empty), their total returned; xp_rel_write_commit() takes the first n of
+ * those bytes as written (n at most that total). After a shutdown there is no room. */
+size_t xp_rel_write_space(struct xp_rel *r, struct iovec iov[2]);
+void xp_rel_write_commit(struct xp_rel *r, size_t n);
 /* No more writes: a FIN follows the data. */
 void xp_rel_shutdown(struct xp_rel *r);
 /* Every byte written and the FIN were acknowledged. */
@@ -111,6 +117,10 @@ bool xp_rel_send_done(const struct xp_rel *r);
 
 /* Receiving: copies out up to len bytes that arrived in order; returns how many. */
 size_t xp_rel_read(struct xp_rel *r, void *buf, size_t len);
+/* The same without a copy, for writev() straight from the receive buffer: up to two spans of
+ * in-order bytes, their total returned; xp_rel_read_commit() takes the first n as read. */
+size_t xp_rel_read_space(struct xp_rel *r, struct iovec iov[2]);
+void xp_rel_read_commit(struct xp_rel *r, size_t n);
 /* The peer's FIN arrived and every byte before it was read. */
 bool xp_rel_eof(const struct xp_rel *r);
 

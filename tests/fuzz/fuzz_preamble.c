@@ -96,30 +96,32 @@ static void fuzz_preamble(const uint8_t *data, size_t size)
 
 static void fuzz_reply(const uint8_t *data, size_t size)
 {
-	size_t max = size < PX_REPLY_LEN + 1 ? size : PX_REPLY_LEN + 1;
+	size_t max = size < PX_REPLY_DPDK_LEN + 1 ? size : PX_REPLY_DPDK_LEN + 1;
+	bool dpdk = size >= PX_REPLY_LEN && data[6] == 0 && data[7] == PX_OK_DPDK;
 
 	for (size_t len = 0; len <= max; len++) {
-		uint8_t *copy = malloc(len ? len : 1), buf[PX_REPLY_LEN];
+		uint8_t *copy = malloc(len ? len : 1), buf[PX_REPLY_DPDK_LEN];
 		enum px_status st = (enum px_status)0x7777;
+		struct px_dpdk d = { 0 };
 		int r;
 
 		FUZZ_CHECK(copy != NULL);
 		memcpy(copy, data, len);
-		r = px_reply_decode(copy, len, &st);
+		r = px_reply_decode(copy, len, &st, &d);
 		free(copy);
-		if (len < PX_REPLY_LEN) {
-			FUZZ_CHECK(r == 0);
+		if (len < (dpdk ? PX_REPLY_DPDK_LEN : PX_REPLY_LEN) && r == 0) {
 			FUZZ_CHECK(st == (enum px_status)0x7777);
 			continue;
 		}
 		if (r == -EBADMSG) {
 			FUZZ_CHECK(st == (enum px_status)0x7777);
-			FUZZ_CHECK(memcmp(data, "VMGR\0\1", 6) != 0);
+			FUZZ_CHECK(memcmp(data, "VMGR\0\1", 6) != 0 || dpdk);
 			continue;
 		}
-		FUZZ_CHECK(r == PX_REPLY_LEN);
-		px_reply_encode(st, buf);
-		FUZZ_CHECK(memcmp(buf, data, PX_REPLY_LEN) == 0);
+		FUZZ_CHECK(r == (dpdk ? PX_REPLY_DPDK_LEN : PX_REPLY_LEN));
+		FUZZ_CHECK(!dpdk || (d.ip && d.port && d.stream));
+		px_reply_encode(st, &d, buf);
+		FUZZ_CHECK(memcmp(buf, data, (size_t)r) == 0);
 	}
 }
 

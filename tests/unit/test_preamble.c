@@ -337,17 +337,65 @@ static void test_reply_round_trip(void **state)
 	uint8_t buf[PX_REPLY_LEN];
 	enum px_status st;
 
-	for (int s = PX_OK; s <= PX_ERR_LIMIT; s++) {
-		px_reply_encode(s, buf);
+	for (int s = PX_OK; s <= PX_ERR_AUTH; s++) {
+		assert_int_equal(px_reply_encode(s, NULL, buf), PX_REPLY_LEN);
 		assert_memory_equal(buf, ok_wire, 6);
 		assert_int_equal(buf[6], 0);
 		assert_int_equal(buf[7], s);
 		for (size_t len = 0; len < PX_REPLY_LEN; len++)
-			assert_int_equal(px_reply_decode(buf, len, &st), 0);
+			assert_int_equal(px_reply_decode(buf, len, &st, NULL), 0);
 		st = (enum px_status) - 1;
-		assert_int_equal(px_reply_decode(buf, PX_REPLY_LEN, &st), PX_REPLY_LEN);
+		assert_int_equal(px_reply_decode(buf, PX_REPLY_LEN, &st, NULL), PX_REPLY_LEN);
 		assert_int_equal(st, s);
 	}
+}
+
+/* The DPDK node hop: the source's offer in the preamble, the target's address in the reply. */
+static void test_dpdk_round_trip(void **state)
+{
+	struct px_preamble p = { .version = PX_PROTO_VERSION,
+				 .port = 3,
+				 .seq = 9,
+				 .has_secret = true,
+				 .dpdk = { .ip = 0x0a000001, .port = 4790, .stream = 77 } };
+	struct px_dpdk d = { .ip = 0x0a000002, .port = 4791, .stream = 0x80000005 }, got = { 0 };
+	uint8_t buf[PX_PREAMBLE_MAX], r[PX_REPLY_DPDK_LEN];
+	struct px_preamble q;
+	enum px_status st;
+	int n;
+
+	strcpy(p.key, "m1");
+	memset(p.secret, 0xab, sizeof(p.secret));
+	n = px_preamble_encode(&p, buf, sizeof(buf));
+	assert_int_equal(n, PX_PREAMBLE_FIXED + 2 + PX_SECRET_LEN + PX_DPDK_LEN);
+	for (int len = 0; len < n; len++)
+		assert_int_equal(px_preamble_decode(buf, (size_t)len, &q), 0);
+	assert_int_equal(px_preamble_decode(buf, (size_t)n, &q), n);
+	assert_int_equal(q.dpdk.ip, 0x0a000001);
+	assert_int_equal(q.dpdk.port, 4790);
+	assert_int_equal(q.dpdk.stream, 77);
+	assert_memory_equal(q.secret, p.secret, PX_SECRET_LEN);
+	/* a zero stream id or pad is malformed */
+	buf[n - 1] = 0;
+	assert_int_equal(px_preamble_decode(buf, (size_t)n, &q), -PX_ERR_MALFORMED);
+	/* no offer: no flag, no bytes */
+	memset(&p.dpdk, 0, sizeof(p.dpdk));
+	assert_int_equal(px_preamble_encode(&p, buf, sizeof(buf)),
+			 PX_PREAMBLE_FIXED + 2 + PX_SECRET_LEN);
+	assert_int_equal(px_preamble_decode(buf, sizeof(buf), &q),
+			 PX_PREAMBLE_FIXED + 2 + PX_SECRET_LEN);
+	assert_int_equal(q.dpdk.ip, 0);
+
+	assert_int_equal(px_reply_encode(PX_OK_DPDK, &d, r), PX_REPLY_DPDK_LEN);
+	for (size_t len = 0; len < PX_REPLY_DPDK_LEN; len++)
+		assert_int_equal(px_reply_decode(r, len, &st, &got), 0);
+	assert_int_equal(px_reply_decode(r, sizeof(r), &st, &got), PX_REPLY_DPDK_LEN);
+	assert_int_equal(st, PX_OK_DPDK);
+	assert_int_equal(got.ip, d.ip);
+	assert_int_equal(got.port, d.port);
+	assert_int_equal(got.stream, d.stream);
+	r[PX_REPLY_LEN] = r[PX_REPLY_LEN + 1] = r[PX_REPLY_LEN + 2] = r[PX_REPLY_LEN + 3] = 0;
+	assert_int_equal(px_reply_decode(r, sizeof(r), &st, &got), -EBADMSG);
 }
 
 static void test_reply_bad(void **state)
@@ -355,18 +403,18 @@ static void test_reply_bad(void **state)
 	uint8_t buf[PX_REPLY_LEN];
 	enum px_status st = PX_ERR_SHUTDOWN;
 
-	px_reply_encode(PX_OK, buf);
+	px_reply_encode(PX_OK, NULL, buf);
 	buf[0] ^= 1;
-	assert_int_equal(px_reply_decode(buf, PX_REPLY_LEN, &st), -EBADMSG);
-	px_reply_encode(PX_OK, buf);
+	assert_int_equal(px_reply_decode(buf, PX_REPLY_LEN, &st, NULL), -EBADMSG);
+	px_reply_encode(PX_OK, NULL, buf);
 	buf[3] = 'P'; /* the preamble's magic */
-	assert_int_equal(px_reply_decode(buf, PX_REPLY_LEN, &st), -EBADMSG);
-	px_reply_encode(PX_OK, buf);
+	assert_int_equal(px_reply_decode(buf, PX_REPLY_LEN, &st, NULL), -EBADMSG);
+	px_reply_encode(PX_OK, NULL, buf);
 	buf[5] = 2;
-	assert_int_equal(px_reply_decode(buf, PX_REPLY_LEN, &st), -EBADMSG);
-	px_reply_encode(PX_OK, buf);
+	assert_int_equal(px_reply_decode(buf, PX_REPLY_LEN, &st, NULL), -EBADMSG);
+	px_reply_encode(PX_OK, NULL, buf);
 	buf[4] = 1;
-	assert_int_equal(px_reply_decode(buf, PX_REPLY_LEN, &st), -EBADMSG);
+	assert_int_equal(px_reply_decode(buf, PX_REPLY_LEN, &st, NULL), -EBADMSG);
 	/* *ret untouched on failure. */
 	assert_int_equal(st, PX_ERR_SHUTDOWN);
 }
@@ -422,6 +470,7 @@ int main(void)
 		cmocka_unit_test(test_encode_key_too_long),
 		cmocka_unit_test(test_secret_round_trip),
 		cmocka_unit_test(test_reply_round_trip),
+		cmocka_unit_test(test_dpdk_round_trip),
 		cmocka_unit_test(test_reply_bad),
 		cmocka_unit_test(test_key_valid),
 		cmocka_unit_test(test_status_str),

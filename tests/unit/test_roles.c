@@ -144,7 +144,7 @@ static int reply_of(const struct fake_conn *c)
 
 	if (c->out_len < PX_REPLY_LEN)
 		return -1;
-	assert_int_equal(px_reply_decode(c->out, PX_REPLY_LEN, &st), PX_REPLY_LEN);
+	assert_int_equal(px_reply_decode(c->out, PX_REPLY_LEN, &st, NULL), PX_REPLY_LEN);
 	return (int)st;
 }
 
@@ -194,7 +194,7 @@ static void answer(struct t *t, struct fake_conn *c, enum px_status st)
 {
 	uint8_t r[PX_REPLY_LEN];
 
-	px_reply_encode(st, r);
+	px_reply_encode(st, NULL, r);
 	fake_feed(c, r, sizeof(r));
 	fake_settle(&t->f);
 }

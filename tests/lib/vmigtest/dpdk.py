@@ -97,3 +97,16 @@ def short(r):
             'timeouts', 'dropped_by_test', 'duplicated_by_test', 'reordered_by_test',
             'refused_frames', 'seal_forged', 'seal_replayed', 'refused', 'output')
     return {k: r[k] for k in keys if k in r}
+
+
+def daemon_ready(vmigd=None):
+    """Skip unless vmigd was built with DPDK and DPDK has the net_memif PMD."""
+    from .daemons import find_binaries
+    if vmigd is None:
+        vmigd, _ = find_binaries()
+    proc = subprocess.run([vmigd, '--no-tls', '--dpdk', 'x', '--dpdk-address', '10.0.0.1/24',
+                           '-n'], capture_output=True, text=True)
+    if 'built without DPDK' in proc.stderr:
+        raise Skip('vmigd was built without DPDK (meson setup -Ddpdk=enabled)')
+    if not glob.glob('/usr/lib/*/dpdk/pmds-*/librte_net_memif.so*'):
+        raise Skip('DPDK has no net_memif PMD here')

@@ -183,15 +183,17 @@ def probe_tls_accepted(ns, address, port, cert=None, key=None, ca=None):
 
 
 class Sniffer:
-    """Captures the TCP payload to and from `port` on interface ifname of namespace ns (an
-    AF_PACKET socket, so root only), up to limit bytes, while the with-block runs: to check what
-    crosses the node hop. .payload: the bytes, segments concatenated in capture order; .packets:
-    how many segments with payload were seen. Packets the socket drops are simply missing."""
+    """Captures the TCP payload (udp=True: the UDP payload) to and from `port` on interface
+    ifname of namespace ns (an AF_PACKET socket, so root only), up to limit bytes, while the
+    with-block runs: to check what crosses the node hop. .payload: the bytes, segments
+    concatenated in capture order; .packets: how many segments with payload were seen. Packets
+    the socket drops are simply missing."""
 
     ETH_P_ALL, ETH_P_IP = 0x0003, 0x0800
 
-    def __init__(self, ns, ifname, port, limit=2 << 20):
+    def __init__(self, ns, ifname, port, limit=2 << 20, udp=False):
         self.ns, self.ifname, self.port, self.limit = ns, ifname, port, limit
+        self.proto = 17 if udp else 6
         self.payload, self.packets = bytearray(), 0
         self._sock = self._thread = None
         self._stop = threading.Event()
@@ -224,7 +226,7 @@ class Sniffer:
             if n < 34 or struct.unpack_from('>H', buf, 12)[0] != self.ETH_P_IP:
                 continue
             ihl = (buf[14] & 0x0F) * 4
-            if buf[23] != 6:                              # not TCP
+            if buf[23] != self.proto:                     # not TCP (or UDP)
                 continue
             total = struct.unpack_from('>H', buf, 16)[0] or (n - 14)
             end = min(n, 14 + total)
@@ -234,7 +236,7 @@ class Sniffer:
             sport, dport = struct.unpack_from('>HH', buf, tcp)
             if self.port not in (sport, dport):
                 continue
-            data = tcp + (buf[tcp + 12] >> 4) * 4
+            data = tcp + (8 if self.proto == 17 else (buf[tcp + 12] >> 4) * 4)
             if end > data:
                 self.payload += view[data:end]
                 self.packets += 1

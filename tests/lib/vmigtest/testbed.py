@@ -60,6 +60,11 @@ class Testbed:
         self.workdir = tempfile.mkdtemp(prefix='vmig-', dir='/tmp')
         try:
             self.net.__enter__()
+            # Arguments may name the veth ends, known only now: {source_if}, {target_if}.
+            for side, args in self.daemon_args.items():
+                self.daemon_args[side] = [
+                    a.replace('{source_if}', self.net.source_if or '')
+                     .replace('{target_if}', self.net.target_if or '') for a in args]
             os.makedirs(self.path('src'))
             os.makedirs(self.path('dst'))
             if any(v is True for v in self.tls.values()) and self.pki is None:

@@ -1,0 +1,730 @@
+// SPDX-License-Identifier: Apache-2.0
+/* The daemon's DPDK node hop (xp_dhop.h): one thread owns the port and the sessions; the control
+ * thread hands it links through a slot table under a mutex and reaps ended ones through an
+ * eventfd. Each link is an xp_hop peer of its own, keyed from its own TLS session. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util.h"
+#include "xp_bucket.h"
+#include "xp_dhop.h"
+#include "xp_dpdk.h"
+#include "xp_hop.h"
+#include "xp_rel.h"
+
+/* Rounds with nothing moved before the thread sleeps, and how long: short at first (a stream
+ * between bursts), up to a millisecond once it has been idle a while. */
+#define IDLE_ROUNDS	64
+#define IDLE_LONG	4096
+#define SLEEP_SHORT_NS	50000
+#define SLEEP_LONG_NS	1000000
+#define SLEEP_NOLINK_NS 10000000
+/* A link whose peer sent no frame this long while it had bytes out ends with an error. */
+#define PEER_SILENT_US (15 * 1000000ull)
+
+enum slot_state {
+	S_FREE,
+	S_NEW,	 /* attached, the thread has not taken it yet */
+	S_LIVE,	 /* the thread's */
+	S_ENDED, /* ended, waiting to be reaped */
+};
+
+struct xp_link {
+	struct xp_dhop *d;
+	enum slot_state st; /* under d->mu */
+	struct xp_dhop_link_conf c;
+	bool sealed;
+	uint8_t tx[XP_SEAL_SECRET], rx[XP_SEAL_SECRET];
+	atomic_bool abort;
+	_Atomic uint64_t bytes[2]; /* [0]: local socket to the peer, [1]: the peer to it */
+	_Atomic uint64_t shaped_ns;
+	/* the thread's */
+	struct xp_hop_peer *peer;
+	struct xp_rel *rel;
+	bool local_in_done, local_out_done, tcp_gone;
+	uint64_t last_heard_us, last_frames_in;
+	uint64_t held_until_ns; /* the buckets had nothing for the local socket until then */
+	struct xp_link_result res;
+};
+
+/* Tests' damage to arriving frames (xp_dhop_conf's *_pct). */
+struct impair {
+	uint32_t rng;
+	uint8_t held[2048], copy[2048];
+	size_t held_len;
+	_Atomic uint64_t dropped, duplicated, reordered;
+};
+
+struct xp_dhop {
+	struct xp_dhop_conf conf;
+	struct xp_dpdk *port;
+	xp_hop_rx_fn rx_fn; /* during a poll: the hop's */
+	void *rx_arg;
+	struct impair im;
+	struct xp_hop *hop;
+	uint32_t ip;
+	struct xp_link *links;
+	pthread_mutex_t mu;
+	pthread_t thread;
+	bool running;
+	atomic_bool stop;
+	int efd;  /* the thread tells the control thread: links ended */
+	int epfd; /* the thread sleeps on local sockets and the TCP connections */
+	xp_link_done_fn done;
+	void *done_arg;
+	/* of links already ended, added to the live ones' by xp_dhop_stats() */
+	struct xp_hop_peer_stats gone;
+	_Atomic uint64_t polls, sleeps;
+	struct xp_hop_peer_stats live; /* refreshed by the thread, under mu */
+};
+
+static uint64_t now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+/* The hop's port ops over xp_dpdk (zero copy, bursts); port is the xp_dhop. */
+static void on_rx(void *arg, uint32_t ip, uint16_t port, uint8_t *data, size_t len)
+{
+	struct xp_dhop *d = arg;
+	struct impair *im = &d->im;
+
+	if (!d->conf.loss_pct && !d->conf.dup_pct && !d->conf.reorder_pct) {
+		d->rx_fn(d->rx_arg, ip, port, data, len);
+		return;
+	}
+	/* tests only: a linear congruential draw per decision */
+	im->rng = im->rng * 1103515245 + 12345;
+	if ((im->rng >> 16) % 100 < d->conf.loss_pct) {
+		im->dropped++;
+		return;
+	}
+	im->rng = im->rng * 1103515245 + 12345;
+	if (!im->held_len && len <= sizeof(im->held) &&
+	    (im->rng >> 16) % 100 < d->conf.reorder_pct) {
+		memcpy(im->held, data, len);
+		im->held_len = len;
+		im->reordered++;
+		return;
+	}
+	im->rng = im->rng * 1103515245 + 12345;
+	if (len <= sizeof(im->copy) && (im->rng >> 16) % 100 < d->conf.dup_pct) {
+		/* a frame is opened in place: each delivery gets its own bytes */
+		memcpy(im->copy, data, len);
+		d->rx_fn(d->rx_arg, ip, port, im->copy, len);
+		im->duplicated++;
+	}
+	d->rx_fn(d->rx_arg, ip, port, data, len);
+	if (im->held_len) {
+		size_t n = im->held_len;
+
+		im->held_len = 0;
+		d->rx_fn(d->rx_arg, ip, port, im->held, n);
+	}
+}
+
+static int port_send(void *port, uint32_t ip, uint16_t udp_port, const void *data, size_t len,
+		     uint64_t now)
+{
+	return xp_dpdk_send(((struct xp_dhop *)port)->port, ip, udp_port, data, len, now);
+}
+
+static int port_poll(void *port, xp_hop_rx_fn fn, void *arg)
+{
+	struct xp_dhop *d = port;
+
+	d->rx_fn = fn;
+	d->rx_arg = arg;
+	return xp_dpdk_poll(d->port, on_rx, d);
+}
+
+static int port_frame(void *port, uint32_t ip, uint64_t now, uint8_t **buf, size_t *cap)
+{
+	return xp_dpdk_frame(((struct xp_dhop *)port)->port, ip, now, buf, cap);
+}
+
+static int port_frame_send(void *port, uint16_t udp_port, size_t len, bool sealed)
+{
+	return xp_dpdk_frame_send(((struct xp_dhop *)port)->port, udp_port, len, sealed);
+}
+
+static int port_flush(void *port)
+{
+	return xp_dpdk_flush(((struct xp_dhop *)port)->port);
+}
+
+static const struct xp_hop_port_ops dpdk_port_ops = {
+	.send = port_send,
+	.poll = port_poll,
+	.frame = port_frame,
+	.frame_send = port_frame_send,
+	.flush = port_flush,
+};
+
+static int parse_ip(const char *address, uint32_t *ip)
+{
+	unsigned int a, b, c, e, plen;
+	char tail;
+
+	if (sscanf(address, "%u.%u.%u.%u/%u%c", &a, &b, &c, &e, &plen, &tail) != 5 || a > 255 ||
+	    b > 255 || c > 255 || e > 255 || plen > 32)
+		return -EINVAL;
+	*ip = a << 24 | b << 16 | c << 8 | e;
+	return 0;
+}
+
+int xp_dhop_new(const struct xp_dhop_conf *conf, struct xp_dhop **ret, char *err, size_t errlen)
+{
+	struct xp_dpdk_conf pc = { .eal = conf->eal,
+				   .address = conf->address,
+				   .udp_port = conf->udp_port };
+	struct xp_hop_conf hc = { .ops = &dpdk_port_ops, .max_streams = 1 };
+	struct xp_dhop *d;
+	cpu_set_t cpus;
+	size_t payload;
+	int r;
+
+	err[0] = '\0';
+	if (!conf->max_links || !conf->udp_port || conf->link_buffer < 65536) {
+		snprintf(err, errlen, "bad DPDK hop settings");
+		return -EINVAL;
+	}
+	d = calloc(1, sizeof(*d));
+	if (!d)
+		return -ENOMEM;
+	d->conf = *conf;
+	d->efd = d->epfd = -1;
+	pthread_mutex_init(&d->mu, NULL);
+	r = parse_ip(conf->address, &d->ip);
+	if (r < 0) {
+		snprintf(err, errlen, "--dpdk-address %s: not ADDR/PREFIX", conf->address);
+		goto fail;
+	}
+	r = -ENOMEM;
+	d->links = calloc(conf->max_links, sizeof(*d->links));
+	if (!d->links)
+		goto fail;
+	d->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	d->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (d->efd < 0 || d->epfd < 0) {
+		r = -errno;
+		goto fail;
+	}
+	/* EAL pins the calling thread to its main lcore, and every thread started later would
+	 * inherit that: the control thread and the io_uring workers keep the CPUs they had. */
+	sched_getaffinity(0, sizeof(cpus), &cpus);
+	r = xp_dpdk_open(&pc, &d->port, err, errlen);
+	sched_setaffinity(0, sizeof(cpus), &cpus);
+	if (r < 0)
+		goto fail;
+	payload = xp_dpdk_max_payload(d->port);
+	/* a frame is header, SACK blocks, payload and tag; whole 8-byte words of payload */
+	hc.mss = (uint32_t)((payload - XP_REL_MAX_HDR - XP_SEAL_TAG) & ~(size_t)7);
+	hc.port = d;
+	d->im.rng = (uint32_t)now_us();
+	hc.max_peers = conf->max_links;
+	r = xp_hop_new(&hc, &d->hop);
+	if (r < 0) {
+		snprintf(err, errlen, "DPDK hop sessions: %s", strerror(-r));
+		goto fail;
+	}
+	for (unsigned int i = 0; i < conf->max_links; i++)
+		d->links[i].d = d;
+	*ret = d;
+	return 0;
+fail:
+	xp_dhop_free(d);
+	return r;
+}
+
+int xp_dhop_event_fd(const struct xp_dhop *d)
+{
+	return d->efd;
+}
+
+uint32_t xp_dhop_ip(const struct xp_dhop *d)
+{
+	return d->ip;
+}
+
+uint16_t xp_dhop_port(const struct xp_dhop *d)
+{
+	return d->conf.udp_port;
+}
+
+bool xp_dhop_owns(const struct xp_dhop *d, const struct xp_link *l)
+{
+	return d && l >= d->links && l < d->links + d->conf.max_links;
+}
+
+void xp_dhop_link_abort(struct xp_link *l)
+{
+	atomic_store(&l->abort, true);
+}
+
+uint64_t xp_dhop_link_shaped_ns(const struct xp_link *l)
+{
+	return atomic_load_explicit(&l->shaped_ns, memory_order_relaxed);
+}
+
+void xp_dhop_link_bytes(const struct xp_link *l, uint64_t out[2])
+{
+	out[0] = atomic_load_explicit(&l->bytes[0], memory_order_relaxed);
+	out[1] = atomic_load_explicit(&l->bytes[1], memory_order_relaxed);
+}
+
+static void stats_add(struct xp_hop_peer_stats *to, const struct xp_hop_peer_stats *s)
+{
+	to->frames_in += s->frames_in;
+	to->frames_out += s->frames_out;
+	to->port_busy += s->port_busy;
+	to->forged += s->forged;
+	to->replayed += s->replayed;
+	to->too_old += s->too_old;
+	to->malformed += s->malformed;
+	to->unknown_stream += s->unknown_stream;
+	to->retransmitted_frames += s->retransmitted_frames;
+	to->timeouts += s->timeouts;
+	to->fast_recoveries += s->fast_recoveries;
+}
+
+void xp_dhop_stats(const struct xp_dhop *d, struct xp_dhop_stats *st)
+{
+	struct xp_hop_peer_stats ps = { 0 };
+	struct xp_dpdk_stats ds;
+
+	pthread_mutex_lock((pthread_mutex_t *)&d->mu);
+	stats_add(&ps, &d->gone);
+	stats_add(&ps, &d->live);
+	st->unknown_peer = xp_hop_unknown_peer(d->hop);
+	pthread_mutex_unlock((pthread_mutex_t *)&d->mu);
+	xp_dpdk_stats(d->port, &ds);
+	st->rx_frames = ds.rx_frames;
+	st->tx_frames = ds.tx_frames;
+	st->tx_bursts = ds.tx_bursts;
+	st->arp_learned = ds.arp_learned;
+	st->retransmitted_frames = ps.retransmitted_frames;
+	st->timeouts = ps.timeouts;
+	st->fast_recoveries = ps.fast_recoveries;
+	st->forged = ps.forged;
+	st->replayed = ps.replayed;
+	st->too_old = ps.too_old;
+	st->malformed = ps.malformed;
+	st->unknown_stream = ps.unknown_stream;
+	st->polls = atomic_load(&d->polls);
+	st->sleeps = atomic_load(&d->sleeps);
+	st->dropped_by_test = atomic_load(&d->im.dropped);
+	st->duplicated_by_test = atomic_load(&d->im.duplicated);
+	st->reordered_by_test = atomic_load(&d->im.reordered);
+}
+
+int xp_dhop_attach(struct xp_dhop *d, const struct xp_dhop_link_conf *c, struct xp_link **ret)
+{
+	struct xp_link *l = NULL;
+	int r = 0;
+
+	if (!c->stream || !c->peer_ip || !c->tx_secret != !c->rx_secret)
+		return -EINVAL;
+	if (fcntl(c->local_fd, F_SETFL, fcntl(c->local_fd, F_GETFL) | O_NONBLOCK) < 0)
+		return -errno;
+	pthread_mutex_lock(&d->mu);
+	for (unsigned int i = 0; i < d->conf.max_links && r == 0; i++) {
+		struct xp_link *x = &d->links[i];
+
+		if (x->st == S_FREE && !l)
+			l = x;
+		else if (x->st != S_FREE && x->c.peer_ip == c->peer_ip && x->c.stream == c->stream)
+			r = -EEXIST;
+	}
+	if (!r && !l)
+		r = -EBUSY;
+	if (!r) {
+		memset((char *)l + sizeof(l->d), 0, sizeof(*l) - sizeof(l->d));
+		l->c = *c;
+		l->sealed = c->tx_secret != NULL;
+		if (l->sealed) {
+			memcpy(l->tx, c->tx_secret, XP_SEAL_SECRET);
+			memcpy(l->rx, c->rx_secret, XP_SEAL_SECRET);
+		}
+		l->c.tx_secret = l->c.rx_secret = NULL;
+		l->st = S_NEW;
+		*ret = l;
+	}
+	pthread_mutex_unlock(&d->mu);
+	return r;
+}
+
+/* The thread: a new link becomes a peer with one stream, and its sockets join the epoll set. */
+static void link_begin(struct xp_dhop *d, struct xp_link *l, uint64_t now)
+{
+	struct xp_hop_peer_conf pc = {
+		.ip = l->c.peer_ip,
+		.udp_port = l->c.peer_port,
+		.tx_secret = l->sealed ? l->tx : NULL,
+		.rx_secret = l->sealed ? l->rx : NULL,
+		.budget = d->conf.link_buffer,
+		.first_stream = l->c.stream,
+	};
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
+				  .data.ptr = l };
+	int r;
+
+	l->last_heard_us = now;
+	r = xp_hop_peer_add(d->hop, &pc, &l->peer);
+	if (!r)
+		r = xp_hop_stream_open(l->peer, l->c.stream, now, &l->rel);
+	explicit_bzero(l->tx, sizeof(l->tx));
+	explicit_bzero(l->rx, sizeof(l->rx));
+	if (!r && (epoll_ctl(d->epfd, EPOLL_CTL_ADD, l->c.local_fd, &ev) < 0 ||
+		   epoll_ctl(d->epfd, EPOLL_CTL_ADD, l->c.tcp_fd, &ev) < 0))
+		r = -errno;
+	if (r) {
+		l->res.end = XP_END_ERROR;
+		l->res.err = r;
+		l->res.err_side = 1;
+		snprintf(l->res.detail, sizeof(l->res.detail), "DPDK hop: cannot open the stream");
+	}
+}
+
+/* Shows the first n bytes of iov to direction dir's tap. */
+static void tap_feed(struct xp_link *l, unsigned int dir, const struct iovec iov[2], size_t n)
+{
+	size_t a = n < iov[0].iov_len ? n : iov[0].iov_len;
+
+	if (!l->c.tap_ops[dir])
+		return;
+	l->c.tap_ops[dir]->feed(l->c.tap_ctx[dir], iov[0].iov_base, a);
+	if (n > a)
+		l->c.tap_ops[dir]->feed(l->c.tap_ctx[dir], iov[1].iov_base, n - a);
+}
+
+/* How much of room the caps let the local socket's bytes have now (room when not capped). */
+static size_t shape(struct xp_link *l, size_t room)
+{
+	uint64_t now, wait = 0;
+	size_t grant;
+
+	if (!l->c.bucket[0] && !l->c.bucket[1])
+		return room;
+	now = vm_now_ns();
+	if (now < l->held_until_ns)
+		return 0;
+	grant = xp_bucket_take(l->c.bucket, room, now, &wait);
+	if (!grant) {
+		l->held_until_ns = now + wait;
+		atomic_fetch_add_explicit(&l->shaped_ns, wait, memory_order_relaxed);
+	}
+	return grant;
+}
+
+static void link_fail(struct xp_link *l, int err, int side, const char *detail)
+{
+	if (l->res.end != XP_END_CLEAN || l->res.err)
+		return; /* the first reason stands */
+	l->res.end = XP_END_ERROR;
+	l->res.err = err;
+	l->res.err_side = side;
+	snprintf(l->res.detail, sizeof(l->res.detail), "%s", detail);
+}
+
+/* The TCP connection is the link's liveness: its end or error, and anything on it is drained. */
+static void tcp_check(struct xp_link *l)
+{
+	char buf[512];
+	ssize_t k;
+
+	while ((k = recv(l->c.tcp_fd, buf, sizeof(buf), MSG_DONTWAIT)) > 0)
+		;
+	if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+		l->tcp_gone = true;
+}
+
+/* Moves what it can between the local socket and the stream; returns bytes moved. */
+static size_t link_io(struct xp_link *l)
+{
+	struct iovec iov[2];
+	size_t moved = 0, room;
+	ssize_t k;
+
+	while (!l->local_in_done && (room = xp_rel_write_space(l->rel, iov)) > 0) {
+		size_t grant = shape(l, room);
+
+		if (!grant)
+			break;
+		if (grant < iov[0].iov_len) {
+			iov[0].iov_len = grant;
+			iov[1].iov_len = 0;
+		} else {
+			iov[1].iov_len = grant - iov[0].iov_len;
+		}
+		k = readv(l->c.local_fd, iov, iov[1].iov_len ? 2 : 1);
+		if (grant != room)
+			xp_bucket_refund(l->c.bucket, grant - (k > 0 ? (size_t)k : 0));
+		room = grant;
+		if (k > 0) {
+			xp_rel_write_commit(l->rel, (size_t)k);
+			tap_feed(l, 0, iov, (size_t)k);
+			atomic_fetch_add_explicit(&l->bytes[0], (uint64_t)k, memory_order_relaxed);
+			moved += (size_t)k;
+			if ((size_t)k < room)
+				break;
+			continue;
+		}
+		if (k == 0) {
+			l->local_in_done = true;
+			xp_rel_shutdown(l->rel);
+		} else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+			link_fail(l, -errno, 0, "");
+		}
+		break;
+	}
+	while (!l->local_out_done && xp_rel_read_space(l->rel, iov) > 0) {
+		k = writev(l->c.local_fd, iov, iov[1].iov_len ? 2 : 1);
+		if (k > 0) {
+			tap_feed(l, 1, iov, (size_t)k);
+			xp_rel_read_commit(l->rel, (size_t)k);
+			atomic_fetch_add_explicit(&l->bytes[1], (uint64_t)k, memory_order_relaxed);
+			moved += (size_t)k;
+			continue;
+		}
+		if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+			link_fail(l, -errno, 0, "");
+		break;
+	}
+	if (!l->local_out_done && xp_rel_eof(l->rel)) {
+		shutdown(l->c.local_fd, SHUT_WR);
+		l->local_out_done = true;
+	}
+	return moved;
+}
+
+/* Whether the link has ended, and how: its result is filled in. */
+static bool link_ended(struct xp_dhop *d, struct xp_link *l, uint64_t now)
+{
+	struct xp_rel_stats rs;
+
+	if (l->res.end != XP_END_CLEAN || l->res.err)
+		return true;
+	if (atomic_load(&l->abort)) {
+		l->res.end = XP_END_ABORTED;
+		return true;
+	}
+	if (l->local_in_done && l->local_out_done && xp_rel_send_done(l->rel))
+		return true;
+	if (l->tcp_gone) {
+		/* The peer ends its link once it has every byte of ours and we have all of its. */
+		if (l->local_in_done && l->local_out_done)
+			return true;
+		link_fail(l, -ECONNRESET, 1,
+			  "the peer vmigd closed the node-hop connection before the stream ended");
+		return true;
+	}
+	xp_rel_stats(l->rel, &rs);
+	if (rs.frames_received != l->last_frames_in) {
+		l->last_frames_in = rs.frames_received;
+		l->last_heard_us = now;
+	} else if (now - l->last_heard_us > PEER_SILENT_US) {
+		link_fail(l, -ETIMEDOUT, 1, "no frame from the peer over DPDK for 15 s");
+		return true;
+	}
+	return false;
+}
+
+static void link_end(struct xp_dhop *d, struct xp_link *l)
+{
+	struct xp_hop_peer_stats ps;
+
+	xp_dhop_link_bytes(l, l->res.bytes);
+	l->res.shaped_ns = xp_dhop_link_shaped_ns(l);
+	epoll_ctl(d->epfd, EPOLL_CTL_DEL, l->c.local_fd, NULL);
+	epoll_ctl(d->epfd, EPOLL_CTL_DEL, l->c.tcp_fd, NULL);
+	if (l->res.end != XP_END_CLEAN)
+		/* a reset, so that QEMU and the peer see an error, not an end of stream */
+		setsockopt(l->c.tcp_fd, SOL_SOCKET, SO_LINGER,
+			   &(struct linger){ .l_onoff = 1, .l_linger = 0 }, sizeof(struct linger));
+	close(l->c.local_fd);
+	close(l->c.tcp_fd);
+	pthread_mutex_lock(&d->mu);
+	if (l->peer) {
+		xp_hop_peer_stats(l->peer, &ps);
+		stats_add(&d->gone, &ps);
+		xp_hop_peer_remove(d->hop, l->peer);
+		l->peer = NULL;
+		l->rel = NULL;
+	}
+	l->st = S_ENDED;
+	pthread_mutex_unlock(&d->mu);
+	eventfd_write(d->efd, 1);
+}
+
+static void refresh_live(struct xp_dhop *d)
+{
+	struct xp_hop_peer_stats sum = { 0 }, ps;
+
+	for (unsigned int i = 0; i < d->conf.max_links; i++)
+		if (d->links[i].st == S_LIVE && d->links[i].peer) {
+			xp_hop_peer_stats(d->links[i].peer, &ps);
+			stats_add(&sum, &ps);
+		}
+	pthread_mutex_lock(&d->mu);
+	d->live = sum;
+	pthread_mutex_unlock(&d->mu);
+}
+
+static void sleep_on(struct xp_dhop *d, uint64_t ns)
+{
+	struct epoll_event ev[16];
+	struct timespec ts = { (time_t)(ns / 1000000000), (long)(ns % 1000000000) };
+
+	/* woken by a socket or not, the next round looks at every link */
+	epoll_pwait2(d->epfd, ev, 16, &ts, NULL);
+	atomic_fetch_add_explicit(&d->sleeps, 1, memory_order_relaxed);
+}
+
+static void *dhop_thread(void *arg)
+{
+	struct xp_dhop *d = arg;
+	uint64_t idle = 0, last_refresh = 0;
+
+	while (!atomic_load(&d->stop)) {
+		uint64_t now = now_us(), deadline;
+		unsigned int live = 0;
+		size_t moved = 0;
+
+		atomic_fetch_add_explicit(&d->polls, 1, memory_order_relaxed);
+		for (unsigned int i = 0; i < d->conf.max_links; i++) {
+			struct xp_link *l = &d->links[i];
+			enum slot_state st;
+
+			pthread_mutex_lock(&d->mu);
+			st = l->st;
+			if (st == S_NEW)
+				l->st = S_LIVE;
+			pthread_mutex_unlock(&d->mu);
+			if (st == S_NEW) {
+				link_begin(d, l, now);
+				moved++;
+			} else if (st != S_LIVE) {
+				continue;
+			}
+			if (l->rel) {
+				tcp_check(l);
+				moved += link_io(l);
+			}
+			if (link_ended(d, l, now)) {
+				link_end(d, l);
+				continue;
+			}
+			live++;
+		}
+		moved += (size_t)xp_hop_step(d->hop, now);
+		if (now - last_refresh > 100000) {
+			refresh_live(d);
+			last_refresh = now;
+		}
+		if (moved) {
+			idle = 0;
+			continue;
+		}
+		if (!live) {
+			/* ARP for the next link's peer still gets an answer within this */
+			sleep_on(d, SLEEP_NOLINK_NS);
+			continue;
+		}
+		if (++idle <= IDLE_ROUNDS)
+			continue;
+		deadline = xp_hop_deadline(d->hop);
+		if (deadline > now + SLEEP_SHORT_NS / 1000) {
+			uint64_t ns = idle > IDLE_LONG ? SLEEP_LONG_NS : SLEEP_SHORT_NS;
+
+			if (deadline != UINT64_MAX && (deadline - now) * 1000 < ns)
+				ns = (deadline - now) * 1000;
+			sleep_on(d, ns);
+		}
+	}
+	return NULL;
+}
+
+int xp_dhop_start(struct xp_dhop *d, xp_link_done_fn done, void *arg)
+{
+	int r;
+
+	d->done = done;
+	d->done_arg = arg;
+	r = pthread_create(&d->thread, NULL, dhop_thread, d);
+	if (r)
+		return -r;
+	pthread_setname_np(d->thread, "vmigd-dpdk");
+	d->running = true;
+	return 0;
+}
+
+void xp_dhop_reap(struct xp_dhop *d)
+{
+	eventfd_t v;
+
+	eventfd_read(d->efd, &v);
+	for (unsigned int i = 0; i < d->conf.max_links; i++) {
+		struct xp_link *l = &d->links[i];
+		bool ended;
+
+		pthread_mutex_lock(&d->mu);
+		ended = l->st == S_ENDED;
+		pthread_mutex_unlock(&d->mu);
+		if (!ended)
+			continue;
+		d->done(l->c.cookie, &l->res, d->done_arg);
+		pthread_mutex_lock(&d->mu);
+		l->st = S_FREE;
+		pthread_mutex_unlock(&d->mu);
+	}
+}
+
+void xp_dhop_stop(struct xp_dhop *d)
+{
+	if (!d || !d->running)
+		return;
+	atomic_store(&d->stop, true);
+	pthread_join(d->thread, NULL);
+	d->running = false;
+	for (unsigned int i = 0; i < d->conf.max_links; i++) {
+		struct xp_link *l = &d->links[i];
+
+		if (l->st == S_NEW || l->st == S_LIVE) {
+			close(l->c.local_fd);
+			close(l->c.tcp_fd);
+		}
+		l->st = S_FREE;
+	}
+}
+
+void xp_dhop_free(struct xp_dhop *d)
+{
+	if (!d)
+		return;
+	xp_dhop_stop(d);
+	xp_hop_free(d->hop);
+	xp_dpdk_close(d->port);
+	if (d->efd >= 0)
+		close(d->efd);
+	if (d->epfd >= 0)
+		close(d->epfd);
+	free(d->links);
+	pthread_mutex_destroy(&d->mu);
+	free(d);
+}

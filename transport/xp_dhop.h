@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The daemon's DPDK node hop: one port (xp_dpdk), its sessions (xp_hop) and the thread that
+ * moves bytes between QEMU's local sockets and their streams, sleeping when there is nothing to
+ * do. xp_io hands it links whose set-up (TLS, preamble, order) ran on a kernel TCP connection. */
+#ifndef XP_DHOP_H
+#define XP_DHOP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "xp_pool.h"
+#include "xp_seal.h"
+
+struct xp_dhop;
+
+struct xp_dhop_conf {
+	const char *eal;     /* EAL arguments (xp_dpdk_conf) */
+	const char *address; /* "ADDR/PREFIX" on the port */
+	uint16_t udp_port;
+	uint32_t link_buffer; /* bytes per link and direction, sent or received and not yet taken */
+	unsigned int max_links;
+	/* Tests only: the share (%) of arriving frames dropped, duplicated, and held behind the
+	 * next one. */
+	unsigned int loss_pct, dup_pct, reorder_pct;
+};
+
+/* One link: a local socket, the stream id both nodes agreed on, the peer's DPDK address, the
+ * keys (both NULL: plain), and the node-hop TCP connection, kept as the link's liveness. */
+struct xp_dhop_link_conf {
+	int local_fd, tcp_fd;
+	uint32_t peer_ip; /* host order */
+	uint16_t peer_port;
+	uint32_t stream;
+	const uint8_t *tx_secret, *rx_secret;
+	void *cookie;
+	/* As xp_link_opts: the local socket's bytes take tokens from these first (a cap), and
+	 * each direction's bytes are shown to its tap ([0]: from the local socket). */
+	struct xp_bucket *bucket[2];
+	const struct xp_tap_ops *tap_ops[2];
+	void *tap_ctx[2];
+};
+
+/* What the hop did, for metrics and status: its port and all its links, live and ended. */
+struct xp_dhop_stats {
+	uint64_t rx_frames, tx_frames, tx_bursts, arp_learned;
+	uint64_t retransmitted_frames, timeouts, fast_recoveries;
+	uint64_t forged, replayed, too_old, malformed, unknown_stream, unknown_peer;
+	uint64_t polls, sleeps; /* loop rounds, and rounds that ended in a sleep */
+	uint64_t dropped_by_test, duplicated_by_test, reordered_by_test;
+};
+
+/* Opens EAL and the port (err says why not: -ENOTSUP in a build without DPDK). */
+int xp_dhop_new(const struct xp_dhop_conf *conf, struct xp_dhop **ret, char *err, size_t errlen);
+/* Starts the thread; done runs on the caller's thread, from xp_dhop_reap(). */
+int xp_dhop_start(struct xp_dhop *d, xp_link_done_fn done, void *arg);
+/* Readable when ended links wait to be reaped. */
+int xp_dhop_event_fd(const struct xp_dhop *d);
+void xp_dhop_reap(struct xp_dhop *d);
+/* Aborts every link and joins the thread; no done callback follows. Idempotent. */
+void xp_dhop_stop(struct xp_dhop *d);
+/* Stops it first. Takes NULL. */
+void xp_dhop_free(struct xp_dhop *d);
+
+/* This node's address on the port, host order, and the hop's UDP port. */
+uint32_t xp_dhop_ip(const struct xp_dhop *d);
+uint16_t xp_dhop_port(const struct xp_dhop *d);
+void xp_dhop_stats(const struct xp_dhop *d, struct xp_dhop_stats *st);
+
+/* Both fds belong to the hop on success. -EBUSY when every slot is taken, -EEXIST when the
+ * peer has a link with that stream id, -ENOMEM. */
+int xp_dhop_attach(struct xp_dhop *d, const struct xp_dhop_link_conf *c, struct xp_link **ret);
+/* Whether l is one of this hop's links (and not an io_uring pool's). */
+bool xp_dhop_owns(const struct xp_dhop *d, const struct xp_link *l);
+void xp_dhop_link_abort(struct xp_link *l);
+void xp_dhop_link_bytes(const struct xp_link *l, uint64_t out[2]);
+/* Time the local socket's bytes waited for the buckets, in ns. */
+uint64_t xp_dhop_link_shaped_ns(const struct xp_link *l);
+
+#endif
