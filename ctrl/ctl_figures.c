@@ -322,6 +322,7 @@ static const struct ctl_fig conn_figs[] = {
 	{ "resumed", CTL_BOOL, FIELD(resumed), OMIT_UNLESS(tls),
 	  TEXT("head", " resumed=yes| resumed=no") },
 	{ "raw", CTL_BOOL, FIELD(raw), TEXT("head", " raw|") },
+	{ "path", CTL_STR, FIELD(path), TEXT("head", " path=%s") },
 	{ "bytes_tx", CTL_BYTES, FIELD(bytes_tx), TEXT("bytes", "sent %s"),
 	  PROM("vmigd_connection_sent_bytes_total", COUNTER,
 	       "Stream bytes sent on an open connection.") },

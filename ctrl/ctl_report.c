@@ -211,8 +211,11 @@ void ctl_report_figures(struct json_object *o, const struct ctl_table *t, const 
 
 			snprintf(group, sizeof(group), "%.*s", (int)(dot - f->key), f->key);
 			member = dot + 1;
-			/* The group's first figure decides whether the group is null. */
+			/* The group's first figure decides whether the group is null; a group of
+			 * figures all omitted (OMIT_UNLESS) has no key until one is there. */
 			if (!json_object_object_get_ex(o, group, &parent)) {
+				if (f->absent == CTL_OMIT && f->when.type && !holds(&f->when, obj))
+					continue;
 				parent = f->group_when.type && !holds(&f->group_when, obj)
 						 ? NULL
 						 : json_object_new_object();

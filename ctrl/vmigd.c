@@ -282,7 +282,7 @@ static const struct opt opts[] = {
 	  .help = "do not read the QEMU stream as it passes (pages, passes, dirty rate)" },
 	{ "keep-cap-at-switchover", 0, FLAG(keep_cap_at_switchover), .flags = OPT_DEF_TEXT,
 	  .def = "lifted", .help = "keep a migration's cap after its VM stopped for switchover" },
-	{ "dpdk", 0, STR(dpdk_eal), .arg = "'EAL ARGS'", .flags = OPT_DEF_TEXT,
+	{ "dpdk", 0, STR(dpdk_eal), .arg = "EAL_ARGS", .flags = OPT_DEF_TEXT,
 	  .def = "off: the kernel path only",
 	  .help = "carry the node hop over this DPDK port (an SR-IOV VF, or a vdev) with vmigd's "
 		  "own "

@@ -118,6 +118,7 @@ struct px_conn_info {
 	const char *crypto;	     /* "user-space", "ktls", "ktls-tx" */
 	bool resumed;		     /* the TLS session was resumed from a ticket */
 	bool raw;		     /* a stock peer's: no preamble, first end of stream ends it */
+	const char *path;	     /* "dpdk" (the DPDK node hop, agreed), else "kernel" */
 	uint64_t bytes_tx, bytes_rx; /* so far, while linked */
 	struct px_rates rate;
 	uint64_t shaped_ms; /* time it waited for tokens */

@@ -183,6 +183,7 @@ static void conn_info(struct px_migration *m, struct px_conn *c, struct px_migra
 	i->crypto = c->tls.crypto;
 	i->resumed = c->tls.resumed;
 	i->raw = c->raw;
+	i->path = c->dpdk.ip ? "dpdk" : "kernel";
 	i->bytes_tx = b[0];
 	i->bytes_rx = b[1];
 	rates_of(c->rate, &i->rate);

@@ -71,6 +71,7 @@ static void fill(void)
 					  .bytes_rx = 12,
 					  .rate = { 11, 12, 13, 14 },
 					  .shaped_ms = 1500,
+					  .path = "kernel",
 					  .inspected = true };
 	conns[0].insp = (struct px_insp_stats){ .kind = PX_INSP_MAIN,
 						.stream_version = 3,
@@ -95,6 +96,7 @@ static void fill(void)
 					  .resumed = true,
 					  .bytes_tx = 1 << 20,
 					  .pacing = 62500000,
+					  .path = "dpdk",
 					  .inspected = true };
 	conns[1].insp = (struct px_insp_stats){
 		.kind = PX_INSP_MULTIFD, .bytes_only = true, .channel_id = 2, .packets = 17
@@ -698,9 +700,20 @@ static void test_schema_v2(void **state)
 	struct json_object *o;
 
 	fill();
+	snap.node.dpdk.on = false; /* a node without a DPDK port: no dpdk object */
 	o = ctl_report_node(&snap.node, &env);
 	check_keys(o, "bandwidth,bytes_rx,bytes_tx,conns,inspect,migration_count,rates,shaper,"
 		      "time_unix");
+	json_object_put(o);
+	/* the DPDK node hop's figures, only on a node that has one */
+	snap.node.dpdk.on = true;
+	o = ctl_report_node(&snap.node, &env);
+	check_keys(
+		json_object_object_get(o, "dpdk"),
+		"address,dropped_by_test,duplicated_by_test,fast_recoveries,forged,malformed,polls,"
+		"reordered_by_test,replayed,retransmitted_frames,rx_frames,sealed,sleeps,"
+		"timeouts,too_old,tx_bursts,tx_frames,unknown_peer,unknown_stream");
+	snap.node.dpdk.on = false;
 	check_keys(json_object_object_get(o, "conns"), "active,total");
 	check_keys(json_object_object_get(o, "rates"), "rx_10s,rx_1s,tx_10s,tx_1s");
 	json_object_put(o);
@@ -720,11 +733,11 @@ static void test_schema_v2(void **state)
 			json_object_array_get_idx(json_object_object_get(o, "ports"), 0), "conns"),
 		"active,total");
 	check_keys(json_object_array_get_idx(json_object_object_get(o, "connections"), 0),
-		   "bytes_rx,bytes_tx,inspect,pacing,port,rates,raw,seq,shaped_ms,state,tls");
-	check_keys(
-		json_object_array_get_idx(json_object_object_get(o, "connections"), 1),
-		"bytes_rx,bytes_tx,cipher,crypto,inspect,pacing,port,rates,raw,resumed,seq,shaped_ms,"
-		"state,tls");
+		   "bytes_rx,bytes_tx,inspect,pacing,path,port,rates,raw,seq,shaped_ms,state,tls");
+	check_keys(json_object_array_get_idx(json_object_object_get(o, "connections"), 1),
+		   "bytes_rx,bytes_tx,cipher,crypto,inspect,pacing,path,port,rates,raw,resumed,seq,"
+		   "shaped_ms,"
+		   "state,tls");
 	check_keys(
 		json_object_object_get(o, "inspect"),
 		"bytes_only,channels,dirty_known,dirty_pages_per_pass,dirty_rate,machine,packets,"

@@ -198,10 +198,11 @@ static void test_malformed_fixed_part(void **state)
 	char key[PX_KEY_MAX + 2];
 	size_t n;
 
-	/* Flags other than SECRET, and reserved, must be 0, judged once the fixed part is there. */
+	/* Flags other than SECRET and DPDK, and reserved, must be 0, judged once the fixed part is
+	 * there. */
 	for (int bit = 0; bit < 16; bit++) {
 		n = build_raw(buf, 1, (1u << bit) | PX_PREAMBLE_F_SECRET, 1, 0, 3, 0, "abc");
-		if (1u << bit != PX_PREAMBLE_F_SECRET) {
+		if (1u << bit != PX_PREAMBLE_F_SECRET && 1u << bit != PX_PREAMBLE_F_DPDK) {
 			check_malformed(buf, n);
 			check_malformed(buf, PX_PREAMBLE_FIXED);
 		}
@@ -276,8 +277,9 @@ static void test_encode_rejects(void **state)
 	assert_int_equal(px_preamble_encode(&p, buf, PX_PREAMBLE_FIXED + PX_KEY_MAX - 1), -ENOSPC);
 	assert_int_equal(px_preamble_encode(&p, buf, PX_PREAMBLE_FIXED + PX_KEY_MAX),
 			 PX_PREAMBLE_FIXED + PX_KEY_MAX);
-	/* With the secret: PX_PREAMBLE_MAX in all. */
+	/* With the secret and a DPDK offer: PX_PREAMBLE_MAX in all. */
 	p.has_secret = true;
+	p.dpdk = (struct px_dpdk){ .ip = 1, .port = 1, .stream = 1 };
 	assert_int_equal(px_preamble_encode(&p, buf, PX_PREAMBLE_MAX - 1), -ENOSPC);
 	assert_int_equal(px_preamble_encode(&p, buf, PX_PREAMBLE_MAX), PX_PREAMBLE_MAX);
 }
@@ -327,6 +329,7 @@ static void test_encode_key_too_long(void **state)
 	assert_int_equal(px_preamble_encode(&s.p, buf, sizeof(buf)), -EINVAL);
 	fill_key(s.p.key, PX_KEY_MAX);
 	s.p.has_secret = false;
+	memset(&s.p.dpdk, 0, sizeof(s.p.dpdk));
 	assert_int_equal(px_preamble_encode(&s.p, buf, sizeof(buf)),
 			 PX_PREAMBLE_FIXED + PX_KEY_MAX);
 }
