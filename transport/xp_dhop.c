@@ -54,6 +54,7 @@ struct xp_link {
 	struct xp_hop_peer *peer;
 	struct xp_rel *rel;
 	bool local_in_done, local_out_done, tcp_gone;
+	bool drop_rx; /* QEMU closed its socket: what still comes for it is undelivered */
 	uint64_t last_heard_us, last_frames_in;
 	uint64_t held_until_ns; /* the buckets had nothing for the local socket until then */
 	struct xp_link_result res;
@@ -485,7 +486,12 @@ static size_t link_io(struct xp_link *l)
 				break;
 			continue;
 		}
-		if (k == 0) {
+		if (k == 0 || errno == ECONNRESET) {
+			/*
+			 * A reset is QEMU closing with bytes of ours unread: its end of stream, as
+			 * on the kernel path (its destination ends multifd channels so).
+			 */
+			l->res.reset_after_eof |= k < 0;
 			l->local_in_done = true;
 			xp_rel_shutdown(l->rel);
 		} else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
@@ -493,7 +499,12 @@ static size_t link_io(struct xp_link *l)
 		}
 		break;
 	}
-	while (!l->local_out_done && xp_rel_read_space(l->rel, iov) > 0) {
+	while (!l->local_out_done && (room = xp_rel_read_space(l->rel, iov)) > 0) {
+		if (l->drop_rx) {
+			l->res.undelivered += room;
+			xp_rel_read_commit(l->rel, room);
+			continue;
+		}
 		k = writev(l->c.local_fd, iov, iov[1].iov_len ? 2 : 1);
 		if (k > 0) {
 			tap_feed(l, 1, iov, (size_t)k);
@@ -502,12 +513,19 @@ static size_t link_io(struct xp_link *l)
 			moved += (size_t)k;
 			continue;
 		}
+		if (k < 0 && (errno == EPIPE || errno == ECONNRESET) && l->local_in_done) {
+			/* QEMU closed after sending us everything: what it did not read, it did
+			 * not want (the kernel path's rule too) */
+			l->drop_rx = true;
+			continue;
+		}
 		if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
 			link_fail(l, -errno, 0, "");
 		break;
 	}
 	if (!l->local_out_done && xp_rel_eof(l->rel)) {
-		shutdown(l->c.local_fd, SHUT_WR);
+		if (!l->drop_rx)
+			shutdown(l->c.local_fd, SHUT_WR);
 		l->local_out_done = true;
 	}
 	return moved;

@@ -13,16 +13,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'
 import vmigtest as vt  # noqa: E402
 
 MIB = 128
-ADDR = {'source': '10.79.0.1', 'target': '10.79.0.2'}
 CAPTURE = 4 << 20
-
-
-def dpdk_args(side, vdev, tag, extra=()):
-    """vmigd's --dpdk options for one side: its own EAL prefix and lcore, its vdev."""
-    lcore = 0 if side == 'source' else 1 % (os.cpu_count() or 1)
-    eal = (f'--no-huge -m 256 --no-pci --no-shconf --file-prefix=vmigd{os.getpid()}{tag}{side} '
-           f'-l {lcore} --vdev={vdev}')
-    return ['--dpdk', eal, '--dpdk-address', ADDR[side] + '/24', *extra]
 
 
 def check_dpdk(tb, result, problems):
@@ -47,7 +38,8 @@ def migrate(tb, label, channels, problems, capture=None):
     key = tb.new_key(label)
     m = tb.start_migration(src, dst, key, channels)
     if capture:
-        with vt.Sniffer(tb.net.target_ns, tb.net.target_if, 4791, limit=CAPTURE, udp=True) as sniff:
+        with vt.Sniffer(tb.net.target_ns, tb.net.target_if, vt.dpdk.DAEMON_PORT, limit=CAPTURE,
+                        udp=True) as sniff:
             result = m.finish(timeout=300)
     else:
         result = m.finish(timeout=300)
@@ -68,9 +60,10 @@ def migrate(tb, label, channels, problems, capture=None):
         problems.append(f'{label}: no guest page in a plain DPDK hop: the check cannot see them')
 
 
-def bed(vdevs, tag, tls, extra=()):
-    return vt.Testbed(tls=tls, source_args=dpdk_args('source', vdevs[0], tag, extra),
-                      target_args=dpdk_args('target', vdevs[1], tag, extra))
+def bed(kind, sockdir, tag, tls, extra=()):
+    return vt.Testbed(tls=tls,
+                      source_args=vt.dpdk.daemon_args('source', kind, sockdir, tag, extra),
+                      target_args=vt.dpdk.daemon_args('target', kind, sockdir, tag, extra))
 
 
 def check_status(tb, problems, sealed, impaired=False):
@@ -96,31 +89,23 @@ def check_status(tb, problems, sealed, impaired=False):
 def main():
     vt.dpdk.daemon_ready()
     problems = []
-    base = f'/tmp/vmig-dpdk-migrate-{os.getpid()}'
-    memif = [v.replace('{sock}', base + '-{}.sock') for v in vt.dpdk.MEMIF]
-    afp = ('net_af_packet0,iface={source_if}', 'net_af_packet0,iface={target_if}')
-    try:
-        with bed([v.format('tls') for v in memif], 'm', True) as tb:
+    with vt.work_directory('/tmp/vmig-dpdkm-') as sockdir:
+        with bed('memif', sockdir, 'm', True) as tb:
             vt.log(f'{tb.describe()}; DPDK net_memif, sealed with keys from TLS 1.3')
             for channels in (0, 4, 8):
                 migrate(tb, f'memif-tls-mfd{channels}', channels, problems)
             check_status(tb, problems, True)
-        with bed([v.format('plain') for v in memif], 'p', None) as tb:
+        with bed('memif', sockdir, 'p', None) as tb:
             migrate(tb, 'memif-plain-mfd4', 4, problems)
             check_status(tb, problems, False)
-        with bed([v.format('lossy') for v in memif], 'l', True,
-                 ('--dpdk-test-impair', '2,1,2')) as tb:
+        with bed('memif', sockdir, 'l', True, ('--dpdk-test-impair', '2,1,2')) as tb:
             migrate(tb, 'memif-damaged-mfd4', 4, problems)
             check_status(tb, problems, True, impaired=True)
-        with bed(afp, 'a', True) as tb:
+        with bed('afpacket', sockdir, 'a', True) as tb:
             vt.log('DPDK net_af_packet on the veth pair, sealed, captured')
             migrate(tb, 'afpacket-tls-mfd4', 4, problems, capture='sealed')
-        with bed(afp, 'b', None) as tb:
+        with bed('afpacket', sockdir, 'b', None) as tb:
             migrate(tb, 'afpacket-plain-mfd0', 0, problems, capture='plain')
-    finally:
-        for f in ('tls', 'plain', 'lossy'):
-            if os.path.exists(f'{base}-{f}.sock'):
-                os.unlink(f'{base}-{f}.sock')
     if problems:
         raise vt.HarnessError(f'{len(problems)} problem(s):\n  ' + '\n  '.join(problems))
     vt.log('ok: QEMU migrations over the DPDK node hop, memory verified')

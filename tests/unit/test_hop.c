@@ -382,6 +382,112 @@ static void test_refusals(void **state)
 	pair_free(&p);
 }
 
+/*
+ * The daemon's way: one peer per QEMU connection, several at the same address, each keyed from its
+ * own TLS session and holding one stream id. Both carry their bytes at once, each opens only its
+ * own frames, and the ids pick the peer: a frame moved to the other id is refused there.
+ */
+static void test_peer_per_stream(void **state)
+{
+	static const uint8_t k[4][XP_SEAL_SECRET] = { { 11 }, { 12 }, { 13 }, { 14 } };
+	struct xp_hop_conf c = { .ops = &fake_ops, .mss = MSS, .max_peers = 4, .max_streams = 1 };
+	struct xp_hop_peer_conf pc = { .udp_port = 4790, .budget = 1 << 20 };
+	struct end *a = calloc(1, sizeof(*a)), *b = calloc(1, sizeof(*b));
+	struct xp_hop *ha, *hb;
+	struct xp_hop_peer *pa[2], *pb[2], *x;
+	struct xp_hop_peer_stats st;
+	struct xp_rel *ra[2], *rb[2], *r;
+	static const uint32_t id[2] = { 5, 0x80000005u };
+	uint64_t sent[2] = { 0 }, got[2] = { 0 }, now = 1;
+	const uint64_t size = 300000;
+	uint8_t buf[8192];
+
+	assert_non_null(a);
+	assert_non_null(b);
+	a->ip = IP_A;
+	b->ip = IP_B;
+	a->peer = b;
+	b->peer = a;
+	c.port = a;
+	assert_int_equal(xp_hop_new(&c, &ha), 0);
+	c.port = b;
+	assert_int_equal(xp_hop_new(&c, &hb), 0);
+	for (int i = 0; i < 2; i++) {
+		pc.first_stream = id[i];
+		pc.ip = IP_B;
+		pc.tx_secret = k[2 * i];
+		pc.rx_secret = k[2 * i + 1];
+		assert_int_equal(xp_hop_peer_add(ha, &pc, &pa[i]), 0);
+		pc.ip = IP_A;
+		pc.tx_secret = k[2 * i + 1];
+		pc.rx_secret = k[2 * i];
+		assert_int_equal(xp_hop_peer_add(hb, &pc, &pb[i]), 0);
+		assert_int_equal(xp_hop_stream_open(pa[i], id[i], now, &ra[i]), 0);
+		assert_int_equal(xp_hop_stream_open(pb[i], id[i], now, &rb[i]), 0);
+		xp_rel_shutdown(rb[i]);
+	}
+	/* the same id at the same address again, a second stream, one outside the range */
+	pc.first_stream = id[0];
+	assert_int_equal(xp_hop_peer_add(hb, &pc, &x), -EEXIST);
+	assert_int_equal(xp_hop_stream_open(pa[0], id[0] + 1, now, &r), -EINVAL);
+	assert_int_equal(xp_hop_stream_open(pa[0], id[0], now, &r), -EEXIST);
+
+	while (now < 20000000 && (!xp_rel_eof(rb[0]) || !xp_rel_eof(rb[1]) ||
+				  !xp_rel_send_done(ra[0]) || !xp_rel_send_done(ra[1]))) {
+		for (int i = 0; i < 2; i++) {
+			size_t n;
+
+			memset(buf, 'a' + i, sizeof(buf));
+			if (sent[i] < size) {
+				n = size - sent[i] < sizeof(buf) ? size - sent[i] : sizeof(buf);
+				sent[i] += xp_rel_write(ra[i], buf, n);
+			} else {
+				xp_rel_shutdown(ra[i]);
+			}
+			while ((n = xp_rel_read(rb[i], buf, sizeof(buf))) > 0) {
+				for (size_t j = 0; j < n; j++)
+					assert_int_equal(buf[j], 'a' + i);
+				got[i] += n;
+			}
+		}
+		now += xp_hop_step(ha, now) + xp_hop_step(hb, now) ? 1 : 1000;
+	}
+	assert_int_equal(got[0], size);
+	assert_int_equal(got[1], size);
+	xp_hop_peer_stats(pb[0], &st);
+	assert_int_equal(st.forged + st.replayed + st.unknown_stream, 0);
+
+	/* the last frame b took, its id moved to the other stream's: that peer's keys refuse it */
+	{
+		uint32_t was = (uint32_t)b->last[4] << 24 | (uint32_t)b->last[5] << 16 |
+			       (uint32_t)b->last[6] << 8 | b->last[7];
+		int other = was == id[0] ? 1 : 0;
+
+		assert_true(was == id[0] || was == id[1]);
+		memcpy(buf, b->last, b->last_len);
+		buf[4] = (uint8_t)(id[other] >> 24);
+		buf[5] = (uint8_t)(id[other] >> 16);
+		buf[6] = (uint8_t)(id[other] >> 8);
+		buf[7] = (uint8_t)id[other];
+		inject(b, IP_A, buf, b->last_len);
+		xp_hop_step(hb, now);
+		xp_hop_peer_stats(pb[other], &st);
+		/* by the tag, or before it by the replay window (the packet number spaces of the
+		 * two peers overlap) */
+		assert_int_equal(st.forged + st.replayed + st.too_old, 1);
+		assert_int_equal(xp_rel_read(rb[other], buf, sizeof(buf)), 0);
+	}
+	/* an id no peer at that address holds: no peer's */
+	buf[7] = 99;
+	inject(b, IP_A, buf, b->last_len);
+	xp_hop_step(hb, now);
+	assert_true(xp_hop_unknown_peer(hb) >= 1);
+	xp_hop_free(ha);
+	xp_hop_free(hb);
+	free(a);
+	free(b);
+}
+
 static void test_table(void **state)
 {
 	struct xp_hop_conf c = { .ops = &fake_ops, .mss = MSS, .max_peers = 1, .max_streams = 2 };
@@ -423,7 +529,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_table),	    cmocka_unit_test(test_sealed_streams),
 		cmocka_unit_test(test_plain_lossy), cmocka_unit_test(test_zero_copy),
-		cmocka_unit_test(test_refusals),
+		cmocka_unit_test(test_refusals),    cmocka_unit_test(test_peer_per_stream),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

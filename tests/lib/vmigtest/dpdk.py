@@ -110,3 +110,22 @@ def daemon_ready(vmigd=None):
         raise Skip('vmigd was built without DPDK (meson setup -Ddpdk=enabled)')
     if not glob.glob('/usr/lib/*/dpdk/pmds-*/librte_net_memif.so*'):
         raise Skip('DPDK has no net_memif PMD here')
+
+
+DAEMON_ADDR = {'source': '10.79.0.1', 'target': '10.79.0.2'}
+DAEMON_PORT = 4791
+
+
+def daemon_args(side, kind, sockdir, tag, extra=()):
+    """vmigd's --dpdk options for one side of a NetPair (Testbed's placeholders {source_if} and
+    {target_if} name the veth ends): kind 'memif' (a socket in sockdir, the source its server) or
+    'afpacket' (on the side's veth end); its own EAL file prefix (tag) and lcore."""
+    lcore = 0 if side == 'source' else 1 % (os.cpu_count() or 1)
+    if kind == 'memif':
+        vdev = MEMIF[0 if side == 'source' else 1].format(
+            sock=os.path.join(sockdir, f'memif-{tag}.sock'))
+    else:
+        vdev = f'net_af_packet0,iface={{{side}_if}}'
+    eal = (f'--no-huge -m 256 --no-pci --no-shconf --file-prefix=vmigd{os.getpid()}{tag}{side} '
+           f'-l {lcore} --vdev={vdev}')
+    return ['--dpdk', eal, '--dpdk-address', DAEMON_ADDR[side] + '/24', *extra]
