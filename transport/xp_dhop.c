@@ -33,6 +33,7 @@
 #define SLEEP_NOLINK_NS 10000000
 /* A link whose peer sent no frame this long while it had bytes out ends with an error. */
 #define PEER_SILENT_US (15 * 1000000ull)
+#define WRITE_BATCH    (64 * 1024)
 
 enum slot_state {
 	S_FREE,
@@ -55,6 +56,11 @@ struct xp_link {
 	struct xp_rel *rel;
 	bool local_in_done, local_out_done, tcp_gone;
 	bool drop_rx; /* QEMU closed its socket: what still comes for it is undelivered */
+	bool live;    /* the thread carries it */
+	/* readiness from epoll (edge-triggered): a socket is tried only once epoll said so, and
+	 * until it answers EAGAIN, so that an idle link costs no system call */
+	bool in_ready, out_ready, tcp_ready;
+	size_t last_avail; /* in-order bytes for QEMU at the last look, not yet written */
 	uint64_t last_heard_us, last_frames_in;
 	uint64_t held_until_ns; /* the buckets had nothing for the local socket until then */
 	struct xp_link_result res;
@@ -88,6 +94,7 @@ struct xp_dhop {
 	/* of links already ended, added to the live ones' by xp_dhop_stats() */
 	struct xp_hop_peer_stats gone;
 	_Atomic uint64_t polls, sleeps;
+	atomic_bool new_links;	       /* attach made an S_NEW slot */
 	struct xp_hop_peer_stats live; /* refreshed by the thread, under mu */
 };
 
@@ -365,6 +372,7 @@ int xp_dhop_attach(struct xp_dhop *d, const struct xp_dhop_link_conf *c, struct 
 		l->c.tx_secret = l->c.rx_secret = NULL;
 		l->st = S_NEW;
 		*ret = l;
+		atomic_store(&d->new_links, true);
 	}
 	pthread_mutex_unlock(&d->mu);
 	return r;
@@ -381,18 +389,22 @@ static void link_begin(struct xp_dhop *d, struct xp_link *l, uint64_t now)
 		.budget = d->conf.link_buffer,
 		.first_stream = l->c.stream,
 	};
+	uint64_t slot = (uint64_t)(l - d->links);
 	struct epoll_event ev = { .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
-				  .data.ptr = l };
+				  .data.u64 = slot << 1 };
+	struct epoll_event tev = { .events = EPOLLIN | EPOLLRDHUP | EPOLLET,
+				   .data.u64 = slot << 1 | 1 };
 	int r;
 
 	l->last_heard_us = now;
+	l->live = l->in_ready = l->out_ready = l->tcp_ready = true;
 	r = xp_hop_peer_add(d->hop, &pc, &l->peer);
 	if (!r)
 		r = xp_hop_stream_open(l->peer, l->c.stream, now, &l->rel);
 	explicit_bzero(l->tx, sizeof(l->tx));
 	explicit_bzero(l->rx, sizeof(l->rx));
 	if (!r && (epoll_ctl(d->epfd, EPOLL_CTL_ADD, l->c.local_fd, &ev) < 0 ||
-		   epoll_ctl(d->epfd, EPOLL_CTL_ADD, l->c.tcp_fd, &ev) < 0))
+		   epoll_ctl(d->epfd, EPOLL_CTL_ADD, l->c.tcp_fd, &tev) < 0))
 		r = -errno;
 	if (r) {
 		l->res.end = XP_END_ERROR;
@@ -449,6 +461,9 @@ static void tcp_check(struct xp_link *l)
 	char buf[512];
 	ssize_t k;
 
+	if (!l->tcp_ready)
+		return;
+	l->tcp_ready = false;
 	while ((k = recv(l->c.tcp_fd, buf, sizeof(buf), MSG_DONTWAIT)) > 0)
 		;
 	if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
@@ -462,7 +477,7 @@ static size_t link_io(struct xp_link *l)
 	size_t moved = 0, room;
 	ssize_t k;
 
-	while (!l->local_in_done && (room = xp_rel_write_space(l->rel, iov)) > 0) {
+	while (l->in_ready && !l->local_in_done && (room = xp_rel_write_space(l->rel, iov)) > 0) {
 		size_t grant = shape(l, room);
 
 		if (!grant)
@@ -494,17 +509,28 @@ static size_t link_io(struct xp_link *l)
 			l->res.reset_after_eof |= k < 0;
 			l->local_in_done = true;
 			xp_rel_shutdown(l->rel);
-		} else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+		} else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+			l->in_ready = false;
+		} else if (errno != EINTR) {
 			link_fail(l, -errno, 0, "");
 		}
 		break;
 	}
 	while (!l->local_out_done && (room = xp_rel_read_space(l->rel, iov)) > 0) {
+		/* QEMU gets its bytes in batches, not a frame at a time: once there are
+		 * WRITE_BATCH of them, or when none came since the last look */
+		if (room < WRITE_BATCH && room != l->last_avail && !l->drop_rx) {
+			l->last_avail = room;
+			break;
+		}
+		l->last_avail = 0;
 		if (l->drop_rx) {
 			l->res.undelivered += room;
 			xp_rel_read_commit(l->rel, room);
 			continue;
 		}
+		if (!l->out_ready)
+			break;
 		k = writev(l->c.local_fd, iov, iov[1].iov_len ? 2 : 1);
 		if (k > 0) {
 			tap_feed(l, 1, iov, (size_t)k);
@@ -519,7 +545,9 @@ static size_t link_io(struct xp_link *l)
 			l->drop_rx = true;
 			continue;
 		}
-		if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+		if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			l->out_ready = false;
+		else if (k < 0 && errno != EINTR)
 			link_fail(l, -errno, 0, "");
 		break;
 	}
@@ -586,6 +614,7 @@ static void link_end(struct xp_dhop *d, struct xp_link *l)
 		l->rel = NULL;
 	}
 	l->st = S_ENDED;
+	l->live = false;
 	pthread_mutex_unlock(&d->mu);
 	eventfd_write(d->efd, 1);
 }
@@ -604,14 +633,47 @@ static void refresh_live(struct xp_dhop *d)
 	pthread_mutex_unlock(&d->mu);
 }
 
-static void sleep_on(struct xp_dhop *d, uint64_t ns)
+/* Takes what epoll has on the sockets, waiting up to ns for it (0: not at all). */
+static void readiness(struct xp_dhop *d, uint64_t ns)
 {
-	struct epoll_event ev[16];
+	struct epoll_event ev[64];
 	struct timespec ts = { (time_t)(ns / 1000000000), (long)(ns % 1000000000) };
+	int n = epoll_pwait2(d->epfd, ev, 64, &ts, NULL);
 
-	/* woken by a socket or not, the next round looks at every link */
-	epoll_pwait2(d->epfd, ev, 16, &ts, NULL);
-	atomic_fetch_add_explicit(&d->sleeps, 1, memory_order_relaxed);
+	if (ns)
+		atomic_fetch_add_explicit(&d->sleeps, 1, memory_order_relaxed);
+	for (int i = 0; i < n; i++) {
+		struct xp_link *l = &d->links[ev[i].data.u64 >> 1];
+
+		if (ev[i].data.u64 & 1) {
+			l->tcp_ready = true;
+			continue;
+		}
+		/* an error or hang-up: both ways try, and say what it is */
+		if (ev[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+			l->in_ready = true;
+		if (ev[i].events & (EPOLLOUT | EPOLLHUP | EPOLLERR))
+			l->out_ready = true;
+	}
+}
+
+/* Links attached since the last look become the thread's. */
+static void take_new(struct xp_dhop *d, uint64_t now)
+{
+	if (!atomic_exchange(&d->new_links, false))
+		return;
+	for (unsigned int i = 0; i < d->conf.max_links; i++) {
+		struct xp_link *l = &d->links[i];
+		bool is_new;
+
+		pthread_mutex_lock(&d->mu);
+		is_new = l->st == S_NEW;
+		if (is_new)
+			l->st = S_LIVE;
+		pthread_mutex_unlock(&d->mu);
+		if (is_new)
+			link_begin(d, l, now);
+	}
 }
 
 static void *dhop_thread(void *arg)
@@ -619,27 +681,21 @@ static void *dhop_thread(void *arg)
 	struct xp_dhop *d = arg;
 	uint64_t idle = 0, last_refresh = 0;
 
+	/* without an lcore id, every packet buffer comes from the pool's shared ring */
+	xp_dpdk_thread_register();
 	while (!atomic_load(&d->stop)) {
 		uint64_t now = now_us(), deadline;
 		unsigned int live = 0;
 		size_t moved = 0;
 
 		atomic_fetch_add_explicit(&d->polls, 1, memory_order_relaxed);
+		take_new(d, now);
+		readiness(d, 0);
 		for (unsigned int i = 0; i < d->conf.max_links; i++) {
 			struct xp_link *l = &d->links[i];
-			enum slot_state st;
 
-			pthread_mutex_lock(&d->mu);
-			st = l->st;
-			if (st == S_NEW)
-				l->st = S_LIVE;
-			pthread_mutex_unlock(&d->mu);
-			if (st == S_NEW) {
-				link_begin(d, l, now);
-				moved++;
-			} else if (st != S_LIVE) {
+			if (!l->live)
 				continue;
-			}
 			if (l->rel) {
 				tcp_check(l);
 				moved += link_io(l);
@@ -661,7 +717,7 @@ static void *dhop_thread(void *arg)
 		}
 		if (!live) {
 			/* ARP for the next link's peer still gets an answer within this */
-			sleep_on(d, SLEEP_NOLINK_NS);
+			readiness(d, SLEEP_NOLINK_NS);
 			continue;
 		}
 		if (++idle <= IDLE_ROUNDS)
@@ -672,7 +728,7 @@ static void *dhop_thread(void *arg)
 
 			if (deadline != UINT64_MAX && (deadline - now) * 1000 < ns)
 				ns = (deadline - now) * 1000;
-			sleep_on(d, ns);
+			readiness(d, ns);
 		}
 	}
 	return NULL;

@@ -4,6 +4,7 @@
  * subnet), and IPv4/UDP framing with checksums checked on the way in. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +12,9 @@
 #include <rte_arp.h>
 #include <rte_eal.h>
 #include <rte_ethdev.h>
+#include <rte_errno.h>
 #include <rte_ip.h>
+#include <rte_lcore.h>
 #include <rte_mbuf.h>
 #include <rte_udp.h>
 
@@ -495,4 +498,16 @@ bool xp_dpdk_link_up(const struct xp_dpdk *d)
 	struct rte_eth_link link;
 
 	return rte_eth_link_get_nowait(d->port, &link) == 0 && link.link_status == RTE_ETH_LINK_UP;
+}
+
+int xp_dpdk_thread_register(void)
+{
+	cpu_set_t cpus;
+	int r;
+
+	/* EAL would pin the thread to the CPUs its lcores leave over: it keeps its own */
+	sched_getaffinity(0, sizeof(cpus), &cpus);
+	r = rte_thread_register();
+	sched_setaffinity(0, sizeof(cpus), &cpus);
+	return r < 0 ? -rte_errno : 0;
 }

@@ -59,6 +59,9 @@ int xp_dpdk_flush(struct xp_dpdk *d);
  * our port to fn (data valid during the call). Returns how many packets it took. */
 int xp_dpdk_poll(struct xp_dpdk *d, xp_dpdk_rx_fn fn, void *arg);
 void xp_dpdk_stats(const struct xp_dpdk *d, struct xp_dpdk_stats *st);
+/* Makes the calling thread (not started by EAL) an lcore of EAL's, so that it gets a packet
+ * buffer cache of its own; its CPU affinity stays as it was. 0, or -errno. */
+int xp_dpdk_thread_register(void);
 /* Whether the port's link is up now (a memif whose peer has not connected is down). */
 bool xp_dpdk_link_up(const struct xp_dpdk *d);
 

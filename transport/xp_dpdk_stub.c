@@ -68,3 +68,8 @@ bool xp_dpdk_link_up(const struct xp_dpdk *d)
 	(void)d;
 	return false;
 }
+
+int xp_dpdk_thread_register(void)
+{
+	return -ENOTSUP;
+}
