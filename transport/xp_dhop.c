@@ -26,7 +26,7 @@
 
 /* Rounds with nothing moved before the thread sleeps, and how long: short at first (a stream
  * between bursts), up to a millisecond once it has been idle a while. */
-#define IDLE_ROUNDS	64
+#define IDLE_ROUNDS	8
 #define IDLE_LONG	4096
 #define SLEEP_SHORT_NS	50000
 #define SLEEP_LONG_NS	1000000
