@@ -96,6 +96,7 @@ struct xp_dhop {
 	_Atomic uint64_t polls, sleeps;
 	atomic_bool new_links;	       /* attach made an S_NEW slot */
 	struct xp_hop_peer_stats live; /* refreshed by the thread, under mu */
+	uint64_t unknown_peer;	       /* the same */
 };
 
 static uint64_t now_us(void)
@@ -319,7 +320,7 @@ void xp_dhop_stats(const struct xp_dhop *d, struct xp_dhop_stats *st)
 	pthread_mutex_lock((pthread_mutex_t *)&d->mu);
 	stats_add(&ps, &d->gone);
 	stats_add(&ps, &d->live);
-	st->unknown_peer = xp_hop_unknown_peer(d->hop);
+	st->unknown_peer = d->unknown_peer;
 	pthread_mutex_unlock((pthread_mutex_t *)&d->mu);
 	xp_dpdk_stats(d->port, &ds);
 	st->rx_frames = ds.rx_frames;
@@ -591,6 +592,27 @@ static bool link_ended(struct xp_dhop *d, struct xp_link *l, uint64_t now)
 	return false;
 }
 
+/*
+ * The figures status reads: the live links' summed now, and ended's (a link that just ended)
+ * moved to the ended ones' in the same step, so that a counter never goes back.
+ */
+static void refresh_live(struct xp_dhop *d, const struct xp_hop_peer_stats *ended)
+{
+	struct xp_hop_peer_stats sum = { 0 }, ps;
+
+	for (unsigned int i = 0; i < d->conf.max_links; i++)
+		if (d->links[i].live && d->links[i].peer) {
+			xp_hop_peer_stats(d->links[i].peer, &ps);
+			stats_add(&sum, &ps);
+		}
+	pthread_mutex_lock(&d->mu);
+	if (ended)
+		stats_add(&d->gone, ended);
+	d->live = sum;
+	d->unknown_peer = xp_hop_unknown_peer(d->hop);
+	pthread_mutex_unlock(&d->mu);
+}
+
 static void link_end(struct xp_dhop *d, struct xp_link *l)
 {
 	struct xp_hop_peer_stats ps;
@@ -605,32 +627,19 @@ static void link_end(struct xp_dhop *d, struct xp_link *l)
 			   &(struct linger){ .l_onoff = 1, .l_linger = 0 }, sizeof(struct linger));
 	close(l->c.local_fd);
 	close(l->c.tcp_fd);
-	pthread_mutex_lock(&d->mu);
+	memset(&ps, 0, sizeof(ps));
 	if (l->peer) {
 		xp_hop_peer_stats(l->peer, &ps);
-		stats_add(&d->gone, &ps);
 		xp_hop_peer_remove(d->hop, l->peer);
 		l->peer = NULL;
 		l->rel = NULL;
 	}
-	l->st = S_ENDED;
 	l->live = false;
+	refresh_live(d, &ps);
+	pthread_mutex_lock(&d->mu);
+	l->st = S_ENDED;
 	pthread_mutex_unlock(&d->mu);
 	eventfd_write(d->efd, 1);
-}
-
-static void refresh_live(struct xp_dhop *d)
-{
-	struct xp_hop_peer_stats sum = { 0 }, ps;
-
-	for (unsigned int i = 0; i < d->conf.max_links; i++)
-		if (d->links[i].st == S_LIVE && d->links[i].peer) {
-			xp_hop_peer_stats(d->links[i].peer, &ps);
-			stats_add(&sum, &ps);
-		}
-	pthread_mutex_lock(&d->mu);
-	d->live = sum;
-	pthread_mutex_unlock(&d->mu);
 }
 
 /* Takes what epoll has on the sockets, waiting up to ns for it (0: not at all). */
@@ -708,7 +717,7 @@ static void *dhop_thread(void *arg)
 		}
 		moved += (size_t)xp_hop_step(d->hop, now);
 		if (now - last_refresh > 100000) {
-			refresh_live(d);
+			refresh_live(d, NULL);
 			last_refresh = now;
 		}
 		if (moved) {
