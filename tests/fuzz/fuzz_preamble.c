@@ -27,8 +27,12 @@ static void check_success(const uint8_t *data, int r, const struct px_preamble *
 	size_t kl = strnlen(p->key, sizeof(p->key));
 
 	FUZZ_CHECK(r > PX_PREAMBLE_FIXED && r <= PX_PREAMBLE_MAX);
-	FUZZ_CHECK(kl + (p->has_secret ? PX_SECRET_LEN : 0) == (size_t)r - PX_PREAMBLE_FIXED);
+	FUZZ_CHECK(kl + (p->has_secret ? PX_SECRET_LEN : 0) + (p->dpdk.ip ? PX_DPDK_LEN : 0) ==
+		   (size_t)r - PX_PREAMBLE_FIXED);
 	FUZZ_CHECK(p->has_secret == !!(data[7] & PX_PREAMBLE_F_SECRET));
+	/* an offer is whole (no field 0) whenever the flag is there */
+	FUZZ_CHECK(!!p->dpdk.ip == !!(data[7] & PX_PREAMBLE_F_DPDK));
+	FUZZ_CHECK(!p->dpdk.ip || (p->dpdk.port && p->dpdk.stream));
 	FUZZ_CHECK(p->version == PX_PROTO_VERSION);
 	FUZZ_CHECK(p->port <= PX_PORT_MAX);
 	FUZZ_CHECK(px_key_valid(p->key));
