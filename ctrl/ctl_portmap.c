@@ -22,6 +22,38 @@ static void add_secret(struct json_object *o, const struct px_portmap *t)
 	json_object_object_add(o, "secret", json_object_new_string(hex));
 }
 
+/* "dpdk": the target's DPDK node hop, "IPV4:UDP", where it has one. */
+static void add_dpdk(struct json_object *o, const struct px_portmap *t)
+{
+	char s[32];
+	uint32_t ip = t->dpdk.ip;
+
+	if (!ip)
+		return;
+	snprintf(s, sizeof(s), "%u.%u.%u.%u:%u", ip >> 24, (ip >> 16) & 255, (ip >> 8) & 255,
+		 ip & 255, t->dpdk.port);
+	json_object_object_add(o, "dpdk", json_object_new_string(s));
+}
+
+/* An optional "dpdk" member into t: 0, or -EINVAL when present and not IPV4:UDP. */
+static int get_dpdk(struct json_object *o, struct px_portmap *t)
+{
+	unsigned int a, b, c, d, port;
+	struct json_object *v;
+	const char *s;
+	char tail;
+
+	if (!json_object_object_get_ex(o, "dpdk", &v))
+		return 0;
+	s = ctl_json_cstring(v);
+	if (!s || sscanf(s, "%3u.%3u.%3u.%3u:%5u%c", &a, &b, &c, &d, &port, &tail) != 5 ||
+	    a > 255 || b > 255 || c > 255 || d > 255 || !port || port > 65535 || !(a | b | c | d))
+		return -EINVAL;
+	t->dpdk.ip = a << 24 | b << 16 | c << 8 | d;
+	t->dpdk.port = (uint16_t)port;
+	return 0;
+}
+
 static int hex_digit(char c)
 {
 	if (c >= '0' && c <= '9')
@@ -77,6 +109,7 @@ static struct json_object *kubevirt_to_json(const struct px_portmap *t)
 		json_object_object_add(o, "key", json_object_new_string(t->key));
 	json_object_object_add(o, "tls", json_object_new_boolean(t->tls));
 	add_secret(o, t);
+	add_dpdk(o, t);
 	return o;
 }
 
@@ -101,6 +134,7 @@ struct json_object *ctl_portmap_to_json(const struct px_portmap *t)
 		json_object_array_add(ports, json_object_new_int(t->ports[i]));
 	json_object_object_add(o, "ports", ports);
 	add_secret(o, t);
+	add_dpdk(o, t);
 	return o;
 }
 
@@ -153,6 +187,8 @@ static int kubevirt_from_json(struct json_object *o, struct px_portmap *ret, cha
 	}
 	if (get_secret(o, &t) < 0)
 		return fail(err, errlen, "\"secret\" must be 32 hex digits");
+	if (get_dpdk(o, &t) < 0)
+		return fail(err, errlen, "\"dpdk\" must be IPV4:UDP");
 	json_object_object_get_ex(o, "targetDirectMigrationNodePorts", &map);
 	if (!json_object_is_type(map, json_type_object))
 		return fail(err, errlen, "\"targetDirectMigrationNodePorts\" must be an object");
@@ -224,6 +260,8 @@ int ctl_portmap_from_json(struct json_object *o, struct px_portmap *ret, char *e
 		return fail(err, errlen, "missing or bad \"port\"");
 	if (get_secret(o, &t) < 0)
 		return fail(err, errlen, "\"secret\" must be 32 hex digits");
+	if (get_dpdk(o, &t) < 0)
+		return fail(err, errlen, "\"dpdk\" must be IPV4:UDP");
 	if (!json_object_object_get_ex(o, "ports", &ports) ||
 	    !json_object_is_type(ports, json_type_array))
 		return fail(err, errlen, "missing \"ports\" array");

@@ -95,7 +95,10 @@ int px_conn_reply(struct px_conn *c, enum px_status st)
 
 bool px_dpdk_can(const struct px_conn *c)
 {
-	/* the keys come from TLS 1.3's exporter; TLS 1.2 has none */
+	/* the keys come from TLS 1.3's exporter; TLS 1.2 has none. A source offers it only to a
+	 * target that advertised one, so that a vmigd older than the offer never sees it. */
+	if (c->m && c->m->role == PX_ROLE_SOURCE && !c->m->target.dpdk.ip)
+		return false;
 	return c->n->dpdk.ip && !c->raw &&
 	       (!c->tls.version[0] || strcmp(c->tls.version, "TLSv1.3") == 0);
 }

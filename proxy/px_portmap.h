@@ -30,6 +30,9 @@ struct px_portmap {
 	 * A stock KubeVirt peer neither gives nor takes one. */
 	bool has_secret;
 	uint8_t secret[PX_SECRET_LEN];
+	/* The target's DPDK node hop (ip 0: none; stream unused): a source with one of its own
+	 * offers it in each preamble only to a target that advertised one. */
+	struct px_dpdk dpdk;
 };
 
 /* KubeVirt's logical ports: libvirt's own connection, QEMU's migration stream, NBD. */

@@ -604,6 +604,7 @@ static void target_map(const struct px_migration *m, struct px_portmap *out)
 	out->tls = m->tls;
 	out->has_secret = true;
 	memcpy(out->secret, m->secret, PX_SECRET_LEN);
+	out->dpdk = n->dpdk;
 	out->port = m->kubevirt ? 0 : xp_addr_port(&n->bound);
 	out->nports = m->nports;
 	for (unsigned int i = 0; i < m->nports; i++) {

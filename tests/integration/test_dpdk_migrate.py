@@ -4,7 +4,9 @@ node hop is DPDK (vmigd --dpdk): over net_memif, with mutual TLS (multifd off, 4
 in plain text (4 channels), and with 2 % of arriving frames dropped, 1 % duplicated and 2 % held
 behind the next on both daemons (4 channels); then over net_af_packet on the veth pair, sealed,
 with a capture on the veth that must find no guest page in clear text, and plain, where it must
-find some. Each must complete with identical guest memory and `path=dpdk` on every connection."""
+find some. Each must complete with identical guest memory and `path=dpdk` on every connection,
+and target start must advertise the target's DPDK address. With --dpdk on one side only, either
+side, a migration goes over the kernel path and says `path=kernel`."""
 
 import os
 import sys
@@ -16,16 +18,16 @@ MIB = 128
 CAPTURE = 4 << 20
 
 
-def check_dpdk(tb, result, problems):
-    """Every connection of the migration went over DPDK, on both daemons, and the stop lines say
-    ok with at least QEMU's bytes."""
+def check_path(tb, result, problems, path):
+    """Every connection of the migration went the path expected, on both daemons, and the stop
+    lines say ok with at least QEMU's bytes."""
     for daemon, role in tb.sides():
         where = f'{daemon.name} {result.key}'
         recs = daemon.linked(result.key, role)
         paths = sorted({r.get('path') for r in recs})
-        if len(recs) != result.channels + 1 or paths != ['dpdk']:
+        if len(recs) != result.channels + 1 or paths != [path]:
             problems.append(f'{where}: {len(recs)} linked lines with path {paths}, expected '
-                            f'{result.channels + 1} with path=dpdk')
+                            f'{result.channels + 1} with path={path}')
         rec = daemon.stop_record(result.key, role)
         if rec.get('outcome') != 'ok' or int(rec.get('bytes', -1)) < result.bytes:
             problems.append(f'{where}: stop line {rec}')
@@ -33,10 +35,14 @@ def check_dpdk(tb, result, problems):
                      if ': error:' in line.lower()]
 
 
-def migrate(tb, label, channels, problems, capture=None):
+def migrate(tb, label, channels, problems, capture=None, path='dpdk', advertised=True):
     src, dst = tb.qemu_pair(MIB)
     key = tb.new_key(label)
     m = tb.start_migration(src, dst, key, channels)
+    # target start advertises the target's DPDK hop, and only then does a source offer it
+    want = f'{vt.dpdk.DAEMON_ADDR["target"]}:{vt.dpdk.DAEMON_PORT}' if advertised else None
+    if m.target.get('dpdk') != want:
+        problems.append(f'{label}: target JSON dpdk = {m.target.get("dpdk")!r}, expected {want!r}')
     if capture:
         with vt.Sniffer(tb.net.target_ns, tb.net.target_if, vt.dpdk.DAEMON_PORT, limit=CAPTURE,
                         udp=True) as sniff:
@@ -44,7 +50,7 @@ def migrate(tb, label, channels, problems, capture=None):
     else:
         result = m.finish(timeout=300)
     digest = vt.verify_memory(src, dst)
-    check_dpdk(tb, result, problems)
+    check_path(tb, result, problems, path)
     vt.log(f'[{label}] {result.summary()} sha256 {digest[:12]}')
     tb.close_qemus(src, dst)
     if not capture:
@@ -106,6 +112,12 @@ def main():
             migrate(tb, 'afpacket-tls-mfd4', 4, problems, capture='sealed')
         with bed('afpacket', sockdir, 'b', None) as tb:
             migrate(tb, 'afpacket-plain-mfd0', 0, problems, capture='plain')
+        # One side without --dpdk, either way round: the kernel path, and status says so.
+        for side in ('source', 'target'):
+            args = vt.dpdk.daemon_args(side, 'afpacket', sockdir, 'h' + side[0])
+            with vt.Testbed(tls=True, **{f'{side}_args': args}) as tb:
+                migrate(tb, f'only-{side}-dpdk-mfd4', 4, problems, path='kernel',
+                        advertised=side == 'target')
     if problems:
         raise vt.HarnessError(f'{len(problems)} problem(s):\n  ' + '\n  '.join(problems))
     vt.log('ok: QEMU migrations over the DPDK node hop, memory verified')

@@ -171,6 +171,52 @@ static void test_valid_baseline(void **state)
 	check_accept("{\"version\":1,\"key\":\"vm-1\"," VALID_TAIL ",\"comment\":\"x\"}");
 }
 
+/* The target's DPDK node hop: advertised as "IPV4:UDP", optional, strict when there. */
+static void test_dpdk(void **state)
+{
+	struct px_portmap t = { .key = "vm-1",
+				.address = "198.18.0.2",
+				.port = 40123,
+				.nports = 1,
+				.ports = { 49152 },
+				.dpdk = { .ip = 0x0a4f0002, .port = 4791 } };
+	struct json_object *o = ctl_portmap_to_json(&t), *back;
+	struct px_portmap out;
+	char err[256] = "";
+
+	assert_non_null(o);
+	assert_string_equal(ctl_json_member_cstring(o, "dpdk"), "10.79.0.2:4791");
+	back = json_tokener_parse(json_object_to_json_string(o));
+	assert_int_equal(ctl_portmap_from_json(back, &out, err, sizeof(err)), 0);
+	assert_int_equal(out.dpdk.ip, 0x0a4f0002);
+	assert_int_equal(out.dpdk.port, 4791);
+	json_object_put(back);
+	json_object_put(o);
+	/* none: no member, and none parsed */
+	t.dpdk.ip = 0;
+	o = ctl_portmap_to_json(&t);
+	assert_null(ctl_json_member_cstring(o, "dpdk"));
+	json_object_put(o);
+	o = json_tokener_parse(VALID);
+	memset(&out, 0x5a, sizeof(out));
+	assert_int_equal(ctl_portmap_from_json(o, &out, err, sizeof(err)), 0);
+	assert_int_equal(out.dpdk.ip, 0);
+	json_object_put(o);
+	check_accept("{\"version\":1,\"key\":\"vm-1\"," VALID_TAIL ",\"dpdk\":\"1.2.3.4:1\"}");
+	static const char *const bad[] = { "1.2.3.4",	    "1.2.3.4:0",
+					   "1.2.3.4:65536", "256.1.1.1:5",
+					   "0.0.0.0:4791",  "1.2.3.4:4791x",
+					   "::1:4791",	    "" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char text[256];
+
+		snprintf(text, sizeof(text),
+			 "{\"version\":1,\"key\":\"vm-1\"," VALID_TAIL ",\"dpdk\":\"%s\"}", bad[i]);
+		check_reject(text);
+	}
+	check_reject("{\"version\":1,\"key\":\"vm-1\"," VALID_TAIL ",\"dpdk\":4791}");
+}
+
 static void test_not_object(void **state)
 {
 	check_reject_obj(NULL, "(NULL)");
@@ -432,6 +478,7 @@ int main(void)
 		cmocka_unit_test(test_port_parse),
 		cmocka_unit_test(test_key_embedded_nul),
 		cmocka_unit_test(test_kubevirt_form),
+		cmocka_unit_test(test_dpdk),
 	};
 
 	return cmocka_run_group_tests_name("px_target", tests, NULL, NULL);
