@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Integration test: real QEMU migrations between two vmigd daemons in two network namespaces whose
-node hop is DPDK (vmigd --dpdk): over net_memif, with mutual TLS (multifd off, 4 and 8 channels),
+node hop is DPDK (vmigd --dpdk): over net_memif, with mutual TLS (multifd off, 4 and 8 channels,
+and 4 under a 32 MiB/s cap, which must hold; then both daemons idle under a tenth of a core),
 in plain text (4 channels), and with 2 % of arriving frames dropped, 1 % duplicated and 2 % held
 behind the next on both daemons (4 channels); then over net_af_packet on the veth pair, sealed,
 with a capture on the veth that must find no guest page in clear text, and plain, where it must
@@ -10,6 +11,7 @@ side, a migration goes over the kernel path and says `path=kernel`."""
 
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
 import vmigtest as vt  # noqa: E402
@@ -35,10 +37,11 @@ def check_path(tb, result, problems, path):
                      if ': error:' in line.lower()]
 
 
-def migrate(tb, label, channels, problems, capture=None, path='dpdk', advertised=True):
+def migrate(tb, label, channels, problems, capture=None, path='dpdk', advertised=True,
+            cap=None):
     src, dst = tb.qemu_pair(MIB)
     key = tb.new_key(label)
-    m = tb.start_migration(src, dst, key, channels)
+    m = tb.start_migration(src, dst, key, channels, **({'bandwidth': cap} if cap else {}))
     # target start advertises the target's DPDK hop, and only then does a source offer it
     want = f'{vt.dpdk.DAEMON_ADDR["target"]}:{vt.dpdk.DAEMON_PORT}' if advertised else None
     if m.target.get('dpdk') != want:
@@ -53,6 +56,14 @@ def migrate(tb, label, channels, problems, capture=None, path='dpdk', advertised
     check_path(tb, result, problems, path)
     vt.log(f'[{label}] {result.summary()} sha256 {digest[:12]}')
     tb.close_qemus(src, dst)
+    if cap:
+        # A cap is a maximum (plus the bucket's burst); the sender always had more to send, so a
+        # rate far under it would mean the cap is not what holds it back.
+        rate = result.bytes / result.seconds
+        vt.log(f'    capped at {cap >> 20} MiB/s: {rate / (1 << 20):.1f} MiB/s on average')
+        if rate > cap * 1.1 or rate < cap * 0.4:
+            problems.append(f'{label}: {rate / (1 << 20):.1f} MiB/s under a cap of '
+                            f'{cap >> 20} MiB/s')
     if not capture:
         return
     hits = vt.plaintext_hits(sniff.payload, vt.ram_page_prefixes(MIB))
@@ -70,6 +81,24 @@ def bed(kind, sockdir, tag, tls, extra=()):
     return vt.Testbed(tls=tls,
                       source_args=vt.dpdk.daemon_args('source', kind, sockdir, tag, extra),
                       target_args=vt.dpdk.daemon_args('target', kind, sockdir, tag, extra))
+
+
+def cpu_seconds(pid):
+    with open(f'/proc/{pid}/stat') as f:
+        fields = f.read().rsplit(')', 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+
+
+def check_idle(tb, problems, seconds=3):
+    """With no migration, a daemon's DPDK thread sleeps: each daemon under a tenth of a core (a
+    polling lcore would burn a whole one)."""
+    before = {d.name: cpu_seconds(d.proc.pid) for d in (tb.source, tb.target)}
+    time.sleep(seconds)
+    for d in (tb.source, tb.target):
+        used = (cpu_seconds(d.proc.pid) - before[d.name]) / seconds
+        vt.log(f'    {d.name} idle with --dpdk: {used:.3f} of a core')
+        if used > 0.1:
+            problems.append(f'{d.name}: {used:.2f} of a core while idle with --dpdk')
 
 
 def check_status(tb, problems, sealed, impaired=False):
@@ -100,7 +129,9 @@ def main():
             vt.log(f'{tb.describe()}; DPDK net_memif, sealed with keys from TLS 1.3')
             for channels in (0, 4, 8):
                 migrate(tb, f'memif-tls-mfd{channels}', channels, problems)
+            migrate(tb, 'memif-tls-capped-mfd4', 4, problems, cap=32 << 20)
             check_status(tb, problems, True)
+            check_idle(tb, problems)
         with bed('memif', sockdir, 'p', None) as tb:
             migrate(tb, 'memif-plain-mfd4', 4, problems)
             check_status(tb, problems, False)
