@@ -581,12 +581,19 @@ static bool link_ended(struct xp_dhop *d, struct xp_link *l, uint64_t now)
 			  "the peer vmigd closed the node-hop connection before the stream ended");
 		return true;
 	}
+	/*
+	 * A peer that answers nothing while we wait for its acknowledgement is gone (the TCP
+	 * connection tells of a peer daemon that died; this, of a DPDK path that broke). A stream
+	 * with nothing out may stay quiet: libvirt's own connection does for most of a migration.
+	 */
 	xp_rel_stats(l->rel, &rs);
-	if (rs.frames_received != l->last_frames_in) {
+	if (rs.frames_received != l->last_frames_in || !xp_rel_awaiting_ack(l->rel)) {
 		l->last_frames_in = rs.frames_received;
 		l->last_heard_us = now;
 	} else if (now - l->last_heard_us > PEER_SILENT_US) {
-		link_fail(l, -ETIMEDOUT, 1, "no frame from the peer over DPDK for 15 s");
+		link_fail(l, -ETIMEDOUT, 1,
+			  "no frame from the peer over DPDK for 15 s while it had bytes to "
+			  "acknowledge");
 		return true;
 	}
 	return false;

@@ -271,6 +271,11 @@ bool xp_rel_send_done(const struct xp_rel *r)
 	return r->fin_acked;
 }
 
+bool xp_rel_awaiting_ack(const struct xp_rel *r)
+{
+	return r->nsegs > 0;
+}
+
 /* In-order bytes end at the FIN, which rcv_nxt counts once it is in order. */
 static uint64_t data_end(const struct xp_rel *r)
 {

@@ -114,6 +114,9 @@ void xp_rel_write_commit(struct xp_rel *r, size_t n);
 void xp_rel_shutdown(struct xp_rel *r);
 /* Every byte written and the FIN were acknowledged. */
 bool xp_rel_send_done(const struct xp_rel *r);
+/* Something sent (bytes or the FIN) waits for the peer's acknowledgement: a silent peer now is
+ * a problem, where a stream with nothing out may be quiet for as long as its user is. */
+bool xp_rel_awaiting_ack(const struct xp_rel *r);
 
 /* Receiving: copies out up to len bytes that arrived in order; returns how many. */
 size_t xp_rel_read(struct xp_rel *r, void *buf, size_t len);

@@ -171,6 +171,43 @@ static void test_fate_bytes(void **state)
 	assert_true(r.dropped > 0);
 }
 
+/* What the daemon's silence rule reads: a stream is waiting for its peer only while something it
+ * sent is unacknowledged, not when it is merely quiet. */
+static void test_awaiting_ack(void **state)
+{
+	struct xp_rel_cfg c = { .stream = 1,
+				.mss = 1400,
+				.sndbuf = 64 * KIB,
+				.rcvbuf = 64 * KIB,
+				.peer_rcvbuf = 64 * KIB };
+	struct xp_rel *a, *b;
+	struct xp_rel_hdr h;
+	uint8_t frame[XP_REL_MAX_HDR + 1400];
+	const char *why;
+	uint64_t now = 1000;
+	size_t n;
+
+	assert_int_equal(xp_rel_new(&c, now, &a), 0);
+	assert_int_equal(xp_rel_new(&c, now, &b), 0);
+	assert_false(xp_rel_awaiting_ack(a)); /* quiet, nothing out */
+	assert_int_equal(xp_rel_write(a, "hello", 5), 5);
+	n = xp_rel_next_frame(a, now, frame, sizeof(frame));
+	assert_true(n > 0);
+	assert_true(xp_rel_awaiting_ack(a));
+	assert_int_equal(xp_rel_parse(frame, n, &h, &why), 0);
+	assert_int_equal(xp_rel_input(b, now, &h), 0);
+	/* b acknowledges (after its ack delay) */
+	now += 10000;
+	n = xp_rel_next_frame(b, now, frame, sizeof(frame));
+	assert_true(n > 0);
+	assert_int_equal(xp_rel_parse(frame, n, &h, &why), 0);
+	assert_int_equal(xp_rel_input(a, now, &h), 0);
+	assert_false(xp_rel_awaiting_ack(a));
+	assert_false(xp_rel_awaiting_ack(b)); /* an acknowledgement is never waited for */
+	xp_rel_free(a);
+	xp_rel_free(b);
+}
+
 static void test_codec(void **state)
 {
 	struct xp_rel_hdr h = { 0 }, p;
@@ -333,11 +370,12 @@ static void test_bad_input(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_codec),	    cmocka_unit_test(test_bad_input),
-		cmocka_unit_test(test_clean),	    cmocka_unit_test(test_lossy),
-		cmocka_unit_test(test_heavy_loss),  cmocka_unit_test(test_congestion),
-		cmocka_unit_test(test_slow_reader), cmocka_unit_test(test_empty_streams),
-		cmocka_unit_test(test_fate_bytes),  cmocka_unit_test(test_pn_space),
+		cmocka_unit_test(test_awaiting_ack),  cmocka_unit_test(test_codec),
+		cmocka_unit_test(test_bad_input),     cmocka_unit_test(test_clean),
+		cmocka_unit_test(test_lossy),	      cmocka_unit_test(test_heavy_loss),
+		cmocka_unit_test(test_congestion),    cmocka_unit_test(test_slow_reader),
+		cmocka_unit_test(test_empty_streams), cmocka_unit_test(test_fate_bytes),
+		cmocka_unit_test(test_pn_space),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
