@@ -288,7 +288,8 @@ int px_node_new(struct xp_loop *loop, const struct px_config *conf, struct px_no
 			.address = conf->dpdk_address,
 			.udp_port = conf->dpdk_port,
 			.link_buffer = conf->dpdk_buffer,
-			.max_links = 256,
+			/* as many as the kernel path carries (--max-connections) */
+			.max_links = conf->slots * conf->threads,
 			.loss_pct = conf->dpdk_impair[0],
 			.dup_pct = conf->dpdk_impair[1],
 			.reorder_pct = conf->dpdk_impair[2],

@@ -95,6 +95,7 @@ struct xp_dhop {
 	struct xp_hop_peer_stats gone;
 	_Atomic uint64_t polls, sleeps;
 	atomic_bool new_links;	       /* attach made an S_NEW slot */
+	unsigned int hw; /* the thread's: links[hw..] are none of its, what a round scans */
 	struct xp_hop_peer_stats live; /* refreshed by the thread, under mu */
 	uint64_t unknown_peer;	       /* the same */
 };
@@ -607,7 +608,7 @@ static void refresh_live(struct xp_dhop *d, const struct xp_hop_peer_stats *ende
 {
 	struct xp_hop_peer_stats sum = { 0 }, ps;
 
-	for (unsigned int i = 0; i < d->conf.max_links; i++)
+	for (unsigned int i = 0; i < d->hw; i++)
 		if (d->links[i].live && d->links[i].peer) {
 			xp_hop_peer_stats(d->links[i].peer, &ps);
 			stats_add(&sum, &ps);
@@ -642,6 +643,8 @@ static void link_end(struct xp_dhop *d, struct xp_link *l)
 		l->rel = NULL;
 	}
 	l->live = false;
+	while (d->hw && !d->links[d->hw - 1].live)
+		d->hw--;
 	refresh_live(d, &ps);
 	pthread_mutex_lock(&d->mu);
 	l->st = S_ENDED;
@@ -687,8 +690,10 @@ static void take_new(struct xp_dhop *d, uint64_t now)
 		if (is_new)
 			l->st = S_LIVE;
 		pthread_mutex_unlock(&d->mu);
-		if (is_new)
+		if (is_new) {
 			link_begin(d, l, now);
+			d->hw = i + 1 > d->hw ? i + 1 : d->hw;
+		}
 	}
 }
 
@@ -707,7 +712,7 @@ static void *dhop_thread(void *arg)
 		atomic_fetch_add_explicit(&d->polls, 1, memory_order_relaxed);
 		take_new(d, now);
 		readiness(d, 0);
-		for (unsigned int i = 0; i < d->conf.max_links; i++) {
+		for (unsigned int i = 0; i < d->hw; i++) {
 			struct xp_link *l = &d->links[i];
 
 			if (!l->live)

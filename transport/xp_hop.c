@@ -35,6 +35,7 @@ struct xp_hop {
 	size_t frame_cap;
 	uint64_t now, unknown_peer;
 	unsigned int rr;
+	unsigned int hw; /* peers[hw..] are all unused: what lookups and steps scan */
 };
 
 int xp_hop_new(const struct xp_hop_conf *conf, struct xp_hop **ret)
@@ -85,7 +86,7 @@ void xp_hop_free(struct xp_hop *h)
 /* The peer at ip that takes stream ids first .. last (one id: first == last), or NULL. */
 static struct xp_hop_peer *peer_find(struct xp_hop *h, uint32_t ip, uint32_t first, uint32_t last)
 {
-	for (unsigned int i = 0; i < h->conf.max_peers; i++) {
+	for (unsigned int i = 0; i < h->hw; i++) {
 		struct xp_hop_peer *p = &h->peers[i];
 
 		if (p->used && p->ip == ip && first <= p->last && p->first <= last)
@@ -115,6 +116,8 @@ int xp_hop_peer_add(struct xp_hop *h, const struct xp_hop_peer_conf *conf, struc
 		return -ENOSPC;
 	p->h = h;
 	p->used = true;
+	if ((unsigned int)(p - h->peers) >= h->hw)
+		h->hw = (unsigned int)(p - h->peers) + 1;
 	p->ip = conf->ip;
 	p->udp_port = conf->udp_port;
 	p->first = first;
@@ -133,14 +136,15 @@ int xp_hop_peer_add(struct xp_hop *h, const struct xp_hop_peer_conf *conf, struc
 	*ret = p;
 	return 0;
 fail:
-	peer_clear(p);
+	xp_hop_peer_remove(h, p);
 	return r;
 }
 
 void xp_hop_peer_remove(struct xp_hop *h, struct xp_hop_peer *p)
 {
-	(void)h;
 	peer_clear(p);
+	while (h->hw && !h->peers[h->hw - 1].used)
+		h->hw--;
 }
 
 struct xp_rel *xp_hop_stream(const struct xp_hop_peer *p, uint32_t id)
@@ -329,13 +333,13 @@ int xp_hop_step(struct xp_hop *h, uint64_t now_us)
 
 	h->now = now_us;
 	moved = h->conf.ops->poll(h->conf.port, on_datagram, h);
-	for (unsigned int i = 0; i < h->conf.max_peers; i++) {
-		struct xp_hop_peer *p = &h->peers[(h->rr + i) % h->conf.max_peers];
+	for (unsigned int i = 0; i < h->hw; i++) {
+		struct xp_hop_peer *p = &h->peers[(h->rr + i) % h->hw];
 
 		if (p->used && p->nst && peer_send(h, p, &moved))
 			break;
 	}
-	h->rr = (h->rr + 1) % h->conf.max_peers; /* no peer always first */
+	h->rr = h->hw ? (h->rr + 1) % h->hw : 0; /* no peer always first */
 	if (h->conf.ops->flush)
 		h->conf.ops->flush(h->conf.port);
 	return moved;
@@ -345,7 +349,7 @@ uint64_t xp_hop_deadline(const struct xp_hop *h)
 {
 	uint64_t d = UINT64_MAX;
 
-	for (unsigned int i = 0; i < h->conf.max_peers; i++)
+	for (unsigned int i = 0; i < h->hw; i++)
 		for (unsigned int j = 0; h->peers[i].used && j < h->peers[i].nst; j++) {
 			uint64_t t = xp_rel_deadline(h->peers[i].st[j].r);
 
