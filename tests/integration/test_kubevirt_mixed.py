@@ -50,6 +50,7 @@ import errno
 import json
 import os
 import socket
+import subprocess
 import sys
 import time
 
@@ -238,8 +239,14 @@ def dst_outcome(dst):
         return f'exited {dst.proc.returncode}'
     try:
         return f'{dst.migration_info().get("status") or "none"}, {dst.run_state()}'
-    except vt.HarnessError as e:
-        return f'no answer ({e})'
+    except (vt.HarnessError, OSError) as e:
+        # QEMU may be exiting between the poll and the question (its QMP socket then resets):
+        # give it a moment to be counted as exited
+        try:
+            dst.proc.wait(5)
+            return f'exited {dst.proc.returncode}'
+        except subprocess.TimeoutExpired:
+            return f'no answer ({e})'
 
 
 def dst_error_line(dst):
