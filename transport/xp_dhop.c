@@ -100,14 +100,6 @@ struct xp_dhop {
 	uint64_t unknown_peer;	       /* the same */
 };
 
-static uint64_t now_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
-}
-
 /* The hop's port ops over xp_dpdk (zero copy, bursts); port is the xp_dhop. */
 static void on_rx(void *arg, uint32_t ip, uint16_t port, uint8_t *data, size_t len)
 {
@@ -186,18 +178,6 @@ static const struct xp_hop_port_ops dpdk_port_ops = {
 	.flush = port_flush,
 };
 
-static int parse_ip(const char *address, uint32_t *ip)
-{
-	unsigned int a, b, c, e, plen;
-	char tail;
-
-	if (sscanf(address, "%u.%u.%u.%u/%u%c", &a, &b, &c, &e, &plen, &tail) != 5 || a > 255 ||
-	    b > 255 || c > 255 || e > 255 || plen > 32)
-		return -EINVAL;
-	*ip = a << 24 | b << 16 | c << 8 | e;
-	return 0;
-}
-
 int xp_dhop_new(const struct xp_dhop_conf *conf, struct xp_dhop **ret, char *err, size_t errlen)
 {
 	struct xp_dpdk_conf pc = { .eal = conf->eal,
@@ -220,11 +200,6 @@ int xp_dhop_new(const struct xp_dhop_conf *conf, struct xp_dhop **ret, char *err
 	d->conf = *conf;
 	d->efd = d->epfd = -1;
 	pthread_mutex_init(&d->mu, NULL);
-	r = parse_ip(conf->address, &d->ip);
-	if (r < 0) {
-		snprintf(err, errlen, "--dpdk-address %s: not ADDR/PREFIX", conf->address);
-		goto fail;
-	}
 	r = -ENOMEM;
 	d->links = calloc(conf->max_links, sizeof(*d->links));
 	if (!d->links)
@@ -242,11 +217,12 @@ int xp_dhop_new(const struct xp_dhop_conf *conf, struct xp_dhop **ret, char *err
 	sched_setaffinity(0, sizeof(cpus), &cpus);
 	if (r < 0)
 		goto fail;
+	d->ip = xp_dpdk_ip(d->port);
 	payload = xp_dpdk_max_payload(d->port);
 	/* a frame is header, SACK blocks, payload and tag; whole 8-byte words of payload */
 	hc.mss = (uint32_t)((payload - XP_REL_MAX_HDR - XP_SEAL_TAG) & ~(size_t)7);
 	hc.port = d;
-	d->im.rng = (uint32_t)now_us();
+	d->im.rng = (uint32_t)vm_now_ns();
 	hc.max_peers = conf->max_links;
 	r = xp_hop_new(&hc, &d->hop);
 	if (r < 0) {
@@ -705,7 +681,7 @@ static void *dhop_thread(void *arg)
 	/* without an lcore id, every packet buffer comes from the pool's shared ring */
 	xp_dpdk_thread_register();
 	while (!atomic_load(&d->stop)) {
-		uint64_t now = now_us(), deadline;
+		uint64_t now = vm_now_ns() / 1000, deadline;
 		unsigned int live = 0;
 		size_t moved = 0;
 

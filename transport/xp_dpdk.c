@@ -511,3 +511,8 @@ int xp_dpdk_thread_register(void)
 	sched_setaffinity(0, sizeof(cpus), &cpus);
 	return r < 0 ? -rte_errno : 0;
 }
+
+uint32_t xp_dpdk_ip(const struct xp_dpdk *d)
+{
+	return ntohl(d->ip);
+}

@@ -35,6 +35,8 @@ bool xp_dpdk_built(void);
 int xp_dpdk_open(const struct xp_dpdk_conf *conf, struct xp_dpdk **ret, char *err, size_t errlen);
 /* Stops the port; EAL and the port's memory stay until the process exits (xp_dpdk.c says why). */
 void xp_dpdk_close(struct xp_dpdk *d);
+/* This node's address on the port (--dpdk-address), host order. */
+uint32_t xp_dpdk_ip(const struct xp_dpdk *d);
 /* The largest UDP payload a frame can carry (the port's MTU less IPv4 and UDP headers). */
 size_t xp_dpdk_max_payload(const struct xp_dpdk *d);
 /* Sends one UDP datagram to peer_ip:peer_port (host order) at once, copied. -EAGAIN while the

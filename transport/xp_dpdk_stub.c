@@ -73,3 +73,9 @@ int xp_dpdk_thread_register(void)
 {
 	return -ENOTSUP;
 }
+
+uint32_t xp_dpdk_ip(const struct xp_dpdk *d)
+{
+	(void)d;
+	return 0;
+}
