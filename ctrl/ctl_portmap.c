@@ -26,12 +26,10 @@ static void add_secret(struct json_object *o, const struct px_portmap *t)
 static void add_dpdk(struct json_object *o, const struct px_portmap *t)
 {
 	char s[32];
-	uint32_t ip = t->dpdk.ip;
 
-	if (!ip)
+	if (!t->dpdk.ip)
 		return;
-	snprintf(s, sizeof(s), "%u.%u.%u.%u:%u", ip >> 24, (ip >> 16) & 255, (ip >> 8) & 255,
-		 ip & 255, t->dpdk.port);
+	px_dpdk_format(&t->dpdk, s, sizeof(s));
 	json_object_object_add(o, "dpdk", json_object_new_string(s));
 }
 

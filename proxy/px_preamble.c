@@ -2,6 +2,7 @@
 /* Node-hop preamble and reply codec. Everything here is bounds-checked arithmetic on a byte
  * buffer; the fuzzer in tests/fuzz drives px_preamble_decode() and px_reply_decode(). */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "px_preamble.h"
@@ -183,4 +184,10 @@ const char *px_status_str(enum px_status st)
 		       "certificate than its first connection's)";
 	}
 	return "unknown status";
+}
+
+void px_dpdk_format(const struct px_dpdk *d, char *buf, size_t len)
+{
+	snprintf(buf, len, "%u.%u.%u.%u:%u", d->ip >> 24, (d->ip >> 16) & 255, (d->ip >> 8) & 255,
+		 d->ip & 255, d->port);
 }

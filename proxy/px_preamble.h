@@ -81,5 +81,7 @@ size_t px_reply_encode(enum px_status st, const struct px_dpdk *dpdk, uint8_t *b
 int px_reply_decode(const uint8_t *buf, size_t len, enum px_status *ret, struct px_dpdk *dpdk);
 
 const char *px_status_str(enum px_status st);
+/* "A.B.C.D:PORT" for status, the target JSON and the log. */
+void px_dpdk_format(const struct px_dpdk *d, char *buf, size_t len);
 
 #endif

@@ -268,8 +268,7 @@ static void dpdk_info(struct px_node *n, struct px_node_info *ni)
 	xp_dhop_stats(d, &st);
 	ni->dpdk.on = true;
 	ni->dpdk.sealed = n->conf.tls != NULL;
-	snprintf(ni->dpdk.address, sizeof(ni->dpdk.address), "%u.%u.%u.%u:%u", n->dpdk.ip >> 24,
-		 (n->dpdk.ip >> 16) & 255, (n->dpdk.ip >> 8) & 255, n->dpdk.ip & 255, n->dpdk.port);
+	px_dpdk_format(&n->dpdk, ni->dpdk.address, sizeof(ni->dpdk.address));
 	ni->dpdk.rx_frames = st.rx_frames;
 	ni->dpdk.tx_frames = st.tx_frames;
 	ni->dpdk.tx_bursts = st.tx_bursts;
