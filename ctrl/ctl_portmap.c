@@ -33,6 +33,29 @@ static void add_dpdk(struct json_object *o, const struct px_portmap *t)
 	json_object_object_add(o, "dpdk", json_object_new_string(s));
 }
 
+/* "digest": the target checks connection digests, with the one algorithm there is so far. */
+static void add_digest(struct json_object *o, const struct px_portmap *t)
+{
+	if (t->digest)
+		json_object_object_add(o, "digest", json_object_new_string("xxh3"));
+}
+
+/* An optional "digest" member into t: 0 (another algorithm than ours: no check), or -EINVAL
+ * when it is not a string. */
+static int get_digest(struct json_object *o, struct px_portmap *t)
+{
+	struct json_object *v;
+	const char *s;
+
+	if (!json_object_object_get_ex(o, "digest", &v))
+		return 0;
+	s = ctl_json_cstring(v);
+	if (!s)
+		return -EINVAL;
+	t->digest = strcmp(s, "xxh3") == 0;
+	return 0;
+}
+
 /* An optional "dpdk" member into t: 0, or -EINVAL when present and not IPV4:UDP. */
 static int get_dpdk(struct json_object *o, struct px_portmap *t)
 {
@@ -108,6 +131,7 @@ static struct json_object *kubevirt_to_json(const struct px_portmap *t)
 	json_object_object_add(o, "tls", json_object_new_boolean(t->tls));
 	add_secret(o, t);
 	add_dpdk(o, t);
+	add_digest(o, t);
 	return o;
 }
 
@@ -133,6 +157,7 @@ struct json_object *ctl_portmap_to_json(const struct px_portmap *t)
 	json_object_object_add(o, "ports", ports);
 	add_secret(o, t);
 	add_dpdk(o, t);
+	add_digest(o, t);
 	return o;
 }
 
@@ -187,6 +212,8 @@ static int kubevirt_from_json(struct json_object *o, struct px_portmap *ret, cha
 		return fail(err, errlen, "\"secret\" must be 32 hex digits");
 	if (get_dpdk(o, &t) < 0)
 		return fail(err, errlen, "\"dpdk\" must be IPV4:UDP");
+	if (get_digest(o, &t) < 0)
+		return fail(err, errlen, "\"digest\" must be a string");
 	json_object_object_get_ex(o, "targetDirectMigrationNodePorts", &map);
 	if (!json_object_is_type(map, json_type_object))
 		return fail(err, errlen, "\"targetDirectMigrationNodePorts\" must be an object");
@@ -260,6 +287,8 @@ int ctl_portmap_from_json(struct json_object *o, struct px_portmap *ret, char *e
 		return fail(err, errlen, "\"secret\" must be 32 hex digits");
 	if (get_dpdk(o, &t) < 0)
 		return fail(err, errlen, "\"dpdk\" must be IPV4:UDP");
+	if (get_digest(o, &t) < 0)
+		return fail(err, errlen, "\"digest\" must be a string");
 	if (!json_object_object_get_ex(o, "ports", &ports) ||
 	    !json_object_is_type(ports, json_type_array))
 		return fail(err, errlen, "missing \"ports\" array");

@@ -72,6 +72,7 @@ struct options {
 	double node_share_pct; /* --node-bandwidth N%: of the hop link's speed; 0: a rate */
 	int shaper; /* enum px_shaper */
 	bool no_inspect;
+	bool no_digest;
 	bool keep_cap_at_switchover;
 	const char *dpdk_eal;
 	const char *dpdk_address;
@@ -280,6 +281,9 @@ static const struct opt opts[] = {
 		  "on each node-hop socket" },
 	{ "no-inspect", 0, FLAG(no_inspect), .flags = OPT_DEF_TEXT, .def = "inspection on",
 	  .help = "do not read the QEMU stream as it passes (pages, passes, dirty rate)" },
+	{ "no-digest", 0, FLAG(no_digest), .flags = OPT_DEF_TEXT, .def = "digests on",
+	  .help = "do not digest each connection's bytes nor compare them with the peer vmigd's "
+		  "at its end (outcome=corrupt on a mismatch)" },
 	{ "keep-cap-at-switchover", 0, FLAG(keep_cap_at_switchover), .flags = OPT_DEF_TEXT,
 	  .def = "lifted", .help = "keep a migration's cap after its VM stopped for switchover" },
 	{ "dpdk", 0, STR(dpdk_eal), .arg = "EAL_ARGS", .flags = OPT_DEF_TEXT,
@@ -1233,6 +1237,7 @@ static int daemon_configure(struct daemon *d, struct options *o)
 	pc->node_bandwidth = o->node_bandwidth;
 	pc->shaper = o->shaper;
 	pc->inspect = !o->no_inspect;
+	pc->digest = !o->no_digest;
 	pc->keep_cap_at_switchover = o->keep_cap_at_switchover;
 	pc->socket_uid = o->socket_uid;
 	pc->socket_gid = o->socket_gid;
@@ -1488,11 +1493,12 @@ static int daemon_start(struct daemon *d, const struct options *o)
 		 VMIGD_VERSION, px_node_listen_str(d->node), px_node_advertise(d->node), o->control,
 		 px_node_threads(d->node), px_node_data_path(d->node),
 		 d->cpus[0] ? d->cpus : "any");
-	log_info("bandwidth: node cap %s, shaper %s, inspection %s, caps %s at switchover",
+	log_info("bandwidth: node cap %s, shaper %s, inspection %s, digests %s, caps %s at "
+		 "switchover",
 		 vm_format_rate(o->node_share_pct > 0 ? d->node_bandwidth : o->node_bandwidth, rate,
 				sizeof(rate)),
 		 px_shaper_str(o->shaper), o->no_inspect ? "off" : "on",
-		 o->keep_cap_at_switchover ? "kept" : "lifted");
+		 o->no_digest ? "off" : "on", o->keep_cap_at_switchover ? "kept" : "lifted");
 	if (o->dpdk_eal)
 		log_info("DPDK node hop: %s udp %lu, %s, for peers that have one too",
 			 o->dpdk_address, o->dpdk_port,

@@ -115,6 +115,7 @@ int px_conn_link(struct px_conn *c)
 	c->t = NULL;
 	o.cookie = c;
 	o.raw = c->raw;
+	o.digest = c->digest;
 	o.dpdk.ip = c->dpdk.ip;
 	o.dpdk.port = c->dpdk.port;
 	o.dpdk.stream = c->dpdk.stream;
@@ -226,5 +227,7 @@ void px_conn_done(void *cookie, const struct xp_link_result *res, void *arg)
 			  res->reset_after_eof ? ", peer reset after its stream ended" : "",
 			  (unsigned long long)res->bytes[0], (unsigned long long)res->bytes[1]);
 	}
+	if (px_verify_ended(c, res))
+		return;
 	px_conn_release(c);
 }

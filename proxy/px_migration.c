@@ -133,6 +133,11 @@ static void cut_conns(struct px_migration *m, bool links)
 				m->conns_cut++;
 				IO(m->n, link_abort, c->link);
 			}
+		} else if (c->verify && m->role == PX_ROLE_SOURCE) {
+			/* a report goes on past a stop, until the grace ends */
+			if (links)
+				px_verify_lost(c, "the migration was cut before the target answered",
+					       true);
 		} else if (c->st != C_TGT_PARKED) {
 			px_conn_free(c);
 		}
@@ -222,7 +227,7 @@ static void migration_unlink(struct px_migration **head, struct px_migration *m)
 /* After a connection went away: a stopping migration may now be done. */
 void px_migration_maybe_finish(struct px_migration *m)
 {
-	if (m->stopping && m->conns_active == 0 && m->guard == 0)
+	if (m->stopping && m->conns_active == 0 && m->guard == 0 && !px_verify_busy(m))
 		px_migration_finish(m);
 }
 
@@ -230,9 +235,12 @@ void px_migration_finish(struct px_migration *m)
 {
 	struct px_node *n = m->n;
 	double secs = (px_now(n) - m->started_ms) / 1000.0;
-	char outcome[300], undelivered[48] = "";
+	char outcome[300], undelivered[48] = "", verified[64];
 
-	if (m->failed)
+	px_verify_note(m, verified, sizeof(verified));
+	if (m->v.corrupt)
+		snprintf(outcome, sizeof(outcome), "corrupt (%s)", m->v.corrupt_why);
+	else if (m->failed)
 		snprintf(outcome, sizeof(outcome), "failed (%s)", m->error);
 	else if (m->conns_cut)
 		snprintf(outcome, sizeof(outcome), "stopped with %u connections in flight",
@@ -246,12 +254,14 @@ void px_migration_finish(struct px_migration *m)
 	if (m->undelivered)
 		snprintf(undelivered, sizeof(undelivered), " undelivered=%llu",
 			 (unsigned long long)m->undelivered);
-	vm_log(strcmp(outcome, "ok") == 0 ? VM_LOG_INFO : VM_LOG_WARN,
+	vm_log(m->v.corrupt			       ? VM_LOG_ERR
+	       : strcmp(outcome, "ok") || m->v.unverified ? VM_LOG_WARN
+							  : VM_LOG_INFO,
 	       "migration %s role=%s stop conns=%u reordered=%u bytes=%llu tx=%llu rx=%llu%s "
-	       "duration=%.3fs outcome=%s",
+	       "duration=%.3fs%s outcome=%s",
 	       m->key, px_role_str(m->role), m->conns_total, m->conns_reordered,
 	       (unsigned long long)(m->bytes[0] + m->bytes[1]), (unsigned long long)m->bytes[0],
-	       (unsigned long long)m->bytes[1], undelivered, secs, outcome);
+	       (unsigned long long)m->bytes[1], undelivered, secs, verified, outcome);
 	migration_unlink(m->stopping ? &n->stopped : &n->migrations, m);
 	for (unsigned int i = 0; i < m->nports; i++) {
 		px_port_close(&m->ports[i]);
@@ -259,6 +269,7 @@ void px_migration_finish(struct px_migration *m)
 	}
 	IO(n, timer_del, m->order_timer);
 	IO(n, timer_del, m->stop_timer);
+	px_verify_free(m);
 	xp_bucket_free(m->bucket);
 	free(m);
 }

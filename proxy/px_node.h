@@ -45,6 +45,7 @@ struct px_config {
 	uint64_t node_bandwidth;	  /* bytes/s this node sends, all migrations; 0: no cap */
 	enum px_shaper shaper;
 	bool inspect;		     /* read the QEMU stream as it passes (px_inspect) */
+	bool digest;		     /* digest each connection and compare with the peer's */
 	bool keep_cap_at_switchover; /* else a migration's cap is lifted once its VM stopped */
 	/* With adopt: the node-hop listener is adopt_fd, handed over by the vmigd this one takes
 	 * over from (--takeover), and listen is not used. */

@@ -33,6 +33,10 @@ struct px_portmap {
 	/* The target's DPDK node hop (ip 0: none; stream unused): a source with one of its own
 	 * offers it in each preamble only to a target that advertised one. */
 	struct px_dpdk dpdk;
+	/* The target checks each connection's digest at its end ("digest":"xxh3"): a source that
+	 * keeps digests too asks for it (PX_PREAMBLE_F_DIGEST) only then, so that a vmigd older
+	 * than the check never sees the flag. */
+	bool digest;
 };
 
 /* KubeVirt's logical ports: libvirt's own connection, QEMU's migration stream, NBD. */

@@ -47,19 +47,45 @@ static int dpdk_get(const uint8_t *buf, struct px_dpdk *d)
 	return d->ip && d->port && d->stream && !vm_get_be16(buf + 6) ? 0 : -1;
 }
 
+static void digests_put(const struct px_digests *d, uint8_t *buf)
+{
+	for (int i = 0; i < 2; i++) {
+		vm_put_be64(buf + 16 * i, d->bytes[i]);
+		vm_put_be64(buf + 16 * i + 8, d->digest[i]);
+	}
+}
+
+static void digests_get(const uint8_t *buf, struct px_digests *d)
+{
+	for (int i = 0; i < 2; i++) {
+		d->bytes[i] = vm_get_be64(buf + 16 * i);
+		d->digest[i] = vm_get_be64(buf + 16 * i + 8);
+	}
+}
+
+bool px_digests_equal(const struct px_digests *a, const struct px_digests *b)
+{
+	return a->bytes[0] == b->bytes[0] && a->bytes[1] == b->bytes[1] &&
+	       a->digest[0] == b->digest[0] && a->digest[1] == b->digest[1];
+}
+
 int px_preamble_encode(const struct px_preamble *p, uint8_t *buf, size_t len)
 {
 	size_t kl = strnlen(p->key, PX_KEY_MAX + 1);
 	size_t at = PX_PREAMBLE_FIXED + kl;
 
-	if (!key_valid_n(p->key, kl) || p->port > PX_PORT_MAX)
+	if (!key_valid_n(p->key, kl) || p->port > PX_PORT_MAX ||
+	    (p->verify && (p->digest || p->dpdk.ip)))
 		return -EINVAL;
-	if (len < at + (p->has_secret ? PX_SECRET_LEN : 0) + (p->dpdk.ip ? PX_DPDK_LEN : 0))
+	if (len < at + (p->has_secret ? PX_SECRET_LEN : 0) + (p->dpdk.ip ? PX_DPDK_LEN : 0) +
+			  (p->verify ? PX_DIGESTS_LEN : 0))
 		return -ENOSPC;
 	vm_put_be32(buf, PX_PREAMBLE_MAGIC);
 	vm_put_be16(buf + 4, p->version);
 	vm_put_be16(buf + 6, (p->has_secret ? PX_PREAMBLE_F_SECRET : 0) |
-				     (p->dpdk.ip ? PX_PREAMBLE_F_DPDK : 0));
+				     (p->dpdk.ip ? PX_PREAMBLE_F_DPDK : 0) |
+				     (p->digest ? PX_PREAMBLE_F_DIGEST : 0) |
+				     (p->verify ? PX_PREAMBLE_F_VERIFY : 0));
 	vm_put_be32(buf + 8, p->port);
 	vm_put_be32(buf + 12, p->seq);
 	vm_put_be16(buf + 16, kl);
@@ -73,6 +99,10 @@ int px_preamble_encode(const struct px_preamble *p, uint8_t *buf, size_t len)
 		dpdk_put(&p->dpdk, buf + at);
 		at += PX_DPDK_LEN;
 	}
+	if (p->verify) {
+		digests_put(&p->dg, buf + at);
+		at += PX_DIGESTS_LEN;
+	}
 	return (int)at;
 }
 
@@ -80,7 +110,8 @@ size_t px_preamble_len(const uint8_t *buf)
 {
 	return PX_PREAMBLE_FIXED + vm_get_be16(buf + 16) +
 	       (vm_get_be16(buf + 6) & PX_PREAMBLE_F_SECRET ? PX_SECRET_LEN : 0) +
-	       (vm_get_be16(buf + 6) & PX_PREAMBLE_F_DPDK ? PX_DPDK_LEN : 0);
+	       (vm_get_be16(buf + 6) & PX_PREAMBLE_F_DPDK ? PX_DPDK_LEN : 0) +
+	       (vm_get_be16(buf + 6) & PX_PREAMBLE_F_VERIFY ? PX_DIGESTS_LEN : 0);
 }
 
 int px_preamble_decode(const uint8_t *buf, size_t len, struct px_preamble *ret)
@@ -98,7 +129,11 @@ int px_preamble_decode(const uint8_t *buf, size_t len, struct px_preamble *ret)
 		return 0;
 	kl = vm_get_be16(buf + 16);
 	flags = vm_get_be16(buf + 6);
-	if ((flags & ~(PX_PREAMBLE_F_SECRET | PX_PREAMBLE_F_DPDK)) || vm_get_be16(buf + 18) != 0 ||
+	if ((flags & ~(PX_PREAMBLE_F_SECRET | PX_PREAMBLE_F_DPDK | PX_PREAMBLE_F_DIGEST |
+		       PX_PREAMBLE_F_VERIFY)) ||
+	    ((flags & PX_PREAMBLE_F_VERIFY) &&
+	     (flags & (PX_PREAMBLE_F_DPDK | PX_PREAMBLE_F_DIGEST))) ||
+	    vm_get_be16(buf + 18) != 0 ||
 	    kl == 0 || kl > PX_KEY_MAX || vm_get_be32(buf + 8) > PX_PORT_MAX)
 		return -PX_ERR_MALFORMED;
 	if (len < px_preamble_len(buf))
@@ -117,6 +152,11 @@ int px_preamble_decode(const uint8_t *buf, size_t len, struct px_preamble *ret)
 	if ((flags & PX_PREAMBLE_F_DPDK) &&
 	    dpdk_get(buf + PX_PREAMBLE_FIXED + kl + (p.has_secret ? PX_SECRET_LEN : 0), &p.dpdk))
 		return -PX_ERR_MALFORMED;
+	p.digest = flags & PX_PREAMBLE_F_DIGEST;
+	p.verify = flags & PX_PREAMBLE_F_VERIFY;
+	memset(&p.dg, 0, sizeof(p.dg));
+	if (p.verify)
+		digests_get(buf + px_preamble_len(buf) - PX_DIGESTS_LEN, &p.dg);
 	*ret = p;
 	return (int)px_preamble_len(buf);
 }
@@ -130,6 +170,63 @@ size_t px_reply_encode(enum px_status st, const struct px_dpdk *dpdk, uint8_t *b
 		return PX_REPLY_LEN;
 	dpdk_put(dpdk, buf + PX_REPLY_LEN);
 	return PX_REPLY_DPDK_LEN;
+}
+
+size_t px_reply_encode_verified(enum px_verdict v, const struct px_digests *dg, uint8_t *buf)
+{
+	px_reply_encode(PX_VERIFIED, NULL, buf);
+	vm_put_be32(buf + PX_REPLY_LEN, v);
+	digests_put(dg, buf + PX_REPLY_LEN + 4);
+	return PX_REPLY_VERIFY_LEN;
+}
+
+size_t px_reply_len(const uint8_t *buf)
+{
+	switch (vm_get_be16(buf + 6)) {
+	case PX_OK_DPDK:
+		return PX_REPLY_DPDK_LEN;
+	case PX_VERIFIED:
+		return PX_REPLY_VERIFY_LEN;
+	default:
+		return PX_REPLY_LEN;
+	}
+}
+
+int px_reply_decode_verified(const uint8_t *buf, size_t len, enum px_verdict *v,
+			     struct px_digests *dg)
+{
+	uint32_t verdict;
+
+	if (len < PX_REPLY_LEN)
+		return 0;
+	if (vm_get_be32(buf) != PX_REPLY_MAGIC || vm_get_be16(buf + 4) != PX_PROTO_VERSION ||
+	    vm_get_be16(buf + 6) != PX_VERIFIED)
+		return -EBADMSG;
+	if (len < PX_REPLY_VERIFY_LEN)
+		return 0;
+	verdict = vm_get_be32(buf + PX_REPLY_LEN);
+	if (verdict > PX_V_MAX)
+		return -EBADMSG;
+	*v = (enum px_verdict)verdict;
+	digests_get(buf + PX_REPLY_LEN + 4, dg);
+	return PX_REPLY_VERIFY_LEN;
+}
+
+const char *px_verdict_str(enum px_verdict v)
+{
+	switch (v) {
+	case PX_V_MATCH:
+		return "the same bytes on both nodes";
+	case PX_V_MISMATCH:
+		return "the bytes differ between the nodes";
+	case PX_V_UNKNOWN:
+		return "the target kept no digest of this connection";
+	case PX_V_PENDING:
+		return "the target was still carrying this connection";
+	case PX_V_BROKEN:
+		return "the connection ended with an error on the target";
+	}
+	return "unknown verdict";
 }
 
 int px_reply_decode(const uint8_t *buf, size_t len, enum px_status *ret, struct px_dpdk *dpdk)
@@ -161,6 +258,8 @@ const char *px_status_str(enum px_status st)
 		return "ok";
 	case PX_OK_DPDK:
 		return "ok, over the DPDK node hop";
+	case PX_VERIFIED:
+		return "verified";
 	case PX_ERR_MALFORMED:
 		return "malformed preamble";
 	case PX_ERR_VERSION:

@@ -15,14 +15,26 @@
 #define PX_PREAMBLE_FIXED 20
 #define PX_SECRET_LEN	  16
 #define PX_DPDK_LEN	  12
-#define PX_PREAMBLE_MAX	  (PX_PREAMBLE_FIXED + PX_KEY_MAX + PX_SECRET_LEN + PX_DPDK_LEN)
+#define PX_DIGESTS_LEN	  32
+/* The longest: key, secret, and either the DPDK offer or the digests (never both). */
+#define PX_PREAMBLE_MAX (PX_PREAMBLE_FIXED + PX_KEY_MAX + PX_SECRET_LEN + PX_DIGESTS_LEN)
 /* Flags: the migration's secret (from the target's JSON) follows the key. */
 #define PX_PREAMBLE_F_SECRET 0x0001
 /* The source offers the DPDK node hop: its address, UDP port and a stream id follow. */
 #define PX_PREAMBLE_F_DPDK 0x0002
-#define PX_REPLY_LEN	   8
+/* The source keeps a digest of this connection's bytes and reports it when the connection ends. */
+#define PX_PREAMBLE_F_DIGEST 0x0004
+/*
+ * Not a QEMU connection: the source's report on connection (port, seq) of the migration, which
+ * has ended on its side; its digests follow. The target answers PX_VERIFIED and closes.
+ */
+#define PX_PREAMBLE_F_VERIFY 0x0008
+#define PX_REPLY_LEN	     8
 /* A PX_OK_DPDK reply: the target's DPDK address and port and the stream id follow. */
 #define PX_REPLY_DPDK_LEN (PX_REPLY_LEN + PX_DPDK_LEN)
+/* A PX_VERIFIED reply: the verdict (u32) and the target's digests follow. */
+#define PX_REPLY_VERIFY_LEN (PX_REPLY_LEN + 4 + PX_DIGESTS_LEN)
+#define PX_REPLY_MAX	    PX_REPLY_VERIFY_LEN
 #define PX_PORT_MAX	  65535
 
 enum px_status {
@@ -38,6 +50,28 @@ enum px_status {
 	PX_ERR_LIMIT = 9, /* the migration has --max-migration-conns connections already */
 	PX_ERR_AUTH = 10, /* no or a wrong secret, or a peer other than the migration's first */
 	PX_OK_DPDK = 11,  /* ok, and the connection's bytes go over the DPDK node hop */
+	PX_VERIFIED = 12, /* to a report (PX_PREAMBLE_F_VERIFY): the verdict and the target's view */
+};
+
+/* What the target found when it compared a source's report with its own digests. */
+enum px_verdict {
+	PX_V_MATCH = 0,	   /* the same bytes both ways */
+	PX_V_MISMATCH = 1, /* they differ: the migration is corrupt */
+	PX_V_UNKNOWN = 2,  /* the target kept no digest of that connection */
+	PX_V_PENDING = 3,  /* the target still carried it when it had to answer */
+	PX_V_BROKEN = 4,   /* it ended with an error on the target: its digest covers a part */
+	PX_V_MAX = PX_V_BROKEN,
+};
+
+/*
+ * One connection's bytes as one side saw them, in each direction: [0] from the source QEMU
+ * toward the destination, [1] back. A source counts what it read from its QEMU ([0]) and from
+ * the node hop ([1]); a target what it read from the node hop ([0]) and from its QEMU ([1]).
+ * digest: XXH3-64 (lib/digest.h) of those bytes.
+ */
+struct px_digests {
+	uint64_t bytes[2];
+	uint64_t digest[2];
 };
 
 /* A DPDK node-hop address and the stream id of one connection on it (ip 0: none). */
@@ -55,6 +89,9 @@ struct px_preamble {
 	bool has_secret;
 	uint8_t secret[PX_SECRET_LEN];
 	struct px_dpdk dpdk; /* the source's offer; ip 0: none */
+	bool digest;	     /* PX_PREAMBLE_F_DIGEST */
+	bool verify;	     /* PX_PREAMBLE_F_VERIFY: dg is the source's report */
+	struct px_digests dg;
 };
 
 /* 1..PX_KEY_MAX characters of [A-Za-z0-9._-]. */
@@ -75,6 +112,17 @@ size_t px_preamble_len(const uint8_t *buf);
 /* Writes the reply into buf (PX_REPLY_DPDK_LEN bytes of room); returns its length. dpdk is used
  * with PX_OK_DPDK only. */
 size_t px_reply_encode(enum px_status st, const struct px_dpdk *dpdk, uint8_t *buf);
+/* A PX_VERIFIED reply into buf (PX_REPLY_VERIFY_LEN bytes); returns its length. */
+size_t px_reply_encode_verified(enum px_verdict v, const struct px_digests *dg, uint8_t *buf);
+/* The whole reply's length, from its first PX_REPLY_LEN bytes (by its status). */
+size_t px_reply_len(const uint8_t *buf);
+/* A PX_VERIFIED reply: its length once complete, 0 while more bytes are needed, -EBADMSG for
+ * another status, a bad magic or version, or a verdict out of range. */
+int px_reply_decode_verified(const uint8_t *buf, size_t len, enum px_verdict *v,
+			     struct px_digests *dg);
+const char *px_verdict_str(enum px_verdict v);
+/* Whether two sides' digests of one connection agree (byte counts and digests, both ways). */
+bool px_digests_equal(const struct px_digests *a, const struct px_digests *b);
 /* 0 while more bytes are needed, the reply's length when decoded (*dpdk written for PX_OK_DPDK
  * unless NULL),
  * -EBADMSG on a bad magic or version or a PX_OK_DPDK without an address. */

@@ -28,6 +28,13 @@
 #define STOP_GRACE_MS 5000
 /* Rate meters, node-cap shares and pacing are brought up to date this often. */
 #define TICK_MS 100
+/*
+ * A target waits this long, after a connection with digests ended, for its source's report; a
+ * report that comes while the target still carries the connection waits as long for its end.
+ */
+#define VERIFY_WAIT_MS 5000
+/* A source waits this long for the answer to its report (the target may wait VERIFY_WAIT_MS). */
+#define VERIFY_ANSWER_MS (VERIFY_WAIT_MS + 3000)
 
 #define ACCEPT_PAUSE_MS 250
 
@@ -43,6 +50,28 @@ void px_accept_failed(struct px_node *n, struct xp_watch *w, int r, const char *
 /* A refused node-hop connection, within the node's budget of such lines (lib/log.h). */
 #define px_refusal(n, ...) vm_log_limited(&(n)->refusals, px_now(n), VM_LOG_WARN, __VA_ARGS__)
 
+/* What a target keeps of a connection with digests once it ended, until its source reported. */
+struct px_vrec {
+	uint32_t port, seq;
+	enum px_verdict verdict; /* PX_V_PENDING: no report yet */
+	struct px_digests dg;
+	uint64_t ended_ms;
+};
+
+/* A migration's connection digests (px_verify.c). */
+struct px_verify {
+	unsigned int total;	 /* connections carried with digests */
+	unsigned int matched;	 /* ... whose digests the peer's matched */
+	unsigned int corrupt;	 /* ... whose digests differ from the peer's */
+	unsigned int unverified; /* ... that ended before both sides could compare */
+	uint64_t sum;		 /* XOR of each ended connection's own digest record */
+	char corrupt_why[240];	 /* the first mismatch's story */
+	/* target: its ended connections' records, and those still waiting for a report */
+	struct px_vrec *recs;
+	unsigned int nrecs, caprecs, waiting;
+	struct xp_timer *timer;
+};
+
 enum conn_state {
 	C_SRC_DELAY,	 /* held back on purpose (--test-delay-first) */
 	C_SRC_CONNECT,	 /* node-hop connect in progress */
@@ -54,6 +83,7 @@ enum conn_state {
 	C_TGT_PREAMBLE,	 /* reading the preamble */
 	C_TGT_PARKED,	 /* waiting for its predecessors */
 	C_LINKED,	 /* carried by the data path */
+	C_TGT_VERIFY,	 /* a source's report, waiting for the connection it is about to end */
 };
 
 /* One QEMU connection and its node-hop connection, from accept until the data path returns it. */
@@ -78,6 +108,13 @@ struct px_conn {
 		dpdk; /* over the DPDK node hop: the peer's address, the stream (ip 0: not) */
 	char peer[80];
 	struct px_insp *insp; /* the QEMU stream's direction, once linked (--no-inspect: NULL) */
+	/*
+	 * digest: its bytes are digested and the two nodes compare them at its end (px_verify.c).
+	 * verify: not a QEMU connection but the report on connection (port, seq) that ended: the
+	 * source sends it (C_SRC_*), the target answers it; dg is the source's digests.
+	 */
+	bool digest, verify;
+	struct px_digests dg;
 	struct vm_rate rate[2];
 	uint64_t pacing; /* SO_MAX_PACING_RATE last asked for */
 	struct px_conn *prev, *next;
@@ -140,6 +177,7 @@ struct px_migration {
 	struct vm_rate rate[2];
 	struct xp_timer *order_timer;
 	struct xp_timer *stop_timer;
+	struct px_verify v; /* digests of its connections, compared with the peer's */
 	struct px_migration *next;
 };
 
@@ -217,6 +255,30 @@ int px_conn_reply(struct px_conn *c, enum px_status st);
 int px_conn_link(struct px_conn *c);
 /* The data path returned a link. */
 void px_conn_done(void *cookie, const struct xp_link_result *res, void *arg);
+
+/* px_verify.c: the end-of-connection digest check */
+/* The data path returned a link with digests: a source reports them, a target keeps them. True
+ * when c lives on (as a source's report), false when the caller may release it. */
+bool px_verify_ended(struct px_conn *c, const struct xp_link_result *res);
+/* Source: the target's answer to c's report is in c->buf (c->len bytes); c is released. */
+void px_verify_answered(struct px_conn *c);
+/* Source: c's report got no answer (why); it counts as unverified and c is freed, without
+ * finishing the migration when quiet (a teardown's walk). */
+void px_verify_lost(struct px_conn *c, const char *why, bool quiet);
+/* Target: a report arrived on c for port (preamble p, authenticated); it is answered now or
+ * when the connection it names ends. */
+void px_verify_arrive(struct px_conn *c, struct px_port *port, const struct px_preamble *p);
+/* A target's migration record, live or stopped and waiting for its links or reports. */
+struct px_migration *px_verify_find(struct px_node *n, const char *key);
+/* Whether the stop line must wait for reports still to come. */
+bool px_verify_busy(const struct px_migration *m);
+/* The stop line's " verified=M/N digest=..." and, when corrupt, its outcome; frees the records. */
+void px_verify_note(struct px_migration *m, char *buf, size_t len);
+void px_verify_free(struct px_migration *m);
+/* Source: its connection's preamble asks for the check (the target advertised it). */
+bool px_verify_wanted(const struct px_conn *c);
+/* Source: sends connection c's report: connect, TLS, preamble (px_source.c). */
+void px_source_connect(struct px_conn *c);
 
 /* px_migration.c: the lifecycle of a migration */
 struct px_migration *px_migration_new(struct px_node *n, const char *key, enum px_role role);

@@ -30,6 +30,11 @@ static void src_error(struct px_conn *c, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
+	if (c->verify) {
+		/* a report, not a QEMU connection: the migration itself is not hurt */
+		px_verify_lost(c, msg, false);
+		return;
+	}
 	c->m->conns_failed++;
 	log_err("migration %s role=source: port %u connection %u to %s: %s", c->m->key, c->port->id,
 		c->seq, c->peer, msg);
@@ -128,7 +133,13 @@ static void src_start_send(struct px_conn *c)
 	strcpy(p.key, c->m->key);
 	p.has_secret = c->m->target.has_secret;
 	memcpy(p.secret, c->m->target.secret, PX_SECRET_LEN);
-	if (px_dpdk_can(c)) {
+	if (c->verify) {
+		p.verify = true;
+		p.dg = c->dg;
+	} else {
+		p.digest = c->digest = px_verify_wanted(c);
+	}
+	if (!c->verify && px_dpdk_can(c)) {
 		/* the target sets the top bit (px_target.c says why) */
 		p.dpdk = c->n->dpdk;
 		p.dpdk.stream = (c->n->dpdk_next++ % 0x7fffffffu) + 1;
@@ -201,6 +212,10 @@ static void src_handshake(struct px_conn *c)
 	IO(c->n, conn_info, c->hop, &c->tls);
 	/* KubeVirt's map and no vmigd on the far side (no ALPN): a stock peer, raw. */
 	c->raw = c->m->kubevirt && !c->tls.vmigd;
+	if (c->raw && c->verify) {
+		src_error(c, "the target no longer speaks vmigd's protocol on this port");
+		return;
+	}
 	if (c->raw)
 		src_await(c);
 	else
@@ -222,8 +237,8 @@ static void src_read_reply(struct px_conn *c)
 		if (k <= 0)
 			break;
 		c->len += k;
-		if (c->len == PX_REPLY_LEN && c->buf[6] == 0 && c->buf[7] == PX_OK_DPDK)
-			want = PX_REPLY_DPDK_LEN;
+		if (c->len == PX_REPLY_LEN)
+			want = px_reply_len(c->buf);
 	}
 	if (k == 0 && c->len < want) {
 		src_error(c, "the target closed the connection before replying");
@@ -235,7 +250,13 @@ static void src_read_reply(struct px_conn *c)
 	}
 	if (c->len < want) {
 		src_set_wait(c, C_SRC_REPLY, ev,
-			     c->n->conf.order_timeout_ms + c->n->conf.connect_timeout_ms);
+			     c->verify ? VERIFY_ANSWER_MS
+				       : c->n->conf.order_timeout_ms +
+						 c->n->conf.connect_timeout_ms);
+		return;
+	}
+	if (c->verify) {
+		px_verify_answered(c);
 		return;
 	}
 	r = px_reply_decode(c->buf, c->len, &st, &c->dpdk);
@@ -291,7 +312,7 @@ static void src_io(struct xp_watch *w, int fd, uint32_t events, void *arg)
 	}
 }
 
-static void src_connect(struct px_conn *c)
+void px_source_connect(struct px_conn *c)
 {
 	int r = IO(c->n, connect, &c->port->peer, c->m->peer_str, &c->hop);
 
@@ -311,7 +332,7 @@ static void src_delay_done(void *arg)
 	struct px_conn *c = arg;
 
 	c->t = NULL;
-	src_connect(c);
+	px_source_connect(c);
 }
 
 void px_source_accept(struct xp_watch *w, int lfd, uint32_t events, void *arg)
@@ -355,7 +376,7 @@ void px_source_accept(struct xp_watch *w, int lfd, uint32_t events, void *arg)
 				src_error(c, "out of memory");
 			continue;
 		}
-		src_connect(c);
+		px_source_connect(c);
 	}
 	px_accept_failed(n, w, r, port->path);
 }

@@ -219,6 +219,9 @@ static void tgt_dispatch(struct px_conn *c, const struct px_preamble *p)
 
 	/* A port's own listener serves that port of that migration only. */
 	m = c->lport ? c->lport->m : px_migration_find(n, p->key, PX_ROLE_TARGET);
+	/* A report may come after the stop, while the record waits for its links or reports. */
+	if (!m && !c->lport && p->verify)
+		m = px_verify_find(n, p->key);
 	if (!m && px_node_elsewhere(n, p->key)) {
 		/* Its connections were made before the takeover and stay where they are. */
 		px_refusal(n,
@@ -241,7 +244,8 @@ static void tgt_dispatch(struct px_conn *c, const struct px_preamble *p)
 		tgt_reject(c, PX_ERR_UNKNOWN_PORT, p->key);
 		return;
 	}
-	if (n->draining) {
+	/* A drain lets the migrations in flight end, and their reports with them. */
+	if (n->draining && !p->verify) {
 		tgt_reject(c, PX_ERR_SHUTDOWN, p->key);
 		return;
 	}
@@ -258,6 +262,11 @@ static void tgt_dispatch(struct px_conn *c, const struct px_preamble *p)
 		tgt_refuse_peer(c, m, p->port, why);
 		return;
 	}
+	if (p->verify) {
+		px_verify_arrive(c, port, p);
+		return;
+	}
+	c->digest = p->digest;
 	if (p->dpdk.ip && px_dpdk_can(c)) {
 		/*
 		 * Both nodes key a link by the peer's address and the stream id, and a node can be
@@ -605,6 +614,7 @@ static void target_map(const struct px_migration *m, struct px_portmap *out)
 	out->has_secret = true;
 	memcpy(out->secret, m->secret, PX_SECRET_LEN);
 	out->dpdk = n->dpdk;
+	out->digest = n->conf.digest;
 	out->port = m->kubevirt ? 0 : xp_addr_port(&n->bound);
 	out->nports = m->nports;
 	for (unsigned int i = 0; i < m->nports; i++) {

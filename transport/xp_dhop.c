@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "digest.h"
 #include "util.h"
 #include "xp_bucket.h"
 #include "xp_dhop.h"
@@ -63,6 +64,7 @@ struct xp_link {
 	size_t last_avail; /* in-order bytes for QEMU at the last look, not yet written */
 	uint64_t last_heard_us, last_frames_in;
 	uint64_t held_until_ns; /* the buckets had nothing for the local socket until then */
+	struct vm_digest *dg[2]; /* c.digest: what each direction took, in order */
 	struct xp_link_result res;
 };
 
@@ -322,10 +324,15 @@ void xp_dhop_stats(const struct xp_dhop *d, struct xp_dhop_stats *st)
 int xp_dhop_attach(struct xp_dhop *d, const struct xp_dhop_link_conf *c, struct xp_link **ret)
 {
 	struct xp_link *l = NULL;
+	struct vm_digest *dg[2] = { NULL, NULL };
 	int r = 0;
 
 	if (!c->stream || !c->peer_ip || !c->tx_secret != !c->rx_secret)
 		return -EINVAL;
+	if (c->digest && (!(dg[0] = vm_digest_new()) || !(dg[1] = vm_digest_new()))) {
+		vm_digest_free(dg[0]);
+		return -ENOMEM;
+	}
 	if (fcntl(c->local_fd, F_SETFL, fcntl(c->local_fd, F_GETFL) | O_NONBLOCK) < 0)
 		return -errno;
 	pthread_mutex_lock(&d->mu);
@@ -348,11 +355,16 @@ int xp_dhop_attach(struct xp_dhop *d, const struct xp_dhop_link_conf *c, struct 
 			memcpy(l->rx, c->rx_secret, XP_SEAL_SECRET);
 		}
 		l->c.tx_secret = l->c.rx_secret = NULL;
+		l->dg[0] = dg[0];
+		l->dg[1] = dg[1];
+		dg[0] = dg[1] = NULL;
 		l->st = S_NEW;
 		*ret = l;
 		atomic_store(&d->new_links, true);
 	}
 	pthread_mutex_unlock(&d->mu);
+	vm_digest_free(dg[0]);
+	vm_digest_free(dg[1]);
 	return r;
 }
 
@@ -402,6 +414,18 @@ static void tap_feed(struct xp_link *l, unsigned int dir, const struct iovec iov
 	l->c.tap_ops[dir]->feed(l->c.tap_ctx[dir], iov[0].iov_base, a);
 	if (n > a)
 		l->c.tap_ops[dir]->feed(l->c.tap_ctx[dir], iov[1].iov_base, n - a);
+}
+
+/* The first n bytes of iov into direction dir's digest, if it keeps one. */
+static void digest_feed(struct xp_link *l, unsigned int dir, const struct iovec iov[2], size_t n)
+{
+	size_t a = n < iov[0].iov_len ? n : iov[0].iov_len;
+
+	if (!l->dg[dir])
+		return;
+	vm_digest_update(l->dg[dir], iov[0].iov_base, a);
+	if (n > a)
+		vm_digest_update(l->dg[dir], iov[1].iov_base, n - a);
 }
 
 /* How much of room the caps let the local socket's bytes have now (room when not capped). */
@@ -473,6 +497,7 @@ static size_t link_io(struct xp_link *l)
 		if (k > 0) {
 			xp_rel_write_commit(l->rel, (size_t)k);
 			tap_feed(l, 0, iov, (size_t)k);
+			digest_feed(l, 0, iov, (size_t)k);
 			atomic_fetch_add_explicit(&l->bytes[0], (uint64_t)k, memory_order_relaxed);
 			moved += (size_t)k;
 			if ((size_t)k < room)
@@ -503,6 +528,7 @@ static size_t link_io(struct xp_link *l)
 		}
 		l->last_avail = 0;
 		if (l->drop_rx) {
+			digest_feed(l, 1, iov, room);
 			l->res.undelivered += room;
 			xp_rel_read_commit(l->rel, room);
 			continue;
@@ -512,6 +538,7 @@ static size_t link_io(struct xp_link *l)
 		k = writev(l->c.local_fd, iov, iov[1].iov_len ? 2 : 1);
 		if (k > 0) {
 			tap_feed(l, 1, iov, (size_t)k);
+			digest_feed(l, 1, iov, (size_t)k);
 			xp_rel_read_commit(l->rel, (size_t)k);
 			atomic_fetch_add_explicit(&l->bytes[1], (uint64_t)k, memory_order_relaxed);
 			moved += (size_t)k;
@@ -603,6 +630,15 @@ static void link_end(struct xp_dhop *d, struct xp_link *l)
 
 	xp_dhop_link_bytes(l, l->res.bytes);
 	l->res.shaped_ns = xp_dhop_link_shaped_ns(l);
+	for (unsigned int i = 0; i < 2; i++) {
+		if (!l->dg[i])
+			continue;
+		l->res.digested = true;
+		l->res.digest[i] = vm_digest_value(l->dg[i]);
+		l->res.digest_bytes[i] = vm_digest_bytes(l->dg[i]);
+		vm_digest_free(l->dg[i]);
+		l->dg[i] = NULL;
+	}
 	epoll_ctl(d->epfd, EPOLL_CTL_DEL, l->c.local_fd, NULL);
 	epoll_ctl(d->epfd, EPOLL_CTL_DEL, l->c.tcp_fd, NULL);
 	if (l->res.end != XP_END_CLEAN)

@@ -39,6 +39,7 @@ struct xp_dhop_link_conf {
 	struct xp_bucket *bucket[2];
 	const struct xp_tap_ops *tap_ops[2];
 	void *tap_ctx[2];
+	bool digest; /* as xp_link_opts: a digest of each direction's bytes in the result */
 };
 
 /* What the hop did, for metrics and status: its port and all its links, live and ended. */

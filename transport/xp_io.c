@@ -310,7 +310,8 @@ static void io_conn_info(void *io, const struct xp_conn *c, struct xp_conn_info 
 		 : xp_tls_ktls_tx(ic->tls)			    ? "ktls-tx"
 								    : "user-space");
 	out->resumed = xp_tls_sess_resumed(ic->tls);
-	out->vmigd = xp_tls_sess_alpn(ic->tls);
+	out->vmigd = xp_tls_sess_alpn(ic->tls) > 0;
+	out->digests = xp_tls_sess_alpn(ic->tls) == 2;
 	snprintf(out->describe, sizeof(out->describe), "%s", xp_tls_sess_describe(ic->tls));
 	snprintf(out->peer_name, sizeof(out->peer_name), "%s", xp_tls_sess_peer_name(ic->tls));
 }
@@ -368,6 +369,7 @@ static int attach_dpdk(struct xp_io *io, int local_fd, struct io_conn *ic,
 		.bucket = { o->bucket[0], o->bucket[1] },
 		.tap_ops = { o->tap_ops[0], o->tap_ops[1] },
 		.tap_ctx = { o->tap_ctx[0], o->tap_ctx[1] },
+		.digest = o->digest,
 	};
 	int r;
 

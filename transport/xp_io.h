@@ -32,7 +32,8 @@ struct xp_conn_info {
 	char cipher[48];
 	char crypto[16]; /* "user-space", "ktls" or "ktls-tx" */
 	bool resumed;	 /* from a session ticket */
-	bool vmigd;	 /* the peer agreed on XP_TLS_ALPN: it speaks the preamble */
+	bool vmigd;	 /* the peer agreed on XP_TLS_ALPN(2): it speaks the preamble */
+	bool digests;	 /* ... XP_TLS_ALPN2: and checks connection digests */
 	/* "tls=TLSv1.3 cipher=... crypto=... resumed=no peer=\"...\"", or "tls=off" */
 	char describe[320];
 	char peer_name[160]; /* the peer certificate's subject; empty in plain text */

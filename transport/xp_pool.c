@@ -132,6 +132,13 @@ static void link_finalize(struct xp_worker *w, struct xp_link *l)
 		p->buf = NULL;
 		free(p->peek);
 		p->peek = NULL;
+		if (p->dg) {
+			l->res.digested = true;
+			l->res.digest[d] = vm_digest_value(p->dg);
+			l->res.digest_bytes[d] = vm_digest_bytes(p->dg);
+			vm_digest_free(p->dg);
+			p->dg = NULL;
+		}
 		if (clean)
 			close(l->fd[d]);
 		else
@@ -272,6 +279,9 @@ static void link_start(struct xp_worker *w, struct xp_link *l)
 		if (r == 0)
 			r = pump_open(p, &w->pool->conf);
 		if (r == 0 && p->tap && p->kind == PUMP_SPLICE && !(p->peek = malloc(TAP_PEEK_MAX)))
+			r = -ENOMEM;
+		p->dg = NULL;
+		if (r == 0 && l->opts.digest && !(p->dg = vm_digest_new()))
 			r = -ENOMEM;
 	}
 	if (r < 0) {
@@ -443,7 +453,8 @@ static int worker_init(struct xp_pool *pool, struct xp_worker *w, unsigned int i
 		return -errno;
 	w->links = calloc(slots, sizeof(*w->links));
 	w->free_slots = calloc(slots, sizeof(*w->free_slots));
-	if (!w->links || !w->free_slots)
+	w->dg_peek = malloc(DIGEST_PEEK_MAX);
+	if (!w->links || !w->free_slots || !w->dg_peek)
 		return -ENOMEM;
 	r = spsc_init(&w->inbox, 3 * slots + 2);
 	if (r < 0)
@@ -501,6 +512,7 @@ void xp_pool_free(struct xp_pool *p)
 			close(w->inbox_fd);
 		free(w->links);
 		free(w->free_slots);
+		free(w->dg_peek);
 		free(w->inbox.buf);
 		free(w->outbox.buf);
 	}

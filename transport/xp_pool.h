@@ -46,6 +46,14 @@ struct xp_link_result {
 	uint64_t undelivered; /* dropped: the local peer had closed after its last byte */
 	uint64_t shaped_ns;   /* direction a to b waited this long for its buckets */
 	char detail[128];     /* TLS: OpenSSL's reason for an error on fd_b */
+	/*
+	 * With xp_link_opts.digest: each direction's digest (lib/digest.h) and byte count of what
+	 * it read from its source socket, in order (on a TLS side, the plaintext), undelivered
+	 * bytes included.
+	 */
+	bool digested;
+	uint64_t digest[2];
+	uint64_t digest_bytes[2];
 };
 
 /*
@@ -78,6 +86,8 @@ struct xp_link_opts {
 	 * a TLS peer's TCP FIN without close_notify is an end of stream, not a truncation.
 	 */
 	bool raw;
+	/* Keep a digest of each direction's bytes (xp_link_result.digest). */
+	bool digest;
 	/*
 	 * xp_io only: carry the link over the DPDK node hop instead (ip 0: not), to the peer's
 	 * DPDK address (host order), as the stream both nodes agreed on. Buckets and taps apply

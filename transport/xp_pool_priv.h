@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "digest.h"
 #include "xp_pool.h"
 #include "xp_tls.h"
 
@@ -29,6 +30,8 @@ enum { OP_INBOX = 1, OP_POLL, OP_CANCEL, OP_TIMER };
 #define TLS_BATCH_SIZE (16 * (TLS_RECORD + 256))
 /* The most a tap is shown at once where bytes are spliced (MSG_PEEK into this buffer). */
 #define TAP_PEEK_MAX (64 * 1024)
+/* Where bytes are spliced and digested, the most read at once with MSG_PEEK (one per worker). */
+#define DIGEST_PEEK_MAX (256 * 1024)
 
 enum pump_kind {
 	PUMP_SPLICE, /* source -> pipe -> destination, no byte in user space */
@@ -73,6 +76,7 @@ struct xp_pump {
 	uint8_t *peek;	   /* SPLICE: bytes shown with MSG_PEEK */
 	size_t tap_seen;   /* bytes shown to the tap, not yet moved */
 	uint64_t tap_skip; /* after those, bytes it lets pass unseen */
+	struct vm_digest *dg; /* what it read, in order; NULL: no digest */
 };
 
 struct xp_link {
@@ -114,6 +118,7 @@ struct xp_worker {
 	bool quit;
 	bool posted;
 	struct xp_pump *ready_head, *ready_tail;
+	uint8_t *dg_peek; /* DIGEST_PEEK_MAX: spliced bytes shown to a digest */
 	int init_err;
 };
 

@@ -112,6 +112,25 @@ static ssize_t tap_plan_splice(struct xp_pump *p, int src, size_t len)
 	return (ssize_t)len;
 }
 
+/*
+ * Splice with a digest: the bytes are read with MSG_PEEK into the worker's buffer first, then at
+ * most those are spliced and the ones that moved are digested. Returns what pump_fill() returns.
+ */
+static ssize_t digest_fill_splice(struct xp_worker *w, struct xp_pump *p, int src, size_t len)
+{
+	ssize_t k, n;
+
+	if (len > DIGEST_PEEK_MAX)
+		len = DIGEST_PEEK_MAX;
+	k = recv(src, w->dg_peek, len, MSG_PEEK | MSG_DONTWAIT);
+	if (k <= 0)
+		return k;
+	n = pump_fill(p, src, (size_t)k);
+	if (n > 0)
+		vm_digest_update(p->dg, w->dg_peek, (size_t)n);
+	return n;
+}
+
 /* After a fill of n bytes: what the tap saw moves on, what it did not see is counted. */
 static void tap_filled(struct xp_pump *p, const uint8_t *at, size_t n)
 {
@@ -270,7 +289,14 @@ static int pump_run(struct xp_worker *w, struct xp_pump *p, unsigned int *side)
 					      ? tap_plan_splice(p, src, len)
 					      : (ssize_t)len;
 
-			n = lim > 0 ? pump_fill(p, src, (size_t)lim) : lim;
+			if (lim <= 0)
+				n = lim;
+			else if (p->dg && p->kind == PUMP_SPLICE)
+				n = digest_fill_splice(w, p, src, (size_t)lim);
+			else
+				n = pump_fill(p, src, (size_t)lim);
+			if (n > 0 && p->dg && p->kind != PUMP_SPLICE)
+				vm_digest_update(p->dg, at, (size_t)n);
 			if (grant > (n > 0 ? (size_t)n : 0))
 				xp_bucket_refund(p->bucket, grant - (n > 0 ? (size_t)n : 0));
 			if (n > 0) {

@@ -22,6 +22,9 @@ struct xp_tls_sess;
 /* The ALPN protocol two vmigd speak: a source offers it, a target selects it; a stock peer
  * (KubeVirt's Go proxy) neither offers nor selects one, so the link is raw (doc/design.md). */
 #define XP_TLS_ALPN "vmigd/1"
+/* The same, and the peer checks connection digests at their end (PX_PREAMBLE_F_DIGEST). Both are
+ * offered and the newest both know is chosen, so a vmigd before the digests still agrees on 1. */
+#define XP_TLS_ALPN2 "vmigd/2"
 
 struct xp_tls_conf {
 	const char *cert, *key;		      /* PEM: what this node presents as a server */
@@ -131,8 +134,9 @@ const char *xp_tls_sess_describe(const struct xp_tls_sess *s);
 /* The peer certificate's subject, one line; empty before the handshake is done. */
 const char *xp_tls_sess_peer_name(const struct xp_tls_sess *s);
 const char *xp_tls_sess_version(const struct xp_tls_sess *s);
-/* Whether the handshake agreed on XP_TLS_ALPN: the peer is a vmigd. */
-bool xp_tls_sess_alpn(const struct xp_tls_sess *s);
+/* Which of ours the handshake agreed on: 2 (XP_TLS_ALPN2), 1 (XP_TLS_ALPN), 0: none (a stock
+ * peer). */
+unsigned int xp_tls_sess_alpn(const struct xp_tls_sess *s);
 /*
  * A client in TLS 1.3 learns that the server refused its certificate only from the server's
  * next record. Reads records without taking application data: 0 once the server's session

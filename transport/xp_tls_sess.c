@@ -438,12 +438,14 @@ int xp_tls_await_server(struct xp_tls_sess *s, enum xp_tls_want *want)
 	return r;
 }
 
-bool xp_tls_sess_alpn(const struct xp_tls_sess *s)
+unsigned int xp_tls_sess_alpn(const struct xp_tls_sess *s)
 {
 	const unsigned char *p;
 	unsigned int len;
 
 	SSL_get0_alpn_selected(s->ssl, &p, &len);
+	if (len == sizeof(XP_TLS_ALPN2) - 1 && memcmp(p, XP_TLS_ALPN2, len) == 0)
+		return 2;
 	return len == sizeof(XP_TLS_ALPN) - 1 && memcmp(p, XP_TLS_ALPN, len) == 0;
 }
 

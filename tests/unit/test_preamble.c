@@ -198,11 +198,12 @@ static void test_malformed_fixed_part(void **state)
 	char key[PX_KEY_MAX + 2];
 	size_t n;
 
-	/* Flags other than SECRET and DPDK, and reserved, must be 0, judged once the fixed part is
-	 * there. */
+	/* Flags other than SECRET, DPDK, DIGEST and VERIFY, and reserved, must be 0, judged once
+	 * the fixed part is there. */
 	for (int bit = 0; bit < 16; bit++) {
 		n = build_raw(buf, 1, (1u << bit) | PX_PREAMBLE_F_SECRET, 1, 0, 3, 0, "abc");
-		if (1u << bit != PX_PREAMBLE_F_SECRET && 1u << bit != PX_PREAMBLE_F_DPDK) {
+		if (1u << bit != PX_PREAMBLE_F_SECRET && 1u << bit != PX_PREAMBLE_F_DPDK &&
+		    1u << bit != PX_PREAMBLE_F_DIGEST && 1u << bit != PX_PREAMBLE_F_VERIFY) {
 			check_malformed(buf, n);
 			check_malformed(buf, PX_PREAMBLE_FIXED);
 		}
@@ -210,6 +211,11 @@ static void test_malformed_fixed_part(void **state)
 		check_malformed(buf, n);
 		check_malformed(buf, PX_PREAMBLE_FIXED);
 	}
+	/* A report is no QEMU connection: it neither offers DPDK nor asks for digests. */
+	n = build_raw(buf, 1, PX_PREAMBLE_F_VERIFY | PX_PREAMBLE_F_DPDK, 1, 0, 3, 0, "abc");
+	check_malformed(buf, PX_PREAMBLE_FIXED);
+	n = build_raw(buf, 1, PX_PREAMBLE_F_VERIFY | PX_PREAMBLE_F_DIGEST, 1, 0, 3, 0, "abc");
+	check_malformed(buf, PX_PREAMBLE_FIXED);
 	/* Key length 0: refused, not "need more" and not success with an empty key. */
 	n = build_raw(buf, 1, 0, 1, 0, 0, 0, "");
 	check_malformed(buf, n);
@@ -277,11 +283,19 @@ static void test_encode_rejects(void **state)
 	assert_int_equal(px_preamble_encode(&p, buf, PX_PREAMBLE_FIXED + PX_KEY_MAX - 1), -ENOSPC);
 	assert_int_equal(px_preamble_encode(&p, buf, PX_PREAMBLE_FIXED + PX_KEY_MAX),
 			 PX_PREAMBLE_FIXED + PX_KEY_MAX);
-	/* With the secret and a DPDK offer: PX_PREAMBLE_MAX in all. */
+	/* With the secret and a DPDK offer, and with the secret and a report's digests (the
+	 * longest: PX_PREAMBLE_MAX); a report with an offer is refused. */
 	p.has_secret = true;
 	p.dpdk = (struct px_dpdk){ .ip = 1, .port = 1, .stream = 1 };
+	assert_int_equal(px_preamble_encode(&p, buf, sizeof(buf)),
+			 PX_PREAMBLE_FIXED + PX_KEY_MAX + PX_SECRET_LEN + PX_DPDK_LEN);
+	p.verify = true;
+	assert_int_equal(px_preamble_encode(&p, buf, sizeof(buf)), -EINVAL);
+	memset(&p.dpdk, 0, sizeof(p.dpdk));
 	assert_int_equal(px_preamble_encode(&p, buf, PX_PREAMBLE_MAX - 1), -ENOSPC);
 	assert_int_equal(px_preamble_encode(&p, buf, PX_PREAMBLE_MAX), PX_PREAMBLE_MAX);
+	p.digest = true;
+	assert_int_equal(px_preamble_encode(&p, buf, sizeof(buf)), -EINVAL);
 }
 
 /* The secret rides after the key, flagged; every split of it decodes the same. */
@@ -329,9 +343,73 @@ static void test_encode_key_too_long(void **state)
 	assert_int_equal(px_preamble_encode(&s.p, buf, sizeof(buf)), -EINVAL);
 	fill_key(s.p.key, PX_KEY_MAX);
 	s.p.has_secret = false;
+	s.p.digest = s.p.verify = false;
 	memset(&s.p.dpdk, 0, sizeof(s.p.dpdk));
 	assert_int_equal(px_preamble_encode(&s.p, buf, sizeof(buf)),
 			 PX_PREAMBLE_FIXED + PX_KEY_MAX);
+}
+
+/* A data connection asks for the check with a bare flag; a report carries both directions'
+ * counts and digests after the secret, and the answer carries the verdict and the target's. */
+static void test_verify_round_trip(void **state)
+{
+	struct px_preamble p = { .version = PX_PROTO_VERSION, .port = 49152, .seq = 3 }, q;
+	struct px_digests dg = { .bytes = { 1ull << 40, 7 }, .digest = { 0x0123456789abcdefull, 42 } };
+	struct px_digests got;
+	uint8_t buf[PX_PREAMBLE_MAX], r[PX_REPLY_MAX];
+	enum px_verdict v;
+	enum px_status st;
+	int n;
+
+	(void)state;
+	strcpy(p.key, "vm");
+	p.has_secret = true;
+	p.digest = true;
+	n = px_preamble_encode(&p, buf, sizeof(buf));
+	assert_int_equal(n, PX_PREAMBLE_FIXED + 2 + PX_SECRET_LEN);
+	assert_int_equal(buf[7], PX_PREAMBLE_F_SECRET | PX_PREAMBLE_F_DIGEST);
+	assert_int_equal(px_preamble_decode(buf, (size_t)n, &q), n);
+	assert_true(q.digest);
+	assert_false(q.verify);
+
+	p.digest = false;
+	p.verify = true;
+	p.dg = dg;
+	n = px_preamble_encode(&p, buf, sizeof(buf));
+	assert_int_equal(n, PX_PREAMBLE_FIXED + 2 + PX_SECRET_LEN + PX_DIGESTS_LEN);
+	for (int len = 0; len < n; len++)
+		assert_int_equal(px_preamble_decode(buf, (size_t)len, &q), 0);
+	assert_int_equal(px_preamble_decode(buf, (size_t)n, &q), n);
+	assert_true(q.verify);
+	assert_int_equal(q.seq, 3);
+	assert_true(px_digests_equal(&q.dg, &dg));
+
+	for (int i = 0; i <= PX_V_MAX; i++) {
+		assert_int_equal(px_reply_encode_verified((enum px_verdict)i, &dg, r),
+				 PX_REPLY_VERIFY_LEN);
+		assert_int_equal(px_reply_len(r), PX_REPLY_VERIFY_LEN);
+		for (size_t len = 0; len < PX_REPLY_VERIFY_LEN; len++)
+			assert_int_equal(px_reply_decode_verified(r, len, &v, &got), 0);
+		assert_int_equal(px_reply_decode_verified(r, sizeof(r), &v, &got),
+				 PX_REPLY_VERIFY_LEN);
+		assert_int_equal(v, i);
+		assert_true(px_digests_equal(&got, &dg));
+		assert_non_null(px_verdict_str(v));
+	}
+	/* a verdict out of range, and another status, are not a verdict */
+	r[PX_REPLY_LEN + 3] = PX_V_MAX + 1;
+	assert_int_equal(px_reply_decode_verified(r, sizeof(r), &v, &got), -EBADMSG);
+	px_reply_encode(PX_ERR_UNKNOWN_KEY, NULL, r);
+	assert_int_equal(px_reply_len(r), PX_REPLY_LEN);
+	assert_int_equal(px_reply_decode_verified(r, PX_REPLY_LEN, &v, &got), -EBADMSG);
+	assert_int_equal(px_reply_decode(r, PX_REPLY_LEN, &st, NULL), PX_REPLY_LEN);
+	assert_int_equal(st, PX_ERR_UNKNOWN_KEY);
+	got = dg;
+	got.digest[1]++;
+	assert_false(px_digests_equal(&got, &dg));
+	got = dg;
+	got.bytes[0]--;
+	assert_false(px_digests_equal(&got, &dg));
 }
 
 static void test_reply_round_trip(void **state)
@@ -473,6 +551,7 @@ int main(void)
 		cmocka_unit_test(test_encode_key_too_long),
 		cmocka_unit_test(test_secret_round_trip),
 		cmocka_unit_test(test_reply_round_trip),
+		cmocka_unit_test(test_verify_round_trip),
 		cmocka_unit_test(test_dpdk_round_trip),
 		cmocka_unit_test(test_reply_bad),
 		cmocka_unit_test(test_key_valid),

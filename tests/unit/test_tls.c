@@ -676,7 +676,8 @@ static void test_truncation(void **state)
 
 /* ---- KubeVirt's TLS: ALPN between vmigd, names per role, versions, suites ---- */
 
-/* Two vmigd agree on XP_TLS_ALPN; a client that offers none (KubeVirt's Go proxy) gets none. */
+/* Two vmigd agree on XP_TLS_ALPN2; a vmigd that offers only XP_TLS_ALPN (one before the digests)
+ * gets that; a client that offers none (KubeVirt's Go proxy) gets none. */
 static void test_alpn(void **state)
 {
 	struct xp_tls *a = ctx_new(&(struct ctx_opt){ .leaf = "node-a" });
@@ -686,15 +687,25 @@ static void test_alpn(void **state)
 	(void)state;
 	conn_open(&c, a, b, NULL);
 	assert_ok(&c);
-	assert_true(xp_tls_sess_alpn(c.cli.x));
-	assert_true(xp_tls_sess_alpn(c.srv.x));
+	assert_int_equal(xp_tls_sess_alpn(c.cli.x), 2);
+	assert_int_equal(xp_tls_sess_alpn(c.srv.x), 2);
+	conn_close(&c);
+	sockpair(c.fd);
+	end_raw_client(&c.cli, c.fd[0], "node-a", 0);
+	assert_int_equal(SSL_set_alpn_protos(c.cli.raw, (const unsigned char *)"\x07" XP_TLS_ALPN,
+					     1 + sizeof(XP_TLS_ALPN) - 1),
+			 0);
+	end_xp(&c.srv, "server", b, c.fd[1], true, NULL);
+	handshake(&c.cli, &c.srv);
+	assert_int_equal(c.srv.rc, 0);
+	assert_int_equal(xp_tls_sess_alpn(c.srv.x), 1);
 	conn_close(&c);
 	sockpair(c.fd);
 	end_raw_client(&c.cli, c.fd[0], "node-a", 0);
 	end_xp(&c.srv, "server", b, c.fd[1], true, NULL);
 	handshake(&c.cli, &c.srv);
 	assert_int_equal(c.srv.rc, 0);
-	assert_false(xp_tls_sess_alpn(c.srv.x));
+	assert_int_equal(xp_tls_sess_alpn(c.srv.x), 0);
 	conn_close(&c);
 	xp_tls_free(a);
 	xp_tls_free(b);

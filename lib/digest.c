@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: Apache-2.0
+/* vm_digest: XXH3-64 (libxxhash) over a stream, and its byte count. */
+#include <stdlib.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "digest.h"
+
+struct vm_digest {
+	XXH3_state_t st;
+	uint64_t bytes;
+};
+
+struct vm_digest *vm_digest_new(void)
+{
+	/* XXH3_state_t wants 64-byte alignment. */
+	struct vm_digest *d = aligned_alloc(64, (sizeof(*d) + 63) & ~(size_t)63);
+
+	if (d)
+		vm_digest_reset(d);
+	return d;
+}
+
+void vm_digest_free(struct vm_digest *d)
+{
+	free(d);
+}
+
+void vm_digest_reset(struct vm_digest *d)
+{
+	XXH3_INITSTATE(&d->st);
+	XXH3_64bits_reset(&d->st);
+	d->bytes = 0;
+}
+
+void vm_digest_update(struct vm_digest *d, const void *buf, size_t len)
+{
+	XXH3_64bits_update(&d->st, buf, len);
+	d->bytes += len;
+}
+
+uint64_t vm_digest_value(const struct vm_digest *d)
+{
+	return XXH3_64bits_digest(&d->st);
+}
+
+uint64_t vm_digest_bytes(const struct vm_digest *d)
+{
+	return d->bytes;
+}
+
+uint64_t vm_digest_of(const void *buf, size_t len)
+{
+	return XXH3_64bits(buf, len);
+}
