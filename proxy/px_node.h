@@ -141,6 +141,8 @@ struct px_migration_info {
 	unsigned int conns_active; /* being set up or carried now */
 	unsigned int conns_failed;
 	unsigned int conns_reordered; /* target: arrived before a predecessor and waited */
+	/* Ended connections with digests: the peer's matched, differed, or could not be had. */
+	unsigned int conns_verified, conns_corrupt, conns_unverified;
 	uint64_t bytes_tx;	      /* local -> peer */
 	uint64_t bytes_rx;	      /* peer -> local */
 	const char *state;	      /* "active", "failed" */
@@ -163,7 +165,10 @@ struct px_node_info {
 	uint64_t bandwidth; /* node cap, bytes/s; 0: none */
 	enum px_shaper shaper;
 	bool inspect;
+	bool digest; /* connections are digested and compared with the peer's */
 	uint64_t bytes_tx, bytes_rx; /* all migrations since start */
+	/* connections since start whose digests the peer's matched, differed, could not be had */
+	uint64_t verified, corrupt, unverified;
 	struct px_rates rate;
 	unsigned int migrations, conns_active;
 	uint64_t conns_total;

@@ -208,7 +208,8 @@ int px_reply_decode_verified(const uint8_t *buf, size_t len, enum px_verdict *v,
 	if (verdict > PX_V_MAX)
 		return -EBADMSG;
 	*v = (enum px_verdict)verdict;
-	digests_get(buf + PX_REPLY_LEN + 4, dg);
+	if (dg)
+		digests_get(buf + PX_REPLY_LEN + 4, dg);
 	return PX_REPLY_VERIFY_LEN;
 }
 

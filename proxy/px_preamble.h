@@ -116,8 +116,8 @@ size_t px_reply_encode(enum px_status st, const struct px_dpdk *dpdk, uint8_t *b
 size_t px_reply_encode_verified(enum px_verdict v, const struct px_digests *dg, uint8_t *buf);
 /* The whole reply's length, from its first PX_REPLY_LEN bytes (by its status). */
 size_t px_reply_len(const uint8_t *buf);
-/* A PX_VERIFIED reply: its length once complete, 0 while more bytes are needed, -EBADMSG for
- * another status, a bad magic or version, or a verdict out of range. */
+/* A PX_VERIFIED reply: its length once complete (*dg written unless NULL), 0 while more bytes
+ * are needed, -EBADMSG for another status, a bad magic or version, or a verdict out of range. */
 int px_reply_decode_verified(const uint8_t *buf, size_t len, enum px_verdict *v,
 			     struct px_digests *dg);
 const char *px_verdict_str(enum px_verdict v);

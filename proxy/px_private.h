@@ -211,6 +211,7 @@ struct px_node {
 	struct xp_timer *tick;
 	uint64_t bytes_done[2]; /* of ended connections */
 	uint64_t conns_total;
+	uint64_t verified[3]; /* connections with digests: matched, corrupt, unverified */
 	struct vm_rate rate[2];
 	struct xp_timer *drain_timer;
 	void (*drain_done)(void *arg);

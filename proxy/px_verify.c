@@ -50,6 +50,17 @@ static void dg_format(const struct px_digests *dg, char *buf, size_t len)
 		 (unsigned long long)dg->bytes[1], (unsigned long long)dg->digest[1]);
 }
 
+enum { V_MATCH, V_CORRUPT, V_UNVERIFIED };
+
+/* One ended connection with digests, on the migration and the node. */
+static void tally(struct px_migration *m, int what)
+{
+	unsigned int *c[] = { &m->v.matched, &m->v.corrupt, &m->v.unverified };
+
+	(*c[what])++;
+	m->n->verified[what]++;
+}
+
 /* Counts a compared connection on m, and logs a mismatch loudly. */
 static void account(struct px_migration *m, uint32_t port, uint32_t seq, enum px_verdict v,
 		    const struct px_digests *src, const struct px_digests *tgt)
@@ -57,18 +68,18 @@ static void account(struct px_migration *m, uint32_t port, uint32_t seq, enum px
 	char a[120], b[120];
 
 	if (v == PX_V_MATCH) {
-		m->v.matched++;
+		tally(m, V_MATCH);
 		log_debug("migration %s role=%s: port %u connection %u verified: %s", m->key,
 			  px_role_str(m->role), port, seq, px_verdict_str(v));
 		return;
 	}
 	if (v != PX_V_MISMATCH) {
-		m->v.unverified++;
+		tally(m, V_UNVERIFIED);
 		log_warn("migration %s role=%s: port %u connection %u not verified: %s", m->key,
 			 px_role_str(m->role), port, seq, px_verdict_str(v));
 		return;
 	}
-	m->v.corrupt++;
+	tally(m, V_CORRUPT);
 	dg_format(src, a, sizeof(a));
 	dg_format(tgt, b, sizeof(b));
 	log_err("migration %s role=%s: port %u connection %u CORRUPT: the source read %s; the "
@@ -95,7 +106,7 @@ void px_verify_lost(struct px_conn *c, const char *why, bool quiet)
 {
 	struct px_migration *m = c->m;
 
-	m->v.unverified++;
+	tally(m, V_UNVERIFIED);
 	log_warn("migration %s role=source: port %u connection %u not verified: %s", m->key,
 		 c->port->id, c->seq, why);
 	if (quiet)
@@ -238,7 +249,7 @@ static void records_expire(void *arg)
 		if (now >= r->ended_ms + VERIFY_WAIT_MS) {
 			r->verdict = PX_V_UNKNOWN;
 			m->v.waiting--;
-			m->v.unverified++;
+			tally(m, V_UNVERIFIED);
 			log_warn("migration %s role=target: port %u connection %u not verified: no "
 				 "report from the source within %d ms of its end",
 				 m->key, r->port, r->seq, VERIFY_WAIT_MS);
@@ -263,7 +274,7 @@ static void target_ended(struct px_conn *c, const struct xp_link_result *res)
 		struct px_vrec *recs = realloc(m->v.recs, cap * sizeof(*recs));
 
 		if (!recs) {
-			m->v.unverified++;
+			tally(m, V_UNVERIFIED);
 			log_err("migration %s: out of memory keeping a connection's digests", m->key);
 			return;
 		}
@@ -277,7 +288,7 @@ static void target_ended(struct px_conn *c, const struct xp_link_result *res)
 	r->ended_ms = px_now(n);
 	if (res->end != XP_END_CLEAN) {
 		r->verdict = PX_V_BROKEN;
-		m->v.unverified++;
+		tally(m, V_UNVERIFIED);
 	} else {
 		r->verdict = PX_V_PENDING;
 		m->v.waiting++;
@@ -305,7 +316,7 @@ bool px_verify_ended(struct px_conn *c, const struct xp_link_result *res)
 		return false;
 	m->v.total++;
 	if (!res->digested) {
-		m->v.unverified++;
+		tally(m, V_UNVERIFIED);
 		return false;
 	}
 	if (m->role == PX_ROLE_TARGET) {
@@ -314,7 +325,7 @@ bool px_verify_ended(struct px_conn *c, const struct xp_link_result *res)
 	}
 	if (res->end != XP_END_CLEAN) {
 		/* the error is the story; the target keeps its record as broken */
-		m->v.unverified++;
+		tally(m, V_UNVERIFIED);
 		return false;
 	}
 	/* The source: the same record reports the connection to the target. */

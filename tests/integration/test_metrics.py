@@ -38,6 +38,7 @@ EXPECTED_FAMILIES = (
     'vmigd_node_bandwidth_cap_bytes_per_second', 'vmigd_node_sent_bytes_total',
     'vmigd_node_received_bytes_total', 'vmigd_node_rate_bytes_per_second',
     'vmigd_node_connections', 'vmigd_node_connections_total', 'vmigd_migrations',
+    'vmigd_node_verified_connections_total', 'vmigd_migration_verified_connections_total',
     'vmigd_node_info', 'vmigd_migration_info', 'vmigd_migration_sent_bytes_total',
     'vmigd_migration_received_bytes_total', 'vmigd_migration_rate_bytes_per_second',
     'vmigd_migration_cap_bytes_per_second', 'vmigd_migration_limit_bytes_per_second',

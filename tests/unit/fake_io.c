@@ -347,7 +347,8 @@ static void f_conn_info(void *io, const struct xp_conn *xc, struct xp_conn_info 
 		snprintf(out->describe, sizeof(out->describe), "tls=off");
 		return;
 	}
-	out->vmigd = c->alpn;
+	out->vmigd = c->alpn || c->alpn2;
+	out->digests = c->alpn2;
 	snprintf(out->version, sizeof(out->version), "TLSv1.3");
 	snprintf(out->cipher, sizeof(out->cipher), "TLS_AES_128_GCM_SHA256");
 	snprintf(out->crypto, sizeof(out->crypto), "user-space");
@@ -651,6 +652,11 @@ void fake_link_end(struct fake_io *f, struct fake_link *l, enum xp_link_end end,
 	res.bytes[0] = l->bytes[0];
 	res.bytes[1] = l->bytes[1];
 	res.shaped_ns = l->shaped_ns;
+	res.digested = l->opts.digest;
+	for (int d = 0; d < 2; d++) {
+		res.digest[d] = l->digest[d];
+		res.digest_bytes[d] = l->digest_bytes[d];
+	}
 	f->done(l->opts.cookie, &res, f->done_arg);
 }
 

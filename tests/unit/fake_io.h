@@ -25,6 +25,7 @@ struct fake_conn {
 	bool accepted; /* came from a TCP listener (the target side) */
 	int lfd;       /* ... that one */
 	bool alpn;     /* the source offered and the target chose XP_TLS_ALPN: a vmigd peer */
+	bool alpn2;    /* ... XP_TLS_ALPN2: one that checks connection digests */
 	unsigned int hs_flags; /* XP_HS_* of the last handshake call */
 	/* await_server(): -EAGAIN this many times, then await_result */
 	unsigned int await_again, await_calls;
@@ -61,6 +62,8 @@ struct fake_link {
 	uint64_t shaped_ns;
 	uint64_t pacing;
 	bool aborted, ended;
+	/* with opts.digest: what fake_link_end() reports, per link direction (0: local to hop) */
+	uint64_t digest[2], digest_bytes[2];
 };
 
 struct fake_local {

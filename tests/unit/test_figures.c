@@ -570,7 +570,9 @@ static void test_values_by_hand(void **state)
 		{ -1, "time_unix", "1700000000.500" },
 		{ 0, "rates",
 		  "{ \"tx_1s\": 52428801, \"tx_10s\": 50000001, \"rx_1s\": 3, \"rx_10s\": 4 }" },
-		{ 0, "conns", "{ \"active\": 2, \"total\": 19, \"failed\": 1, \"reordered\": 4 }" },
+		{ 0, "conns",
+		  "{ \"active\": 2, \"total\": 19, \"failed\": 1, \"verified\": 0, \"corrupt\": 0, "
+		  "\"unverified\": 0, \"reordered\": 4 }" },
 		{ 0, "duration_s", "10.000" },
 		{ 0, "started_unix", "1699999990.500" },
 		{ 0, "shaped_ms", "2500" },
@@ -702,8 +704,8 @@ static void test_schema_v2(void **state)
 	fill();
 	snap.node.dpdk.on = false; /* a node without a DPDK port: no dpdk object */
 	o = ctl_report_node(&snap.node, &env);
-	check_keys(o, "bandwidth,bytes_rx,bytes_tx,conns,inspect,migration_count,rates,shaper,"
-		      "time_unix");
+	check_keys(o, "bandwidth,bytes_rx,bytes_tx,conns,digest,inspect,migration_count,rates,"
+		      "shaper,time_unix,verified");
 	json_object_put(o);
 	/* the DPDK node hop's figures, only on a node that has one */
 	snap.node.dpdk.on = true;
@@ -725,7 +727,8 @@ static void test_schema_v2(void **state)
 		   "addresses,device,driver,error,gateway,interface,kind,link_down_ms,link_downs,"
 		   "link_up,mtu,numa_node,peer,pf,pf_interface,queues,source,speed,speed_known,"
 		   "state,vf");
-	check_keys(json_object_object_get(o, "conns"), "active,failed,reordered,total");
+	check_keys(json_object_object_get(o, "conns"),
+		   "active,corrupt,failed,reordered,total,unverified,verified");
 	check_keys(json_object_array_get_idx(json_object_object_get(o, "ports"), 0),
 		   "bytes_rx,bytes_tx,conns,id,rates,socket");
 	check_keys(

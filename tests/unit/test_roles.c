@@ -1392,6 +1392,203 @@ static void test_start_idempotent(void **state)
 	assert_true(t->f.links[0].aborted);
 }
 
+/* ---- connection digests (px_verify.c) ---- */
+
+/* The QEMU stream's digests of one connection, and the same as a link on a target carries them
+ * (its direction 0 is the way back to the source). */
+static const struct px_digests dg_good = { .bytes = { 5000, 40 },
+					   .digest = { 0xabcdef0123456789ull, 0x42 } };
+
+static void link_digests(struct fake_link *l, const struct px_digests *dg, bool target)
+{
+	for (int d = 0; d < 2; d++) {
+		l->digest_bytes[d] = dg->bytes[d ^ target];
+		l->digest[d] = dg->digest[d ^ target];
+	}
+}
+
+/* A data connection that asks for the check (flag DIGEST), or a report (VERIFY) with dg. */
+static struct fake_conn *arrive_dg(struct t *t, uint32_t seq, bool verify,
+				   const struct px_digests *dg)
+{
+	struct px_preamble p = { .version = PX_PROTO_VERSION, .port = PORT, .seq = seq };
+	uint8_t buf[PX_PREAMBLE_MAX];
+	int len;
+
+	strcpy(p.key, KEY);
+	p.has_secret = true;
+	memcpy(p.secret, secret, PX_SECRET_LEN);
+	p.digest = !verify;
+	p.verify = verify;
+	if (dg)
+		p.dg = *dg;
+	len = px_preamble_encode(&p, buf, sizeof(buf));
+	assert_true(len > 0);
+	struct fake_conn *c = fake_incoming(&t->f, buf, (size_t)len);
+
+	fake_settle(&t->f);
+	return c;
+}
+
+/* The verdict a target answered on a report; -1 while it has not. */
+static int verdict_of(const struct fake_conn *c, struct px_digests *dg)
+{
+	enum px_verdict v;
+
+	if (c->out_len < PX_REPLY_VERIFY_LEN)
+		return -1;
+	assert_int_equal(px_reply_decode_verified(c->out, c->out_len, &v, dg),
+			 PX_REPLY_VERIFY_LEN);
+	return (int)v;
+}
+
+/*
+ * Target: it advertises the check, digests a connection that asks for it, and answers each
+ * report: the same digests (match), a report before the connection ended (answered at its end),
+ * different bytes (corrupt: an error and outcome=corrupt), an unknown connection, and a
+ * connection whose report never came (unverified after VERIFY_WAIT_MS, the stop line waits).
+ */
+static void test_digest_target(void **state)
+{
+	struct t *t = *state;
+	struct px_port_info p = { .id = PORT };
+	struct px_digests bad = dg_good, got;
+	struct fake_conn *c[4], *r[4];
+	struct px_portmap out;
+	char err[256];
+
+	t->conf.digest = true;
+	start(t);
+	strcpy(p.path, DST_SOCK);
+	assert_int_equal(px_target_start(t->n, KEY, 1, &p, &(struct px_start){ 0 }, &out, err,
+					 sizeof(err)),
+			 0);
+	assert_true(out.digest);
+	memcpy(secret, out.secret, PX_SECRET_LEN);
+	for (unsigned int i = 0; i < 4; i++) {
+		c[i] = arrive_dg(t, i, false, NULL);
+		assert_int_equal(reply_of(c[i]), PX_OK);
+		assert_true(t->f.links[i].opts.digest);
+		link_digests(&t->f.links[i], &dg_good, true);
+	}
+	/* 0 ended, then its report: a match */
+	fake_link_end(&t->f, &t->f.links[0], XP_END_CLEAN, 0);
+	r[0] = arrive_dg(t, 0, true, &dg_good);
+	assert_int_equal(verdict_of(r[0], &got), PX_V_MATCH);
+	assert_true(px_digests_equal(&got, &dg_good));
+	assert_true(r[0]->closed);
+	/* 1's report comes first and waits for its end */
+	r[1] = arrive_dg(t, 1, true, &dg_good);
+	assert_int_equal(verdict_of(r[1], NULL), -1);
+	fake_link_end(&t->f, &t->f.links[1], XP_END_CLEAN, 0);
+	assert_int_equal(verdict_of(r[1], &got), PX_V_MATCH);
+	/* 2: one byte count and digest differ */
+	fake_link_end(&t->f, &t->f.links[2], XP_END_CLEAN, 0);
+	bad.digest[0] ^= 1;
+	r[2] = arrive_dg(t, 2, true, &bad);
+	assert_int_equal(verdict_of(r[2], &got), PX_V_MISMATCH);
+	assert_logged("port 49152 connection 2 CORRUPT: the source read 5000 bytes "
+		      "abcdef0123456788, back 40 bytes 0000000000000042; the target 5000 bytes "
+		      "abcdef0123456789");
+	/* a connection the target never carried */
+	r[3] = arrive_dg(t, 9, true, &dg_good);
+	assert_int_equal(verdict_of(r[3], NULL), PX_V_UNKNOWN);
+	/* 3 ends and no report comes: the stop line waits VERIFY_WAIT_MS for it */
+	fake_link_end(&t->f, &t->f.links[3], XP_END_CLEAN, 0);
+	assert_int_equal(px_target_stop(t->n, KEY, NULL, 0), 0);
+	assert_false(logged("role=target stop"));
+	fake_advance(&t->f, 5000);
+	assert_logged("port 49152 connection 3 not verified: no report from the source within "
+		      "5000 ms of its end");
+	assert_logged("role=target stop conns=4 ");
+	assert_logged(" verified=2/4 digest=");
+	assert_logged("outcome=corrupt (port 49152 connection 2: the source read 5000 bytes from "
+		      "its QEMU, the target 5000 from the node hop, with different digests)");
+}
+
+/* Source: the target's JSON says it checks digests, so each connection asks for it; at its
+ * end the source reports on a connection of its own, and the answer settles it. */
+static void test_digest_source(void **state)
+{
+	static struct px_port_info outp[PX_PORTS_MAX];
+	struct t *t = *state;
+	struct px_portmap pm = { .port = 40000, .nports = 1, .ports = { PORT }, .digest = true };
+	struct px_digests tgt = dg_good;
+	uint8_t reply[PX_REPLY_VERIFY_LEN];
+	struct px_preamble pre;
+	struct fake_conn *rep[3];
+	char err[256];
+
+	t->conf.digest = true;
+	start(t);
+	strcpy(pm.key, KEY);
+	strcpy(pm.address, "198.18.0.2");
+	assert_int_equal(px_source_start(t->n, &pm, t->dir, &(struct px_start){ 0 }, outp, err,
+					 sizeof(err)),
+			 0);
+	for (unsigned int i = 0; i < 3; i++)
+		fake_qemu_connect(&t->f, outp[0].path);
+	fake_settle(&t->f);
+	for (unsigned int i = 0; i < 3; i++) {
+		assert_true(written_preamble(t->f.conns[i]).digest);
+		answer(t, t->f.conns[i], PX_OK);
+		assert_true(t->f.links[i].opts.digest);
+		link_digests(&t->f.links[i], &dg_good, false);
+	}
+	/* each end makes a report with the link's digests */
+	for (unsigned int i = 0; i < 3; i++) {
+		fake_link_end(&t->f, &t->f.links[i], XP_END_CLEAN, 0);
+		assert_int_equal(t->f.nconns, 4 + i);
+		rep[i] = t->f.conns[3 + i];
+		pre = written_preamble(rep[i]);
+		assert_true(pre.verify);
+		assert_false(pre.digest);
+		assert_int_equal(pre.seq, i);
+		assert_true(px_digests_equal(&pre.dg, &dg_good));
+	}
+	assert_int_equal(px_source_stop(t->n, KEY, NULL, 0), 0);
+	/* the stop line waits for the answers */
+	assert_false(logged("role=source stop"));
+	px_reply_encode_verified(PX_V_MATCH, &tgt, reply);
+	fake_feed(rep[0], reply, sizeof(reply));
+	tgt.bytes[0]--;
+	px_reply_encode_verified(PX_V_MISMATCH, &tgt, reply);
+	fake_feed(rep[1], reply, sizeof(reply));
+	fake_settle(&t->f);
+	assert_logged("port 49152 connection 1 CORRUPT: the source read 5000 bytes");
+	assert_false(logged("role=source stop"));
+	/* the third gets no answer: unverified once the grace ends, the report cut */
+	fake_advance(&t->f, 5000);
+	assert_true(rep[2]->closed);
+	assert_logged("port 49152 connection 2 not verified: the migration was cut before the "
+		      "target answered");
+	assert_logged("role=source stop conns=3 ");
+	assert_logged(" verified=1/3 digest=");
+	assert_logged("outcome=corrupt (port 49152 connection 1: ");
+	assert_int_equal(px_node_active_conns(t->n), 0);
+}
+
+/* A stock peer (KubeVirt's map, no ALPN) and a target without the check are never asked. */
+static void test_digest_not_asked(void **state)
+{
+	struct t *t = *state;
+	const char *path;
+
+	t->conf.digest = true;
+	start(t);
+	path = source_start(t, KEY, 0, 0); /* a map without "digest" */
+	fake_qemu_connect(&t->f, path);
+	fake_settle(&t->f);
+	assert_false(written_preamble(t->f.conns[0]).digest);
+	answer(t, t->f.conns[0], PX_OK);
+	assert_false(t->f.links[0].opts.digest);
+	fake_link_end(&t->f, &t->f.links[0], XP_END_CLEAN, 0);
+	assert_int_equal(t->f.nconns, 1);
+	assert_int_equal(px_source_stop(t->n, KEY, NULL, 0), 0);
+	assert_logged("role=source stop conns=1 ");
+	assert_logged(" verified=none outcome=ok");
+}
+
 #define T(f)  cmocka_unit_test_setup_teardown(f, setup_plain, teardown)
 #define TT(f) cmocka_unit_test_setup_teardown(f, setup_tls, teardown)
 
@@ -1437,6 +1634,9 @@ int main(void)
 		T(test_takeover_counts_unbound),
 		T(test_start_refusals),
 		T(test_start_idempotent),
+		T(test_digest_target),
+		T(test_digest_source),
+		T(test_digest_not_asked),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
