@@ -293,12 +293,20 @@ static void stop_grace_expired(void *arg)
 void px_migration_stop(struct px_migration *m)
 {
 	struct px_node *n = m->n;
+	bool reports;
 
 	migration_unlink(&n->migrations, m);
 	m->stopping = true;
 	m->next = n->stopped;
 	n->stopped = m;
-	for (unsigned int i = 0; i < m->nports; i++)
+	/*
+	 * A KubeVirt-mode target's sources reach it only through its ports' own listeners: those
+	 * stay until the record goes, for the reports of connections that end after the stop
+	 * (they take nothing else once stopping). In plain text such a target has no vmigd
+	 * sources (raw), so no reports.
+	 */
+	reports = m->role == PX_ROLE_TARGET && m->kubevirt && m->tls && n->conf.digest;
+	for (unsigned int i = 0; i < m->nports && !reports; i++)
 		px_port_close(&m->ports[i]);
 	px_migration_cut(m, false);
 	if (m->conns_active > 0 &&

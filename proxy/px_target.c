@@ -233,7 +233,8 @@ static void tgt_dispatch(struct px_conn *c, const struct px_preamble *p)
 		px_conn_release(c);
 		return;
 	}
-	if (!m || strcmp(m->key, p->key)) {
+	/* A stopped migration's port listener is open for reports only. */
+	if (!m || strcmp(m->key, p->key) || (m->stopping && !p->verify)) {
 		tgt_reject(c, n->draining ? PX_ERR_SHUTDOWN : PX_ERR_UNKNOWN_KEY, p->key);
 		return;
 	}
@@ -401,12 +402,14 @@ static void tgt_raw(struct px_conn *c)
 	char why[400];
 	int r;
 
-	if (m->failed || n->draining) {
+	if (m->failed || m->stopping || n->draining) {
 		px_refusal(
 			n,
 			"migration %s role=target: port %u: a raw connection from %s refused: %s",
 			m->key, port->id, c->peer,
-			n->draining ? "shutting down" : "the migration has failed");
+			n->draining	? "shutting down"
+			: m->stopping ? "the migration was stopped"
+					: "the migration has failed");
 		px_conn_release(c);
 		return;
 	}

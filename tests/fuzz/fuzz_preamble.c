@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /* libFuzzer target for the node-hop codec: px_preamble_decode() on every prefix of the input,
- * and px_reply_decode(). Checks that decoding is consistent as bytes trickle in, re-encodes
- * (the secret included). */
+ * px_reply_decode() and px_reply_decode_verified(). Checks that decoding is consistent as bytes
+ * trickle in, re-encodes (the secret, the DPDK offer and a report's digests included). */
 #include <errno.h>
 #include <string.h>
 
@@ -27,8 +27,13 @@ static void check_success(const uint8_t *data, int r, const struct px_preamble *
 	size_t kl = strnlen(p->key, sizeof(p->key));
 
 	FUZZ_CHECK(r > PX_PREAMBLE_FIXED && r <= PX_PREAMBLE_MAX);
-	FUZZ_CHECK(kl + (p->has_secret ? PX_SECRET_LEN : 0) + (p->dpdk.ip ? PX_DPDK_LEN : 0) ==
+	FUZZ_CHECK(kl + (p->has_secret ? PX_SECRET_LEN : 0) + (p->dpdk.ip ? PX_DPDK_LEN : 0) +
+			   (p->verify ? PX_DIGESTS_LEN : 0) ==
 		   (size_t)r - PX_PREAMBLE_FIXED);
+	FUZZ_CHECK(p->digest == !!(data[7] & PX_PREAMBLE_F_DIGEST));
+	FUZZ_CHECK(p->verify == !!(data[7] & PX_PREAMBLE_F_VERIFY));
+	/* a report is no QEMU connection: no offer, no request for digests */
+	FUZZ_CHECK(!p->verify || (!p->dpdk.ip && !p->digest));
 	FUZZ_CHECK(p->has_secret == !!(data[7] & PX_PREAMBLE_F_SECRET));
 	/* an offer is whole (no field 0) whenever the flag is there */
 	FUZZ_CHECK(!!p->dpdk.ip == !!(data[7] & PX_PREAMBLE_F_DPDK));
@@ -129,9 +134,45 @@ static void fuzz_reply(const uint8_t *data, size_t size)
 	}
 }
 
+/* The answer to a report: its length from its status, and a verdict only when whole and known. */
+static void fuzz_verified(const uint8_t *data, size_t size)
+{
+	size_t max = size < PX_REPLY_VERIFY_LEN + 1 ? size : PX_REPLY_VERIFY_LEN + 1;
+	bool verified = size >= PX_REPLY_LEN && data[6] == 0 && data[7] == PX_VERIFIED;
+
+	if (size >= PX_REPLY_LEN)
+		FUZZ_CHECK(px_reply_len(data) == (verified		  ? PX_REPLY_VERIFY_LEN
+						  : data[6] == 0 &&
+							    data[7] == PX_OK_DPDK ? PX_REPLY_DPDK_LEN
+									  : PX_REPLY_LEN));
+	for (size_t len = 0; len <= max; len++) {
+		uint8_t *copy = malloc(len ? len : 1), buf[PX_REPLY_VERIFY_LEN];
+		enum px_verdict v = (enum px_verdict)0x7777;
+		struct px_digests dg;
+		int r;
+
+		FUZZ_CHECK(copy != NULL);
+		memcpy(copy, data, len);
+		r = px_reply_decode_verified(copy, len, &v, &dg);
+		free(copy);
+		if (r <= 0) {
+			FUZZ_CHECK(r == 0 || r == -EBADMSG);
+			FUZZ_CHECK(v == (enum px_verdict)0x7777);
+			/* "need more" only before a whole answer could be there */
+			FUZZ_CHECK(r == -EBADMSG || len < PX_REPLY_VERIFY_LEN);
+			continue;
+		}
+		FUZZ_CHECK(verified && r == PX_REPLY_VERIFY_LEN && len >= PX_REPLY_VERIFY_LEN);
+		FUZZ_CHECK(v <= PX_V_MAX && px_verdict_str(v) != NULL);
+		px_reply_encode_verified(v, &dg, buf);
+		FUZZ_CHECK(memcmp(buf, data, PX_REPLY_VERIFY_LEN) == 0);
+	}
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	fuzz_preamble(data, size);
 	fuzz_reply(data, size);
+	fuzz_verified(data, size);
 	return 0;
 }

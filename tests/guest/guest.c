@@ -112,11 +112,16 @@ static inline void invlpg(u32 addr)
 	__asm__ volatile("invlpg (%0)" : : "r"(addr) : "memory");
 }
 
+// tlbflush=0: none of the above, to show what QEMU 7.2 loses without it (tests/guest/README.md).
+static u32 no_flush;
+
 // .data, .bss and the stack: the guest's own hot pages.
 static void flush_hot(void)
 {
 	u32 a;
 
+	if (no_flush)
+		return;
 	for (a = (u32)_hot_start & ~(PAGE - 1); a < (u32)_end; a += PAGE)
 		invlpg(a);
 }
@@ -125,6 +130,8 @@ static void flush_hot(void)
 // of a burst (see "QEMU 7.2 TCG" above). In asm, so that no spill of the compiler's follows it.
 static inline void retouch_hot(void)
 {
+	if (no_flush)
+		return;
 	__asm__ volatile("	movl $_hot_start, %%ecx\n"
 			 "1:	invlpg (%%ecx)\n\t"
 			 "movb (%%ecx), %%al\n\t"
@@ -244,7 +251,7 @@ void guest_exception(u32 vector)
 struct params {
 	u32 ws_mib, rate_mib_s, start_mib, report_ms, catchup_ms;
 	u32 populate_mib, repeat, burst_on_ms, burst_off_ms;
-	int has_start, spin, fill;
+	int has_start, spin, fill, no_flush;
 };
 
 static int streq_n(const char *a, const char *b, u32 n)
@@ -331,6 +338,13 @@ static void parse_cmdline(const char *s, struct params *p)
 				p->fill = 0;
 			else
 				fail("fill= wants 0 or 1");
+		} else if (streq_n(word, "tlbflush", klen)) {
+			if (streq_n(eq + 1, "1", vlen))
+				p->no_flush = 0;
+			else if (streq_n(eq + 1, "0", vlen))
+				p->no_flush = 1;
+			else
+				fail("tlbflush= wants 0 or 1");
 		} else if (streq_n(word, "populate", klen)) {
 			if (parse_u32(eq + 1, vlen, &p->populate_mib) < 0)
 				fail("populate= wants a number of MiB");
@@ -509,7 +523,8 @@ static void dirty(u32 n)
 
 	ws.pages += n;
 	while (n--) {
-		invlpg(cur);
+		if (!no_flush)
+			invlpg(cur);
 		++*(volatile u32 *)cur;
 		if (++ws.again < ws.repeat)
 			continue;
@@ -685,6 +700,7 @@ void guest_main(u32 magic, const struct mb_info *mbi)
 	if (mbi->flags & MB_INFO_CMDLINE)
 		cmdline = (const char *)mbi->cmdline;
 	parse_cmdline(cmdline ? cmdline : "", &p);
+	no_flush = (u32)p.no_flush;
 
 	mem_top = MIB + mbi->mem_upper * 1024u;
 	min_start = (loaded_end(mbi, cmdline) + MIB - 1) & ~(MIB - 1);

@@ -362,3 +362,57 @@ def stop_quietly(key, source=None, target=None):
             getattr(daemon, stop)(key)
         except HarnessError as e:
             log(f'    {e}')
+
+
+_STOP_RE = re.compile(r'migration (\S+) role=(source|target) stop (.*)$')
+
+
+def stop_lines(daemons):
+    """Every `migration KEY role=R stop ...` line in the logs of daemons, as (daemon name, key,
+    role, fields); the outcome keeps its reason (everything after `outcome=`)."""
+    found = []
+    for d in daemons:
+        if d is None or not os.path.exists(d.log_path):
+            continue
+        for line in d.log_text().splitlines():
+            m = _STOP_RE.search(line)
+            if not m:
+                continue
+            head, _, outcome = m.group(3).partition(' outcome=')
+            fields = dict(f.split('=', 1) for f in head.split() if '=' in f)
+            fields['outcome'] = outcome
+            found.append((d.name, m.group(1), m.group(2), fields))
+    return found
+
+
+def digest_problems(daemons):
+    """What the daemons' logs say against the bytes of the migrations they carried: any corrupt
+    connection, and for each key stopped once as source and once as target, both ok and at
+    least one side with digests, anything but the same `verified=N/N` and `digest=` on both.
+    A list of problems; empty when every such migration proved its bytes."""
+    problems = []
+    by_key = {}
+    for name, key, role, f in stop_lines(daemons):
+        if f['outcome'].startswith('corrupt'):
+            problems.append(f'{name}: {key} role={role} outcome={f["outcome"]}')
+        by_key.setdefault(key, {}).setdefault(role, []).append(f)
+    for d in daemons:
+        if d is not None and os.path.exists(d.log_path):
+            problems += [f'{d.name}: {line}' for line in d.log_text().splitlines()
+                         if ' CORRUPT: ' in line]
+    for key, roles in by_key.items():
+        src, tgt = roles.get('source', []), roles.get('target', [])
+        if len(src) != 1 or len(tgt) != 1:
+            continue
+        s, t = src[0], tgt[0]
+        if s['outcome'] != 'ok' or t['outcome'] != 'ok':
+            continue
+        if s.get('verified') == 'none' and t.get('verified') == 'none':
+            continue
+        sv, tv = s.get('verified', '?'), t.get('verified', '?')
+        m, _, n = sv.partition('/')
+        if sv != tv or m != n or s.get('digest') != t.get('digest'):
+            problems.append(f'{key}: source verified={sv} digest={s.get("digest")}, target '
+                            f'verified={tv} digest={t.get("digest")}: expected N/N and the '
+                            'same digest on both')
+    return problems

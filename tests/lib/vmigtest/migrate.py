@@ -158,9 +158,34 @@ class DaemonMigration:
                        target=self.target)
 
     def finish_verified(self, timeout=300):
-        """finish(), then both sides' guest memory compared; (MigrationResult, sha256)."""
+        """finish(), then both sides' guest memory compared, and both daemons' stop lines: the
+        same `verified=N/N` and `digest=` (see check_digests()); (MigrationResult, sha256)."""
         result = self.finish(timeout)
-        return result, verify_memory(self.src, self.dst)
+        digest = verify_memory(self.src, self.dst)
+        self.check_digests()
+        return result, digest
+
+    def check_digests(self, timeout=15):
+        """Both daemons' stop lines for this migration say every connection's digests matched
+        the peer's (`verified=N/N`, N the connections carried) with the same `digest=`, or,
+        when no connection had digests (a stock peer), `verified=none` on both. A target's
+        line may wait up to 5 s for a report, hence the timeout. Returns the digest (or
+        'none')."""
+        recs = {role: d.stop_record(self.key, role, timeout=timeout)
+                for d, role in ((self.source_daemon, 'source'),
+                                (self.target_daemon, 'target'))}
+        s, t = recs['source'], recs['target']
+        if s.get('verified') == 'none' and t.get('verified') == 'none':
+            return 'none'
+        m, _, n = s.get('verified', '?').partition('/')
+        if (s.get('verified') != t.get('verified') or m != n or n != s.get('conns') or
+                s.get('digest') != t.get('digest') or not s.get('digest')):
+            raise HarnessError(f'{self.key}: connection digests do not prove the bytes: source '
+                               f'conns={s.get("conns")} verified={s.get("verified")} '
+                               f'digest={s.get("digest")} outcome={s.get("outcome")}, target '
+                               f'conns={t.get("conns")} verified={t.get("verified")} '
+                               f'digest={t.get("digest")} outcome={t.get("outcome")}')
+        return s['digest']
 
     def stop_records(self):
         """Both daemons' stop lines for this migration (see Daemon.stop_record()):

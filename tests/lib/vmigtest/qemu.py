@@ -121,7 +121,8 @@ class GuestSpec:
     the whole working set once before ready; populate_mib: write that much RAM from the working
     set's start once before ready (what a first pass must send); repeat: writes per page before
     the next (the rate counts writes, so distinct pages go at rate / repeat); burst: (on_ms,
-    off_ms), writing only in the first on_ms of each cycle."""
+    off_ms), writing only in the first on_ms of each cycle; tlbflush False: none of the TLB
+    flushes that keep QEMU 7.2's TCG dirty tracking honest (shows what it loses)."""
     ws_mib: int
     rate_mib_s: int
     start_mib: int = None
@@ -132,6 +133,7 @@ class GuestSpec:
     populate_mib: int = None
     repeat: int = None
     burst: tuple = None
+    tlbflush: bool = True
 
     def append(self):
         words = [f'ws={self.ws_mib}', f'rate={self.rate_mib_s}']
@@ -150,6 +152,8 @@ class GuestSpec:
             words.append(f'repeat={self.repeat}')
         if self.burst:
             words.append(f'burst={self.burst[0]}/{self.burst[1]}')
+        if not self.tlbflush:
+            words.append('tlbflush=0')
         return ' '.join(words)
 
 

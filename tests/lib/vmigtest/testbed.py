@@ -9,7 +9,7 @@ import sys
 import tempfile
 
 from .base import DEFAULT_PORT_ID, HarnessError, Skip, log, tail, wait_until
-from .daemons import Daemon, find_binaries
+from .daemons import Daemon, digest_problems, find_binaries
 from .migrate import start_via_daemons
 from .net import NetPair, UnixServer
 from .qemu import Qemu
@@ -85,20 +85,35 @@ class Testbed:
         return self
 
     def __exit__(self, exc_type, exc, tb):
+        problems = []
         try:
             if exc_type is not None and not issubclass(exc_type, Skip):
                 self.dump_logs()
+            elif exc_type is None:
+                # Every migration that both daemons call ok must have proved its bytes: the
+                # daemons stop first, so that every stop line is written.
+                self.stop_all()
+                problems = digest_problems((self.source, self.target, *self.extra_daemons))
+                if problems:
+                    self.dump_logs()
         finally:
             self.close()
+        if problems:
+            raise HarnessError('connection digests: ' + '; '.join(problems[:6]) +
+                               (f' (and {len(problems) - 6} more)' if len(problems) > 6 else ''))
+
+    def stop_all(self):
+        """Stop QEMUs and daemons (each daemon logs the stop lines it still owes)."""
+        while self.qemus:
+            self.qemus.pop().close()
+        for d in (self.source, self.target, *self.extra_daemons):
+            if d is not None:
+                d.stop(timeout=10)
 
     def close(self):
         """Stop QEMUs and daemons, remove namespaces and the work directory. Idempotent."""
         try:
-            while self.qemus:
-                self.qemus.pop().close()
-            for d in (self.source, self.target, *self.extra_daemons):
-                if d is not None:
-                    d.stop(timeout=10)
+            self.stop_all()
         finally:
             self.net.close()
             if self.workdir and not os.environ.get('VMIG_KEEP'):
