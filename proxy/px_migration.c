@@ -133,11 +133,13 @@ static void cut_conns(struct px_migration *m, bool links)
 				m->conns_cut++;
 				IO(m->n, link_abort, c->link);
 			}
-		} else if (c->verify && m->role == PX_ROLE_SOURCE) {
+		} else if (c->verify) {
 			/* a report goes on past a stop, until the grace ends */
-			if (links)
+			if (links && m->role == PX_ROLE_SOURCE)
 				px_verify_lost(c, "the migration was cut before the target answered",
 					       true);
+			else if (links)
+				px_conn_free(c);
 		} else if (c->st != C_TGT_PARKED) {
 			px_conn_free(c);
 		}

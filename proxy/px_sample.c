@@ -147,6 +147,7 @@ static const char *const state_names[] = {
 	[C_SRC_REPLY] = "waiting-reply", [C_SRC_AWAIT] = "waiting-server",
 	[C_TGT_HANDSHAKE] = "handshake", [C_TGT_PREAMBLE] = "preamble",
 	[C_TGT_PARKED] = "parked",	 [C_LINKED] = "linked",
+	[C_TGT_VERIFY] = "report",
 };
 
 /* One connection's entry; its live figures also go into the migration's and its port's. */
@@ -177,7 +178,8 @@ static void conn_info(struct px_migration *m, struct px_conn *c, struct px_migra
 		return;
 	i->port = c->port->id;
 	i->seq = c->seq;
-	i->state = state_names[c->st];
+	/* an ended connection's digest report, either role */
+	i->state = c->verify ? "report" : state_names[c->st];
 	i->tls = c->tls.version[0] ? c->tls.version : NULL;
 	i->cipher = c->tls.cipher;
 	i->crypto = c->tls.crypto;

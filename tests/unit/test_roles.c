@@ -1444,9 +1444,10 @@ static int verdict_of(const struct fake_conn *c, struct px_digests *dg)
 
 /*
  * Target: it advertises the check, digests a connection that asks for it, and answers each
- * report: the same digests (match), a report before the connection ended (answered at its end),
- * different bytes (corrupt: an error and outcome=corrupt), an unknown connection, and a
- * connection whose report never came (unverified after VERIFY_WAIT_MS, the stop line waits).
+ * report: the same digests (match), a report before the connection ended (answered at its end,
+ * though the migration was stopped meanwhile; reports still come in after the stop), different
+ * bytes (corrupt: an error and outcome=corrupt), an unknown connection, and a connection whose
+ * report never came (unverified after VERIFY_WAIT_MS, the stop line waits).
  */
 static void test_digest_target(void **state)
 {
@@ -1477,9 +1478,11 @@ static void test_digest_target(void **state)
 	assert_int_equal(verdict_of(r[0], &got), PX_V_MATCH);
 	assert_true(px_digests_equal(&got, &dg_good));
 	assert_true(r[0]->closed);
-	/* 1's report comes first and waits for its end */
+	/* 1's report comes first and waits for its end, across the target's stop */
 	r[1] = arrive_dg(t, 1, true, &dg_good);
 	assert_int_equal(verdict_of(r[1], NULL), -1);
+	assert_int_equal(px_target_stop(t->n, KEY, NULL, 0), 0);
+	assert_false(r[1]->closed);
 	fake_link_end(&t->f, &t->f.links[1], XP_END_CLEAN, 0);
 	assert_int_equal(verdict_of(r[1], &got), PX_V_MATCH);
 	/* 2: one byte count and digest differ */
@@ -1495,7 +1498,6 @@ static void test_digest_target(void **state)
 	assert_int_equal(verdict_of(r[3], NULL), PX_V_UNKNOWN);
 	/* 3 ends and no report comes: the stop line waits VERIFY_WAIT_MS for it */
 	fake_link_end(&t->f, &t->f.links[3], XP_END_CLEAN, 0);
-	assert_int_equal(px_target_stop(t->n, KEY, NULL, 0), 0);
 	assert_false(logged("role=target stop"));
 	fake_advance(&t->f, 5000);
 	assert_logged("port 49152 connection 3 not verified: no report from the source within "
