@@ -259,8 +259,10 @@ class Daemon:
         """This daemon's log lines about migration KEY."""
         return [line for line in self.log_text().splitlines() if f'migration {key} ' in line]
 
-    def stop_record(self, key, role, timeout=5):
-        """Wait for `migration KEY role=ROLE stop k=v ...` in the log; its fields as a dict."""
+    def stop_record(self, key, role, timeout=15):
+        """Wait for `migration KEY role=ROLE stop k=v ...` in the log; its fields as a dict. A
+        target's line waits up to 5 s after a connection's end for the source's digest report
+        (and a stop gives links 5 s), hence the default."""
         pattern = re.compile(rf'migration {re.escape(key)} role={role} stop (.*)$')
 
         def find():
@@ -392,6 +394,15 @@ def digest_problems(daemons):
     A list of problems; empty when every such migration proved its bytes."""
     problems = []
     by_key = {}
+    # A daemon that handed over to another mid-migration (takeover) carried its connections to
+    # their end, but their reports reach the new one's listener, which cannot answer for them:
+    # those migrations are checked for corruption only.
+    retired = {d.name for d in daemons if d is not None and os.path.exists(d.log_path) and
+               'handed over: carrying on' in d.log_text()}
+    exempt = set()
+    for name, key, role, f in stop_lines(daemons):
+        if name in retired:
+            exempt.add(key)
     for name, key, role, f in stop_lines(daemons):
         if f['outcome'].startswith('corrupt'):
             problems.append(f'{name}: {key} role={role} outcome={f["outcome"]}')
@@ -402,7 +413,7 @@ def digest_problems(daemons):
                          if ' CORRUPT: ' in line]
     for key, roles in by_key.items():
         src, tgt = roles.get('source', []), roles.get('target', [])
-        if len(src) != 1 or len(tgt) != 1:
+        if len(src) != 1 or len(tgt) != 1 or key in exempt:
             continue
         s, t = src[0], tgt[0]
         if s['outcome'] != 'ok' or t['outcome'] != 'ok':
