@@ -99,7 +99,7 @@ static const struct ctl_fig node_figs[] = {
 	       "Cap on what this node sends, all migrations together; 0: none.") },
 	{ "shaper", CTL_STR, ENUM(shaper, CTL_N_SHAPER), TEXT("head", ", shaper %s") },
 	{ "inspect", CTL_BOOL, FIELD(inspect), TEXT("head", ", inspect on|, inspect off") },
-	{ "digest", CTL_BOOL, FIELD(digest), TEXT("head", ", digests on|, digests off") },
+	{ "digest", CTL_STR, FIELD(digest), TEXT("head", ", digests %s") },
 	{ "bytes_tx", CTL_BYTES, FIELD(bytes_tx), TEXT("bytes", "sent %s"),
 	  PROM("vmigd_node_sent_bytes_total", COUNTER,
 	       "QEMU stream bytes sent to peers (tx), all migrations since start.") },

@@ -72,7 +72,7 @@ struct options {
 	double node_share_pct; /* --node-bandwidth N%: of the hop link's speed; 0: a rate */
 	int shaper; /* enum px_shaper */
 	bool no_inspect;
-	bool no_digest;
+	int digest; /* enum px_digest */
 	bool keep_cap_at_switchover;
 	const char *dpdk_eal;
 	const char *dpdk_address;
@@ -165,6 +165,12 @@ struct opt {
 #define NEEDS_TLS	     "required unless --no-tls"
 
 static const struct opt_word data_paths[] = { { "splice", 0 }, { "copy", 1 }, { NULL, 0 } };
+static const struct opt_word digests[] = {
+	{ "auto", PX_DIGEST_AUTO },
+	{ "on", PX_DIGEST_ON },
+	{ "off", PX_DIGEST_OFF },
+	{ NULL, 0 },
+};
 static const struct opt_word shapers[] = {
 	{ "bucket", PX_SHAPE_BUCKET },
 	{ "pacing", PX_SHAPE_PACING },
@@ -281,9 +287,11 @@ static const struct opt opts[] = {
 		  "on each node-hop socket" },
 	{ "no-inspect", 0, FLAG(no_inspect), .flags = OPT_DEF_TEXT, .def = "inspection on",
 	  .help = "do not read the QEMU stream as it passes (pages, passes, dirty rate)" },
-	{ "no-digest", 0, FLAG(no_digest), .flags = OPT_DEF_TEXT, .def = "digests on",
-	  .help = "do not digest each connection's bytes nor compare them with the peer vmigd's "
-		  "at its end (outcome=corrupt on a mismatch)" },
+	{ "digest", 0, WORDS(digest, digests), .def = "auto",
+	  .help = "which connections to a vmigd peer get their bytes digested and compared at "
+		  "their end (outcome=corrupt on a mismatch): auto, those whose bytes pass through "
+		  "user space anyway (TLS, DPDK, --data-path copy); on, all (the splice path then "
+		  "reads each byte once more); off, none" },
 	{ "keep-cap-at-switchover", 0, FLAG(keep_cap_at_switchover), .flags = OPT_DEF_TEXT,
 	  .def = "lifted", .help = "keep a migration's cap after its VM stopped for switchover" },
 	{ "dpdk", 0, STR(dpdk_eal), .arg = "EAL_ARGS", .flags = OPT_DEF_TEXT,
@@ -1237,7 +1245,7 @@ static int daemon_configure(struct daemon *d, struct options *o)
 	pc->node_bandwidth = o->node_bandwidth;
 	pc->shaper = o->shaper;
 	pc->inspect = !o->no_inspect;
-	pc->digest = !o->no_digest;
+	pc->digest = o->digest;
 	pc->keep_cap_at_switchover = o->keep_cap_at_switchover;
 	pc->socket_uid = o->socket_uid;
 	pc->socket_gid = o->socket_gid;
@@ -1498,7 +1506,7 @@ static int daemon_start(struct daemon *d, const struct options *o)
 		 vm_format_rate(o->node_share_pct > 0 ? d->node_bandwidth : o->node_bandwidth, rate,
 				sizeof(rate)),
 		 px_shaper_str(o->shaper), o->no_inspect ? "off" : "on",
-		 o->no_digest ? "off" : "on", o->keep_cap_at_switchover ? "kept" : "lifted");
+		 px_digest_str(o->digest), o->keep_cap_at_switchover ? "kept" : "lifted");
 	if (o->dpdk_eal)
 		log_info("DPDK node hop: %s udp %lu, %s, for peers that have one too",
 			 o->dpdk_address, o->dpdk_port,

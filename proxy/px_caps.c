@@ -193,3 +193,8 @@ const char *px_shaper_str(enum px_shaper sh)
 {
 	return sh == PX_SHAPE_PACING ? "pacing" : "bucket";
 }
+
+const char *px_digest_str(enum px_digest d)
+{
+	return d == PX_DIGEST_ON ? "on" : d == PX_DIGEST_OFF ? "off" : "auto";
+}

@@ -307,7 +307,7 @@ void px_migration_stop(struct px_migration *m)
 	 * (they take nothing else once stopping). In plain text such a target has no vmigd
 	 * sources (raw), so no reports.
 	 */
-	reports = m->role == PX_ROLE_TARGET && m->kubevirt && m->tls && n->conf.digest;
+	reports = m->role == PX_ROLE_TARGET && m->kubevirt && m->tls;
 	for (unsigned int i = 0; i < m->nports && !reports; i++)
 		px_port_close(&m->ports[i]);
 	px_migration_cut(m, false);

@@ -26,6 +26,14 @@ enum px_shaper {
 	PX_SHAPE_PACING, /* SO_MAX_PACING_RATE per node-hop socket, the cap split among them */
 };
 
+/*
+ * Which connections a source asks the target to compare digests of (px_verify.c): auto, those
+ * whose bytes pass through user space anyway (a TLS node hop, the DPDK hop, --data-path copy),
+ * where the check costs almost nothing; on, every one to a vmigd peer (on the plain splice path
+ * the bytes are read once more for it); off, none. A target always does the check it is asked.
+ */
+enum px_digest { PX_DIGEST_AUTO, PX_DIGEST_ON, PX_DIGEST_OFF };
+
 struct px_config {
 	struct xp_addr listen;
 	char advertise[PX_HOST_MAX]; /* empty: derive from the listen address */
@@ -45,7 +53,7 @@ struct px_config {
 	uint64_t node_bandwidth;	  /* bytes/s this node sends, all migrations; 0: no cap */
 	enum px_shaper shaper;
 	bool inspect;		     /* read the QEMU stream as it passes (px_inspect) */
-	bool digest;		     /* digest each connection and compare with the peer's */
+	enum px_digest digest;
 	bool keep_cap_at_switchover; /* else a migration's cap is lifted once its VM stopped */
 	/* With adopt: the node-hop listener is adopt_fd, handed over by the vmigd this one takes
 	 * over from (--takeover), and listen is not used. */
@@ -165,7 +173,7 @@ struct px_node_info {
 	uint64_t bandwidth; /* node cap, bytes/s; 0: none */
 	enum px_shaper shaper;
 	bool inspect;
-	bool digest; /* connections are digested and compared with the peer's */
+	const char *digest; /* px_digest_str() */
 	uint64_t bytes_tx, bytes_rx; /* all migrations since start */
 	/* connections since start whose digests the peer's matched, differed, could not be had */
 	uint64_t verified, corrupt, unverified;
@@ -219,6 +227,8 @@ int px_migration_set_cap(struct px_node *n, const char *key, uint64_t cap, char 
 void px_node_set_bandwidth(struct px_node *n, uint64_t rate);
 void px_node_info(struct px_node *n, struct px_node_info *out);
 const char *px_shaper_str(enum px_shaper s);
+/* "auto", "on", "off" */
+const char *px_digest_str(enum px_digest d);
 int px_source_stop(struct px_node *n, const char *key, char *err, size_t errlen);
 /* Fails the migration now, as an error of its own would: why is logged and shown in status,
  * every connection is cut (QEMU sees its migration fail). 0, or -ENOENT; one that failed

@@ -299,7 +299,7 @@ void px_node_info(struct px_node *n, struct px_node_info *out)
 		.bandwidth = n->conf.node_bandwidth,
 		.shaper = n->conf.shaper,
 		.inspect = n->conf.inspect,
-		.digest = n->conf.digest,
+		.digest = px_digest_str(n->conf.digest),
 		.verified = n->verified[0],
 		.corrupt = n->verified[1],
 		.unverified = n->verified[2],

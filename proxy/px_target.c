@@ -617,7 +617,7 @@ static void target_map(const struct px_migration *m, struct px_portmap *out)
 	out->has_secret = true;
 	memcpy(out->secret, m->secret, PX_SECRET_LEN);
 	out->dpdk = n->dpdk;
-	out->digest = n->conf.digest;
+	out->digest = n->conf.digest != PX_DIGEST_OFF;
 	out->port = m->kubevirt ? 0 : xp_addr_port(&n->bound);
 	out->nports = m->nports;
 	for (unsigned int i = 0; i < m->nports; i++) {

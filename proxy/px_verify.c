@@ -95,9 +95,19 @@ static void account(struct px_migration *m, uint32_t port, uint32_t seq, enum px
 
 bool px_verify_wanted(const struct px_conn *c)
 {
-	const struct px_migration *m = c->m;
+	const struct px_node *n = c->n;
 
-	return c->n->conf.digest && !c->raw && (m->target.digest || c->tls.digests);
+	if (c->raw || !(c->m->target.digest || c->tls.digests))
+		return false;
+	switch (n->conf.digest) {
+	case PX_DIGEST_ON:
+		return true;
+	case PX_DIGEST_OFF:
+		return false;
+	default:
+		/* where the bytes pass through user space anyway: TLS, the DPDK hop, copy */
+		return c->tls.version[0] || px_dpdk_can(c) || n->conf.copy_path;
+	}
 }
 
 /* ---- source ---------------------------------------------------------------------------- */

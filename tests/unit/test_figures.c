@@ -52,6 +52,9 @@ static void fill(void)
 	snap.node = (struct px_node_info){ .bandwidth = 125000000,
 					   .shaper = PX_SHAPE_PACING,
 					   .inspect = true,
+					   .digest = "auto",
+					   .verified = 12,
+					   .corrupt = 1,
 					   .bytes_tx = 1073741824,
 					   .bytes_rx = 77,
 					   .rate = { 52428800, 50000000, 1, 2 },
@@ -566,6 +569,8 @@ static void test_values_by_hand(void **state)
 		{ -1, "bytes_rx", "77" },
 		{ -1, "shaper", "\"pacing\"" },
 		{ -1, "migration_count", "3" },
+		{ -1, "digest", "\"auto\"" },
+		{ -1, "verified", "{ \"match\": 12, \"corrupt\": 1, \"unverified\": 0 }" },
 		{ -1, "conns", "{ \"active\": 4, \"total\": 9 }" },
 		{ -1, "time_unix", "1700000000.500" },
 		{ 0, "rates",
@@ -706,6 +711,7 @@ static void test_schema_v2(void **state)
 	o = ctl_report_node(&snap.node, &env);
 	check_keys(o, "bandwidth,bytes_rx,bytes_tx,conns,digest,inspect,migration_count,rates,"
 		      "shaper,time_unix,verified");
+	check_keys(json_object_object_get(o, "verified"), "corrupt,match,unverified");
 	json_object_put(o);
 	/* the DPDK node hop's figures, only on a node that has one */
 	snap.node.dpdk.on = true;

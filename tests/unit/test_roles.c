@@ -1458,7 +1458,7 @@ static void test_digest_target(void **state)
 	struct px_portmap out;
 	char err[256];
 
-	t->conf.digest = true;
+	t->conf.digest = PX_DIGEST_ON;
 	start(t);
 	strcpy(p.path, DST_SOCK);
 	assert_int_equal(px_target_start(t->n, KEY, 1, &p, &(struct px_start){ 0 }, &out, err,
@@ -1521,7 +1521,7 @@ static void test_digest_source(void **state)
 	struct fake_conn *rep[3];
 	char err[256];
 
-	t->conf.digest = true;
+	t->conf.digest = PX_DIGEST_ON;
 	start(t);
 	strcpy(pm.key, KEY);
 	strcpy(pm.address, "198.18.0.2");
@@ -1570,13 +1570,32 @@ static void test_digest_source(void **state)
 	assert_int_equal(px_node_active_conns(t->n), 0);
 }
 
+/* --digest auto: a plain-text connection (spliced) is not asked, a TLS one is. */
+static void test_digest_auto(void **state)
+{
+	struct t *t = *state;
+	struct px_portmap pm = { .port = 40000, .nports = 1, .ports = { PORT }, .digest = true };
+	static struct px_port_info outp[PX_PORTS_MAX];
+	char err[256];
+
+	start(t);
+	strcpy(pm.key, KEY);
+	strcpy(pm.address, "198.18.0.2");
+	assert_int_equal(px_source_start(t->n, &pm, t->dir, &(struct px_start){ 0 }, outp, err,
+					 sizeof(err)),
+			 0);
+	fake_qemu_connect(&t->f, outp[0].path);
+	fake_settle(&t->f);
+	assert_int_equal(written_preamble(t->f.conns[0]).digest, t->f.tls);
+}
+
 /* A stock peer (KubeVirt's map, no ALPN) and a target without the check are never asked. */
 static void test_digest_not_asked(void **state)
 {
 	struct t *t = *state;
 	const char *path;
 
-	t->conf.digest = true;
+	t->conf.digest = PX_DIGEST_ON;
 	start(t);
 	path = source_start(t, KEY, 0, 0); /* a map without "digest" */
 	fake_qemu_connect(&t->f, path);
@@ -1639,6 +1658,8 @@ int main(void)
 		T(test_digest_target),
 		T(test_digest_source),
 		T(test_digest_not_asked),
+		T(test_digest_auto),
+		TT(test_digest_auto),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

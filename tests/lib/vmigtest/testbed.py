@@ -32,6 +32,7 @@ class Testbed:
         the node certificate, key and CA under WORKDIR/tls-source and WORKDIR/tls-target (see
         install_tls(); tls_layout 'files' or 'kubernetes', or a dict per side), so that a test
         can rotate one side's files; anything else tls_paths() takes is passed as it is.
+        Both daemons get `--digest on` unless the arguments say otherwise.
         qemu (both sides) or qemu_src/qemu_dst: a QEMU version ('7.2', '10.0') or binary; by
         default $VMIG_QEMU_SRC and $VMIG_QEMU_DST (see side_qemu), else the system's 7.2. When
         the two differ, both run the older one's versioned q35 machine (machine_for)."""
@@ -43,6 +44,12 @@ class Testbed:
         self.net = NetPair(loopback)
         self.daemon_args = {'source': [*daemon_args, *source_args],
                             'target': [*daemon_args, *target_args]}
+        # Every migration a test makes proves its bytes (`--digest on`, not the daemon's
+        # default `auto`, which leaves plain-text spliced connections out) unless the test
+        # picks its own.
+        for args in self.daemon_args.values():
+            if '--digest' not in args:
+                args[:0] = ['--digest', 'on']
         self.tls = {'source': source_tls if source_tls is not None else tls,
                     'target': target_tls if target_tls is not None else tls}
         self.tls_layout = (tls_layout if isinstance(tls_layout, dict)
@@ -93,7 +100,8 @@ class Testbed:
                 # Every migration that both daemons call ok must have proved its bytes: the
                 # daemons stop first, so that every stop line is written.
                 self.stop_all()
-                problems = digest_problems((self.source, self.target, *self.extra_daemons))
+                problems = digest_problems((self.source, self.target, *self.extra_daemons,
+                                            *self.retired))
                 if problems:
                     self.dump_logs()
         finally:
