@@ -32,12 +32,24 @@ void px_node_check_drained(struct px_node *n)
 {
 	void (*done)(void *arg) = n->drain_done;
 
-	if (!(n->draining || n->retiring) || !done || px_node_active_conns(n) > 0)
+	/* A connection still before its preamble carries nothing: a stranger's must not hold a
+	 * drain up (a report that has not got that far yet is lost, and logged so). */
+	if (!(n->draining || n->retiring) || !done ||
+	    px_node_active_conns(n) - (n->draining ? n->nunbound : 0) > 0)
 		return;
 	for (struct px_migration *m = n->migrations; n->retiring && m; m = m->next)
 		if (waiting_first(m))
 			return;
+	/* A target's ended connections wait (5 s at most) for their sources' digest reports. */
+	for (struct px_migration *m = px_next_any(n, NULL); m; m = px_next_any(n, m))
+		if (px_verify_busy(m))
+			return;
 	n->drain_done = NULL;
+	/* A drain kept the node-hop listener for those reports; a retirement closed it. */
+	IO(n, watch_del, n->lw);
+	n->lw = NULL;
+	IO(n, close_fd, n->lfd, false);
+	n->lfd = -1;
 	IO(n, timer_del, n->drain_timer);
 	n->drain_timer = NULL;
 	done(n->drain_arg);
@@ -59,12 +71,18 @@ static void drain_expired(void *arg)
 	px_node_check_drained(n);
 }
 
-/* The start of a drain or a retirement: done follows once it ends. This copy of the node-hop
- * listener closes (after a takeover the socket lives on in the vmigd that took over). */
-static void wind_down(struct px_node *n, void (*done)(void *arg), void *arg)
+/*
+ * The start of a drain or a retirement: done follows once it ends. A retirement closes this
+ * copy of the node-hop listener at once (after a takeover the socket lives on in the vmigd that
+ * took over); a drain keeps it until the end, for the digest reports of the connections in
+ * flight, and refuses everything else on it (status 8).
+ */
+static void wind_down(struct px_node *n, void (*done)(void *arg), void *arg, bool keep_listener)
 {
 	n->drain_done = done;
 	n->drain_arg = arg;
+	if (keep_listener)
+		return;
 	IO(n, watch_del, n->lw);
 	n->lw = NULL;
 	IO(n, close_fd, n->lfd, false);
@@ -84,7 +102,7 @@ static void wind_down_timer(struct px_node *n, unsigned int timeout_s)
 void px_node_drain(struct px_node *n, unsigned int timeout_s, void (*done)(void *arg), void *arg)
 {
 	n->draining = true;
-	wind_down(n, done, arg);
+	wind_down(n, done, arg, true);
 	for (struct px_migration *m = n->migrations; m; m = m->next)
 		for (unsigned int i = 0; i < m->nports; i++)
 			px_port_close(&m->ports[i]);
@@ -149,7 +167,7 @@ void px_node_retire(struct px_node *n, unsigned int timeout_s, void (*done)(void
 	unsigned int waiting = 0;
 
 	n->retiring = true;
-	wind_down(n, done, arg);
+	wind_down(n, done, arg, false);
 	for (struct px_migration *m = n->migrations; m; m = m->next)
 		waiting += waiting_first(m);
 	log_info("handed over: carrying on with %u connections in flight and %u migrations "

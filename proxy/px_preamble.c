@@ -47,10 +47,13 @@ static int dpdk_get(const uint8_t *buf, struct px_dpdk *d)
 	return d->ip && d->port && d->stream && !vm_get_be16(buf + 6) ? 0 : -1;
 }
 
+#define PARTIAL_BIT (1ull << 63)
+
 static void digests_put(const struct px_digests *d, uint8_t *buf)
 {
 	for (int i = 0; i < 2; i++) {
-		vm_put_be64(buf + 16 * i, d->bytes[i]);
+		vm_put_be64(buf + 16 * i,
+			    (d->bytes[i] & ~PARTIAL_BIT) | (d->partial[i] ? PARTIAL_BIT : 0));
 		vm_put_be64(buf + 16 * i + 8, d->digest[i]);
 	}
 }
@@ -58,9 +61,26 @@ static void digests_put(const struct px_digests *d, uint8_t *buf)
 static void digests_get(const uint8_t *buf, struct px_digests *d)
 {
 	for (int i = 0; i < 2; i++) {
-		d->bytes[i] = vm_get_be64(buf + 16 * i);
+		uint64_t b = vm_get_be64(buf + 16 * i);
+
+		d->bytes[i] = b & ~PARTIAL_BIT;
+		d->partial[i] = b & PARTIAL_BIT;
 		d->digest[i] = vm_get_be64(buf + 16 * i + 8);
 	}
+}
+
+enum px_verdict px_digests_compare(const struct px_digests *src, const struct px_digests *tgt)
+{
+	enum px_verdict v = PX_V_MATCH;
+
+	for (int i = 0; i < 2; i++) {
+		if (src->bytes[i] == tgt->bytes[i] && src->digest[i] == tgt->digest[i])
+			continue;
+		if (src->bytes[i] == tgt->bytes[i] || (!src->partial[i] && !tgt->partial[i]))
+			return PX_V_MISMATCH;
+		v = PX_V_SHORT;
+	}
+	return v;
 }
 
 bool px_digests_equal(const struct px_digests *a, const struct px_digests *b)
@@ -226,6 +246,9 @@ const char *px_verdict_str(enum px_verdict v)
 		return "the target was still carrying this connection";
 	case PX_V_BROKEN:
 		return "the connection ended with an error on the target";
+	case PX_V_SHORT:
+		return "a QEMU closed its socket before the stream's end, so the two digests cover "
+		       "different lengths";
 	}
 	return "unknown verdict";
 }

@@ -60,18 +60,23 @@ enum px_verdict {
 	PX_V_UNKNOWN = 2,  /* the target kept no digest of that connection */
 	PX_V_PENDING = 3,  /* the target still carried it when it had to answer */
 	PX_V_BROKEN = 4,   /* it ended with an error on the target: its digest covers a part */
-	PX_V_MAX = PX_V_BROKEN,
+	PX_V_SHORT = 5,	   /* a QEMU closed before the stream's end: the digests cover different
+			      lengths */
+	PX_V_MAX = PX_V_SHORT,
 };
 
 /*
  * One connection's bytes as one side saw them, in each direction: [0] from the source QEMU
  * toward the destination, [1] back. A source counts what it read from its QEMU ([0]) and from
  * the node hop ([1]); a target what it read from the node hop ([0]) and from its QEMU ([1]).
- * digest: XXH3-64 (lib/digest.h) of those bytes.
+ * digest: XXH3-64 (lib/digest.h) of those bytes. partial: that side stopped reading that
+ * direction before its end of stream, because the QEMU it delivers to had closed (on the wire,
+ * bit 63 of the count).
  */
 struct px_digests {
 	uint64_t bytes[2];
 	uint64_t digest[2];
+	bool partial[2];
 };
 
 /* A DPDK node-hop address and the stream id of one connection on it (ip 0: none). */
@@ -123,6 +128,13 @@ int px_reply_decode_verified(const uint8_t *buf, size_t len, enum px_verdict *v,
 const char *px_verdict_str(enum px_verdict v);
 /* Whether two sides' digests of one connection agree (byte counts and digests, both ways). */
 bool px_digests_equal(const struct px_digests *a, const struct px_digests *b);
+/*
+ * The source's and the target's digests of one connection compared: PX_V_MISMATCH when a
+ * direction's bytes differ though both sides read the same number of them, or though neither
+ * stopped early; PX_V_SHORT when they differ only because a side stopped early; else
+ * PX_V_MATCH.
+ */
+enum px_verdict px_digests_compare(const struct px_digests *src, const struct px_digests *tgt);
 /* 0 while more bytes are needed, the reply's length when decoded (*dpdk written for PX_OK_DPDK
  * unless NULL),
  * -EBADMSG on a bad magic or version or a PX_OK_DPDK without an address. */

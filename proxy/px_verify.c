@@ -26,6 +26,7 @@ static void dg_from_result(struct px_digests *dg, const struct xp_link_result *r
 	for (unsigned int i = 0; i < 2; i++) {
 		dg->bytes[i] = res->digest_bytes[i ^ s];
 		dg->digest[i] = res->digest[i ^ s];
+		dg->partial[i] = res->digest_partial[i ^ s];
 	}
 }
 
@@ -189,7 +190,7 @@ static void settle(struct px_conn *c, struct px_vrec *r)
 	enum px_verdict v = r->verdict;
 
 	if (v == PX_V_PENDING) {
-		v = px_digests_equal(&c->dg, &r->dg) ? PX_V_MATCH : PX_V_MISMATCH;
+		v = px_digests_compare(&c->dg, &r->dg);
 		r->verdict = v;
 		m->v.waiting--;
 		account(m, r->port, r->seq, v, &c->dg, &r->dg);
@@ -248,7 +249,8 @@ void px_verify_arrive(struct px_conn *c, struct px_port *port, const struct px_p
 static void records_expire(void *arg)
 {
 	struct px_migration *m = arg;
-	uint64_t now = px_now(m->n), next = 0;
+	struct px_node *n = m->n;
+	uint64_t now = px_now(n), next = 0;
 
 	m->v.timer = NULL;
 	for (unsigned int i = 0; i < m->v.nrecs; i++) {
@@ -270,6 +272,7 @@ static void records_expire(void *arg)
 	if (next && IO(m->n, timer_add, next, records_expire, m, &m->v.timer) < 0)
 		log_err("migration %s: out of memory arming the digest timer", m->key);
 	px_migration_maybe_finish(m);
+	px_node_check_drained(n);
 }
 
 /* Target: keeps the record of an ended connection, and answers a report that waited for it. */

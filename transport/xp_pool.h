@@ -54,6 +54,11 @@ struct xp_link_result {
 	bool digested;
 	uint64_t digest[2];
 	uint64_t digest_bytes[2];
+	/*
+	 * The direction ended because its destination (the local peer) closed before its source's
+	 * end of stream, and not all of the rest had arrived: its digest covers a prefix.
+	 */
+	bool digest_partial[2];
 };
 
 /*

@@ -131,6 +131,39 @@ static ssize_t digest_fill_splice(struct xp_worker *w, struct xp_pump *p, int sr
 	return n;
 }
 
+/* The most a direction whose local peer closed reads on, undelivered, for its digest. */
+#define DIGEST_DRAIN_MAX (64u << 20)
+
+/*
+ * The local peer closed while this direction still had bytes for it (QEMU's destination closes
+ * multifd channels so). With a digest, what already waits on the source is read too, counted
+ * undelivered, so that the digest covers the stream up to its end where that has arrived; the
+ * direction is marked partial where it had not.
+ */
+static void digest_drain(struct xp_worker *w, struct xp_pump *p, int src)
+{
+	struct xp_link *l = p->link;
+	size_t total = 0;
+	ssize_t n;
+
+	if (!p->dg || p->eof)
+		return;
+	while (total < DIGEST_DRAIN_MAX) {
+		if (p->kind == PUMP_TLS_RX)
+			n = tls_ret(xp_tls_read(l->tls, w->dg_peek, DIGEST_PEEK_MAX, &p->want));
+		else
+			n = read(src, w->dg_peek, DIGEST_PEEK_MAX);
+		if (n == 0)
+			return;
+		if (n < 0)
+			break;
+		vm_digest_update(p->dg, w->dg_peek, (size_t)n);
+		l->res.undelivered += (uint64_t)n;
+		total += (size_t)n;
+	}
+	l->res.digest_partial[p->dir] = true;
+}
+
 /* After a fill of n bytes: what the tap saw moves on, what it did not see is counted. */
 static void tap_filled(struct xp_pump *p, const uint8_t *at, size_t n)
 {
@@ -361,6 +394,7 @@ static int pump_run(struct xp_worker *w, struct xp_pump *p, unsigned int *side)
 				 */
 				l->res.undelivered += p->held;
 				p->held = 0;
+				digest_drain(w, p, src);
 				p->eof = p->done = true;
 				return 0;
 			} else if (n < 0 && errno != EINTR) {

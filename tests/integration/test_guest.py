@@ -232,7 +232,7 @@ def lost_updates(tb):
         paths = [os.path.join(q.workdir, f'{q.name}.lost.mem') for q in (src, dst)]
         for q, path in zip((src, dst), paths):
             q.memory_dump(path)
-        pages = list(differing_pages(*paths, skip=vt.migrate.VGA_BIOS_WINDOW))
+        pages = list(vt.migrate.differing_pages(*paths, skip=vt.migrate.VGA_BIOS_WINDOW))
         for path in paths:
             os.unlink(path)
         version = vt.qemuversions.qemu_version(tb.qemu) or (0,)

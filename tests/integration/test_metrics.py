@@ -212,7 +212,7 @@ def check_top(tb, key):
 def check_metrics_text(tb, key):
     """`vmigctl metrics`: the node, then a block for KEY with its role, cap and inspection."""
     out = tb.source.ctl_ok('metrics')
-    want = [r'^node: cap unlimited, shaper bucket, inspect on$',
+    want = [r'^node: cap unlimited, shaper bucket, inspect on, digests on$',
             rf'^{re.escape(key)} source active, mode plain',
             r'^\s+cap 50\.0 MiB/s, limit 50\.0 MiB/s',
             r'^\s+inspect: stream v3, machine pc-q35\S*, channels 1 main \+ 4 multifd',

@@ -65,7 +65,9 @@ def migrate_with_takeovers(ck, tb, label, side, times, at_s=(1.5, 3.0)):
                  f'{proc.stderr.strip()}')
         olds[0].wait_log(rf'a request passed on by vmigd pid {new.proc.pid}: .*"op":"bandwidth"',
                          what=f'{olds[0].name} to serve the cap change passed on')
-    result, digest = m.finish_verified(timeout=120)
+    # The old target carries its connections to their end, but their digest reports reach the
+    # new daemon's listener, which cannot answer for them: checked for corruption only.
+    result, digest = m.finish_verified(timeout=120, unverified_ok=side == 'target')
     carrier = olds[0]
     rec = carrier.stop_record(key, side, timeout=30)
     ck.check(rec.get('outcome') == 'ok',

@@ -656,6 +656,7 @@ void fake_link_end(struct fake_io *f, struct fake_link *l, enum xp_link_end end,
 	for (int d = 0; d < 2; d++) {
 		res.digest[d] = l->digest[d];
 		res.digest_bytes[d] = l->digest_bytes[d];
+		res.digest_partial[d] = l->digest_partial[d];
 	}
 	f->done(l->opts.cookie, &res, f->done_arg);
 }

@@ -64,6 +64,7 @@ struct fake_link {
 	bool aborted, ended;
 	/* with opts.digest: what fake_link_end() reports, per link direction (0: local to hop) */
 	uint64_t digest[2], digest_bytes[2];
+	bool digest_partial[2];
 };
 
 struct fake_local {

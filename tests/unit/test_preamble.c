@@ -407,9 +407,27 @@ static void test_verify_round_trip(void **state)
 	got = dg;
 	got.digest[1]++;
 	assert_false(px_digests_equal(&got, &dg));
+	assert_int_equal(px_digests_compare(&dg, &got), PX_V_MISMATCH);
 	got = dg;
 	got.bytes[0]--;
 	assert_false(px_digests_equal(&got, &dg));
+	assert_int_equal(px_digests_compare(&dg, &dg), PX_V_MATCH);
+	/* fewer bytes: corrupt, unless a side says it stopped early (its QEMU had closed) */
+	got.digest[0] ^= 0x55;
+	assert_int_equal(px_digests_compare(&dg, &got), PX_V_MISMATCH);
+	got.partial[0] = true;
+	assert_int_equal(px_digests_compare(&dg, &got), PX_V_SHORT);
+	/* ... but the same count with other bytes is corrupt, partial or not */
+	got.bytes[0] = dg.bytes[0];
+	assert_int_equal(px_digests_compare(&dg, &got), PX_V_MISMATCH);
+	/* the flag travels in bit 63 of the count */
+	got = dg;
+	got.partial[1] = true;
+	p.dg = got;
+	n = px_preamble_encode(&p, buf, sizeof(buf));
+	assert_int_equal(px_preamble_decode(buf, (size_t)n, &q), n);
+	assert_true(q.dg.partial[1] && !q.dg.partial[0]);
+	assert_int_equal(q.dg.bytes[1], dg.bytes[1]);
 }
 
 static void test_reply_round_trip(void **state)

@@ -1145,21 +1145,27 @@ static void on_drained(void *arg)
 	drained_calls++;
 }
 
-/* Drain: no new connections, links in flight finish, then done. */
+/*
+ * Drain: no new connections (the listener stays until the end, for digest reports only: a new
+ * connection is told "shutting down"), links in flight finish, then done and the listener goes.
+ */
 static void test_drain_waits_for_links(void **state)
 {
 	struct t *t = *state;
-	struct fake_conn *c;
+	struct fake_conn *c, *late;
 
 	start(t);
 	target_start(t, KEY, 0);
 	c = arrive(t, KEY, PORT, 0);
 	drained_calls = 0;
 	px_node_drain(t->n, 300, on_drained, NULL);
-	assert_false(fake_watched(&t->f, FAKE_TCP_LISTEN));
+	assert_true(fake_watched(&t->f, FAKE_TCP_LISTEN));
+	late = arrive(t, KEY, PORT, 1);
+	assert_int_equal(reply_of(late), PX_ERR_SHUTDOWN);
 	assert_int_equal(drained_calls, 0);
 	fake_link_end(&t->f, fake_link_of(&t->f, c), XP_END_CLEAN, 0);
 	assert_int_equal(drained_calls, 1);
+	assert_false(fake_watched(&t->f, FAKE_TCP_LISTEN));
 	{
 		struct px_port_info p = { .id = PORT };
 		struct px_portmap out;
@@ -1478,6 +1484,18 @@ static void test_digest_target(void **state)
 	assert_int_equal(verdict_of(r[0], &got), PX_V_MATCH);
 	assert_true(px_digests_equal(&got, &dg_good));
 	assert_true(r[0]->closed);
+	/* 4: the destination QEMU closed before the end, the target read less: not corrupt */
+	c[0] = arrive_dg(t, 4, false, NULL);
+	link_digests(&t->f.links[4], &dg_good, true);
+	t->f.links[4].digest_bytes[1] = 4000;
+	t->f.links[4].digest[1] = 0x1234;
+	t->f.links[4].digest_partial[1] = true;
+	fake_link_end(&t->f, &t->f.links[4], XP_END_CLEAN, 0);
+	r[0] = arrive_dg(t, 4, true, &dg_good);
+	assert_int_equal(verdict_of(r[0], &got), PX_V_SHORT);
+	assert_true(got.partial[0]);
+	assert_logged("port 49152 connection 4 not verified: a QEMU closed its socket before the "
+		      "stream's end");
 	/* 1's report comes first and waits for its end, across the target's stop */
 	r[1] = arrive_dg(t, 1, true, &dg_good);
 	assert_int_equal(verdict_of(r[1], NULL), -1);
@@ -1502,8 +1520,8 @@ static void test_digest_target(void **state)
 	fake_advance(&t->f, 5000);
 	assert_logged("port 49152 connection 3 not verified: no report from the source within "
 		      "5000 ms of its end");
-	assert_logged("role=target stop conns=4 ");
-	assert_logged(" verified=2/4 digest=");
+	assert_logged("role=target stop conns=5 ");
+	assert_logged(" verified=2/5 digest=");
 	assert_logged("outcome=corrupt (port 49152 connection 2: the source read 5000 bytes from "
 		      "its QEMU, the target 5000 from the node hop, with different digests)");
 }
@@ -1568,6 +1586,35 @@ static void test_digest_source(void **state)
 	assert_logged(" verified=1/3 digest=");
 	assert_logged("outcome=corrupt (port 49152 connection 1: ");
 	assert_int_equal(px_node_active_conns(t->n), 0);
+}
+
+/* A draining target waits for the report of a connection that ended (5 s at most), then is done;
+ * its listener takes that report. */
+static void test_digest_drain(void **state)
+{
+	struct t *t = *state;
+	struct px_port_info p = { .id = PORT };
+	struct fake_conn *c, *r;
+	struct px_portmap out;
+	char err[256];
+
+	t->conf.digest = PX_DIGEST_ON;
+	start(t);
+	strcpy(p.path, DST_SOCK);
+	assert_int_equal(px_target_start(t->n, KEY, 1, &p, &(struct px_start){ 0 }, &out, err,
+					 sizeof(err)),
+			 0);
+	memcpy(secret, out.secret, PX_SECRET_LEN);
+	c = arrive_dg(t, 0, false, NULL);
+	link_digests(fake_link_of(&t->f, c), &dg_good, true);
+	drained_calls = 0;
+	px_node_drain(t->n, 300, on_drained, NULL);
+	fake_link_end(&t->f, fake_link_of(&t->f, c), XP_END_CLEAN, 0);
+	assert_int_equal(drained_calls, 0);
+	r = arrive_dg(t, 0, true, &dg_good);
+	assert_int_equal(verdict_of(r, NULL), PX_V_MATCH);
+	assert_int_equal(drained_calls, 1);
+	assert_false(fake_watched(&t->f, FAKE_TCP_LISTEN));
 }
 
 /* --digest auto: a plain-text connection (spliced) is not asked, a TLS one is. */
@@ -1660,6 +1707,7 @@ int main(void)
 		T(test_digest_not_asked),
 		T(test_digest_auto),
 		TT(test_digest_auto),
+		T(test_digest_drain),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
