@@ -32,7 +32,7 @@
  * A target waits this long, after a connection with digests ended, for its source's report; a
  * report that comes while the target still carries the connection waits as long for its end.
  */
-#define VERIFY_WAIT_MS 5000
+#define VERIFY_WAIT_MS 3000
 /* A source waits this long for the answer to its report (the target may wait VERIFY_WAIT_MS). */
 #define VERIFY_ANSWER_MS (VERIFY_WAIT_MS + 3000)
 

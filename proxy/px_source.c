@@ -192,7 +192,10 @@ static void src_handshake(struct px_conn *c)
 	uint32_t ev = EPOLLIN;
 	int r;
 
-	r = IO(c->n, handshake, c->hop, c->m->tls ? XP_HS_TLS : 0, &ev);
+	/* A digest report takes no part in resumption: it neither offers nor keeps a ticket, so
+	 * that it never changes which session a migration's own connections resume. */
+	r = IO(c->n, handshake, c->hop,
+	       (c->m->tls ? XP_HS_TLS : 0) | (c->verify ? XP_HS_FRESH : 0), &ev);
 	if (r == -EAGAIN) {
 		src_set_wait(c, C_SRC_HANDSHAKE, ev, c->n->conf.handshake_timeout_ms);
 		return;

@@ -220,7 +220,8 @@ static int io_handshake(void *arg, struct xp_conn *c, unsigned int flags, uint32
 	if (!io->tls)
 		return -ENOTSUP;
 	if (!ic->tls) {
-		r = xp_tls_sess_new(io->tls, c->fd, server, server ? NULL : ic->peer, &ic->tls);
+		r = xp_tls_sess_new(io->tls, c->fd, server,
+				    server || (flags & XP_HS_FRESH) ? NULL : ic->peer, &ic->tls);
 		if (r < 0)
 			return r;
 	}

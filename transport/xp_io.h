@@ -50,6 +50,7 @@ struct xp_conn_why {
 enum {
 	XP_HS_SERVER = 1 << 0, /* this side accepted the connection */
 	XP_HS_TLS = 1 << 1,    /* TLS (the migration's choice); without it, done at once */
+	XP_HS_FRESH = 1 << 2,  /* client: a full handshake, neither offering nor keeping a ticket */
 };
 
 /* The data path's shape, for `status` and the start-up line. */

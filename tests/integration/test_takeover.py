@@ -93,6 +93,7 @@ def moved_target(ck, tb, label):
     olds = []
     m = tb.start_migration(src, dst, key, CHANNELS,
                            between=lambda: olds.append(tb.takeover('target')))
+    m.target_daemon = tb.target   # the new one carries it, and logs its stop line
     result, digest = m.finish_verified(timeout=120)
     ck.check(bool(tb.target.log_matches(rf'migration {key} role=target: port \d+ connection 0 '
                                         r'linked')),

@@ -261,7 +261,7 @@ class Daemon:
 
     def stop_record(self, key, role, timeout=15):
         """Wait for `migration KEY role=ROLE stop k=v ...` in the log; its fields as a dict. A
-        target's line waits up to 5 s after a connection's end for the source's digest report
+        target's line waits up to 3 s after a connection's end for the source's digest report
         (and a stop gives links 5 s), hence the default."""
         pattern = re.compile(rf'migration {re.escape(key)} role={role} stop (.*)$')
 

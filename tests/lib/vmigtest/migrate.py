@@ -169,12 +169,15 @@ class DaemonMigration:
         """Both daemons' stop lines for this migration say every connection's digests matched
         the peer's (`verified=N/N`, N the connections carried) with the same `digest=`, or,
         when no connection had digests (a stock peer), `verified=none` on both. A target's
-        line may wait up to 5 s for a report, hence the timeout. unverified_ok (a target taken
+        line may wait up to 3 s for a report, hence the timeout. unverified_ok (a target taken
         over mid-migration, whose successor cannot answer the reports): only no corruption.
-        Returns the digest (or 'none')."""
+        Returns the digest (or 'none'; also with a stock peer on either side, which keeps
+        none)."""
+        sides = ((self.source_daemon, 'source'), (self.target_daemon, 'target'))
+        if not all(hasattr(d, 'stop_record') for d, _ in sides):
+            return 'none'
         recs = {role: d.stop_record(self.key, role, timeout=timeout)
-                for d, role in ((self.source_daemon, 'source'),
-                                (self.target_daemon, 'target'))}
+                for d, role in sides}
         s, t = recs['source'], recs['target']
         if unverified_ok:
             bad = [f'{role} outcome={r.get("outcome")}' for role, r in recs.items()
