@@ -35,6 +35,25 @@ void px_conn_list_del(struct px_conn **head, struct px_conn *c)
 	c->prev = c->next = NULL;
 }
 
+void px_conn_adopt(struct px_conn *c, struct px_port *port, uint32_t seq, enum conn_state st)
+{
+	struct px_node *n = c->n;
+
+	IO(n, watch_del, c->w);
+	IO(n, timer_del, c->t);
+	c->w = NULL;
+	c->t = NULL;
+	px_conn_list_del(&n->unbound, c);
+	n->nunbound--;
+	c->m = port->m;
+	c->port = port;
+	c->lport = NULL;
+	c->seq = seq;
+	c->st = st;
+	px_conn_list_add(&port->m->conns, c);
+	port->m->conns_active++;
+}
+
 void px_conn_free(struct px_conn *c)
 {
 	struct px_migration *m = c->m;

@@ -242,6 +242,9 @@ static inline uint64_t px_now(const struct px_node *n)
 const char *px_role_str(enum px_role r);
 void px_conn_list_add(struct px_conn **head, struct px_conn *c);
 void px_conn_list_del(struct px_conn **head, struct px_conn *c);
+/* A target connection that passed its preamble moves from the node's unbound list to port's
+ * migration, as connection seq in state st; its watch and timer go. */
+void px_conn_adopt(struct px_conn *c, struct px_port *port, uint32_t seq, enum conn_state st);
 /* Frees a connection that is not (or no longer) carried by the data path. */
 void px_conn_free(struct px_conn *c);
 /* Frees it, then lets a stopping migration finish and a drain end. */

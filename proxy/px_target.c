@@ -126,19 +126,7 @@ static int tgt_bind(struct px_conn *c, struct px_port *port, uint32_t seq)
 				  n->conf.max_migration_conns);
 		return -EMFILE;
 	}
-	IO(n, watch_del, c->w);
-	IO(n, timer_del, c->t);
-	c->w = NULL;
-	c->t = NULL;
-	px_conn_list_del(&n->unbound, c);
-	n->nunbound--;
-	c->m = m;
-	c->port = port;
-	c->lport = NULL;
-	c->seq = seq;
-	c->st = C_TGT_PARKED;
-	px_conn_list_add(&m->conns, c);
-	m->conns_active++;
+	px_conn_adopt(c, port, seq, C_TGT_PARKED);
 	return 0;
 }
 

@@ -213,21 +213,9 @@ void px_verify_arrive(struct px_conn *c, struct px_port *port, const struct px_p
 	struct px_node *n = c->n;
 	struct px_vrec *r;
 
-	IO(n, watch_del, c->w);
-	IO(n, timer_del, c->t);
-	c->w = NULL;
-	c->t = NULL;
-	px_conn_list_del(&n->unbound, c);
-	n->nunbound--;
-	c->m = m;
-	c->port = port;
-	c->lport = NULL;
-	c->seq = p->seq;
+	px_conn_adopt(c, port, p->seq, C_TGT_VERIFY);
 	c->verify = true;
 	c->dg = p->dg;
-	c->st = C_TGT_VERIFY;
-	px_conn_list_add(&m->conns, c);
-	m->conns_active++;
 	r = rec_find(m, port->id, p->seq);
 	if (r) {
 		settle(c, r);

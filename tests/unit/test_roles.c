@@ -1436,6 +1436,23 @@ static struct fake_conn *arrive_dg(struct t *t, uint32_t seq, bool verify,
 	return c;
 }
 
+/* A target node with --digest on and migration KEY started; it must advertise the check. */
+static void target_start_digest(struct t *t)
+{
+	struct px_port_info p = { .id = PORT };
+	struct px_portmap out;
+	char err[256];
+
+	t->conf.digest = PX_DIGEST_ON;
+	start(t);
+	strcpy(p.path, DST_SOCK);
+	assert_int_equal(px_target_start(t->n, KEY, 1, &p, &(struct px_start){ 0 }, &out, err,
+					 sizeof(err)),
+			 0);
+	assert_true(out.digest);
+	memcpy(secret, out.secret, PX_SECRET_LEN);
+}
+
 /* The verdict a target answered on a report; -1 while it has not. */
 static int verdict_of(const struct fake_conn *c, struct px_digests *dg)
 {
@@ -1458,20 +1475,10 @@ static int verdict_of(const struct fake_conn *c, struct px_digests *dg)
 static void test_digest_target(void **state)
 {
 	struct t *t = *state;
-	struct px_port_info p = { .id = PORT };
 	struct px_digests bad = dg_good, got;
 	struct fake_conn *c[4], *r[4];
-	struct px_portmap out;
-	char err[256];
 
-	t->conf.digest = PX_DIGEST_ON;
-	start(t);
-	strcpy(p.path, DST_SOCK);
-	assert_int_equal(px_target_start(t->n, KEY, 1, &p, &(struct px_start){ 0 }, &out, err,
-					 sizeof(err)),
-			 0);
-	assert_true(out.digest);
-	memcpy(secret, out.secret, PX_SECRET_LEN);
+	target_start_digest(t);
 	for (unsigned int i = 0; i < 4; i++) {
 		c[i] = arrive_dg(t, i, false, NULL);
 		assert_int_equal(reply_of(c[i]), PX_OK);
@@ -1595,18 +1602,9 @@ static void test_digest_source(void **state)
 static void test_digest_drain(void **state)
 {
 	struct t *t = *state;
-	struct px_port_info p = { .id = PORT };
 	struct fake_conn *c, *r;
-	struct px_portmap out;
-	char err[256];
 
-	t->conf.digest = PX_DIGEST_ON;
-	start(t);
-	strcpy(p.path, DST_SOCK);
-	assert_int_equal(px_target_start(t->n, KEY, 1, &p, &(struct px_start){ 0 }, &out, err,
-					 sizeof(err)),
-			 0);
-	memcpy(secret, out.secret, PX_SECRET_LEN);
+	target_start_digest(t);
 	c = arrive_dg(t, 0, false, NULL);
 	link_digests(fake_link_of(&t->f, c), &dg_good, true);
 	drained_calls = 0;
