@@ -116,18 +116,21 @@ static const struct ctl_fig node_figs[] = {
 	{ "verified.match", CTL_COUNT, FIELD(verified), TEXT("conns", ", %s verified"),
 	  PROM_L("vmigd_node_verified_connections_total", COUNTER,
 		 "Connections since start by what comparing their digests with the peer's found: "
-		 "the same bytes (match), different bytes (corrupt), or no comparison (unverified).",
+		 "the same bytes (match), different bytes (corrupt), or no comparison "
+		 "(unverified).",
 		 "result=\"match\"") },
 	{ "verified.corrupt", CTL_COUNT, FIELD(corrupt), TEXT("conns", ", %s CORRUPT"), NONZERO,
 	  PROM_L("vmigd_node_verified_connections_total", COUNTER,
 		 "Connections since start by what comparing their digests with the peer's found: "
-		 "the same bytes (match), different bytes (corrupt), or no comparison (unverified).",
+		 "the same bytes (match), different bytes (corrupt), or no comparison "
+		 "(unverified).",
 		 "result=\"corrupt\"") },
 	{ "verified.unverified", CTL_COUNT, FIELD(unverified), TEXT("conns", ", %s unverified"),
 	  NONZERO,
 	  PROM_L("vmigd_node_verified_connections_total", COUNTER,
 		 "Connections since start by what comparing their digests with the peer's found: "
-		 "the same bytes (match), different bytes (corrupt), or no comparison (unverified).",
+		 "the same bytes (match), different bytes (corrupt), or no comparison "
+		 "(unverified).",
 		 "result=\"unverified\"") },
 	{ "migration_count", CTL_COUNT, FIELD(migrations), TEXT("conns", ", %s migrations"),
 	  PROM("vmigd_migrations", GAUGE, "Migrations on this node now, either role.") },

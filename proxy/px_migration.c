@@ -136,7 +136,8 @@ static void cut_conns(struct px_migration *m, bool links)
 		} else if (c->verify) {
 			/* a report goes on past a stop, until the grace ends */
 			if (links && m->role == PX_ROLE_SOURCE)
-				px_verify_lost(c, "the migration was cut before the target answered",
+				px_verify_lost(c,
+					       "the migration was cut before the target answered",
 					       true);
 			else if (links)
 				px_conn_free(c);
@@ -256,7 +257,7 @@ void px_migration_finish(struct px_migration *m)
 	if (m->undelivered)
 		snprintf(undelivered, sizeof(undelivered), " undelivered=%llu",
 			 (unsigned long long)m->undelivered);
-	vm_log(m->v.corrupt			       ? VM_LOG_ERR
+	vm_log(m->v.corrupt				  ? VM_LOG_ERR
 	       : strcmp(outcome, "ok") || m->v.unverified ? VM_LOG_WARN
 							  : VM_LOG_INFO,
 	       "migration %s role=%s stop conns=%u reordered=%u bytes=%llu tx=%llu rx=%llu%s "

@@ -153,8 +153,8 @@ int px_preamble_decode(const uint8_t *buf, size_t len, struct px_preamble *ret)
 		       PX_PREAMBLE_F_VERIFY)) ||
 	    ((flags & PX_PREAMBLE_F_VERIFY) &&
 	     (flags & (PX_PREAMBLE_F_DPDK | PX_PREAMBLE_F_DIGEST))) ||
-	    vm_get_be16(buf + 18) != 0 ||
-	    kl == 0 || kl > PX_KEY_MAX || vm_get_be32(buf + 8) > PX_PORT_MAX)
+	    vm_get_be16(buf + 18) != 0 || kl == 0 || kl > PX_KEY_MAX ||
+	    vm_get_be32(buf + 8) > PX_PORT_MAX)
 		return -PX_ERR_MALFORMED;
 	if (len < px_preamble_len(buf))
 		return 0;

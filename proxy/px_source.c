@@ -194,8 +194,8 @@ static void src_handshake(struct px_conn *c)
 
 	/* A digest report takes no part in resumption: it neither offers nor keeps a ticket, so
 	 * that it never changes which session a migration's own connections resume. */
-	r = IO(c->n, handshake, c->hop,
-	       (c->m->tls ? XP_HS_TLS : 0) | (c->verify ? XP_HS_FRESH : 0), &ev);
+	r = IO(c->n, handshake, c->hop, (c->m->tls ? XP_HS_TLS : 0) | (c->verify ? XP_HS_FRESH : 0),
+	       &ev);
 	if (r == -EAGAIN) {
 		src_set_wait(c, C_SRC_HANDSHAKE, ev, c->n->conf.handshake_timeout_ms);
 		return;
@@ -253,9 +253,9 @@ static void src_read_reply(struct px_conn *c)
 	}
 	if (c->len < want) {
 		src_set_wait(c, C_SRC_REPLY, ev,
-			     c->verify ? VERIFY_ANSWER_MS
-				       : c->n->conf.order_timeout_ms +
-						 c->n->conf.connect_timeout_ms);
+			     c->verify
+				     ? VERIFY_ANSWER_MS
+				     : c->n->conf.order_timeout_ms + c->n->conf.connect_timeout_ms);
 		return;
 	}
 	if (c->verify) {

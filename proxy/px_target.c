@@ -395,9 +395,9 @@ static void tgt_raw(struct px_conn *c)
 			n,
 			"migration %s role=target: port %u: a raw connection from %s refused: %s",
 			m->key, port->id, c->peer,
-			n->draining	? "shutting down"
+			n->draining   ? "shutting down"
 			: m->stopping ? "the migration was stopped"
-					: "the migration has failed");
+				      : "the migration has failed");
 		px_conn_release(c);
 		return;
 	}

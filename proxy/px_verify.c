@@ -224,8 +224,8 @@ void px_verify_arrive(struct px_conn *c, struct px_port *port, const struct px_p
 	/* Still carried here: answered when its link returns, or at the deadline. */
 	for (struct px_conn *x = m->conns; x; x = x->next) {
 		if (x->st == C_LINKED && x->port == port && x->seq == p->seq && x->digest) {
-			if (IO(n, timer_add, px_now(n) + VERIFY_WAIT_MS, report_timeout, c,
-			       &c->t) < 0)
+			if (IO(n, timer_add, px_now(n) + VERIFY_WAIT_MS, report_timeout, c, &c->t) <
+			    0)
 				answer(c, PX_V_PENDING, NULL);
 			return;
 		}
@@ -276,7 +276,8 @@ static void target_ended(struct px_conn *c, const struct xp_link_result *res)
 
 		if (!recs) {
 			tally(m, V_UNVERIFIED);
-			log_err("migration %s: out of memory keeping a connection's digests", m->key);
+			log_err("migration %s: out of memory keeping a connection's digests",
+				m->key);
 			return;
 		}
 		m->v.recs = recs;
@@ -294,9 +295,8 @@ static void target_ended(struct px_conn *c, const struct xp_link_result *res)
 		r->verdict = PX_V_PENDING;
 		m->v.waiting++;
 		m->v.sum ^= dg_record(r->port, r->seq, &r->dg);
-		if (!m->v.timer &&
-		    IO(n, timer_add, r->ended_ms + VERIFY_WAIT_MS, records_expire, m, &m->v.timer) <
-			    0)
+		if (!m->v.timer && IO(n, timer_add, r->ended_ms + VERIFY_WAIT_MS, records_expire, m,
+				      &m->v.timer) < 0)
 			log_err("migration %s: out of memory arming the digest timer", m->key);
 	}
 	for (struct px_conn *x = m->conns; x; x = x->next) {

@@ -63,7 +63,7 @@ struct xp_link {
 	bool in_ready, out_ready, tcp_ready;
 	size_t last_avail; /* in-order bytes for QEMU at the last look, not yet written */
 	uint64_t last_heard_us, last_frames_in;
-	uint64_t held_until_ns; /* the buckets had nothing for the local socket until then */
+	uint64_t held_until_ns;	 /* the buckets had nothing for the local socket until then */
 	struct vm_digest *dg[2]; /* c.digest: what each direction took, in order */
 	struct xp_link_result res;
 };

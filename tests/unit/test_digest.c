@@ -80,7 +80,8 @@ static void pump_both(int wfd, const uint8_t *buf, size_t len, int rfd, uint8_t 
 	size_t off = 0;
 
 	while (off < len) {
-		struct pollfd p[2] = { { .fd = wfd, .events = POLLOUT }, { .fd = rfd, .events = POLLIN } };
+		struct pollfd p[2] = { { .fd = wfd, .events = POLLOUT },
+				       { .fd = rfd, .events = POLLIN } };
 
 		assert_true(poll(p, 2, 10000) > 0);
 		if (p[0].revents & POLLOUT) {
@@ -105,7 +106,9 @@ static void pump_both(int wfd, const uint8_t *buf, size_t len, int rfd, uint8_t 
  */
 static void one_link(enum xp_path path, bool digest)
 {
-	struct xp_pool_conf conf = { .threads = 1, .slots = 4, .pipe_size = 1u << 20, .path = path };
+	struct xp_pool_conf conf = {
+		.threads = 1, .slots = 4, .pipe_size = 1u << 20, .path = path
+	};
 	struct xp_link_opts o = { 0 };
 	static uint8_t got[LEN];
 	struct done d = { 0 };
