@@ -40,7 +40,7 @@ void px_node_check_drained(struct px_node *n)
 	for (struct px_migration *m = n->migrations; n->retiring && m; m = m->next)
 		if (waiting_first(m))
 			return;
-	/* A target's ended connections wait (5 s at most) for their sources' digest reports. */
+	/* A target's ended connections wait (VERIFY_WAIT_MS at most) for their sources' reports. */
 	for (struct px_migration *m = px_next_any(n, NULL); m; m = px_next_any(n, m))
 		if (px_verify_busy(m))
 			return;

@@ -58,6 +58,9 @@ struct px_vrec {
 	uint64_t ended_ms;
 };
 
+/* What comparing one ended connection's digests with the peer's found, for the counters. */
+enum { PX_VERIFIED_MATCH, PX_VERIFIED_CORRUPT, PX_VERIFIED_UNVERIFIED, PX_VERIFIED_N };
+
 /* A migration's connection digests (px_verify.c). */
 struct px_verify {
 	unsigned int total;	 /* connections carried with digests */
@@ -211,7 +214,7 @@ struct px_node {
 	struct xp_timer *tick;
 	uint64_t bytes_done[2]; /* of ended connections */
 	uint64_t conns_total;
-	uint64_t verified[3]; /* connections with digests: matched, corrupt, unverified */
+	uint64_t verified[PX_VERIFIED_N]; /* connections with digests, by what the check found */
 	struct vm_rate rate[2];
 	struct xp_timer *drain_timer;
 	void (*drain_done)(void *arg);
@@ -276,8 +279,9 @@ void px_verify_arrive(struct px_conn *c, struct px_port *port, const struct px_p
 struct px_migration *px_verify_find(struct px_node *n, const char *key);
 /* Whether the stop line must wait for reports still to come. */
 bool px_verify_busy(const struct px_migration *m);
-/* The stop line's " verified=M/N digest=..." and, when corrupt, its outcome; frees the records. */
+/* The stop line's " verified=M/N digest=..." (or " verified=none") into buf. */
 void px_verify_note(struct px_migration *m, char *buf, size_t len);
+/* Frees the records and the timer, when the migration's record goes. */
 void px_verify_free(struct px_migration *m);
 /* Source: its connection's preamble asks for the check (the target advertised it). */
 bool px_verify_wanted(const struct px_conn *c);

@@ -51,8 +51,6 @@ static void dg_format(const struct px_digests *dg, char *buf, size_t len)
 		 (unsigned long long)dg->bytes[1], (unsigned long long)dg->digest[1]);
 }
 
-enum { V_MATCH, V_CORRUPT, V_UNVERIFIED };
-
 /* One ended connection with digests, on the migration and the node. */
 static void tally(struct px_migration *m, int what)
 {
@@ -69,18 +67,18 @@ static void account(struct px_migration *m, uint32_t port, uint32_t seq, enum px
 	char a[120], b[120];
 
 	if (v == PX_V_MATCH) {
-		tally(m, V_MATCH);
+		tally(m, PX_VERIFIED_MATCH);
 		log_debug("migration %s role=%s: port %u connection %u verified: %s", m->key,
 			  px_role_str(m->role), port, seq, px_verdict_str(v));
 		return;
 	}
 	if (v != PX_V_MISMATCH) {
-		tally(m, V_UNVERIFIED);
+		tally(m, PX_VERIFIED_UNVERIFIED);
 		log_warn("migration %s role=%s: port %u connection %u not verified: %s", m->key,
 			 px_role_str(m->role), port, seq, px_verdict_str(v));
 		return;
 	}
-	tally(m, V_CORRUPT);
+	tally(m, PX_VERIFIED_CORRUPT);
 	dg_format(src, a, sizeof(a));
 	dg_format(tgt, b, sizeof(b));
 	log_err("migration %s role=%s: port %u connection %u CORRUPT: the source read %s; the "
@@ -117,7 +115,7 @@ void px_verify_lost(struct px_conn *c, const char *why, bool quiet)
 {
 	struct px_migration *m = c->m;
 
-	tally(m, V_UNVERIFIED);
+	tally(m, PX_VERIFIED_UNVERIFIED);
 	log_warn("migration %s role=source: port %u connection %u not verified: %s", m->key,
 		 c->port->id, c->seq, why);
 	if (quiet)
@@ -249,7 +247,7 @@ static void records_expire(void *arg)
 		if (now >= r->ended_ms + VERIFY_WAIT_MS) {
 			r->verdict = PX_V_UNKNOWN;
 			m->v.waiting--;
-			tally(m, V_UNVERIFIED);
+			tally(m, PX_VERIFIED_UNVERIFIED);
 			log_warn("migration %s role=target: port %u connection %u not verified: no "
 				 "report from the source within %d ms of its end",
 				 m->key, r->port, r->seq, VERIFY_WAIT_MS);
@@ -275,7 +273,7 @@ static void target_ended(struct px_conn *c, const struct xp_link_result *res)
 		struct px_vrec *recs = realloc(m->v.recs, cap * sizeof(*recs));
 
 		if (!recs) {
-			tally(m, V_UNVERIFIED);
+			tally(m, PX_VERIFIED_UNVERIFIED);
 			log_err("migration %s: out of memory keeping a connection's digests",
 				m->key);
 			return;
@@ -290,7 +288,7 @@ static void target_ended(struct px_conn *c, const struct xp_link_result *res)
 	r->ended_ms = px_now(n);
 	if (res->end != XP_END_CLEAN) {
 		r->verdict = PX_V_BROKEN;
-		tally(m, V_UNVERIFIED);
+		tally(m, PX_VERIFIED_UNVERIFIED);
 	} else {
 		r->verdict = PX_V_PENDING;
 		m->v.waiting++;
@@ -317,7 +315,7 @@ bool px_verify_ended(struct px_conn *c, const struct xp_link_result *res)
 		return false;
 	m->v.total++;
 	if (!res->digested) {
-		tally(m, V_UNVERIFIED);
+		tally(m, PX_VERIFIED_UNVERIFIED);
 		return false;
 	}
 	if (m->role == PX_ROLE_TARGET) {
@@ -326,7 +324,7 @@ bool px_verify_ended(struct px_conn *c, const struct xp_link_result *res)
 	}
 	if (res->end != XP_END_CLEAN) {
 		/* the error is the story; the target keeps its record as broken */
-		tally(m, V_UNVERIFIED);
+		tally(m, PX_VERIFIED_UNVERIFIED);
 		return false;
 	}
 	/* The source: the same record reports the connection to the target. */

@@ -630,15 +630,8 @@ static void link_end(struct xp_dhop *d, struct xp_link *l)
 
 	xp_dhop_link_bytes(l, l->res.bytes);
 	l->res.shaped_ns = xp_dhop_link_shaped_ns(l);
-	for (unsigned int i = 0; i < 2; i++) {
-		if (!l->dg[i])
-			continue;
-		l->res.digested = true;
-		l->res.digest[i] = vm_digest_value(l->dg[i]);
-		l->res.digest_bytes[i] = vm_digest_bytes(l->dg[i]);
-		vm_digest_free(l->dg[i]);
-		l->dg[i] = NULL;
-	}
+	for (unsigned int i = 0; i < 2; i++)
+		xp_link_result_digest(&l->res, i, &l->dg[i]);
 	epoll_ctl(d->epfd, EPOLL_CTL_DEL, l->c.local_fd, NULL);
 	epoll_ctl(d->epfd, EPOLL_CTL_DEL, l->c.tcp_fd, NULL);
 	if (l->res.end != XP_END_CLEAN)

@@ -298,6 +298,7 @@ static void io_why(void *io, const struct xp_conn *c, int err, struct xp_conn_wh
 static void io_conn_info(void *io, const struct xp_conn *c, struct xp_conn_info *out)
 {
 	const struct io_conn *ic = IO_CONN(c);
+	unsigned int alpn;
 
 	memset(out, 0, sizeof(*out));
 	if (!ic->tls) {
@@ -311,8 +312,9 @@ static void io_conn_info(void *io, const struct xp_conn *c, struct xp_conn_info 
 		 : xp_tls_ktls_tx(ic->tls)			    ? "ktls-tx"
 								    : "user-space");
 	out->resumed = xp_tls_sess_resumed(ic->tls);
-	out->vmigd = xp_tls_sess_alpn(ic->tls) > 0;
-	out->digests = xp_tls_sess_alpn(ic->tls) == 2;
+	alpn = xp_tls_sess_alpn(ic->tls);
+	out->vmigd = alpn > 0;
+	out->digests = alpn == 2;
 	snprintf(out->describe, sizeof(out->describe), "%s", xp_tls_sess_describe(ic->tls));
 	snprintf(out->peer_name, sizeof(out->peer_name), "%s", xp_tls_sess_peer_name(ic->tls));
 }

@@ -111,6 +111,17 @@ static void ready_unlink(struct xp_worker *w, struct xp_link *l)
 	}
 }
 
+void xp_link_result_digest(struct xp_link_result *res, unsigned int dir, struct vm_digest **dg)
+{
+	if (!*dg)
+		return;
+	res->digested = true;
+	res->digest[dir] = vm_digest_value(*dg);
+	res->digest_bytes[dir] = vm_digest_bytes(*dg);
+	vm_digest_free(*dg);
+	*dg = NULL;
+}
+
 static void link_finalize(struct xp_worker *w, struct xp_link *l)
 {
 	bool clean = l->res.end == XP_END_CLEAN;
@@ -132,13 +143,7 @@ static void link_finalize(struct xp_worker *w, struct xp_link *l)
 		p->buf = NULL;
 		free(p->peek);
 		p->peek = NULL;
-		if (p->dg) {
-			l->res.digested = true;
-			l->res.digest[d] = vm_digest_value(p->dg);
-			l->res.digest_bytes[d] = vm_digest_bytes(p->dg);
-			vm_digest_free(p->dg);
-			p->dg = NULL;
-		}
+		xp_link_result_digest(&l->res, d, &p->dg);
 		if (clean)
 			close(l->fd[d]);
 		else

@@ -105,6 +105,11 @@ struct xp_link_opts {
 	} dpdk;
 };
 
+struct vm_digest;
+/* A direction's digest into res (digested, digest[dir], digest_bytes[dir]); frees *dg, NULL
+ * after. Both data paths end their links with it. Takes *dg NULL. */
+void xp_link_result_digest(struct xp_link_result *res, unsigned int dir, struct vm_digest **dg);
+
 /* Runs on the control thread, from xp_pool_reap(). The link is gone when it returns. */
 typedef void (*xp_link_done_fn)(void *cookie, const struct xp_link_result *res, void *arg);
 

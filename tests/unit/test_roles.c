@@ -1453,6 +1453,21 @@ static void target_start_digest(struct t *t)
 	memcpy(secret, out.secret, PX_SECRET_LEN);
 }
 
+/* Starts a source of KEY given a map whose target checks digests; the path QEMU connects to. */
+static const char *source_start_digest(struct t *t)
+{
+	static struct px_port_info out[PX_PORTS_MAX];
+	struct px_portmap pm = { .port = 40000, .nports = 1, .ports = { PORT }, .digest = true };
+	char err[256];
+
+	strcpy(pm.key, KEY);
+	strcpy(pm.address, "198.18.0.2");
+	assert_int_equal(px_source_start(t->n, &pm, t->dir, &(struct px_start){ 0 }, out, err,
+					 sizeof(err)),
+			 0);
+	return out[0].path;
+}
+
 /* The verdict a target answered on a report; -1 while it has not. */
 static int verdict_of(const struct fake_conn *c, struct px_digests *dg)
 {
@@ -1539,24 +1554,18 @@ static void test_digest_target(void **state)
  * end the source reports on a connection of its own, and the answer settles it. */
 static void test_digest_source(void **state)
 {
-	static struct px_port_info outp[PX_PORTS_MAX];
 	struct t *t = *state;
-	struct px_portmap pm = { .port = 40000, .nports = 1, .ports = { PORT }, .digest = true };
 	struct px_digests tgt = dg_good;
 	uint8_t reply[PX_REPLY_VERIFY_LEN];
 	struct px_preamble pre;
 	struct fake_conn *rep[3];
-	char err[256];
+	const char *path;
 
 	t->conf.digest = PX_DIGEST_ON;
 	start(t);
-	strcpy(pm.key, KEY);
-	strcpy(pm.address, "198.18.0.2");
-	assert_int_equal(px_source_start(t->n, &pm, t->dir, &(struct px_start){ 0 }, outp, err,
-					 sizeof(err)),
-			 0);
+	path = source_start_digest(t);
 	for (unsigned int i = 0; i < 3; i++)
-		fake_qemu_connect(&t->f, outp[0].path);
+		fake_qemu_connect(&t->f, path);
 	fake_settle(&t->f);
 	for (unsigned int i = 0; i < 3; i++) {
 		assert_true(written_preamble(t->f.conns[i]).digest);
@@ -1621,17 +1630,9 @@ static void test_digest_drain(void **state)
 static void test_digest_auto(void **state)
 {
 	struct t *t = *state;
-	struct px_portmap pm = { .port = 40000, .nports = 1, .ports = { PORT }, .digest = true };
-	static struct px_port_info outp[PX_PORTS_MAX];
-	char err[256];
 
 	start(t);
-	strcpy(pm.key, KEY);
-	strcpy(pm.address, "198.18.0.2");
-	assert_int_equal(px_source_start(t->n, &pm, t->dir, &(struct px_start){ 0 }, outp, err,
-					 sizeof(err)),
-			 0);
-	fake_qemu_connect(&t->f, outp[0].path);
+	fake_qemu_connect(&t->f, source_start_digest(t));
 	fake_settle(&t->f);
 	assert_int_equal(written_preamble(t->f.conns[0]).digest, t->f.tls);
 }
