@@ -43,6 +43,9 @@ def main():
     qemu = vt.qemu_binary("10.0")
     vmigd = os.environ.get('VMIGD') or os.path.join(REPO, 'build', 'vmigd')
     build = os.path.dirname(os.path.abspath(vmigd))
+    if any(ch in build for ch in ' ,'):
+        raise vt.Skip(f'the build directory {build!r} has a space or a comma, which QEMU\'s '
+                      '-fsdev and the guest kernel\'s command line cannot carry')
     guest = os.path.join(REPO, 'build', 'sriov-guest')  # one copy for every build dir
     p = subprocess.run([os.path.join(REPO, 'tools', 'sriov-guest'), guest], capture_output=True,
                        text=True, timeout=600)
@@ -63,12 +66,16 @@ def main():
                '-device', 'virtio-9p-pci,fsdev=fs0,mount_tag=host,bus=pcie.0',
                '-fsdev', f'local,id=fs1,path={out},security_model=none',
                '-device', 'virtio-9p-pci,fsdev=fs1,mount_tag=out,bus=pcie.0',
+               # The build again at its own path: the guest's /tmp, /var/tmp, /run and /root
+               # are its own, and would hide a checkout under one of them.
+               '-fsdev', f'local,id=fs2,path={build},security_model=none,readonly=on',
+               '-device', 'virtio-9p-pci,fsdev=fs2,mount_tag=build,bus=pcie.0',
                '-device', 'pxb-pcie,id=pxb1,bus_nr=128,bus=pcie.0,numa_node=1',
                '-device', 'pcie-root-port,id=rp1,bus=pxb1,chassis=1',
                '-netdev', 'user,id=n0,restrict=on', '-device', 'igb,netdev=n0,bus=rp1',
                '-kernel', os.path.join(guest, 'vmlinuz'),
                '-initrd', os.path.join(guest, 'initrd.gz'),
-               '-append', 'console=ttyS0 panic=-1 quiet run=/mnt/run.sh',
+               '-append', f'console=ttyS0 panic=-1 quiet run=/mnt/run.sh build={build}',
                '-serial', f'file:{out}/serial.log', '-no-reboot']
         vt.log(f'booting the emulated SR-IOV host ({os.path.basename(qemu)} '
                f'{open(os.path.join(guest, "kernel")).read().strip()})')
