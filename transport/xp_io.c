@@ -31,7 +31,7 @@ struct xp_io {
 struct io_conn {
 	struct xp_conn c;
 	struct xp_tls_sess *tls; /* from the first handshake step on */
-	bool graceful;		 /* a refused handshake: let our alert reach the peer */
+	bool graceful;		 /* our last words (an alert, a reply) must reach the peer */
 	bool server;		 /* accepted: the TLS server */
 	char peer[80];		 /* client: the target, for the session cache */
 };
@@ -276,6 +276,10 @@ static ssize_t io_write(void *io, struct xp_conn *c, const void *buf, size_t len
 		if (k < 0)
 			k = errno == EINTR ? -EAGAIN : -errno;
 	}
+	/* What we wrote is an answer the peer reads after we close: a reset would drop it from
+	 * the peer's receive queue when it comes first. */
+	if (k > 0)
+		ic->graceful = true;
 	*events = want_events(want, EPOLLOUT);
 	return k;
 }
@@ -320,8 +324,8 @@ static void io_conn_info(void *io, const struct xp_conn *c, struct xp_conn_info 
 }
 
 /*
- * After a refused handshake the TLS alert is already written: a close with unread bytes would
- * reset the connection and drop it, so drain a little first.
+ * After a refused handshake the TLS alert is already written, after a reply the reply: a reset
+ * would reach the peer before it read them and drop them, so end with a FIN and drain a little.
  */
 static void close_gently(int fd)
 {

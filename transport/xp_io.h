@@ -125,8 +125,8 @@ struct xp_io_ops {
 	void (*why)(void *io, const struct xp_conn *c, int err, struct xp_conn_why *out);
 	void (*conn_info)(void *io, const struct xp_conn *c, struct xp_conn_info *out);
 	/*
-	 * Closes a connection that is not carried: so that the peer sees a reset, or after a
-	 * refused handshake so that the alert already written reaches it. Takes NULL.
+	 * Closes a connection that is not carried: so that the peer sees a reset, or, once
+	 * anything was written on it (an alert, a reply), so that that reaches it. Takes NULL.
 	 */
 	void (*close)(void *io, struct xp_conn *c);
 	/* A local fd: reset the peer (a refused source connection) or just close. Takes -1. */

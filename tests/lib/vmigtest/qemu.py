@@ -96,10 +96,14 @@ def random_ram_file(size_mib, variant=0, cache_dir=None):
             for _ in range(size_mib // 16):
                 f.write(os.urandom(16 << 20))
             f.write(os.urandom((size_mib % 16) << 20))
-        os.rename(tmp, path)
-    except BaseException:
+        # The first writer wins: a test running beside this one may have made the file and
+        # mapped it meanwhile, and replacing it would change the bytes its checks read back.
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+    finally:
         os.unlink(tmp)
-        raise
     return path
 
 
