@@ -87,7 +87,10 @@ def main():
         os.makedirs(os.path.join(tmp, 'src'))
         ctl = os.path.join(tmp, 'ctl.sock')
         with open(os.path.join(tmp, 'vmigd.log'), 'wb') as logf:
-            d = subprocess.Popen([vmigd, '--control', ctl, '--listen', '127.0.0.1:0', '--no-tls'],
+            # Not root: a source's sockets stay the daemon's (no chown to KubeVirt's qemu).
+            owner = [] if os.geteuid() == 0 else ['--socket-owner', '-1']
+            d = subprocess.Popen([vmigd, '--control', ctl, '--listen', '127.0.0.1:0', '--no-tls',
+                                  *owner],
                                  stdout=logf, stderr=logf, stdin=subprocess.DEVNULL)
         try:
             vt.wait_until(lambda: os.path.exists(ctl), 15, 'vmigd to listen')

@@ -99,7 +99,9 @@ def client_pair_relay(vmigd, vmigctl, pki, tmp, problems):
     clientAuth only) relays bytes both ways to a target on loopback: the target's linked line
     names the client certificate, the source's the target's node certificate."""
     target = vt.Daemon(vmigd, vmigctl, 'vmigd-pair-target', tmp, '127.0.0.1', tls=pki)
-    source = vt.Daemon(vmigd, vmigctl, 'vmigd-pair-source', tmp, '127.0.0.1',
+    # Not root: the source's sockets stay the daemon's (no chown to KubeVirt's qemu).
+    owner = () if os.geteuid() == 0 else ('--socket-owner', '-1')
+    source = vt.Daemon(vmigd, vmigctl, 'vmigd-pair-source', tmp, '127.0.0.1', extra_args=owner,
                        tls={**pki.paths('node'), 'client_cert': pki.client.cert,
                             'client_key': pki.client.key})
     dst_path = os.path.join(tmp, 'dst.sock')
