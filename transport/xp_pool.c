@@ -411,6 +411,15 @@ static int ring_init(struct xp_worker *w)
 	return r;
 }
 
+/* Wakes the control thread for the links this worker posted back since the last call. */
+static void post_done(struct xp_worker *w)
+{
+	if (w->posted) {
+		w->posted = false;
+		eventfd_write(w->pool->done_fd, 1);
+	}
+}
+
 static void *worker_main(void *arg)
 {
 	struct xp_worker *w = arg;
@@ -427,6 +436,9 @@ static void *worker_main(void *arg)
 		unsigned int head, n = 0;
 
 		run_ready(w);
+		/* A link that ended in a ready pump, with nothing armed, brings no completion:
+		 * tell the control thread before waiting, or it hears only after the next one. */
+		post_done(w);
 		r = io_uring_submit_and_wait(&w->ring, w->ready_head ? 0 : 1);
 		if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY) {
 			log_err("worker %u: io_uring_submit_and_wait: %s", w->id, strerror(-r));
@@ -437,10 +449,7 @@ static void *worker_main(void *arg)
 			n++;
 		}
 		io_uring_cq_advance(&w->ring, n);
-		if (w->posted) {
-			w->posted = false;
-			eventfd_write(pool->done_fd, 1);
-		}
+		post_done(w);
 	}
 	io_uring_queue_exit(&w->ring);
 	return NULL;
