@@ -2,7 +2,8 @@
 /* Unit tests of connection digests: lib/digest.c against XXH3's one-shot value, and the data path
  * (transport/xp_pool.c) digesting what each direction reads, on the splice path (MSG_PEEK before
  * each splice) and the copy path, over real socket pairs and a real worker; undelivered bytes
- * count, and a link without the option reports none. */
+ * count, a link without the option reports none, and a link over as soon as attached is
+ * reported at once. */
 #include <errno.h>
 #include <poll.h>
 #include <setjmp.h>
@@ -160,6 +161,59 @@ static void one_link(enum xp_path path, bool digest)
 	close(b[0]);
 }
 
+/*
+ * A link whose bytes and both ends are already there when it is attached finishes in its first
+ * steps, with no poll armed: the pool must still say so at once (the worker wakes the control
+ * thread before it waits, not with its next completion, which here never comes).
+ */
+static void ends_at_once(enum xp_path path)
+{
+	struct xp_pool_conf conf = {
+		.threads = 1, .slots = 4, .pipe_size = 1u << 20, .path = path
+	};
+	static const char there[] = "all of one direction, and its end";
+	static const char back[] = "and of the other";
+	struct xp_link_opts o = { .digest = true };
+	struct done d = { 0 };
+	struct xp_pool *p;
+	struct xp_link *l;
+	char got[64];
+	int a[2], b[2];
+
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, a), 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, b), 0);
+	assert_int_equal(write(a[0], there, sizeof(there)), sizeof(there));
+	assert_int_equal(shutdown(a[0], SHUT_WR), 0);
+	assert_int_equal(write(b[0], back, sizeof(back)), sizeof(back));
+	assert_int_equal(shutdown(b[0], SHUT_WR), 0);
+	assert_int_equal(xp_pool_new(&conf, on_done, NULL, &p), 0);
+	o.cookie = &d;
+	assert_int_equal(xp_pool_attach(p, a[1], b[1], &o, &l), 0);
+	while (!d.ended) {
+		struct pollfd pf = { .fd = xp_pool_event_fd(p), .events = POLLIN };
+
+		assert_true(poll(&pf, 1, 5000) > 0);
+		xp_pool_reap(p);
+	}
+	assert_int_equal(d.res.end, XP_END_CLEAN);
+	assert_int_equal(d.res.bytes[0], sizeof(there));
+	assert_int_equal(d.res.bytes[1], sizeof(back));
+	assert_true(d.res.digest[0] == vm_digest_of(there, sizeof(there)));
+	assert_true(d.res.digest[1] == vm_digest_of(back, sizeof(back)));
+	assert_int_equal(read(b[0], got, sizeof(got)), sizeof(there));
+	assert_int_equal(read(a[0], got, sizeof(got)), sizeof(back));
+	xp_pool_free(p);
+	close(a[0]);
+	close(b[0]);
+}
+
+static void test_ends_at_once(void **state)
+{
+	(void)state;
+	ends_at_once(XP_PATH_SPLICE);
+	ends_at_once(XP_PATH_COPY);
+}
+
 static void test_splice_path(void **state)
 {
 	(void)state;
@@ -185,6 +239,7 @@ int main(void)
 		cmocka_unit_test(test_splice_path),
 		cmocka_unit_test(test_copy_path),
 		cmocka_unit_test(test_no_digest),
+		cmocka_unit_test(test_ends_at_once),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
