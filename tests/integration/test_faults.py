@@ -129,7 +129,12 @@ def dst_state(dst):
     try:
         return dst.execute('query-status', timeout=5)['status']
     except vt.HarnessError:
-        return 'no answer'
+        # Its QMP closed under the question: QEMU is on its way out.
+        try:
+            dst.proc.wait(timeout=2)
+            return 'gone'
+        except subprocess.TimeoutExpired:
+            return 'no answer'
 
 
 def stop_line(d, key, role):

@@ -53,6 +53,8 @@ class QMP:
                 chunk = self.sock.recv(65536)
             except socket.timeout:
                 continue
+            except ConnectionResetError:
+                chunk = b''            # QEMU exited with our command unread: it is closed
             if not chunk:
                 raise HarnessError(f'QMP {self.path}: connection closed')
             self._buf += chunk
@@ -64,7 +66,10 @@ class QMP:
         msg = {'execute': command}
         if arguments:
             msg['arguments'] = arguments
-        self.sock.sendall(json.dumps(msg).encode() + b'\n')
+        try:
+            self.sock.sendall(json.dumps(msg).encode() + b'\n')
+        except (BrokenPipeError, ConnectionResetError) as e:
+            raise HarnessError(f'QMP {self.path}: connection closed ({e.strerror})') from None
         deadline = time.monotonic() + timeout
         while True:
             reply = self._recv(deadline)
