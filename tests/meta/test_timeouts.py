@@ -11,7 +11,6 @@ import os
 import sys
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..')
-sys.path.insert(0, os.path.join(ROOT, 'tools'))
 BUILD = os.environ.get('VMIG_BUILD_ROOT', os.path.join(ROOT, 'build'))
 COST = ('quick', 'root', 'qemu')
 failures = []
