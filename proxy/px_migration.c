@@ -24,6 +24,7 @@ struct px_migration *px_migration_new(struct px_node *n, const char *key, enum p
 	m->role = role;
 	m->started_ms = px_now(n);
 	m->pace_gain = 1.0;
+	m->dirfd = -1;
 	for (unsigned int i = 0; i < PX_PORTS_MAX; i++) {
 		m->ports[i].m = m;
 		m->ports[i].lfd = -1;
@@ -37,6 +38,8 @@ struct px_migration *px_migration_new(struct px_node *n, const char *key, enum p
 
 void px_migration_discard(struct px_migration *m)
 {
+	if (m->dirfd >= 0)
+		close(m->dirfd);
 	xp_bucket_free(m->bucket);
 	free(m);
 }
@@ -199,8 +202,8 @@ void px_port_close(struct px_port *p)
 	IO(n, close_fd, p->lfd, false);
 	p->lfd = -1;
 	/* A source's socket is its own; a target's path is QEMU's, never removed here. */
-	if (p->m->role == PX_ROLE_SOURCE)
-		unlink(p->path);
+	if (p->m->role == PX_ROLE_SOURCE && p->m->dirfd >= 0)
+		xp_unix_unlink_at(p->m->dirfd, px_port_name(p));
 	else
 		px_target_drop_unbound(p);
 }
@@ -273,8 +276,7 @@ void px_migration_finish(struct px_migration *m)
 	IO(n, timer_del, m->order_timer);
 	IO(n, timer_del, m->stop_timer);
 	px_verify_free(m);
-	xp_bucket_free(m->bucket);
-	free(m);
+	px_migration_discard(m);
 }
 
 static void stop_grace_expired(void *arg)

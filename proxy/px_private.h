@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "px_inspect.h"
 #include "px_node.h"
@@ -15,11 +16,17 @@
 #include "rate.h"
 #include "xp_bucket.h"
 #include "xp_io.h"
+#include "xp_path.h"
 
 /* A target keeps at most this many connections of one port waiting for a missing predecessor. */
 #define ORDER_MAX_PARKED 64
 /* How long a connect(2) to a local unix socket may wait for room in the listener's backlog. */
 #define LOCAL_CONNECT_TIMEOUT_MS 2000
+/* A node-hop TLS client that has sent nothing this long after its accept is dropped. */
+#define PX_SILENCE_MS 3000
+/* Of a listener's --max-unauthenticated, what one source address may hold: half, so a peer
+ * with a burst of channels fits and one stranger cannot take the rest. */
+#define PX_UNAUTH_PER_ADDR(max) ((max) / 2 ? (max) / 2 : 1)
 /*
  * After `stop`, how long connections already carried may run on before they are cut. QEMU reports
  * a migration completed a moment before it closes its channels, and orchestrators stop the
@@ -110,6 +117,9 @@ struct px_conn {
 	struct px_dpdk
 		dpdk; /* over the DPDK node hop: the peer's address, the stream (ip 0: not) */
 	char peer[80];
+	char addr[64];	      /* target, before its preamble: the peer's address, no port */
+	uint64_t accepted_ms; /* ... when it was accepted */
+	bool heard;	      /* ... whether it has sent anything yet */
 	struct px_insp *insp; /* the QEMU stream's direction, once linked (--no-inspect: NULL) */
 	/*
 	 * digest: its bytes are digested and the two nodes compare them at its end (px_verify.c).
@@ -148,6 +158,7 @@ struct px_migration {
 	struct px_portmap target; /* source: the map it was given */
 	unsigned int nports;
 	struct px_port ports[PX_PORTS_MAX];
+	int dirfd; /* source: its sockets' directory (migrationproxy/), -1 until made */
 	struct xp_addr peer;
 	char peer_str[80];
 	/* Target: the secret its source must present, and the peer its first connection came
@@ -306,6 +317,13 @@ void px_migration_maybe_finish(struct px_migration *m);
 void px_migration_finish(struct px_migration *m);
 void px_migration_stop(struct px_migration *m);
 void px_port_close(struct px_port *p);
+/* A source port's socket, by its name in its migration's dirfd. */
+static inline const char *px_port_name(const struct px_port *p)
+{
+	const char *slash = strrchr(p->path, '/');
+
+	return slash ? slash + 1 : p->path;
+}
 const char *px_cap_note(uint64_t cap, char *buf, size_t len);
 
 /* The migration's TLS as asked for, checked against the daemon's; 0 or -errno with err. */

@@ -426,24 +426,25 @@ static const struct px_port *path_served(const struct px_node *n, const char *pa
 	return NULL;
 }
 
-/* migrationproxy/: made if missing, then its owner and mode whatever the umask said. */
-static int socket_dir(struct px_node *n, const char *sub, char *err, size_t errlen)
+/*
+ * dir/migrationproxy/, where QEMU's user may write dir (a launcher's /var/run/kubevirt): dir
+ * resolved without links (below /proc/PID/root: inside that root), migrationproxy made if
+ * missing and then given its owner and mode through its own fd, never through a link put
+ * there. m->dirfd holds it for the sockets.
+ */
+static int socket_dir(struct px_migration *m, int basefd, const char *dir, char *err,
+		      size_t errlen)
 {
-	int r;
+	struct px_node *n = m->n;
+	struct xp_unix_owner o = { n->conf.socket_uid, n->conf.socket_gid, 0750 };
+	int r = xp_path_make_dir(basefd, "migrationproxy", &o, &m->dirfd);
 
-	if (mkdir(sub, 0750) < 0 && errno != EEXIST) {
-		r = -errno;
-		snprintf(err, errlen, "cannot create %.200s: %s", sub, strerror(errno));
-		return r;
-	}
-	if (chmod(sub, 0750) < 0 || ((n->conf.socket_uid >= 0 || n->conf.socket_gid >= 0) &&
-				     chown(sub, n->conf.socket_uid, n->conf.socket_gid) < 0)) {
-		r = -errno;
-		snprintf(err, errlen, "cannot give %.200s to %d:%d, mode 0750: %s", sub,
-			 n->conf.socket_uid, n->conf.socket_gid, strerror(errno));
-		return r;
-	}
-	return 0;
+	if (r < 0)
+		snprintf(err, errlen, "cannot prepare %.200s/migrationproxy (owner %d:%d, mode 0750): %s",
+			 dir, o.uid, o.gid,
+			 r == -ENOTDIR ? "a file that is not a directory is in the way"
+				       : xp_path_strerror(r));
+	return r;
 }
 
 int px_source_start(struct px_node *n, const struct px_portmap *t, const char *dir,
@@ -452,9 +453,9 @@ int px_source_start(struct px_node *n, const struct px_portmap *t, const char *d
 	struct xp_unix_owner owner = { .uid = n->conf.socket_uid,
 				       .gid = n->conf.socket_gid,
 				       .mode = 0660 };
-	char sub[4096], note[64];
+	char note[64];
 	struct px_migration *m, *old;
-	struct stat st;
+	int basefd = -1;
 	bool tls;
 	int r;
 
@@ -476,14 +477,9 @@ int px_source_start(struct px_node *n, const struct px_portmap *t, const char *d
 			return -EINVAL;
 		}
 	}
-	if (dir[0] != '/' || stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
-		snprintf(err, errlen, "directory %.200s does not exist (give an absolute path)",
-			 dir);
-		return -ENOENT;
-	}
-	if (snprintf(sub, sizeof(sub), "%s/migrationproxy", dir) >= (int)sizeof(sub)) {
-		snprintf(err, errlen, "directory path too long");
-		return -ENAMETOOLONG;
+	if (dir[0] != '/') {
+		snprintf(err, errlen, "directory %.200s: give an absolute path", dir);
+		return -EINVAL;
 	}
 	old = px_migration_find(n, t->key, PX_ROLE_SOURCE);
 	if (old && same_source(old, t, dir, opts, tls)) {
@@ -494,11 +490,15 @@ int px_source_start(struct px_node *n, const struct px_portmap *t, const char *d
 		}
 		return 0;
 	}
-	r = socket_dir(n, sub, err, errlen);
-	if (r < 0)
+	r = xp_path_open_dir(dir, &basefd);
+	if (r < 0) {
+		snprintf(err, errlen, "directory %.200s: %s", dir,
+			 r == -ENOENT ? "does not exist" : xp_path_strerror(r));
 		return r;
+	}
 	m = px_migration_new(n, t->key, PX_ROLE_SOURCE);
 	if (!m) {
+		close(basefd);
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
@@ -541,6 +541,10 @@ int px_source_start(struct px_node *n, const struct px_portmap *t, const char *d
 			goto fail;
 		}
 	}
+	/* Nothing changes on disk before the request is known to be good. */
+	r = socket_dir(m, basefd, dir, err, errlen);
+	if (r < 0)
+		goto fail;
 	/* Only now, once the new one can start: the old listeners go (as stop). */
 	if (old) {
 		log_warn("migration %s role=source: started again with another target or options; "
@@ -551,11 +555,11 @@ int px_source_start(struct px_node *n, const struct px_portmap *t, const char *d
 	for (unsigned int i = 0; i < t->nports; i++) {
 		struct px_port *p = &m->ports[i];
 
-		r = IO(n, listen_unix, p->path, &owner, &p->lfd);
+		r = IO(n, listen_unix, m->dirfd, px_port_name(p), &owner, &p->lfd);
 		if (r < 0) {
 			snprintf(err, errlen, "cannot listen on %s: %s", p->path,
 				 r == -EEXIST ? "a file that is not a socket is in the way"
-					      : strerror(-r));
+					      : xp_path_strerror(r));
 			goto fail;
 		}
 		r = IO(n, watch_add, p->lfd, EPOLLIN, px_source_accept, p, &p->w);
@@ -567,6 +571,7 @@ int px_source_start(struct px_node *n, const struct px_portmap *t, const char *d
 		out[i].tcp = p->tcp;
 		strcpy(out[i].path, p->path);
 	}
+	close(basefd);
 	m->next = n->migrations;
 	n->migrations = m;
 	log_info("migration %s role=source start ports=%u%s target=%s%s sockets=%s%s%s%s", t->key,
@@ -579,6 +584,7 @@ int px_source_start(struct px_node *n, const struct px_portmap *t, const char *d
 	return 0;
 
 fail:
+	close(basefd);
 	for (unsigned int i = 0; i < m->nports; i++)
 		px_port_close(&m->ports[i]);
 	px_migration_discard(m);

@@ -18,10 +18,11 @@ static int tgt_open(void *ctx, uint32_t seq, void *conn)
 	struct px_conn *c = conn;
 	int r;
 
-	r = IO(c->n, connect_local, port->path, LOCAL_CONNECT_TIMEOUT_MS, &c->lfd);
+	r = IO(c->n, connect_local, port->path, c->n->conf.socket_uid, LOCAL_CONNECT_TIMEOUT_MS,
+	       &c->lfd);
 	if (r < 0) {
 		log_err("migration %s role=target: port %u connection %u: connect to %s: %s",
-			port->m->key, port->id, seq, port->path, strerror(-r));
+			port->m->key, port->id, seq, port->path, xp_path_strerror(r));
 		return r;
 	}
 	r = px_conn_reply(c, PX_OK);
@@ -238,11 +239,14 @@ static void tgt_dispatch(struct px_conn *c, const struct px_preamble *p)
 		tgt_reject(c, PX_ERR_SHUTDOWN, p->key);
 		return;
 	}
-	/* KubeVirt's API carries no secret from target to source: in that mode a source may
-	 * come without one, and the per-migration listeners, TLS and the first peer protect it. */
-	if (p->has_secret ? !tgt_secret_ok(m, p) : !m->kubevirt) {
+	/* KubeVirt's API carries no secret from target to source: in that mode a source comes
+	 * without one, to the migration's own listeners only, which their private ports, TLS
+	 * and the first peer protect. On the shared port every migration needs its secret. */
+	if (p->has_secret ? !tgt_secret_ok(m, p) : !(m->kubevirt && c->lport)) {
 		tgt_refuse_peer(c, m, p->port,
 				p->has_secret ? "a wrong secret"
+				: m->kubevirt ? "no secret on the shared port (a KubeVirt-mode "
+						"migration's source without one dials its own ports)"
 					      : "no secret (a source vmigd older than the "
 						"target's, or not the migration's source)");
 		return;
@@ -362,6 +366,37 @@ static void tgt_timeout(void *arg)
 	px_conn_release(c);
 }
 
+/* A TLS client speaks first: one that has sent nothing by then is dropped (a silent
+ * stranger holds a place that a peer may need), well before the handshake's deadline. */
+static uint64_t silence_ms(const struct px_node *n)
+{
+	return n->conf.handshake_timeout_ms < PX_SILENCE_MS ? n->conf.handshake_timeout_ms
+							     : PX_SILENCE_MS;
+}
+
+static void tgt_silent(void *arg)
+{
+	struct px_conn *c = arg;
+	struct px_node *n = c->n;
+
+	c->t = NULL;
+	if (c->heard && n->conf.handshake_timeout_ms > silence_ms(n)) {
+		if (IO(n, timer_add, c->accepted_ms + n->conf.handshake_timeout_ms, tgt_timeout,
+		       c, &c->t) < 0) {
+			log_err("node hop: out of memory, dropping a connection");
+			px_conn_release(c);
+		}
+		return;
+	}
+	if (c->heard) {
+		tgt_timeout(c);
+		return;
+	}
+	px_refusal(n, "node hop from %s: TLS refused (silent): not a byte within %llu ms; dropped",
+		   c->peer, (unsigned long long)silence_ms(n));
+	px_conn_release(c);
+}
+
 /* Authenticated (or plain text): the preamble has its own deadline. */
 static void tgt_start_preamble(struct px_conn *c)
 {
@@ -409,12 +444,12 @@ static void tgt_raw(struct px_conn *c)
 	if (tgt_bind(c, port, port->next_seq) < 0)
 		return;
 	port->next_seq++;
-	r = IO(n, connect_local, port->path, LOCAL_CONNECT_TIMEOUT_MS, &c->lfd);
+	r = IO(n, connect_local, port->path, n->conf.socket_uid, LOCAL_CONNECT_TIMEOUT_MS, &c->lfd);
 	if (r < 0) {
 		m->conns_failed++;
 		log_err("migration %s role=target: port %u raw connection %u from %s: connect to "
 			"%s: %s",
-			m->key, port->id, c->seq, c->peer, port->path, strerror(-r));
+			m->key, port->id, c->seq, c->peer, port->path, xp_path_strerror(r));
 		px_conn_release(c);
 		return;
 	}
@@ -475,29 +510,89 @@ static void tgt_io(struct xp_watch *w, int fd, uint32_t events, void *arg)
 {
 	struct px_conn *c = arg;
 
+	c->heard = true;
 	if (c->st == C_TGT_HANDSHAKE)
 		tgt_handshake(c);
 	else
 		tgt_read(c);
 }
 
-/* Connections that have not yet authenticated are bounded; the excess is closed at once. */
-static bool tgt_admit(struct px_node *n, const char *peer)
+/* How many unauthenticated connections on c's listener come from c's address. */
+static unsigned int unbound_from(const struct px_node *n, const struct px_conn *c)
 {
-	uint64_t now = px_now(n);
+	unsigned int k = 0;
 
-	if (n->nunbound < n->conf.max_unauth)
-		return true;
+	for (const struct px_conn *o = n->unbound; o; o = o->next)
+		k += o->lport == c->lport && !strcmp(o->addr, c->addr);
+	return k;
+}
+
+/*
+ * The connection to close for a newcomer from addr on lport's listener, NULL when there is
+ * room: at the per-address bound, that address's oldest; at the listener's, the oldest of
+ * the address holding most there. A flood then only ever evicts its own, and cannot keep
+ * the door shut by reconnecting.
+ */
+static struct px_conn *tgt_victim(struct px_node *n, const struct px_port *lport,
+				  const char *addr, unsigned int *ret_listener, unsigned int *ret_addr)
+{
+	unsigned int on_listener = 0, same = 0, most = 0;
+	struct px_conn *oldest_same = NULL, *victim = NULL;
+
+	/* The list is newest first: the last match is the oldest. */
+	for (struct px_conn *c = n->unbound; c; c = c->next) {
+		if (c->lport != lport)
+			continue;
+		on_listener++;
+		if (!strcmp(c->addr, addr)) {
+			same++;
+			oldest_same = c;
+		}
+	}
+	*ret_listener = on_listener;
+	*ret_addr = same;
+	if (same >= PX_UNAUTH_PER_ADDR(n->conf.max_unauth))
+		return oldest_same;
+	if (on_listener < n->conf.max_unauth)
+		return NULL;
+	for (struct px_conn *c = n->unbound; c; c = c->next) {
+		unsigned int k;
+
+		if (c->lport != lport)
+			continue;
+		k = unbound_from(n, c);
+		if (k >= most) {
+			most = k;
+			victim = c;
+		}
+	}
+	return victim;
+}
+
+/* Makes room for a newcomer from peer, closing a waiting stranger if need be (tgt_victim). */
+static void tgt_admit(struct px_node *n, const struct px_port *lport, const char *peer)
+{
+	unsigned int on_listener, from_addr;
+	struct px_conn *victim;
+	uint64_t now = px_now(n);
+	char addr[64];
+
+	peer_address(peer, addr, sizeof(addr));
+	victim = tgt_victim(n, lport, addr, &on_listener, &from_addr);
+	if (!victim)
+		return;
 	n->unauth_refused++;
 	if (now - n->unauth_logged_ms >= 1000) {
-		log_warn("node hop from %s: refused (too-many-unauthenticated): %u connections are "
-			 "still authenticating (--max-unauthenticated %u); %u refused since the "
-			 "last such line",
-			 peer, n->nunbound, n->conf.max_unauth, n->unauth_refused);
+		log_warn("node hop from %s: closed the oldest unauthenticated connection from %s "
+			 "(too-many-unauthenticated): %u on this listener, %u from %s "
+			 "(--max-unauthenticated %u per listener, %u per address); %u closed since "
+			 "the last such line",
+			 peer, victim->addr, on_listener, from_addr, addr, n->conf.max_unauth,
+			 PX_UNAUTH_PER_ADDR(n->conf.max_unauth), n->unauth_refused);
 		n->unauth_refused = 0;
 		n->unauth_logged_ms = now;
 	}
-	return false;
+	px_conn_release(victim);
 }
 
 /* lport: the KubeVirt-mode port whose own listener lfd is, NULL for the node-hop listener. */
@@ -510,10 +605,7 @@ static void tgt_accept_on(struct px_node *n, struct xp_watch *w, int lfd, struct
 	while ((r = IO(n, accept, lfd, &hop, peer, sizeof(peer))) == 0) {
 		struct px_conn *c;
 
-		if (!tgt_admit(n, peer)) {
-			IO(n, close, hop);
-			continue;
-		}
+		tgt_admit(n, lport, peer);
 		c = calloc(1, sizeof(*c));
 		if (!c) {
 			log_err("node hop: out of memory, dropping a connection");
@@ -525,6 +617,8 @@ static void tgt_accept_on(struct px_node *n, struct xp_watch *w, int lfd, struct
 		c->lfd = -1;
 		c->lport = lport;
 		strcpy(c->peer, peer);
+		peer_address(peer, c->addr, sizeof(c->addr));
+		c->accepted_ms = px_now(n);
 		px_conn_list_add(&n->unbound, c);
 		n->nunbound++;
 		if (IO(n, watch_add, hop->fd, EPOLLIN, tgt_io, c, &c->w) < 0) {
@@ -537,8 +631,7 @@ static void tgt_accept_on(struct px_node *n, struct xp_watch *w, int lfd, struct
 			continue;
 		}
 		c->st = C_TGT_HANDSHAKE;
-		if (IO(n, timer_add, px_now(n) + n->conf.handshake_timeout_ms, tgt_timeout, c,
-		       &c->t) < 0) {
+		if (IO(n, timer_add, c->accepted_ms + silence_ms(n), tgt_silent, c, &c->t) < 0) {
 			log_err("node hop: out of memory, dropping a connection");
 			px_conn_release(c);
 			continue;

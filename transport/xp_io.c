@@ -131,10 +131,10 @@ static int io_listen_adopt(void *io, int fd, struct xp_addr *bound)
 	return xp_tcp_adopt(fd, bound);
 }
 
-static int io_listen_unix(void *io, const char *path, const struct xp_unix_owner *owner,
-			  int *ret_fd)
+static int io_listen_unix(void *io, int dirfd, const char *name,
+			  const struct xp_unix_owner *owner, int *ret_fd)
 {
-	return xp_unix_listen(path, 128, owner, ret_fd);
+	return xp_unix_listen_at(dirfd, name, 128, owner, ret_fd);
 }
 
 static struct io_conn *conn_new(int fd)
@@ -195,9 +195,10 @@ static int io_connected(void *io, struct xp_conn *c)
 	return xp_sock_error(c->fd);
 }
 
-static int io_connect_local(void *io, const char *path, unsigned int timeout_ms, int *ret_fd)
+static int io_connect_local(void *io, const char *path, int owner_uid, unsigned int timeout_ms,
+			    int *ret_fd)
 {
-	return xp_unix_connect(path, timeout_ms, ret_fd);
+	return xp_unix_connect_checked(path, owner_uid, timeout_ms, ret_fd);
 }
 
 static uint32_t want_events(enum xp_tls_want want, uint32_t otherwise)

@@ -85,9 +85,10 @@ struct xp_io_ops {
 	int (*start)(void *io, xp_link_done_fn done, void *arg);
 	void (*info)(void *io, struct xp_io_info *out);
 
-	/* Listeners: the node hop's TCP one, and the local unix ones of a source. */
+	/* Listeners: the node hop's TCP one, and the local unix ones of a source, each name in
+	 * a directory others may write (dirfd: xp_path.h). */
 	int (*listen_tcp)(void *io, const struct xp_addr *a, int *ret_fd, struct xp_addr *bound);
-	int (*listen_unix)(void *io, const char *path, const struct xp_unix_owner *owner,
+	int (*listen_unix)(void *io, int dirfd, const char *name, const struct xp_unix_owner *owner,
 			   int *ret_fd);
 	/* A listening TCP socket handed over by another vmigd (--takeover): its address. */
 	int (*listen_adopt)(void *io, int fd, struct xp_addr *bound);
@@ -102,8 +103,11 @@ struct xp_io_ops {
 	 */
 	int (*connect)(void *io, const struct xp_addr *a, const char *peer, struct xp_conn **ret);
 	int (*connected)(void *io, struct xp_conn *c);
-	/* A blocking connect to a local unix socket, waiting up to timeout_ms for its backlog. */
-	int (*connect_local)(void *io, const char *path, unsigned int timeout_ms, int *ret_fd);
+	/* A blocking connect to a local unix socket, waiting up to timeout_ms for its backlog;
+	 * path resolved without links, the socket owned by root, vmigd or owner_uid
+	 * (xp_unix_connect_checked). */
+	int (*connect_local)(void *io, const char *path, int owner_uid, unsigned int timeout_ms,
+			     int *ret_fd);
 
 	/*
 	 * TLS, with XP_HS_TLS in flags: 0 once done and the peer is allowed (at once in plain

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "util.h"
+#include "xp_path.h"
 #include "xp_sock.h"
 
 int xp_addr_from_host(const char *host, unsigned int port, struct xp_addr *ret)
@@ -258,59 +259,106 @@ int xp_unix_path_ok(const char *path)
 	return unix_addr(path, &sun);
 }
 
-int xp_unix_listen(const char *path, int backlog, const struct xp_unix_owner *owner, int *ret_fd)
+/* "/proc/self/fd/FD[/NAME]": the file or directory fd names, by a path that cannot be swapped. */
+static int fd_path(int fd, const char *name, struct sockaddr_un *sun)
+{
+	char path[sizeof(sun->sun_path) + 1];
+	int n = name ? snprintf(path, sizeof(path), "/proc/self/fd/%d/%s", fd, name)
+		     : snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+
+	if (n < 0 || n >= (int)sizeof(path))
+		return -ENAMETOOLONG;
+	return unix_addr(path, sun);
+}
+
+int xp_unix_listen_at(int dirfd, const char *name, int backlog, const struct xp_unix_owner *owner,
+		      int *ret_fd)
 {
 	struct sockaddr_un sun;
 	struct stat st;
+	mode_t old = 0;
 	int fd, r;
 
-	r = unix_addr(path, &sun);
+	if (!*name || strchr(name, '/'))
+		return -EINVAL;
+	r = fd_path(dirfd, name, &sun);
 	if (r < 0)
 		return r;
-	/* Replace a stale socket (as KubeVirt does), never another kind of file. */
-	if (lstat(path, &st) == 0) {
+	/* Replace a stale socket (as KubeVirt does), never another kind of file, nor a link. */
+	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
 		if (!S_ISSOCK(st.st_mode))
-			return -EEXIST;
-		if (unlink(path) < 0)
+			return S_ISLNK(st.st_mode) ? -ELOOP : -EEXIST;
+		if (unlinkat(dirfd, name, 0) < 0)
 			return -errno;
 	}
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
-	if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0)
-		goto fail_errno;
-	/* A bound socket that does not listen yet refuses every connect: no window. */
-	if (owner && (chmod(path, owner->mode) < 0 || ((owner->uid >= 0 || owner->gid >= 0) &&
-						       lchown(path, owner->uid, owner->gid) < 0))) {
+	/* The mode comes from the umask at bind(): no chmod on a path someone could swap. Only
+	 * the control thread makes files, so the process-wide umask is safe to borrow. */
+	if (owner)
+		old = umask(~owner->mode & 0777);
+	r = bind(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0 ? -errno : 0;
+	if (owner)
+		umask(old);
+	if (r < 0)
+		goto fail;
+	/* A bound socket that does not listen yet refuses every connect: no window. A link
+	 * swapped in meanwhile is changed itself, never what it points to. */
+	if (owner && (owner->uid >= 0 || owner->gid >= 0) &&
+	    fchownat(dirfd, name, owner->uid, owner->gid, AT_SYMLINK_NOFOLLOW) < 0) {
 		r = -errno;
-		unlink(path);
-		close(fd);
-		return r;
+		goto fail_unlink;
 	}
 	if (listen(fd, backlog) < 0) {
 		r = -errno;
-		unlink(path);
-		close(fd);
-		return r;
+		goto fail_unlink;
 	}
 	*ret_fd = fd;
 	return 0;
 
-fail_errno:
-	r = -errno;
+fail_unlink:
+	xp_unix_unlink_at(dirfd, name);
+fail:
 	close(fd);
 	return r;
 }
 
-int xp_unix_connect(const char *path, unsigned int timeout_ms, int *ret_fd)
+int xp_unix_listen(const char *path, int backlog, const struct xp_unix_owner *owner, int *ret_fd)
 {
-	struct timeval tv = { .tv_sec = timeout_ms / 1000, .tv_usec = timeout_ms % 1000 * 1000 };
-	struct sockaddr_un sun;
-	int fd, r;
+	const char *slash = strrchr(path, '/');
+	char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	int dfd, r;
 
-	r = unix_addr(path, &sun);
+	r = xp_unix_path_ok(path);
 	if (r < 0)
 		return r;
+	if (!slash)
+		return -EINVAL;
+	/* The daemon's own path, from its configuration: links above it are its owner's. */
+	snprintf(dir, sizeof(dir), "%.*s", slash == path ? 1 : (int)(slash - path), path);
+	dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return -errno;
+	r = xp_unix_listen_at(dfd, slash + 1, backlog, owner, ret_fd);
+	close(dfd);
+	return r;
+}
+
+void xp_unix_unlink_at(int dirfd, const char *name)
+{
+	struct stat st;
+
+	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISSOCK(st.st_mode))
+		(void)unlinkat(dirfd, name, 0);
+}
+
+/* connect() bounded by SO_SNDTIMEO, then non-blocking. */
+static int unix_connect_addr(const struct sockaddr_un *sun, unsigned int timeout_ms, int *ret_fd)
+{
+	struct timeval tv = { .tv_sec = timeout_ms / 1000, .tv_usec = timeout_ms % 1000 * 1000 };
+	int fd, r;
+
 	/*
 	 * A unix connect completes at once unless the listener's backlog is full; then a blocking
 	 * connect bounded by SO_SNDTIMEO waits for the peer's accept, which is simpler than
@@ -320,7 +368,7 @@ int xp_unix_connect(const char *path, unsigned int timeout_ms, int *ret_fd)
 	if (fd < 0)
 		return -errno;
 	if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0 ||
-	    connect(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0 ||
+	    connect(fd, (const struct sockaddr *)sun, sizeof(*sun)) < 0 ||
 	    fcntl(fd, F_SETFL, O_NONBLOCK) < 0) {
 		r = errno == EAGAIN || errno == EINPROGRESS ? -ETIMEDOUT : -errno;
 		close(fd);
@@ -330,6 +378,54 @@ int xp_unix_connect(const char *path, unsigned int timeout_ms, int *ret_fd)
 	(void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	*ret_fd = fd;
 	return 0;
+}
+
+int xp_unix_connect(const char *path, unsigned int timeout_ms, int *ret_fd)
+{
+	struct sockaddr_un sun;
+	int r;
+
+	r = unix_addr(path, &sun);
+	if (r < 0)
+		return r;
+	return unix_connect_addr(&sun, timeout_ms, ret_fd);
+}
+
+int xp_unix_connect_checked(const char *path, int owner_uid, unsigned int timeout_ms,
+			    int *ret_fd)
+{
+	struct sockaddr_un sun;
+	const char *name;
+	struct stat st;
+	int dfd, sfd, r;
+
+	r = xp_unix_path_ok(path);
+	if (r < 0)
+		return r;
+	r = xp_path_open_parent(path, &dfd, &name);
+	if (r < 0)
+		return r;
+	/* The socket file itself, never through a link: connect() then goes to that inode. */
+	sfd = openat(dfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	r = sfd < 0 ? -errno : 0;
+	close(dfd);
+	if (r < 0)
+		return r;
+	if (fstat(sfd, &st) < 0)
+		r = -errno;
+	else if (S_ISLNK(st.st_mode))
+		r = -ELOOP;
+	else if (!S_ISSOCK(st.st_mode))
+		r = -ENOTSOCK;
+	else if (st.st_uid != 0 && st.st_uid != geteuid() &&
+		 (owner_uid < 0 || st.st_uid != (uid_t)owner_uid))
+		r = -EPERM;
+	else
+		r = fd_path(sfd, NULL, &sun);
+	if (r == 0)
+		r = unix_connect_addr(&sun, timeout_ms, ret_fd);
+	close(sfd);
+	return r;
 }
 
 int xp_accept(int lfd, int *ret_fd)

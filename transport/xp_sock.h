@@ -48,9 +48,26 @@ struct xp_unix_owner {
  * connect in between.
  */
 int xp_unix_listen(const char *path, int backlog, const struct xp_unix_owner *owner, int *ret_fd);
+/*
+ * The same for name in the directory dirfd, where others may write (xp_path.h): a link or
+ * another file there is refused (-ELOOP, -EEXIST), the mode comes from the umask at bind()
+ * and the owner is set without following a link swapped in.
+ */
+int xp_unix_listen_at(int dirfd, const char *name, int backlog, const struct xp_unix_owner *owner,
+		      int *ret_fd);
+/* Removes name in dirfd if it is a socket (never another file, nor through a link). */
+void xp_unix_unlink_at(int dirfd, const char *name);
 /* Connects to a listening unix socket, waiting up to timeout_ms for room in its backlog. The fd
- * returned is non-blocking. */
+ * returned is non-blocking. For the daemon's own paths. */
 int xp_unix_connect(const char *path, unsigned int timeout_ms, int *ret_fd);
+/*
+ * The same for a socket in a directory others may write: path resolves as xp_path_open_dir()
+ * says, its last component must be a socket (a link: -ELOOP; another file: -ENOTSOCK) owned by
+ * root, this process's user or owner_uid (-1: none), else -EPERM; the connect goes to that
+ * very inode.
+ */
+int xp_unix_connect_checked(const char *path, int owner_uid, unsigned int timeout_ms,
+			    int *ret_fd);
 int xp_unix_path_ok(const char *path);
 
 int xp_accept(int lfd, int *ret_fd);

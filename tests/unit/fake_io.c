@@ -156,12 +156,22 @@ static int f_listen_adopt(void *io, int fd, struct xp_addr *bound)
 	return xp_addr_from_host("198.18.0.2", 40000, bound);
 }
 
-static int f_listen_unix(void *io, const char *path, const struct xp_unix_owner *owner, int *ret_fd)
+/* Records the full path: the directory dirfd is (a real one the proxy opened), then name. */
+static int f_listen_unix(void *io, int dirfd, const char *name, const struct xp_unix_owner *owner,
+			 int *ret_fd)
 {
 	struct fake_io *f = io;
 	struct fake_local *l = &f->listeners[f->nlisteners++];
+	char link[64], dir[256];
+	ssize_t n;
 
-	snprintf(l->path, sizeof(l->path), "%s", path);
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", dirfd);
+	n = readlink(link, dir, sizeof(dir) - 1);
+	if (n < 0)
+		die("listen_unix: not a directory fd");
+	dir[n] = '\0';
+	if (snprintf(l->path, sizeof(l->path), "%s/%s", dir, name) >= (int)sizeof(l->path))
+		die("listen_unix: path too long");
 	l->fd = f->next_fd++;
 	l->owner = owner ? *owner : (struct xp_unix_owner){ -1, -1, 0 };
 	*ret_fd = l->fd;
@@ -240,7 +250,8 @@ static int f_connected(void *io, struct xp_conn *xc)
 	return ((struct fake_conn *)xc)->connect_err;
 }
 
-static int f_connect_local(void *io, const char *path, unsigned int timeout_ms, int *ret_fd)
+static int f_connect_local(void *io, const char *path, int owner_uid, unsigned int timeout_ms,
+			   int *ret_fd)
 {
 	struct fake_io *f = io;
 	struct fake_local *l = &f->local_connects[f->nlocal_connects++];

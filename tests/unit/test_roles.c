@@ -524,24 +524,91 @@ static void test_target_migration_conn_limit(void **state)
 	assert_logged("refused (migration-conn-limit)");
 }
 
-/* Silent node-hop clients beyond --max-unauthenticated are closed at once, with one line. */
+/* A node-hop connection from addr that has sent nothing yet. */
+static struct fake_conn *incoming_from(struct t *t, const char *addr)
+{
+	struct fake_conn *c = fake_incoming(&t->f, "", 0);
+
+	snprintf(c->peer, sizeof(c->peer), "%s:%d", addr, 50000 + (int)t->f.nconns);
+	fake_settle(&t->f);
+	return c;
+}
+
+/*
+ * Unauthenticated connections are bounded per address (half of --max-unauthenticated) and per
+ * listener; at a bound the oldest of the address that holds most goes, never the newcomer, so a
+ * stranger's flood evicts only its own and a peer still gets in.
+ */
 static void test_target_max_unauthenticated(void **state)
 {
 	struct t *t = *state;
-	struct fake_conn *c[4];
+	struct fake_conn *c[6];
+
+	t->conf.max_unauth = 4;
+	start(t);
+	c[0] = incoming_from(t, "198.18.0.9");
+	c[1] = incoming_from(t, "198.18.0.9");
+	c[2] = incoming_from(t, "198.18.0.9");
+	assert_true(c[0]->closed);
+	assert_false(c[1]->closed || c[2]->closed);
+	assert_logged("closed the oldest unauthenticated connection from 198.18.0.9 "
+		      "(too-many-unauthenticated): 2 on this listener, 2 from 198.18.0.9 "
+		      "(--max-unauthenticated 4 per listener, 2 per address)");
+	c[3] = incoming_from(t, "198.18.0.1");
+	c[4] = incoming_from(t, "198.18.0.1");
+	assert_false(c[3]->closed || c[4]->closed);
+	/* The listener is full: the stranger's oldest goes, not the peer's. */
+	c[5] = incoming_from(t, "198.18.0.7");
+	assert_true(c[1]->closed);
+	assert_false(c[2]->closed || c[3]->closed || c[4]->closed || c[5]->closed);
+	assert_int_equal(px_node_active_conns(t->n), 4);
+}
+
+/* The shared port and a KubeVirt-mode port's own listener have a budget each. */
+static void test_target_unauthenticated_per_listener(void **state)
+{
+	struct t *t = *state;
+	struct px_port_info p = { .id = PORT };
+	struct px_portmap out;
+	struct fake_conn *shared[2], *own;
+	char err[256];
 
 	t->conf.max_unauth = 2;
 	start(t);
-	for (unsigned int i = 0; i < 4; i++)
-		c[i] = fake_incoming(&t->f, "", 0);
+	strcpy(p.path, DST_SOCK);
+	assert_int_equal(px_target_start(t->n, KEY, 1, &p, &(struct px_start){ .kubevirt = true },
+					 &out, err, sizeof(err)),
+			 0);
+	shared[0] = incoming_from(t, "198.18.0.9");
+	shared[1] = incoming_from(t, "198.18.0.8");
+	own = fake_incoming_on(&t->f, FAKE_FIRST_PORT_LISTEN + (int)(out.tcp[0] - 41000), "", 0);
 	fake_settle(&t->f);
-	assert_false(c[0]->closed);
-	assert_false(c[1]->closed);
-	assert_true(c[2]->closed && c[3]->closed);
-	assert_logged("refused (too-many-unauthenticated): 2 connections are still "
-		      "authenticating (--max-unauthenticated 2); 1 refused since the last such "
-		      "line");
-	assert_int_equal(px_node_active_conns(t->n), 2);
+	assert_false(shared[0]->closed || shared[1]->closed || own->closed);
+}
+
+/* A TLS client that sends nothing is dropped after 3 s, long before --handshake-timeout. */
+static void test_target_silent_dropped(void **state)
+{
+	struct t *t = *state;
+	struct fake_conn *silent, *slow;
+
+	start(t);
+	silent = fake_incoming(&t->f, "", 0);
+	silent->hs_again = 1000000;
+	slow = fake_incoming(&t->f, "", 0);
+	slow->hs_again = 1000000;
+	fake_fire(&t->f, FAKE_TCP_LISTEN);
+	fake_feed(slow, "\x16", 1);
+	fake_fire(&t->f, slow->c.fd);
+	fake_advance(&t->f, 2999);
+	assert_false(silent->closed);
+	fake_advance(&t->f, 1);
+	assert_true(silent->closed);
+	assert_false(slow->closed);
+	assert_logged("TLS refused (silent): not a byte within 3000 ms; dropped");
+	fake_advance(&t->f, 7000);
+	assert_true(slow->closed);
+	assert_logged("TLS refused (handshake-timeout)");
 }
 
 static void test_target_tls_handshake_then_preamble(void **state)
@@ -583,6 +650,8 @@ static void test_target_tls_refused(void **state)
 	slow = fake_incoming(&t->f, "", 0);
 	slow->hs_again = 1000000;
 	fake_fire(&t->f, FAKE_TCP_LISTEN);
+	fake_feed(slow, "\x16", 1);
+	fake_fire(&t->f, slow->c.fd);
 	fake_advance(&t->f, 10000);
 	assert_true(slow->closed);
 	assert_logged("TLS refused (handshake-timeout): no complete handshake within 10000 ms");
@@ -806,6 +875,31 @@ static void target_start_kubevirt(struct t *t, enum px_tls tls, struct px_portma
 	assert_int_equal(out->tcp[1], 41001);
 	assert_true(out->has_secret);
 	memcpy(secret, out->secret, PX_SECRET_LEN);
+}
+
+/* A KubeVirt-mode migration's source may come without the secret to its own ports only: on the
+ * shared port, knowing the key is not enough. */
+static void test_kubevirt_target_shared_port_needs_secret(void **state)
+{
+	struct t *t = *state;
+	struct px_preamble p = { .version = PX_PROTO_VERSION, .port = PORT, .seq = 0 };
+	uint8_t buf[PX_PREAMBLE_MAX];
+	struct px_portmap map;
+	struct fake_conn *none, *good;
+	int len;
+
+	start(t);
+	target_start_kubevirt(t, PX_TLS_DEFAULT, &map);
+	strcpy(p.key, KEY);
+	len = px_preamble_encode(&p, buf, sizeof(buf));
+	none = fake_incoming(&t->f, buf, (size_t)len);
+	fake_settle(&t->f);
+	assert_int_equal(reply_of(none), PX_ERR_AUTH);
+	assert_true(none->closed);
+	assert_logged("refused (not-the-peer): no secret on the shared port");
+	good = arrive(t, KEY, PORT, 0);
+	assert_int_equal(reply_of(good), PX_OK);
+	assert_true(good->attached);
 }
 
 /* A stock source on a port's own listener: no preamble, no reply, the local socket at once,
@@ -1673,6 +1767,8 @@ int main(void)
 		T(test_target_local_connect_fails),
 		T(test_target_migration_conn_limit),
 		T(test_target_max_unauthenticated),
+		T(test_target_unauthenticated_per_listener),
+		TT(test_target_silent_dropped),
 		TT(test_target_tls_handshake_then_preamble),
 		TT(test_target_tls_refused),
 		T(test_source_delayed_first),
@@ -1686,6 +1782,7 @@ int main(void)
 		T(test_caps_pacing_split),
 		T(test_drain_waits_for_links),
 		T(test_kubevirt_target_raw),
+		T(test_kubevirt_target_shared_port_needs_secret),
 		TT(test_kubevirt_target_alpn),
 		T(test_target_secret),
 		T(test_target_binds_first_peer),
