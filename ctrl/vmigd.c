@@ -22,6 +22,7 @@
 #include "ctl_notify.h"
 #include "ctl_server.h"
 #include "ctl_takeover.h"
+#include "file.h"
 #include "log.h"
 #include "px_node.h"
 #include "units.h"
@@ -42,7 +43,7 @@
 /* A --config file's text. Options point into it, so it lives as long as the options. */
 struct conf_text {
 	struct conf_text *next;
-	char text[];
+	char *text;
 };
 
 /* What the command line and the config files say; defaults come from opts[]. */
@@ -643,36 +644,6 @@ static int opt_version(const struct opt *op, const char *arg, const char *where,
 	return 1;
 }
 
-/* The whole of f, NUL-terminated. */
-static int conf_slurp(FILE *f, struct conf_text **ret)
-{
-	size_t len = 0, cap = 4096, n;
-	struct conf_text *t = malloc(sizeof(*t) + cap + 1), *bigger;
-
-	if (!t)
-		return -ENOMEM;
-	while ((n = fread(t->text + len, 1, cap - len, f)) > 0) {
-		len += n;
-		if (len < cap)
-			continue;
-		cap *= 2;
-		bigger = realloc(t, sizeof(*t) + cap + 1);
-		if (!bigger) {
-			free(t);
-			return -ENOMEM;
-		}
-		t = bigger;
-	}
-	if (ferror(f)) {
-		free(t);
-		return -EIO;
-	}
-	t->text[len] = '\0';
-	t->next = NULL;
-	*ret = t;
-	return 0;
-}
-
 /* One "name value" line of path. */
 static int conf_line(const char *path, int lineno, const char *name, const char *val,
 		     struct options *o)
@@ -703,25 +674,25 @@ static int conf_line(const char *path, int lineno, const char *name, const char 
 }
 
 /* --config FILE: "option value" (or option=value) lines, long names without "--", "#" to the end
- * of a line a comment. The values stay in the file's text, which o keeps. */
+ * of a line a comment. The values stay in the file's text, which o keeps. Read as sshd reads its
+ * files (vm_file_read_checked()): a regular file that nobody but root (or our uid) can change. */
 static int opt_config(const struct opt *op, const char *path, const char *where, struct options *o)
 {
-	FILE *f = fopen(path, "re");
-	struct conf_text *t;
-	char *line, *next;
+	struct conf_text *t = calloc(1, sizeof(*t));
+	char *line, *next, msg[600];
 	int lineno = 0, r;
+	size_t len;
 
-	if (!f) {
-		r = -errno;
-		fprintf(stderr, "vmigd: cannot read config %s: %s\n", path, strerror(-r));
-		return r;
-	}
-	r = conf_slurp(f, &t);
-	fclose(f);
+	if (!t)
+		return -ENOMEM;
+	r = vm_file_read_checked(path, "config", 0, VM_FILE_MAX, &t->text, &len, msg, sizeof(msg));
 	if (r < 0) {
-		fprintf(stderr, "vmigd: cannot read config %s: %s\n", path, strerror(-r));
+		free(t);
+		fprintf(stderr, "vmigd: %s\n", msg);
 		return r;
 	}
+	if (r > 0)
+		fprintf(stderr, "vmigd: warning: %s\n", msg);
 	t->next = o->conf_texts;
 	o->conf_texts = t;
 	for (line = t->text; *line; line = next) {
@@ -775,6 +746,7 @@ static void options_done(struct options *o)
 		struct conf_text *t = o->conf_texts;
 
 		o->conf_texts = t->next;
+		free(t->text);
 		free(t);
 	}
 }
@@ -940,7 +912,21 @@ static void retired(void *arg)
 	xp_loop_quit(d->loop);
 }
 
-/* New connections get the new pair; links in flight keep theirs. A bad pair changes nothing. */
+/* Each mode problem the files were forgiven (on a read-only mount), one warning each. */
+static void tls_log_warnings(const struct xp_tls *t)
+{
+	const char *w = xp_tls_warnings(t);
+
+	while (*w) {
+		int n = (int)strcspn(w, "\n");
+
+		log_warn("TLS: %.*s", n, w);
+		w += n + (w[n] == '\n');
+	}
+}
+
+/* New connections get the new pair; links in flight keep theirs. A bad pair changes nothing:
+ * neither does a file that is not a regular file (a FIFO), nor one others could change. */
 static void tls_reload(struct daemon *d, const char *why)
 {
 	char err[300];
@@ -957,9 +943,11 @@ static void tls_reload(struct daemon *d, const char *why)
 	else if (r > 0)
 		log_info("TLS: %s: files unchanged, keeping generation %u", why,
 			 xp_tls_generation(d->tls));
-	else
+	else {
 		log_info("TLS: generation %u: %s (%s)", xp_tls_generation(d->tls),
 			 xp_tls_describe(d->tls), why);
+		tls_log_warnings(d->tls);
+	}
 }
 
 static void tls_files_changed(void *arg)
@@ -1191,6 +1179,7 @@ static int daemon_configure(struct daemon *d, struct options *o)
 			fprintf(stderr, "vmigd: TLS: %s\n", err);
 			return -EINVAL;
 		}
+		tls_log_warnings(d->tls);
 	}
 	if (xp_addr_parse(o->listen, 1, &pc->listen) < 0) {
 		fprintf(stderr, "vmigd: --listen: expected ADDR:PORT (numeric), got \"%s\"\n",

@@ -7,6 +7,7 @@
 #include <netinet/tcp.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
+#include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <pthread.h>
@@ -16,6 +17,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "file.h"
 #include "log.h"
 #include "util.h"
 #include "xp_tls.h"
@@ -346,28 +348,66 @@ static int new_session_cb(SSL *ssl, SSL_SESSION *sess)
 
 /* ---- contexts ---- */
 
-/* SHA-256 over the files' bytes; -errno with the unreadable file in *bad. */
-static int file_digest(struct xp_tls *t, unsigned char out[32], const char **bad)
+/* The five files of a generation as read, each checked (vm_file_read_checked()): read once, so
+ * that what is hashed is what is loaded, and from memory, so that a FIFO or a device given as a
+ * file cannot wedge the control thread. */
+enum { F_CERT, F_KEY, F_CLIENT_CERT, F_CLIENT_KEY, F_CA, F_N };
+
+struct pem_files {
+	const char *path[F_N];
+	char *data[F_N];
+	size_t len[F_N];
+	char warnings[sizeof(((struct xp_tls *)0)->warnings)];
+};
+
+static void files_done(struct pem_files *f)
 {
-	const char *files[] = { t->cert, t->key, t->client_cert, t->client_key, t->ca };
+	for (unsigned int i = 0; i < F_N; i++) {
+		if (f->data[i])
+			OPENSSL_cleanse(f->data[i], f->len[i]);
+		free(f->data[i]);
+		f->data[i] = NULL;
+	}
+}
+
+static int files_read(const struct xp_tls *t, struct pem_files *f, char *err, size_t errlen)
+{
+	static const char *const what[F_N] = { "certificate", "private key", "client certificate",
+					       "client key", "CA" };
+	const char *path[F_N] = { t->cert, t->key, t->client_cert, t->client_key, t->ca };
+	size_t wl = 0;
+	char msg[600];
+	int r;
+
+	*f = (struct pem_files){ 0 };
+	for (unsigned int i = 0; i < F_N; i++) {
+		f->path[i] = path[i];
+		r = vm_file_read_checked(path[i], what[i],
+					 i == F_KEY || i == F_CLIENT_KEY ? VM_FILE_SECRET : 0,
+					 VM_FILE_MAX, &f->data[i], &f->len[i], msg, sizeof(msg));
+		if (r < 0) {
+			snprintf(err, errlen, "%s", msg);
+			files_done(f);
+			return r;
+		}
+		/* The default client pair is the server pair: one warning for each file. */
+		if (r > 0 && !strstr(f->warnings, msg) && wl < sizeof(f->warnings) - 1)
+			wl += (size_t)snprintf(f->warnings + wl, sizeof(f->warnings) - wl, "%s%s",
+					       wl ? "\n" : "", msg);
+	}
+	return 0;
+}
+
+/* SHA-256 over the files' bytes. */
+static int files_digest(const struct pem_files *f, unsigned char out[32])
+{
 	EVP_MD_CTX *md = EVP_MD_CTX_new();
 	int r = -ENOMEM;
 
 	if (!md || !EVP_DigestInit_ex(md, EVP_sha256(), NULL))
 		goto out;
-	for (unsigned int i = 0; i < ARRAY_SIZE(files); i++) {
-		unsigned char buf[8192];
-		FILE *f = fopen(files[i], "re");
-		size_t n;
-
-		if (!f) {
-			r = -errno;
-			*bad = files[i];
-			goto out;
-		}
-		while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
-			EVP_DigestUpdate(md, buf, n);
-		fclose(f);
+	for (unsigned int i = 0; i < F_N; i++) {
+		EVP_DigestUpdate(md, f->data[i], f->len[i]);
 		EVP_DigestUpdate(md, "\n", 1);
 	}
 	r = EVP_DigestFinal_ex(md, out, NULL) ? 0 : -EIO;
@@ -376,10 +416,97 @@ out:
 	return r;
 }
 
-static int ctx_common(SSL_CTX *ctx, const struct xp_tls *t, const char *cert, const char *key,
-		      char *err, size_t errlen)
+/* Never asks for a passphrase (OpenSSL's default would prompt on the terminal). */
+static int no_passphrase(char *buf, int size, int rwflag, void *u)
 {
+	return -1;
+}
+
+static BIO *pem_bio(const struct pem_files *f, unsigned int i)
+{
+	return BIO_new_mem_buf(f->data[i], (int)f->len[i]);
+}
+
+/* As SSL_CTX_use_certificate_chain_file(): the first certificate is ours, the rest its chain. */
+static int use_chain(SSL_CTX *ctx, const struct pem_files *f, unsigned int i)
+{
+	BIO *b = pem_bio(f, i);
+	X509 *x = NULL, *ca;
+	unsigned long e;
+	int ok = 0;
+
+	if (!b)
+		return 0;
+	x = PEM_read_bio_X509_AUX(b, NULL, no_passphrase, NULL);
+	if (!x || SSL_CTX_use_certificate(ctx, x) != 1 || !SSL_CTX_clear_chain_certs(ctx))
+		goto out;
+	while ((ca = PEM_read_bio_X509(b, NULL, no_passphrase, NULL))) {
+		if (!SSL_CTX_add0_chain_cert(ctx, ca)) {
+			X509_free(ca);
+			goto out;
+		}
+	}
+	e = ERR_peek_last_error();
+	if (ERR_GET_LIB(e) != ERR_LIB_PEM || ERR_GET_REASON(e) != PEM_R_NO_START_LINE)
+		goto out;
+	ERR_clear_error();
+	ok = 1;
+out:
+	X509_free(x);
+	BIO_free(b);
+	return ok;
+}
+
+static int use_key(SSL_CTX *ctx, const struct pem_files *f, unsigned int i)
+{
+	BIO *b = pem_bio(f, i);
+	EVP_PKEY *k = b ? PEM_read_bio_PrivateKey(b, NULL, no_passphrase, NULL) : NULL;
+	int ok = k && SSL_CTX_use_PrivateKey(ctx, k) == 1;
+
+	EVP_PKEY_free(k);
+	BIO_free(b);
+	return ok;
+}
+
+/* As SSL_CTX_load_verify_locations(ctx, file, NULL): every certificate and CRL in the file into
+ * the context's store. The number of certificates; -1 on an error. */
+static int load_ca(SSL_CTX *ctx, const struct pem_files *f)
+{
+	X509_STORE *st = SSL_CTX_get_cert_store(ctx);
+	BIO *b = pem_bio(f, F_CA);
+	STACK_OF(X509_INFO) *inf = b ? PEM_X509_INFO_read_bio(b, NULL, no_passphrase, NULL) : NULL;
+	int n = -1;
+
+	if (!inf)
+		goto out;
+	n = 0;
+	for (int i = 0; i < sk_X509_INFO_num(inf); i++) {
+		X509_INFO *it = sk_X509_INFO_value(inf, i);
+
+		if (it->x509) {
+			if (!X509_STORE_add_cert(st, it->x509)) {
+				n = -1;
+				break;
+			}
+			n++;
+		}
+		if (it->crl && !X509_STORE_add_crl(st, it->crl)) {
+			n = -1;
+			break;
+		}
+	}
+out:
+	sk_X509_INFO_pop_free(inf, X509_INFO_free);
+	BIO_free(b);
+	return n;
+}
+
+static int ctx_common(SSL_CTX *ctx, const struct xp_tls *t, const struct pem_files *f,
+		      unsigned int icert, unsigned int ikey, char *err, size_t errlen)
+{
+	const char *cert = f->path[icert], *key = f->path[ikey];
 	char e[200];
+	int n;
 
 	SSL_CTX_set_min_proto_version(ctx, t->min_version);
 	SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION |
@@ -396,12 +523,12 @@ static int ctx_common(SSL_CTX *ctx, const struct xp_tls *t, const char *cert, co
 		snprintf(err, errlen, "cipher configuration: %s", e);
 		return -EINVAL;
 	}
-	if (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1) {
+	if (!use_chain(ctx, f, icert)) {
 		xp_tls_ssl_error_line(e, sizeof(e));
 		snprintf(err, errlen, "certificate %s: %s", cert, e);
 		return -EINVAL;
 	}
-	if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1) {
+	if (!use_key(ctx, f, ikey)) {
 		if (ERR_GET_REASON(ERR_peek_last_error()) == X509_R_KEY_VALUES_MISMATCH) {
 			ERR_clear_error();
 			snprintf(err, errlen, "private key %s does not belong to certificate %s",
@@ -418,8 +545,13 @@ static int ctx_common(SSL_CTX *ctx, const struct xp_tls *t, const char *cert, co
 			 cert);
 		return -EINVAL;
 	}
-	if (SSL_CTX_load_verify_locations(ctx, t->ca, NULL) != 1) {
-		xp_tls_ssl_error_line(e, sizeof(e));
+	n = load_ca(ctx, f);
+	if (n <= 0) {
+		if (n < 0)
+			xp_tls_ssl_error_line(e, sizeof(e));
+		else
+			snprintf(e, sizeof(e), "no PEM certificate in it");
+		ERR_clear_error();
 		snprintf(err, errlen, "CA %s: %s", t->ca, e);
 		return -EINVAL;
 	}
@@ -468,7 +600,8 @@ static void check_client_cert(struct xp_tls *t, SSL_CTX *cli)
 		 t->client_cert);
 }
 
-static int ctx_build(struct xp_tls *t, SSL_CTX **srv, SSL_CTX **cli, char *err, size_t errlen)
+static int ctx_build(struct xp_tls *t, const struct pem_files *f, SSL_CTX **srv, SSL_CTX **cli,
+		     char *err, size_t errlen)
 {
 	static const unsigned char alpn[] = "\x07" XP_TLS_ALPN2 "\x07" XP_TLS_ALPN;
 	int r = -ENOMEM;
@@ -479,10 +612,10 @@ static int ctx_build(struct xp_tls *t, SSL_CTX **srv, SSL_CTX **cli, char *err, 
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
-	r = ctx_common(*srv, t, t->cert, t->key, err, errlen);
+	r = ctx_common(*srv, t, f, F_CERT, F_KEY, err, errlen);
 	if (r < 0)
 		goto fail;
-	r = ctx_common(*cli, t, t->client_cert, t->client_key, err, errlen);
+	r = ctx_common(*cli, t, f, F_CLIENT_CERT, F_CLIENT_KEY, err, errlen);
 	if (r < 0)
 		goto fail;
 	check_client_cert(t, *cli);
@@ -531,31 +664,39 @@ static void describe_cert(struct xp_tls *t)
 int xp_tls_reload(struct xp_tls *t, char *err, size_t errlen)
 {
 	unsigned char digest[32];
-	const char *bad = "?";
+	struct pem_files f;
 	SSL_CTX *srv, *cli;
 	int r;
 
-	r = file_digest(t, digest, &bad);
-	if (r < 0) {
-		snprintf(err, errlen, "cannot read %s: %s", bad, strerror(-r));
-		return r;
-	}
-	if (t->generation && memcmp(digest, t->digest, sizeof(digest)) == 0)
-		return 1;
-	r = ctx_build(t, &srv, &cli, err, errlen);
+	r = files_read(t, &f, err, errlen);
 	if (r < 0)
 		return r;
+	r = files_digest(&f, digest);
+	if (r < 0) {
+		snprintf(err, errlen, "cannot hash the files: %s", strerror(-r));
+		goto out;
+	}
+	if (t->generation && memcmp(digest, t->digest, sizeof(digest)) == 0) {
+		r = 1;
+		goto out;
+	}
+	r = ctx_build(t, &f, &srv, &cli, err, errlen);
+	if (r < 0)
+		goto out;
 	SSL_CTX_free(t->srv);
 	SSL_CTX_free(t->cli);
 	t->srv = srv;
 	t->cli = cli;
 	memcpy(t->digest, digest, sizeof(digest));
+	memcpy(t->warnings, f.warnings, sizeof(t->warnings));
 	pthread_mutex_lock(&t->cache_lock);
 	t->generation++;
 	pthread_mutex_unlock(&t->cache_lock);
 	cache_clear(t);
 	describe_cert(t);
-	return 0;
+out:
+	files_done(&f);
+	return r;
 }
 
 int xp_tls_new(const struct xp_tls_conf *conf, struct xp_tls **ret, char *err, size_t errlen)
@@ -655,6 +796,11 @@ const char *xp_tls_allow_list(const struct xp_tls *t, bool servers, unsigned int
 		return "*";
 	i -= a->any;
 	return i < a->n ? a->names[i] : NULL;
+}
+
+const char *xp_tls_warnings(const struct xp_tls *t)
+{
+	return t->warnings;
 }
 
 const char *xp_tls_client_problem(const struct xp_tls *t)

@@ -67,7 +67,9 @@ void xp_tls_free(struct xp_tls *t);
 /*
  * Re-reads the files. On success new sessions use the new pair and CA, sessions already open
  * are untouched, and the client's resumption cache is emptied. On failure nothing changes and err
- * says why. 1 when the files were re-read but are the same, 0 on a new generation.
+ * says why: each file must be a regular file of at most VM_FILE_MAX bytes, owned by root or our
+ * euid and not writable by group or others, and the keys not readable by them either (forgiven
+ * on a read-only mount: xp_tls_warnings()); nothing here blocks on a FIFO or a device. 1 when the files were re-read but are the same, 0 on a new generation.
  */
 int xp_tls_reload(struct xp_tls *t, char *err, size_t errlen);
 unsigned int xp_tls_generation(const struct xp_tls *t);
@@ -84,6 +86,9 @@ const char *xp_tls_client_problem(const struct xp_tls *t);
 const char *xp_tls_min_version(const struct xp_tls *t);
 /* Whether sessions ask OpenSSL for kTLS: configured and the kernel has it. */
 bool xp_tls_ktls_enabled(const struct xp_tls *t);
+/* What the current generation's files were forgiven (a key readable by others on a read-only
+ * mount, as Kubernetes secret volumes are), one line each, for the caller to log; "" if nothing. */
+const char *xp_tls_warnings(const struct xp_tls *t);
 /* Files to watch for rotation (the ones given in the configuration, duplicates included). */
 unsigned int xp_tls_files(const struct xp_tls *t, const char *out[5]);
 /* Whether the running kernel offers kTLS (TCP_ULP "tls"); probed once. */

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Integration test of vmigd's command line on loopback: bad options fail with one clear line and
-exit 1, -n checks a configuration (a key it does not know is an error naming FILE:LINE), a config
-file is read and the command line overrides it, port 0 binds a free port that status reports, a
+exit 1, -n checks a configuration (a key it does not know is an error naming FILE:LINE; a config
+others can write, or a FIFO, is refused), a config file is read and the command line overrides it, port 0 binds a free port that status reports, a
 second daemon on the same control socket refuses to start and names the first, and SIGTERM exits
 0 and removes the control socket."""
 
@@ -67,6 +67,16 @@ def main():
         p = vt.run_vmigd(vmigd, '--config', conf + '.typo', '-n')
         if p.returncode != 1 or f'{conf}.typo:2: unknown option "node-bandwith"' not in p.stderr:
             problems.append(f'-n with an unknown key: rc={p.returncode} {p.stderr!r}')
+
+        # Read as sshd reads its files: not a config others can write, nor a FIFO (at once).
+        os.chmod(conf + '.typo', 0o666)
+        p = vt.run_vmigd(vmigd, '--config', conf + '.typo', '-n')
+        if p.returncode != 1 or 'is writable by its group and others (mode 0666)' not in p.stderr:
+            problems.append(f'-n with a 0666 config: rc={p.returncode} {p.stderr!r}')
+        os.mkfifo(conf + '.fifo')
+        p = vt.run_vmigd(vmigd, '--config', conf + '.fifo', '-n', timeout=5)
+        if p.returncode != 1 or 'is a FIFO, not a regular file' not in p.stderr:
+            problems.append(f'-n with a FIFO as config: rc={p.returncode} {p.stderr!r}')
 
         log1 = open(os.path.join(tmp, 'd1.log'), 'wb')
         first = subprocess.Popen([vmigd, '--config', conf, '--threads', '1'],

@@ -2,11 +2,15 @@
 """Integration test of vmigd's TLS configuration on loopback, no QEMU: without certificates (and
 without --no-tls) the daemon refuses to start with one line, as it does with a half or broken
 configuration; with a good one it logs generation 1 and status shows the certificate and the
-allow-list; raw TLS clients show what the allow-list admits (the default, one name, "*"); a source
+allow-list; files are checked as sshd checks them (a FIFO as the CA, a key others can read, a
+certificate others can write: refused at start with one line; a FIFO at reload: refused, the old
+generation kept, SIGTERM still acted on); raw TLS clients show what the allow-list admits (the default, one name, "*"); a source
 with its own client pair relays bytes to a target; with --no-tls it warns."""
 
 import os
+import shutil
 import socket
+import subprocess
 import sys
 import time
 
@@ -29,6 +33,7 @@ def start_refusals(vmigd, ctl, pki, tmp, problems):
     garbage = os.path.join(tmp, 'garbage.key')
     with open(garbage, 'w') as f:
         f.write('-----BEGIN PRIVATE KEY-----\nnot a key at all\n-----END PRIVATE KEY-----\n')
+    os.chmod(garbage, 0o600)
     base = ['--control', ctl, '--listen', '127.0.0.1:0']
 
     def run(*args):
@@ -47,6 +52,28 @@ def start_refusals(vmigd, ctl, pki, tmp, problems):
     one_line_refusal(problems, '--tls-client-cert without --tls-client-key',
                      run('--tls-cert', pki.node.cert, '--tls-key', pki.node.key,
                          '--tls-ca', pki.ca, '--tls-client-cert', pki.node2.cert))
+    # Files checked as sshd checks them. A FIFO must not wedge start-up: refused at once.
+    fifo = os.path.join(tmp, 'fifo-ca.crt')
+    os.mkfifo(fifo, 0o600)
+    try:
+        one_line_refusal(problems, 'a FIFO as the CA',
+                         vt.run_vmigd(vmigd, *base, '--tls-cert', pki.node.cert, '--tls-key',
+                                      pki.node.key, '--tls-ca', fifo, timeout=5),
+                         f'CA {fifo} is a FIFO')
+    except subprocess.TimeoutExpired:
+        problems.append('a FIFO as the CA: vmigd still starting after 5 s (blocked on the FIFO?)')
+    world_key = os.path.join(tmp, 'world.key')
+    shutil.copy(pki.node.key, world_key)
+    os.chmod(world_key, 0o644)
+    one_line_refusal(problems, 'a key others can read (0644)',
+                     run('--tls-cert', pki.node.cert, '--tls-key', world_key, '--tls-ca', pki.ca),
+                     f'{world_key} is readable by its group and others (mode 0644)')
+    open_cert = os.path.join(tmp, 'open.crt')
+    shutil.copy(pki.node.cert, open_cert)
+    os.chmod(open_cert, 0o666)
+    one_line_refusal(problems, 'a certificate others can write (0666)',
+                     run('--tls-cert', open_cert, '--tls-key', pki.node.key, '--tls-ca', pki.ca),
+                     f'{open_cert} is writable by its group and others (mode 0666)')
     p = run('--tls-cert', pki.node.cert, '--tls-key', pki.node.key, '--tls-ca', pki.ca, '-n')
     if p.returncode != 0:
         problems.append(f'-n with a good TLS configuration: rc={p.returncode} {p.stderr!r}')
@@ -92,6 +119,38 @@ def expect(d, pki, name, certfiles, accepted, token, problems):
         except vt.HarnessError as e:
             problems.append(f'{where}: {e}')
     vt.log(f'  {where}: {"accepted" if ok else "refused"}: {probe}')
+
+
+def fifo_reload(vmigd, vmigctl, pki, tmp, problems):
+    """The CA replaced by a FIFO, then SIGHUP: the reload is refused with a line naming the FIFO,
+    generation 1 stays and still admits a peer, and SIGTERM still stops the daemon at once."""
+    files = vt.install_tls(os.path.join(tmp, 'fifo-reload'), pki.node, pki.ca)
+    d = vt.Daemon(vmigd, vmigctl, 'vmigd-fifo-reload', tmp, '127.0.0.1', tls=files)
+    try:
+        d.start()
+        d.wait_log(r'TLS: generation 1: ', timeout=5)
+        since = d.log_offset()
+        fifo = files['ca'] + '.fifo'
+        os.mkfifo(fifo, 0o600)
+        os.rename(fifo, files['ca'])
+        d.sighup()
+        m = d.wait_log(r'TLS: reload refused, keeping generation 1: CA \S+ is a FIFO, not a '
+                       r'regular file', timeout=5, since=since)
+        vt.log(f'  FIFO at reload: {m.group(0)}')
+        tls = d.status_field('tls')
+        if not isinstance(tls, dict) or tls.get('generation') != 1:
+            problems.append(f'FIFO at reload: status tls {tls!r}, expected generation 1')
+        expect(d, pki, 'node after the refused reload', pki.node, True, None, problems)
+        started = time.monotonic()
+        rc = d.stop(timeout=5)
+        took = time.monotonic() - started
+        if rc != 0 or took > 4:
+            problems.append(f'FIFO at reload: SIGTERM: exit {rc} after {took:.1f}s, expected 0 '
+                            'at once')
+    except vt.HarnessError as e:
+        problems.append(f'FIFO at reload: {e}')
+    finally:
+        d.stop(timeout=5)
 
 
 def client_pair_relay(vmigd, vmigctl, pki, tmp, problems):
@@ -203,6 +262,9 @@ def main():
                 problems.append(f'{d.name}: {e}')
             finally:
                 d.stop()
+
+        vt.log('a FIFO as the CA at reload')
+        fifo_reload(vmigd, vmigctl, pki, tmp, problems)
 
         vt.log('a source with its own client pair')
         client_pair_relay(vmigd, vmigctl, pki, tmp, problems)

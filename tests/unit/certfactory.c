@@ -2,6 +2,7 @@
 /* A tiny certificate factory on the OpenSSL 3 API; see certfactory.h. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <openssl/bn.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
@@ -11,9 +12,26 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "certfactory.h"
+
+/* Every file made here is 0600 whatever the umask: vmigd refuses a key others can read and any
+ * TLS file others can write. */
+static FILE *create(const char *path)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	FILE *f;
+
+	if (fd < 0)
+		return NULL;
+	if (fchmod(fd, 0600) < 0 || !(f = fdopen(fd, "w"))) {
+		close(fd);
+		return NULL;
+	}
+	return f;
+}
 
 static int fail(const char *what)
 {
@@ -66,7 +84,7 @@ static EVP_PKEY *key_new(void)
 
 static int write_key(const char *path, EVP_PKEY *k)
 {
-	FILE *f = fopen(path, "w");
+	FILE *f = create(path);
 	int ok;
 
 	if (!f) {
@@ -81,7 +99,7 @@ static int write_key(const char *path, EVP_PKEY *k)
 
 static int write_cert(const char *path, X509 *x)
 {
-	FILE *f = fopen(path, "w");
+	FILE *f = create(path);
 	int ok;
 
 	if (!f) {
@@ -263,7 +281,7 @@ static int append(FILE *out, const char *path)
 
 int cf_cat(const char *out, const char *a, const char *b)
 {
-	FILE *f = fopen(out, "w");
+	FILE *f = create(out);
 	int r;
 
 	if (!f) {
@@ -285,7 +303,7 @@ int cf_copy(const char *from, const char *to)
 
 int cf_write(const char *path, const void *buf, size_t len)
 {
-	FILE *f = fopen(path, "w");
+	FILE *f = create(path);
 	size_t n;
 
 	if (!f) {

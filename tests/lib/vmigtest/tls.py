@@ -169,6 +169,7 @@ def make_pki(directory, days=30):
         _openssl('req', '-config', cnf, '-x509', '-new', '-key', k, '-subj', f'/CN={cn}',
                  '-days', str(days), '-sha256', '-extensions', 'v3_ca', '-set_serial',
                  '0x' + _new_serial(), '-out', crt)
+        os.chmod(crt, 0o644)   # whatever the umask: vmigd refuses a file others can write
         return crt, k
 
     def leaf(name, cn, ca, ca_key, ext='v3_node', dates=None):
@@ -188,6 +189,7 @@ def make_pki(directory, days=30):
                      ca_key, '-in', csr, '-out', crt, '-startdate', dates[0], '-enddate',
                      dates[1], '-extensions', ext, '-notext', '-preserveDN')
         os.unlink(csr)
+        os.chmod(crt, 0o644)
         info = cert_info(crt)
         if info['serial'] != serial:
             raise HarnessError(f'{crt}: serial {info["serial"]}, meant {serial}')
@@ -279,7 +281,10 @@ def _kube_swap(directory, contents):
     to it renamed over ..data, then the old directory removed."""
     stamp = tempfile.mkdtemp(dir=directory, prefix=time.strftime('..%Y_%m_%d_%H_%M_%S.'))
     for name, data in contents.items():
-        with open(os.path.join(stamp, TLS_FILE_NAMES[name]), 'wb') as f:
+        # 0600 like a kubelet's file on a writable test directory: vmigd forgives a key others
+        # can read only on a read-only mount (the real secret volume).
+        fd = os.open(os.path.join(stamp, TLS_FILE_NAMES[name]), os.O_WRONLY | os.O_CREAT, 0o600)
+        with os.fdopen(fd, 'wb') as f:
             f.write(data)
     data_link = os.path.join(directory, '..data')
     old = os.readlink(data_link) if os.path.islink(data_link) else None
