@@ -241,23 +241,42 @@ static void write_pid(struct ctl_server *s)
 
 static int take_lock(struct ctl_server *s, int *holder)
 {
+	struct stat st;
 	char pid[32];
-	int n;
+	int n, r;
 
-	s->lock_fd = open(s->lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	if (s->lock_fd < 0)
-		return -errno;
+	s->lock_fd = open(s->lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK,
+			  0600);
+	if (s->lock_fd < 0) {
+		r = -errno;
+		if (r == -ELOOP)
+			log_err("control: lock file %s is a symbolic link; not following it",
+				s->lock_path);
+		return r;
+	}
+	if (fstat(s->lock_fd, &st) < 0) {
+		r = -errno;
+		goto fail;
+	}
+	if (!S_ISREG(st.st_mode) || st.st_nlink != 1) {
+		log_err("control: lock file %s is %s; remove it", s->lock_path,
+			!S_ISREG(st.st_mode) ? "not a regular file" : "a hard link");
+		r = -EINVAL;
+		goto fail;
+	}
 	if (flock(s->lock_fd, LOCK_EX | LOCK_NB) < 0) {
-		int r = errno == EWOULDBLOCK ? -EADDRINUSE : -errno;
-
+		r = errno == EWOULDBLOCK ? -EADDRINUSE : -errno;
 		n = pread(s->lock_fd, pid, sizeof(pid) - 1, 0);
 		*holder = n > 0 ? (pid[n] = '\0', atoi(pid)) : 0;
-		close(s->lock_fd);
-		s->lock_fd = -1;
-		return r;
+		goto fail;
 	}
 	write_pid(s);
 	return 0;
+
+fail:
+	close(s->lock_fd);
+	s->lock_fd = -1;
+	return r;
 }
 
 /* A server with no socket or lock yet, on path (which fits a unix socket address). */

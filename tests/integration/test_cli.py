@@ -2,8 +2,9 @@
 """Integration test of vmigd's command line on loopback: bad options fail with one clear line and
 exit 1, -n checks a configuration (a key it does not know is an error naming FILE:LINE; a config
 others can write, or a FIFO, is refused), a config file is read and the command line overrides it, port 0 binds a free port that status reports, a
-second daemon on the same control socket refuses to start and names the first, and SIGTERM exits
-0 and removes the control socket."""
+second daemon on the same control socket refuses to start and names the first, a lock file that is
+a symlink or a FIFO is refused (the link's target untouched), and SIGTERM exits 0 and removes the
+control socket."""
 
 import json
 import os
@@ -77,6 +78,26 @@ def main():
         p = vt.run_vmigd(vmigd, '--config', conf + '.fifo', '-n', timeout=5)
         if p.returncode != 1 or 'is a FIFO, not a regular file' not in p.stderr:
             problems.append(f'-n with a FIFO as config: rc={p.returncode} {p.stderr!r}')
+
+        # The lock file (CONTROL.lock, truncated and given our pid as root) is never reached
+        # through a link, and is a regular file.
+        victim = os.path.join(tmp, 'victim')
+        with open(victim, 'w') as f:
+            f.write('precious\n')
+        for kind, needle in (('symlink', 'is a symbolic link'), ('fifo', 'not a regular file')):
+            lctl = os.path.join(tmp, f'lock-{kind}.sock')
+            if kind == 'symlink':
+                os.symlink(victim, lctl + '.lock')
+            else:
+                os.mkfifo(lctl + '.lock')
+            p = vt.run_vmigd(vmigd, '--control', lctl, '--no-tls', '--listen', '127.0.0.1:0',
+                             timeout=10)
+            if p.returncode != 1 or needle not in p.stderr:
+                problems.append(f'lock file a {kind}: rc={p.returncode} {p.stderr!r}, expected '
+                                f'rc 1 and "{needle}"')
+        with open(victim) as f:
+            if f.read() != 'precious\n':
+                problems.append('the lock file\'s symlink target was written')
 
         log1 = open(os.path.join(tmp, 'd1.log'), 'wb')
         first = subprocess.Popen([vmigd, '--config', conf, '--threads', '1'],
