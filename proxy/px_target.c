@@ -378,23 +378,25 @@ static void tgt_silent(void *arg)
 {
 	struct px_conn *c = arg;
 	struct px_node *n = c->n;
+	uint64_t deadline = c->accepted_ms + n->conf.handshake_timeout_ms;
 
 	c->t = NULL;
-	if (c->heard && n->conf.handshake_timeout_ms > silence_ms(n)) {
-		if (IO(n, timer_add, c->accepted_ms + n->conf.handshake_timeout_ms, tgt_timeout,
-		       c, &c->t) < 0) {
-			log_err("node hop: out of memory, dropping a connection");
-			px_conn_release(c);
-		}
+	if (!c->heard && silence_ms(n) < n->conf.handshake_timeout_ms) {
+		px_refusal(n,
+			   "node hop from %s: TLS refused (silent): not a byte within %llu ms; "
+			   "dropped",
+			   c->peer, (unsigned long long)silence_ms(n));
+		px_conn_release(c);
 		return;
 	}
-	if (c->heard) {
+	if (px_now(n) >= deadline) {
 		tgt_timeout(c);
 		return;
 	}
-	px_refusal(n, "node hop from %s: TLS refused (silent): not a byte within %llu ms; dropped",
-		   c->peer, (unsigned long long)silence_ms(n));
-	px_conn_release(c);
+	if (IO(n, timer_add, deadline, tgt_timeout, c, &c->t) < 0) {
+		log_err("node hop: out of memory, dropping a connection");
+		px_conn_release(c);
+	}
 }
 
 /* Authenticated (or plain text): the preamble has its own deadline. */

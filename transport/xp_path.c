@@ -97,10 +97,17 @@ int xp_path_make_dir(int dirfd, const char *name, const struct xp_unix_owner *ow
 		return -EINVAL;
 	if (mkdirat(dirfd, name, owner->mode) < 0 && errno != EEXIST)
 		return -errno;
-	/* O_NOFOLLOW: a link put there is ELOOP; O_DIRECTORY: a file is ENOTDIR. */
+	/* O_NOFOLLOW with O_DIRECTORY: a link put there fails as ENOTDIR; told apart below. */
 	fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
+	if (fd < 0) {
+		struct stat st;
+
+		r = -errno;
+		if (r == -ENOTDIR && fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    S_ISLNK(st.st_mode))
+			r = -ELOOP;
+		return r;
+	}
 	if (fchmod(fd, owner->mode) < 0 ||
 	    ((owner->uid >= 0 || owner->gid >= 0) && fchown(fd, owner->uid, owner->gid) < 0)) {
 		r = -errno;
