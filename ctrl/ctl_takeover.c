@@ -316,8 +316,49 @@ static void give_settle(void *arg)
 	give_offer(t);
 }
 
+/*
+ * The pid a takeover names becomes systemd's MAINPID=, so it must be the asker's own: the kernel's
+ * SO_PEERCRED says who connected. The control socket is 0600, so the uid check matters only where
+ * someone loosened it; root or our own euid may take over, nobody else.
+ */
+static int peer_check(int fd, int pid, char *why, size_t len)
+{
+	struct ucred cr;
+	socklen_t cl = sizeof(cr);
+	uid_t euid = geteuid();
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) < 0) {
+		int r = -errno;
+
+		snprintf(why, len, "cannot read the asker's credentials (SO_PEERCRED): %s",
+			 strerror(-r));
+		return r;
+	}
+	if (cr.pid != pid) {
+		snprintf(why, len, "it names pid %d but the connection is pid %d's", pid,
+			 (int)cr.pid);
+		return -EPERM;
+	}
+	if (cr.uid != 0 && cr.uid != euid) {
+		snprintf(why, len, "pid %d runs as uid %u, neither root nor this vmigd's uid %u",
+			 pid, (unsigned int)cr.uid, (unsigned int)euid);
+		return -EPERM;
+	}
+	return 0;
+}
+
 void ctl_takeover_give(struct ctl_takeover *t, int fd, int pid)
 {
+	char why[160], line[256];
+
+	if (peer_check(fd, pid, why, sizeof(why)) < 0) {
+		log_warn("takeover by pid %d refused: %s", pid, why);
+		snprintf(line, sizeof(line), "{\"ok\":false,\"error\":\"takeover refused: %s\"}\n",
+			 why);
+		(void)send(fd, line, strlen(line), MSG_NOSIGNAL | MSG_DONTWAIT);
+		close(fd);
+		return;
+	}
 	if (t->state != GIVE_IDLE || px_node_listen_fd(t->p.node) < 0) {
 		static const char busy[] = "{\"ok\":false,\"error\":\"this vmigd is handing over "
 					   "or shutting down already\"}\n";

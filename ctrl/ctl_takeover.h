@@ -70,7 +70,11 @@ struct ctl_takeover_target {
 int ctl_takeover_parse_target(struct json_object *m, struct ctl_takeover_target *out, char *err,
 			      size_t errlen);
 
-/* Old side: the control connection fd asked for a takeover (pid: who). fd is the takeover's. */
+/*
+ * Old side: the control connection fd asked for a takeover (pid: who). fd is the takeover's.
+ * Refused (one reply line and a warning) unless SO_PEERCRED says fd's peer is pid, running as
+ * root or as our euid.
+ */
 void ctl_takeover_give(struct ctl_takeover *t, int fd, int pid);
 
 /*

@@ -3,12 +3,14 @@
 exit 1, -n checks a configuration (a key it does not know is an error naming FILE:LINE; a config
 others can write, or a FIFO, is refused), a config file is read and the command line overrides it, port 0 binds a free port that status reports, a
 second daemon on the same control socket refuses to start and names the first, a lock file that is
-a symlink or a FIFO is refused (the link's target untouched), and SIGTERM exits 0 and removes the
+a symlink or a FIFO is refused (the link's target untouched), a takeover request naming a pid
+that is not the connection's is refused, and SIGTERM exits 0 and removes the
 control socket."""
 
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 
@@ -124,6 +126,20 @@ def main():
                                 f'refusal naming pid {first.pid}')
             if first.poll() is not None:
                 problems.append('the first daemon died when the second tried to start')
+            # A takeover names the pid systemd is told (MAINPID=): one that is not the
+            # connection's own (SO_PEERCRED) is refused, and the daemon carries on.
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(5)
+                s.connect(ctl)
+                s.sendall(b'{"op":"takeover","pid":%d,"version":"x"}\n' % first.pid)
+                got = s.makefile('rb').readline().decode(errors='replace')
+            want = f'it names pid {first.pid} but the connection is pid {os.getpid()}\'s'
+            if '"ok":false' not in got or want not in got:
+                problems.append(f'takeover naming another pid: reply {got!r}, expected a '
+                                f'refusal saying "{want}"')
+            vt.log(f'takeover naming another pid: {got.strip()}')
+            if status() is None:
+                problems.append('no status after the refused takeover')
         finally:
             first.send_signal(signal.SIGTERM)
             rc = first.wait(20)
