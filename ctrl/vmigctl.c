@@ -5,6 +5,7 @@
  * request to draw a live view. */
 #include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <json-c/json.h>
@@ -24,7 +25,11 @@
 
 #define REPLY_MAX (4 << 20)
 
-enum { EXIT_FAIL = 1, EXIT_NO_DAEMON = 2 };
+/* EXIT_BUSY: vmigd turned the connection away (its control-client cap) before serving it. */
+enum { EXIT_FAIL = 1, EXIT_NO_DAEMON = 2, EXIT_BUSY = 3 };
+
+/* What vmigd says when it has as many control clients as it serves at once (ctl_server.c). */
+#define BUSY_ERROR "too many control clients"
 
 static const char *control_path = VMIGD_DEFAULT_CONTROL;
 /* The request and reply of this run, released at exit on every path, errors included. */
@@ -80,6 +85,22 @@ static void __attribute__((noreturn, format(printf, 2, 3))) die(int code, const 
 	exit(code);
 }
 
+/* Writes all of p; 0 or -errno (EPIPE, not SIGPIPE, when vmigd has closed). */
+static int send_all(int fd, const char *p, size_t len)
+{
+	while (len > 0) {
+		ssize_t k = send(fd, p, len, MSG_NOSIGNAL);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			return -errno;
+		p += k;
+		len -= (size_t)k;
+	}
+	return 0;
+}
+
 /* Sends the request, returns the parsed reply after checking "ok". */
 static struct json_object *call(struct json_object *req)
 {
@@ -88,7 +109,7 @@ static struct json_object *call(struct json_object *req)
 	struct json_object *reply, *ok, *err;
 	size_t len = 0, cap = 65536;
 	char *buf;
-	int fd;
+	int fd, sent;
 
 	if (strlen(control_path) >= sizeof(sun.sun_path))
 		die(EXIT_FAIL, "control socket path too long: %s", control_path);
@@ -101,8 +122,13 @@ static struct json_object *call(struct json_object *req)
 			die(EXIT_NO_DAEMON, "vmigd is not running (no daemon at %s)", control_path);
 		die(EXIT_NO_DAEMON, "cannot reach vmigd at %s: %s", control_path, strerror(errno));
 	}
-	if (dprintf(fd, "%s\n", text) < 0)
-		die(EXIT_FAIL, "sending the request: %s", strerror(errno));
+	/* vmigd may have said why and closed before the request is written (its client cap):
+	 * then what it said is still there to read. */
+	sent = send_all(fd, text, strlen(text));
+	if (sent == 0)
+		sent = send_all(fd, "\n", 1);
+	if (sent < 0 && sent != -EPIPE && sent != -ECONNRESET)
+		die(EXIT_FAIL, "sending the request: %s", strerror(-sent));
 	buf = malloc(cap);
 	if (!buf)
 		die(EXIT_FAIL, "out of memory");
@@ -120,6 +146,11 @@ static struct json_object *call(struct json_object *req)
 		k = read(fd, buf + len, cap - len);
 		if (k < 0 && errno == EINTR)
 			continue;
+		/* vmigd closed with our request unread (its client cap): keep what it wrote. */
+		if (k < 0 && errno == ECONNRESET) {
+			sent = -ECONNRESET;
+			break;
+		}
 		if (k < 0)
 			die(EXIT_FAIL, "reading the reply: %s", strerror(errno));
 		if (k == 0)
@@ -132,12 +163,20 @@ static struct json_object *call(struct json_object *req)
 	free(buf);
 	json_object_put(reply_obj); /* top calls again and again */
 	reply_obj = reply;
+	if (!reply && sent < 0)
+		die(EXIT_BUSY,
+		    "vmigd is busy: it closed the connection without reading the request "
+		    "(%s); try again",
+		    strerror(-sent));
 	if (!reply || !json_object_object_get_ex(reply, "ok", &ok))
 		die(EXIT_FAIL, "vmigd sent no valid reply");
 	if (!json_object_get_boolean(ok)) {
 		const char *msg = json_object_object_get_ex(reply, "error", &err)
 					  ? json_object_get_string(err)
 					  : "request failed";
+
+		if (strstr(msg, BUSY_ERROR))
+			die(EXIT_BUSY, "vmigd is busy: %s", msg);
 		die(EXIT_FAIL, "%s", msg);
 	}
 	/* What the daemon did other than asked (a takeover's migration carried elsewhere). */
@@ -801,6 +840,8 @@ int main(int argc, char **argv)
 	int i = 1;
 
 	atexit(release);
+	/* A write to a daemon that has closed is an error to report, not a silent death. */
+	signal(SIGPIPE, SIG_IGN);
 	if (env && *env)
 		control_path = env;
 	while (i < argc && argv[i][0] == '-') {

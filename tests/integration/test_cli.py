@@ -4,7 +4,8 @@ exit 1, -n checks a configuration (a key it does not know is an error naming FIL
 others can write, or a FIFO, is refused), a config file is read and the command line overrides it, port 0 binds a free port that status reports, a
 second daemon on the same control socket refuses to start and names the first, a lock file that is
 a symlink or a FIFO is refused (the link's target untouched), a takeover request naming a pid
-that is not the connection's is refused, and SIGTERM exits 0 and removes the
+that is not the connection's is refused, vmigctl says "vmigd is busy" (exit 3) while 64 clients
+hold the control socket, and SIGTERM exits 0 and removes the
 control socket."""
 
 import json
@@ -13,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
 import vmigtest as vt  # noqa: E402
@@ -30,6 +32,39 @@ BAD = [
     (['--config', '/nonexistent/vmigd.conf'], 'cannot read config'),
     (['stray-argument'], 'unexpected argument'),
 ]
+
+
+def busy_clients(vmigctl, ctl, problems):
+    """64 silent raw clients hold every control slot: vmigctl is turned away, and says so
+    ("vmigd is busy: ...", exit 3) instead of dying of SIGPIPE; once they go, status answers."""
+    held = []
+    try:
+        deadline = time.monotonic() + 5
+        while len(held) < 64:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.setblocking(False)
+            try:
+                s.connect(ctl)
+            except BlockingIOError:    # the listen queue is full until vmigd accepts
+                s.close()
+                if time.monotonic() > deadline:
+                    raise vt.HarnessError('vmigd did not accept 64 control clients in 5 s')
+                time.sleep(0.01)
+                continue
+            held.append(s)
+        # The listen queue is FIFO: connected, the 64 are accepted before vmigctl is.
+        p = subprocess.run([vmigctl, '-c', ctl, 'status'], capture_output=True, text=True,
+                           timeout=10)
+        if p.returncode != 3 or not p.stderr.startswith('vmigctl: vmigd is busy: '):
+            problems.append(f'vmigctl with 64 control clients held: rc={p.returncode} '
+                            f'stderr={p.stderr!r}, expected rc 3 and "vmigd is busy: ..."')
+        vt.log(f'64 control clients held: vmigctl exit {p.returncode}: {p.stderr.strip()}')
+    finally:
+        for s in held:
+            s.close()
+    p = vt.wait_until(lambda: (lambda q: q if q.returncode == 0 else None)(
+        subprocess.run([vmigctl, '-c', ctl, 'status'], capture_output=True, text=True,
+                       timeout=10)), 5, 'status once the 64 clients are gone', interval=0.05)
 
 
 def main():
@@ -140,6 +175,7 @@ def main():
             vt.log(f'takeover naming another pid: {got.strip()}')
             if status() is None:
                 problems.append('no status after the refused takeover')
+            busy_clients(vmigctl, ctl, problems)
         finally:
             first.send_signal(signal.SIGTERM)
             rc = first.wait(20)
