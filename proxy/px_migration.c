@@ -72,24 +72,25 @@ int px_check_key(struct px_node *n, const char *key, char *err, size_t errlen)
 	return 0;
 }
 
+/* The directory of path must exist and resolve as the target will resolve path itself:
+ * without links (xp_path.h), so a link in the way is refused at start, not at the first
+ * connection. */
 static int check_dir_of(const char *path, char *err, size_t errlen)
 {
-	char dir[sizeof(((struct px_port_info *)0)->path)];
-	char *slash;
-	struct stat st;
+	const char *name;
+	int fd, r;
 
-	snprintf(dir, sizeof(dir), "%s", path);
-	slash = strrchr(dir, '/');
-	if (!slash)
-		return 0;
-	if (slash == dir)
-		slash[1] = '\0';
-	else
-		*slash = '\0';
-	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
-		snprintf(err, errlen, "directory %s does not exist", dir);
-		return -ENOENT;
+	r = xp_path_open_parent(path, &fd, &name);
+	if (r < 0) {
+		const char *slash = strrchr(path, '/');
+		int len = slash && slash != path ? (int)(slash - path) : 1;
+
+		snprintf(err, errlen, "directory %.*s %s%s", len > 100 ? 100 : len, path,
+			 r == -ENOENT ? "does not exist" : "refused: ",
+			 r == -ENOENT ? "" : xp_path_strerror(r));
+		return r;
 	}
+	close(fd);
 	return 0;
 }
 
