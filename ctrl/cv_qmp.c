@@ -21,6 +21,8 @@
 #include "cv_backend.h"
 #include "cv_qmp_priv.h"
 #include "util.h"
+#include "xp_path.h"
+#include "xp_sock.h"
 
 /* Room the line buffer keeps for one recv(2); it grows to QMP_LINE_MAX and this much more. */
 #define QMP_READ_CHUNK (64u << 10)
@@ -724,23 +726,15 @@ static const struct cv_backend_ops qmp_ops = {
 
 /* ------------------------------------------------------------------------------------------ */
 
+/* The QMP socket is in the launcher's directories, which QEMU's user writes: reached without
+ * following a link (xp_path.h), owned by whoever QEMU runs as. */
 static int qmp_connect(struct cv_qmp *q, uint64_t deadline)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	uint64_t now = vm_now_ms();
 
-	memcpy(sa.sun_path, q->path, sizeof(q->path));
-	q->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (q->fd < 0)
-		return -errno;
-	/* A unix connect does not go on in the background: EAGAIN is a full backlog, try again. */
-	while (connect(q->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		if (errno == EINTR)
-			continue;
-		if (errno != EAGAIN || vm_now_ms() >= deadline)
-			return errno == EAGAIN ? -ETIMEDOUT : -errno;
-		nanosleep(&(struct timespec){ .tv_nsec = 10 * 1000000 }, NULL);
-	}
-	return 0;
+	q->fd = -1;
+	return xp_unix_connect_checked(q->path, XP_ANY_OWNER,
+				       deadline > now ? (unsigned int)(deadline - now) : 1, &q->fd);
 }
 
 static void read_version(struct cv_qmp *q, struct json_object *greeting)
@@ -793,7 +787,7 @@ int cv_qmp_open(const char *path, unsigned int timeout_ms, struct cv_backend **r
 	r = qmp_connect(q, deadline);
 	if (r < 0) {
 		cv_qmp_fmt_err(err, errlen, "cannot connect to QMP socket %s: %s", path,
-			       strerror(-r));
+			       xp_path_strerror(r));
 		goto fail;
 	}
 	r = read_line(q, deadline, &line);

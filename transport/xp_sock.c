@@ -417,7 +417,7 @@ int xp_unix_connect_checked(const char *path, int owner_uid, unsigned int timeou
 		r = -ELOOP;
 	else if (!S_ISSOCK(st.st_mode))
 		r = -ENOTSOCK;
-	else if (st.st_uid != 0 && st.st_uid != geteuid() &&
+	else if (owner_uid != XP_ANY_OWNER && st.st_uid != 0 && st.st_uid != geteuid() &&
 		 (owner_uid < 0 || st.st_uid != (uid_t)owner_uid))
 		r = -EPERM;
 	else

@@ -68,6 +68,8 @@ int xp_unix_connect(const char *path, unsigned int timeout_ms, int *ret_fd);
  */
 int xp_unix_connect_checked(const char *path, int owner_uid, unsigned int timeout_ms,
 			    int *ret_fd);
+/* owner_uid for a socket whose owner is not known in advance: links still refused. */
+#define XP_ANY_OWNER (-2)
 int xp_unix_path_ok(const char *path);
 
 int xp_accept(int lfd, int *ret_fd);

@@ -770,6 +770,31 @@ static void test_open_no_socket(void **state)
 	assert_int_equal(cv_qmp_open("/nonexistent/qmp.sock", 500, &b, NULL, 0), -ENOENT);
 }
 
+/* The QMP socket is where QEMU's user writes: a link there is refused, never followed. */
+static void test_open_link_refused(void **state)
+{
+	struct cv_backend *b = NULL;
+	char dir[] = "/tmp/vmigd-test-qmp-link-XXXXXX", sock[64], link[64], err[256] = "";
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int lfd;
+
+	assert_non_null(mkdtemp(dir));
+	snprintf(sock, sizeof(sock), "%s/qmp.sock", dir);
+	snprintf(link, sizeof(link), "%s/link.sock", dir);
+	strcpy(sa.sun_path, sock);
+	lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+	assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(lfd, 4), 0);
+	assert_int_equal(symlink(sock, link), 0);
+	assert_int_equal(cv_qmp_open(link, 500, &b, err, sizeof(err)), -ELOOP);
+	assert_null(b);
+	assert_contains(err, "a symbolic link is in the way");
+	close(lfd);
+	unlink(link);
+	unlink(sock);
+	rmdir(dir);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* prepare(): what is sent, in order. */
 
@@ -1414,6 +1439,7 @@ int main(void)
 		cmocka_unit_test(test_open_ok),
 		cmocka_unit_test(test_open_failures),
 		cmocka_unit_test(test_open_no_socket),
+		cmocka_unit_test(test_open_link_refused),
 		cmocka_unit_test(test_prepare),
 		cmocka_unit_test(test_prepare_postcopy_10_1),
 		cmocka_unit_test(test_actions),
