@@ -492,8 +492,11 @@ int px_source_start(struct px_node *n, const struct px_portmap *t, const char *d
 	}
 	r = xp_path_open_dir(dir, &basefd);
 	if (r < 0) {
-		snprintf(err, errlen, "directory %.200s: %s", dir,
-			 r == -ENOENT ? "does not exist" : xp_path_strerror(r));
+		snprintf(err, errlen, "directory %.200s: %s%s", dir,
+			 r == -ENOENT ? "does not exist" : xp_path_strerror(r),
+			 r == -ELOOP ? "; give it without links (/run, not /var/run), or as "
+				       "/proc/PID/root/... of the process it belongs to"
+				     : "");
 		return r;
 	}
 	m = px_migration_new(n, t->key, PX_ROLE_SOURCE);
