@@ -549,7 +549,8 @@ static char *reply_text(struct json_object *o)
 	    asprintf(&s, "%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN)) < 0)
 		s = NULL;
 	json_object_put(o);
-	return s;
+	/* json-c passes a string's bytes through: text from elsewhere may not be UTF-8. */
+	return s ? ctl_json_utf8_fix(s) : NULL;
 }
 
 char *ctl_error_reply(const char *msg, int err)
@@ -977,9 +978,10 @@ int ctl_request_parse(const char *text, size_t len, struct ctl_request *ret, cha
 		      size_t errlen)
 {
 	struct json_tokener *tok;
-	struct json_object *o;
+	struct json_object *o = NULL;
 	struct ctl_request *req;
 	const char *op;
+	char key[48];
 	unsigned int i;
 	int r = -EINVAL;
 
@@ -992,6 +994,11 @@ int ctl_request_parse(const char *text, size_t len, struct ctl_request *ret, cha
 		json_tokener_free(tok);
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
+	}
+	/* Requests are UTF-8: names and keys end up in logs and in replies, which must be. */
+	if (!ctl_json_utf8_valid(text, len)) {
+		bad(err, errlen, "request is not valid UTF-8");
+		goto out;
 	}
 	o = json_tokener_parse_ex(tok, text, len);
 	if (!o || json_tokener_get_parse_end(tok) < len) {
@@ -1012,6 +1019,19 @@ int ctl_request_parse(const char *text, size_t len, struct ctl_request *ret, cha
 			goto out;
 		}
 	}
+	/* json-c keeps the last of a key given twice: {"op":"list","op":"target-stop"} would
+	 * stop. Refused before anything runs. */
+	r = ctl_json_duplicate_key(text, json_tokener_get_parse_end(tok), key, sizeof(key));
+	if (r > 0) {
+		r = bad(err, errlen, "request has the key \"%s\" twice", key);
+		goto out;
+	}
+	if (r < 0) {
+		snprintf(err, errlen, "%s",
+			 r == -ENOMEM ? "out of memory" : "request is not one JSON object");
+		goto out;
+	}
+	r = -EINVAL;
 	if (!json_object_is_type(o, json_type_object)) {
 		bad(err, errlen, "request is not a JSON object");
 		goto out;

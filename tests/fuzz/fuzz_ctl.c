@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 /* libFuzzer target for control requests: ctl_request_parse() on raw bytes (not NUL-terminated),
- * then the error reply for what it refuses. Nothing is executed against a node. */
+ * then the error reply for what it refuses; the duplicate-key scanner on the same bytes, and on
+ * json-c's own rewrite of them. Nothing is executed against a node. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <json-c/json.h>
 #include <stdbool.h>
 #include <string.h>
 
+#include "ctl_json.h"
 #include "ctl_proto.h"
 #include "fuzz.h"
 #include "units.h"
@@ -187,10 +189,46 @@ static void check_error_reply(const char *err)
 	o = json_tokener_parse(reply);
 	FUZZ_CHECK(o != NULL && json_object_is_type(o, json_type_object));
 	FUZZ_CHECK(json_object_object_get_ex(o, "ok", &v) && !json_object_get_boolean(v));
-	FUZZ_CHECK(json_object_object_get_ex(o, "error", &v) &&
-		   strcmp(json_object_get_string(v), err) == 0);
+	/* The reply is UTF-8 whatever err holds (a request quoted and cut inside a character);
+	 * err comes back as it was where it was UTF-8 already. */
+	FUZZ_CHECK(ctl_json_utf8_valid(reply, n));
+	FUZZ_CHECK(json_object_object_get_ex(o, "error", &v));
+	if (ctl_json_utf8_valid(err, strlen(err)))
+		FUZZ_CHECK(strcmp(json_object_get_string(v), err) == 0);
 	json_object_put(o);
 	free(reply);
+}
+
+/*
+ * The duplicate-key scanner on any bytes: an answer in range, a key that is a C string. Where
+ * json-c parses the bytes, its own serialization (each key once) must scan clean: a key the
+ * scanner decodes differently from json-c would show up as a false duplicate here.
+ */
+static void check_duplicates(const uint8_t *data, size_t size)
+{
+	struct json_tokener *tok = json_tokener_new();
+	struct json_object *o;
+	char key[32];
+	const char *text;
+	int r;
+
+	memset(key, 0x5a, sizeof(key));
+	r = ctl_json_duplicate_key((const char *)data, size, key, sizeof(key));
+	FUZZ_CHECK(r == 0 || r == 1 || r == -EINVAL);
+	if (r == 1)
+		FUZZ_CHECK(memchr(key, '\0', sizeof(key)) != NULL);
+	FUZZ_CHECK(tok != NULL);
+	o = json_tokener_parse_ex(tok, (const char *)data, size);
+	if (o) {
+		text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
+		FUZZ_CHECK(ctl_json_duplicate_key(text, strlen(text), key, sizeof(key)) == 0);
+		/* What json-c accepted, our scanner reads to the end. */
+		r = ctl_json_duplicate_key((const char *)data, json_tokener_get_parse_end(tok), key,
+					   sizeof(key));
+		FUZZ_CHECK(r >= 0);
+	}
+	json_object_put(o);
+	json_tokener_free(tok);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -217,6 +255,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			FUZZ_CHECK(strchr(err, '\n') == NULL);
 		check_error_reply(err);
 	}
+	check_duplicates(data, size);
 	free(canary);
 	free(req);
 	return 0;

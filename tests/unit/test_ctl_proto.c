@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /* Unit tests for control request parsing (ctrl/ctl_proto.h): each op with every field checked,
- * and each way a request is refused with a one-line message. ctl_execute() is not run here. */
+ * and each way a request is refused with a one-line message (a key given twice, text that is not
+ * UTF-8 among them), and replies made valid UTF-8. ctl_execute() is not run here. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,6 +14,7 @@
 #include <cmocka.h>
 #include <json-c/json.h>
 
+#include "ctl_json.h"
 #include "ctl_proto.h"
 #include "units.h"
 
@@ -931,6 +933,116 @@ static void test_kubevirt_fields(void **state)
 		     "\"targetDirectMigrationNodePorts\":{\"40123\":49152}}}");
 }
 
+/* The refusal of text, which must say err_has. */
+static void check_reject_says(const char *text, const char *err_has)
+{
+	struct ctl_request req;
+	char err[512] = "";
+
+	assert_int_equal(parse(text, &req, err, sizeof(err)), -EINVAL);
+	if (!strstr(err, err_has))
+		fail_msg("%s: refused with \"%s\", not \"%s\"", text, err, err_has);
+	check_reject(text);
+}
+
+/* json-c keeps the last of a key given twice; the request is refused instead, at any depth. */
+static void test_duplicate_keys(void **state)
+{
+	struct ctl_request *req;
+	char key[16];
+
+	check_reject_says("{\"op\":\"list\",\"op\":\"target-stop\"}", "the key \"op\" twice");
+	check_reject_says("{\"op\":\"target-stop\",\"key\":\"a\",\"key\":\"b\"}\n",
+			  "the key \"key\" twice");
+	check_reject_says("{\"op\":\"target-start\",\"key\":\"k\",\"sockets\":{\"1\":\"/a\","
+			  "\"1\":\"/b\"}}",
+			  "the key \"1\" twice");
+	check_reject_says("{\"op\":\"list\",\"x\":[1,{\"a\":{\"b\":1,\"b\":2}}]}",
+			  "the key \"b\" twice");
+	/* Compared as json-c decodes them: escapes, single quotes, surrogate pairs. */
+	check_reject_says("{\"op\":\"list\",\"\\u006fp\":\"target-stop\"}", "the key \"op\" twice");
+	check_reject_says("{\"op\":\"list\",'op':'target-stop'}", "the key \"op\" twice");
+	check_reject_says("{\"op\":\"list\",\"\\ud83d\\ude00\":1,\"\xf0\x9f\x98\x80\":2}", "twice");
+	check_reject_says("{\"op\":\"list\"/* } */,\"op\":\"status\"}", "the key \"op\" twice");
+	/* The same name at different levels, or in sibling objects, is no duplicate. */
+	req = parse_ok(
+		"{\"op\":\"source-start\",\"key\":\"vm\",\"dir\":\"/d\",\"target\":" TARGET_JSON(
+			"vm") "}");
+	assert_int_equal(req->op, CTL_SOURCE_START);
+	free(req);
+	req = parse_ok("{\"op\":\"list\"/* \"op\":\"x\" */}");
+	assert_int_equal(req->op, CTL_LIST);
+	free(req);
+	req = parse_ok("{\"op\":\"list\"} // \"op\"\n");
+	assert_int_equal(req->op, CTL_LIST);
+	free(req);
+
+	/* The scanner by itself. */
+	assert_int_equal(ctl_json_duplicate_key("{}", 2, key, sizeof(key)), 0);
+	assert_int_equal(ctl_json_duplicate_key("[{\"a\":1},{\"a\":1}]", 17, key, sizeof(key)), 0);
+	assert_int_equal(ctl_json_duplicate_key("{\"a\":{\"a\":1}}", 13, key, sizeof(key)), 0);
+	assert_int_equal(ctl_json_duplicate_key("{\"ab\":1,\"a\":1,\"b\":1}", 21, key, sizeof(key)),
+			 0);
+	assert_int_equal(ctl_json_duplicate_key("{\"a\":1,\"a\":1}", 13, key, sizeof(key)), 1);
+	assert_string_equal(key, "a");
+	assert_int_equal(
+		ctl_json_duplicate_key("{\"a\\\"\":1,\"a\\u0022\":1}", 21, key, sizeof(key)), 1);
+	assert_string_equal(key, "a\"");
+	/* Cut to fit. */
+	assert_int_equal(ctl_json_duplicate_key("{\"abcdef\":1,\"abcdef\":2}", 23, key, 4), 1);
+	assert_string_equal(key, "abc");
+	/* Not JSON: refused, not crashed on. */
+	assert_int_equal(ctl_json_duplicate_key("{", 1, key, sizeof(key)), -EINVAL);
+	assert_int_equal(ctl_json_duplicate_key("{\"a", 3, key, sizeof(key)), -EINVAL);
+	assert_int_equal(ctl_json_duplicate_key("{\"a\\", 4, key, sizeof(key)), -EINVAL);
+	assert_int_equal(ctl_json_duplicate_key("{\"\\u12\"}", 8, key, sizeof(key)), -EINVAL);
+	assert_int_equal(ctl_json_duplicate_key("{]", 2, key, sizeof(key)), -EINVAL);
+	assert_int_equal(ctl_json_duplicate_key("/* x", 4, key, sizeof(key)), -EINVAL);
+}
+
+/* A request is UTF-8; a reply is made so whatever its strings held. */
+static void test_utf8(void **state)
+{
+	static const struct {
+		const char *in, *out;
+	} fix[] = {
+		{ "plain", "plain" },
+		{ "k\xc3\xa9y \xe2\x82\xac \xf0\x9f\x98\x80",
+		  "k\xc3\xa9y \xe2\x82\xac \xf0\x9f\x98\x80" },
+		{ "a\xff"
+		  "b",
+		  "a\\ufffdb" },
+		{ "\xc0\xaf", "\\ufffd\\ufffd" },			/* overlong '/' */
+		{ "\xed\xa0\x80", "\\ufffd\\ufffd\\ufffd" },		/* a surrogate */
+		{ "\xf4\x90\x80\x80", "\\ufffd\\ufffd\\ufffd\\ufffd" }, /* above U+10FFFF */
+		{ "cut \xe2\x82", "cut \\ufffd\\ufffd" },
+		{ "\x80", "\\ufffd" },
+	};
+	char *reply;
+
+	check_reject_says("{\"op\":\"target-stop\",\"key\":\"\xff\"}", "not valid UTF-8");
+	check_reject_says("{\"op\":\"target-stop\",\"key\":\"\xc0\xaf\"}", "not valid UTF-8");
+	check_reject_says("{\"op\":\"target-stop\",\"key\":\"\xed\xa0\x80\"}", "not valid UTF-8");
+	/* Valid UTF-8 gets as far as the key's own check. */
+	check_reject_says("{\"op\":\"target-stop\",\"key\":\"k\xc3\xa9y\"}", "invalid key");
+
+	for (size_t i = 0; i < sizeof(fix) / sizeof(fix[0]); i++) {
+		char *t = strdup(fix[i].in), *o;
+
+		assert_non_null(t);
+		o = ctl_json_utf8_fix(t);
+		assert_non_null(o);
+		assert_string_equal(o, fix[i].out);
+		free(o);
+	}
+	/* A reply carrying bytes from elsewhere: still JSON, now valid UTF-8. */
+	reply = ctl_error_reply("cannot open /run/\xff\xfe: gone", 0);
+	assert_non_null(reply);
+	assert_string_equal(
+		reply, "{\"ok\":false,\"error\":\"cannot open \\/run\\/\\ufffd\\ufffd: gone\"}\n");
+	free(reply);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -941,6 +1053,8 @@ int main(void)
 		cmocka_unit_test(test_source_start),
 		cmocka_unit_test(test_list_status),
 		cmocka_unit_test(test_trailing),
+		cmocka_unit_test(test_duplicate_keys),
+		cmocka_unit_test(test_utf8),
 		cmocka_unit_test(test_not_json),
 		cmocka_unit_test(test_not_object),
 		cmocka_unit_test(test_op),
