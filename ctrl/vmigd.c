@@ -315,7 +315,10 @@ static const struct opt opts[] = {
 		  "the DPDK frames that arrive" },
 	{ "socket-owner", 0, FUNC(opt_socket_owner), .arg = "UID[:GID]", .def = "107:107",
 	  .help = "owner of a source's sockets (mode 0660) and of migrationproxy/ (0750): "
-		  "KubeVirt's qemu user; -1 leaves them to the daemon" },
+		  "KubeVirt's qemu user; -1 leaves them to the daemon. The group's members can "
+		  "feed a source socket: gid 107 is qemu in a KubeVirt pod but often kvm on a "
+		  "Debian node; where that group has members, give 107:-1 or a group of its "
+		  "own" },
 	{ "metrics", 0, STR(metrics), .arg = "ADDR:PORT", .flags = OPT_DEF_TEXT, .def = "off",
 	  .help = "serve Prometheus metrics at http://ADDR:PORT/metrics; port 0 picks a free "
 		  "port" },
