@@ -5,11 +5,13 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <microhttpd.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -18,10 +20,18 @@
 #include "log.h"
 #include "util.h"
 
-/* A scrape is a handful of connections; more are refused, idle ones dropped. */
-#define HTTP_CONN_LIMIT	  32
-#define HTTP_IDLE_TIMEOUT 10 /* seconds */
-#define LABELS_MAX	  1024
+/*
+ * A scrape is a handful of connections; more are refused, idle ones dropped. The idle timeout
+ * restarts on every byte, so a request (from accept, or from the end of the one before on a
+ * kept-alive connection, to its response sent) also has a deadline: a client that dribbles a
+ * byte now and then holds a slot for that long at most. And one address holds at most
+ * HTTP_PER_ADDR_LIMIT slots, so it cannot take them all.
+ */
+#define HTTP_CONN_LIMIT		 32
+#define HTTP_PER_ADDR_LIMIT	 8
+#define HTTP_IDLE_TIMEOUT	 10 /* seconds */
+#define HTTP_REQUEST_DEADLINE_MS 10000
+#define LABELS_MAX		 1024
 
 /* ---- snapshot ---- */
 
@@ -460,6 +470,20 @@ struct ctl_metrics_server {
 	char addr[64];
 	char *err; /* while starting: where libmicrohttpd's complaint goes */
 	size_t errlen;
+	struct http_conn *conns; /* every connection MHD holds, oldest last */
+	struct vm_log_limit refusals;
+};
+
+/*
+ * One TCP connection, from MHD's NOTIFY_CONNECTION STARTED to CLOSED; it is the connection's
+ * socket context, owned by us and freed at CLOSED. fd stays MHD's.
+ */
+struct http_conn {
+	int fd;
+	bool shut; /* past its deadline: shut down, MHD closes it on its next run */
+	uint64_t deadline_ms;
+	struct xp_addr peer;
+	struct http_conn *prev, *next;
 };
 
 static void mhd_log(void *arg, const char *fmt, va_list ap)
@@ -475,6 +499,142 @@ static void mhd_log(void *arg, const char *fmt, va_list ap)
 		snprintf(s->err, s->errlen, "libmicrohttpd: %s", line);
 	else
 		log_debug("metrics: %s", line);
+}
+
+/* The address part only: a client's connections from different ports count together. */
+static bool same_host(const struct sockaddr *a, const struct sockaddr *b)
+{
+	if (a->sa_family != b->sa_family)
+		return false;
+	if (a->sa_family == AF_INET)
+		return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+		       ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+	if (a->sa_family == AF_INET6)
+		return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+			       &((const struct sockaddr_in6 *)b)->sin6_addr,
+			       sizeof(struct in6_addr));
+	return false;
+}
+
+static void host_str(const struct sockaddr *sa, socklen_t len, char *buf, size_t buflen)
+{
+	struct xp_addr a = { .len = len };
+
+	if (len <= sizeof(a.ss)) {
+		memcpy(&a.ss, sa, len);
+		if (xp_addr_host(&a, buf, buflen) == 0)
+			return;
+	}
+	snprintf(buf, buflen, "an unknown address");
+}
+
+/* MHD's accept policy: called once a connection is accepted, before MHD takes it on. */
+static enum MHD_Result on_accept(void *arg, const struct sockaddr *addr, socklen_t addrlen)
+{
+	struct ctl_metrics_server *s = arg;
+	unsigned int n = 0;
+	char host[64];
+
+	for (struct http_conn *h = s->conns; h; h = h->next)
+		if (same_host((const struct sockaddr *)&h->peer.ss, addr))
+			n++;
+	if (n < HTTP_PER_ADDR_LIMIT)
+		return MHD_YES;
+	host_str(addr, addrlen, host, sizeof(host));
+	vm_log_limited(&s->refusals, vm_now_ms(), VM_LOG_WARN,
+		       "metrics: a connection from %s refused: it has %u open (at most %u from "
+		       "one address)",
+		       host, n, HTTP_PER_ADDR_LIMIT);
+	return MHD_NO;
+}
+
+static void on_connection(void *arg, struct MHD_Connection *c, void **socket_context,
+			  enum MHD_ConnectionNotificationCode toe)
+{
+	struct ctl_metrics_server *s = arg;
+	struct http_conn *h = *socket_context;
+	const union MHD_ConnectionInfo *fd, *peer;
+
+	if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+		if (!h)
+			return;
+		if (h->prev)
+			h->prev->next = h->next;
+		else
+			s->conns = h->next;
+		if (h->next)
+			h->next->prev = h->prev;
+		free(h);
+		*socket_context = NULL;
+		return;
+	}
+	if (toe != MHD_CONNECTION_NOTIFY_STARTED)
+		return;
+	fd = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+	peer = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	h = calloc(1, sizeof(*h));
+	if (!h || !fd || !peer) {
+		/* Untracked, it would have no deadline: end it at once (MHD sees the shutdown). */
+		free(h);
+		if (fd)
+			(void)shutdown(fd->connect_fd, SHUT_RDWR);
+		return;
+	}
+	h->fd = fd->connect_fd;
+	h->deadline_ms = vm_now_ms() + HTTP_REQUEST_DEADLINE_MS;
+	if (peer->client_addr->sa_family == AF_INET6) {
+		h->peer.len = sizeof(struct sockaddr_in6);
+		memcpy(&h->peer.ss, peer->client_addr, h->peer.len);
+	} else if (peer->client_addr->sa_family == AF_INET) {
+		h->peer.len = sizeof(struct sockaddr_in);
+		memcpy(&h->peer.ss, peer->client_addr, h->peer.len);
+	}
+	h->next = s->conns;
+	if (s->conns)
+		s->conns->prev = h;
+	s->conns = h;
+	*socket_context = h;
+}
+
+/* A request ended (its response sent, or the connection gone): the next one has its own time. */
+static void on_completed(void *arg, struct MHD_Connection *c, void **con_cls,
+			 enum MHD_RequestTerminationCode toe)
+{
+	const union MHD_ConnectionInfo *info =
+		MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	struct http_conn *h = info ? info->socket_context : NULL;
+
+	if (h && !h->shut)
+		h->deadline_ms = vm_now_ms() + HTTP_REQUEST_DEADLINE_MS;
+}
+
+/*
+ * Shuts down each connection past its deadline: MHD cannot be told to close one outside its
+ * request handler, which a dribbling client never reaches, but it reads the end of stream and
+ * closes it itself. The earliest deadline still to come, or 0.
+ */
+static uint64_t expire(struct ctl_metrics_server *s)
+{
+	uint64_t now = vm_now_ms(), next = 0;
+	char host[64];
+
+	for (struct http_conn *h = s->conns; h; h = h->next) {
+		if (h->shut)
+			continue;
+		if (h->deadline_ms > now) {
+			if (!next || h->deadline_ms < next)
+				next = h->deadline_ms;
+			continue;
+		}
+		h->shut = true;
+		host_str((const struct sockaddr *)&h->peer.ss, h->peer.len, host, sizeof(host));
+		vm_log_limited(&s->refusals, now, VM_LOG_WARN,
+			       "metrics: a connection from %s closed: no request answered within "
+			       "%u ms",
+			       host, HTTP_REQUEST_DEADLINE_MS);
+		(void)shutdown(h->fd, SHUT_RDWR);
+	}
+	return next;
 }
 
 static enum MHD_Result reply_static(struct MHD_Connection *c, unsigned int status, const char *body)
@@ -544,10 +704,14 @@ static enum MHD_Result on_request(void *arg, struct MHD_Connection *c, const cha
 
 static void on_timer(void *arg);
 
-/* MHD must run again within its timeout even when no fd is ready (idle connections expire). */
+/*
+ * MHD must run again within its timeout even when no fd is ready (idle connections expire), and
+ * we at the next request deadline.
+ */
 static void run(struct ctl_metrics_server *s)
 {
 	MHD_UNSIGNED_LONG_LONG ms;
+	uint64_t at;
 
 	/*
 	 * Twice: at HTTP_CONN_LIMIT connections MHD takes the listen socket out of its epoll set,
@@ -555,12 +719,16 @@ static void run(struct ctl_metrics_server *s)
 	 * connections closed. Nothing would call that run once the last connection was gone: the
 	 * endpoint stopped accepting for good (libmicrohttpd 0.9.75; test_hostile.py).
 	 */
+	expire(s);
 	MHD_run(s->d);
 	MHD_run(s->d);
 	xp_timer_del(s->t);
 	s->t = NULL;
-	if (MHD_get_timeout(s->d, &ms) == MHD_YES &&
-	    xp_timer_add(s->loop, vm_now_ms() + ms, on_timer, s, &s->t) < 0)
+	vm_log_limit_flush(&s->refusals, vm_now_ms());
+	at = expire(s);
+	if (MHD_get_timeout(s->d, &ms) == MHD_YES && (!at || vm_now_ms() + ms < at))
+		at = vm_now_ms() + ms;
+	if (at && xp_timer_add(s->loop, at, on_timer, s, &s->t) < 0)
 		log_warn("metrics: cannot arm a timer; idle HTTP connections may linger");
 }
 
@@ -603,6 +771,7 @@ static int server_start(struct xp_loop *loop, struct px_node *n, struct cv_set *
 	s->node = n;
 	s->conv = conv;
 	s->nic = nic;
+	s->refusals.what = "lines about refused or expired metrics connections";
 	if (adopt_fd >= 0) {
 		fd = adopt_fd;
 		r = xp_tcp_adopt(fd, &bound);
@@ -624,11 +793,12 @@ static int server_start(struct xp_loop *loop, struct px_node *n, struct cv_set *
 	snprintf(err, errlen, "libmicrohttpd would not start on %s", s->addr);
 	/* No thread of its own: MHD_run() from the loop, through MHD's epoll fd. From here on the
 	 * listen socket is MHD's, which closes it in MHD_stop_daemon(). */
-	s->d = MHD_start_daemon(MHD_USE_EPOLL | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request, s,
+	s->d = MHD_start_daemon(MHD_USE_EPOLL | MHD_USE_ERROR_LOG, 0, on_accept, s, on_request, s,
 				MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_LISTEN_SOCKET,
 				fd, MHD_OPTION_CONNECTION_LIMIT, (unsigned int)HTTP_CONN_LIMIT,
 				MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)HTTP_IDLE_TIMEOUT,
-				MHD_OPTION_END);
+				MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+				MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
 	s->err = NULL;
 	if (!s->d) {
 		/* Whether MHD closed fd on this path differs between versions; vmigd exits now. */
