@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 /* Control socket server. PATH.lock is held with flock(2) for the daemon's life, so a second
  * daemon on the same path refuses to start while a stale socket left by a crash is replaced.
- * Requests are small and replies fit a socket buffer, so a client is served in one go once its
- * request is complete; a slow or silent client is dropped after CLIENT_TIMEOUT_MS. */
+ * One request per connection. Its reply is queued and sent as the client reads it, so the control
+ * thread (which also runs node-hop handshakes) never waits on a client: one that sends no
+ * complete request within CLIENT_TIMEOUT_MS, or reads nothing of its reply for CLIENT_STALL_MS,
+ * is dropped. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -10,7 +12,6 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -21,10 +22,16 @@
 #include "xp_sock.h"
 
 #define CLIENT_TIMEOUT_MS 5000
-/* Clients served at once; one more is told so and closed. Each holds at most a request
- * (CTL_REQUEST_MAX), so the control socket costs at most ~4 MiB whatever connects. */
+#define CLIENT_STALL_MS	  5000
+/*
+ * Clients served at once; one more is told so and closed. Each holds a request (at most
+ * CTL_REQUEST_MAX) or then its reply (at most CLIENT_REPLY_MAX: status and list of 2,000
+ * migrations of 8 ports; a larger one is refused), so the control socket costs at most ~256 MiB
+ * whatever connects, ~4 MiB while no client waits on a reply.
+ */
 #define CLIENTS_MAX	 64
 #define CLIENT_BUF_FIRST 4096
+#define CLIENT_REPLY_MAX (4u << 20)
 #define ACCEPT_PAUSE_MS	 250
 
 struct ctl_server {
@@ -50,6 +57,11 @@ struct ctl_client {
 	struct xp_timer *t;
 	size_t len, cap;
 	char *buf; /* grows from CLIENT_BUF_FIRST to CTL_REQUEST_MAX + 1 */
+	/* The reply, once the request is served: ours, sent from out_off on as the socket takes
+	 * it. While it is set, the client's watch is for EPOLLOUT only: nothing more is read. */
+	char *out;
+	size_t out_len, out_off;
+	uint64_t progress_ms; /* when out was queued or last took bytes */
 	struct ctl_client *prev, *next;
 };
 
@@ -67,30 +79,99 @@ static void client_free(struct ctl_client *c)
 		c->next->prev = c->prev;
 	c->s->nclients--;
 	free(c->buf);
+	free(c->out);
 	free(c);
 }
 
-static void client_reply(struct ctl_client *c, const char *reply)
+/* A one-line refusal of a few dozen bytes: an empty socket buffer takes it, or it is lost. */
+static void client_say(struct ctl_client *c, const char *line)
 {
-	size_t len = strlen(reply), off = 0;
-	int fl = fcntl(c->fd, F_GETFL);
+	(void)send(c->fd, line, strlen(line), MSG_NOSIGNAL | MSG_DONTWAIT);
+}
 
-	struct timeval tv = { .tv_sec = 1 };
+/* What the socket takes of the queued reply now: 1 when all is sent, 0 when some is left. */
+static int client_send(struct ctl_client *c)
+{
+	while (c->out_off < c->out_len) {
+		ssize_t k = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
+				 MSG_NOSIGNAL | MSG_DONTWAIT);
 
-	/*
-	 * Replies are a few KiB (metrics: some tens), within the socket buffer. A client that does
-	 * not read loses its reply after a second rather than stall the control loop.
-	 */
-	if (fl >= 0)
-		fcntl(c->fd, F_SETFL, fl & ~O_NONBLOCK);
-	(void)setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	while (off < len) {
-		ssize_t k = send(c->fd, reply + off, len - off, MSG_NOSIGNAL);
-
-		if (k <= 0)
-			break;
-		off += k;
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 0;
+		if (k < 0)
+			return -errno;
+		if (k == 0)
+			return -EPIPE;
+		c->out_off += k;
+		c->progress_ms = vm_now_ms();
 	}
+	return 1;
+}
+
+static void client_stalled(void *arg);
+
+static int client_arm_stall(struct ctl_client *c)
+{
+	return xp_timer_add(c->s->loop, c->progress_ms + CLIENT_STALL_MS, client_stalled, c, &c->t);
+}
+
+static void client_stalled(void *arg)
+{
+	struct ctl_client *c = arg;
+	uint64_t now = vm_now_ms();
+
+	c->t = NULL;
+	if (now - c->progress_ms < CLIENT_STALL_MS && client_arm_stall(c) == 0)
+		return;
+	vm_log_limited(&c->s->refusals, now, VM_LOG_WARN,
+		       "control: a client read no more of its reply for %d ms (%zu of %zu bytes "
+		       "sent); dropped",
+		       CLIENT_STALL_MS, c->out_off, c->out_len);
+	client_free(c);
+}
+
+/* Takes reply (malloc'd, or NULL for out of memory) and sends it, now or as the client reads. */
+static void client_reply(struct ctl_client *c, char *reply)
+{
+	size_t len;
+
+	if (!reply) {
+		client_say(c, "{\"ok\":false,\"error\":\"out of memory\"}\n");
+		client_free(c);
+		return;
+	}
+	len = strlen(reply);
+	if (len > CLIENT_REPLY_MAX) {
+		vm_log_limited(&c->s->refusals, vm_now_ms(), VM_LOG_WARN,
+			       "control: a reply of %zu bytes not sent (at most %u)", len,
+			       CLIENT_REPLY_MAX);
+		client_say(c, "{\"ok\":false,\"error\":\"reply too large (over 4 MiB)\"}\n");
+		free(reply);
+		client_free(c);
+		return;
+	}
+	free(c->buf);
+	c->buf = NULL;
+	c->len = c->cap = 0;
+	c->out = reply;
+	c->out_len = len;
+	c->progress_ms = vm_now_ms();
+	if (client_send(c) != 0) {
+		client_free(c);
+		return;
+	}
+	xp_timer_del(c->t);
+	c->t = NULL;
+	if (xp_watch_mod(c->w, EPOLLOUT) < 0 || client_arm_stall(c) < 0)
+		client_free(c);
+}
+
+static void client_write(struct ctl_client *c)
+{
+	if (client_send(c) != 0)
+		client_free(c);
 }
 
 static void client_serve(struct ctl_client *c)
@@ -119,16 +200,19 @@ static void client_serve(struct ctl_client *c)
 	}
 	free(req);
 reply:
-	client_reply(c, reply ? reply : "{\"ok\":false,\"error\":\"out of memory\"}\n");
-	free(reply);
-	client_free(c);
+	client_reply(c, reply);
 }
 
-static void client_read(struct xp_watch *w, int fd, uint32_t events, void *arg)
+/* Reads the request until it is served, then sends its reply. */
+static void client_io(struct xp_watch *w, int fd, uint32_t events, void *arg)
 {
 	struct ctl_client *c = arg;
 	ssize_t k;
 
+	if (c->out) {
+		client_write(c);
+		return;
+	}
 	if (c->len == c->cap && c->cap < CTL_REQUEST_MAX + 1) {
 		size_t cap = c->cap * 4 > CTL_REQUEST_MAX + 1 ? CTL_REQUEST_MAX + 1 : c->cap * 4;
 		char *b = realloc(c->buf, cap);
@@ -160,7 +244,7 @@ static void client_read(struct xp_watch *w, int fd, uint32_t events, void *arg)
 	if (c->len > CTL_REQUEST_MAX) {
 		vm_log_limited(&c->s->refusals, vm_now_ms(), VM_LOG_WARN,
 			       "control: request over %d bytes refused", CTL_REQUEST_MAX);
-		client_reply(c, "{\"ok\":false,\"error\":\"request too large (over 64 KiB)\"}\n");
+		client_say(c, "{\"ok\":false,\"error\":\"request too large (over 64 KiB)\"}\n");
 		client_free(c);
 		return;
 	}
@@ -176,7 +260,7 @@ static void client_timeout(void *arg)
 	vm_log_limited(&c->s->refusals, vm_now_ms(), VM_LOG_WARN,
 		       "control: client sent no complete request within %d ms; dropped",
 		       CLIENT_TIMEOUT_MS);
-	client_reply(c, "{\"ok\":false,\"error\":\"incomplete request (timeout)\"}\n");
+	client_say(c, "{\"ok\":false,\"error\":\"incomplete request (timeout)\"}\n");
 	client_free(c);
 }
 
@@ -216,7 +300,7 @@ static void server_accept(struct xp_watch *w, int lfd, uint32_t events, void *ar
 			s->clients->prev = c;
 		s->clients = c;
 		s->nclients++;
-		if (xp_watch_add(s->loop, fd, EPOLLIN, client_read, c, &c->w) < 0 ||
+		if (xp_watch_add(s->loop, fd, EPOLLIN, client_io, c, &c->w) < 0 ||
 		    xp_timer_add(s->loop, vm_now_ms() + CLIENT_TIMEOUT_MS, client_timeout, c,
 				 &c->t) < 0)
 			client_free(c);
