@@ -323,6 +323,12 @@ static void write_pid(struct ctl_server *s)
 		log_debug("cannot record the pid in %s", s->lock_path);
 }
 
+/*
+ * The lock file is truncated and given our pid, as root: never through a link (O_NOFOLLOW; a
+ * second name, st_nlink > 1, is a hard link) and never anything but a regular file (O_NONBLOCK:
+ * a FIFO or a device is not waited on). Those refusals are logged here, naming the lock file,
+ * since the caller only knows the socket's path.
+ */
 static int take_lock(struct ctl_server *s, int *holder)
 {
 	struct stat st;
