@@ -148,13 +148,18 @@ def check_qemu_unbound(src, cap):
     return f'QEMU max-bandwidth {bw / MIB:.0f} MiB/s'
 
 
-def check_cap_fields(watch, daemon, key, start, end, cap, limit=None):
-    """The daemon's metrics report the cap (and the limit) all through [start, end]."""
-    inside = [s for s in watch.get(daemon, key) if start <= s.t <= end]
+def check_cap_fields(watch, daemon, key, start, end, cap, limit=None, until=None):
+    """The daemon's metrics report the cap (and the limit) all through [start, end]. until: the
+    action that ends the span; only samples taken before it began count (a sample's time is the
+    daemon's wall clock, the action's ours, and the order of the calls is what is certain)."""
+    inside = [s for s in watch.get(daemon, key) if start <= s.t <= end
+              and (until is None or s.seq <= watch.events_after[until])]
     caps = {s.cap for s in inside}
     limits = {s.limit for s in inside}
     if caps != {cap}:
-        raise vt.HarnessError(f'{daemon.name} reported cap {sorted(caps)}, expected {cap}')
+        odd = ', '.join(f'{s.cap} at {s.t:.3f} (sample {s.seq})' for s in inside if s.cap != cap)
+        raise vt.HarnessError(f'{daemon.name} reported cap {sorted(caps)}, expected {cap}: {odd} '
+                              f'in [{start:.3f}, {end:.3f}]')
     if limit is not None and limits != {limit}:
         raise vt.HarnessError(f'{daemon.name} reported limit {sorted(limits)}, expected {limit}')
     return f'cap {cap}, limit {sorted(limits)} in {len(inside)} samples'
@@ -245,12 +250,12 @@ def cap_change(tb, checks):
         return
     ev = watch.events
     flow_start = vt.flow_span(watch.get(tb.target, key))[0]
-    segments = [('50 before the raise', flow_start + EDGE, ev['raise'], 50 * MIB, CAP_TOL),
-                ('150 after the raise', ev['raise'] + SETTLE, ev['lower'], 150 * MIB,
-                 CHANGED_TOL),
-                ('50 after the lowering', ev['lower'] + SETTLE, ev['lift'], 50 * MIB,
-                 CHANGED_TOL)]
-    for what, start, end, cap, tol in segments:
+    segments = [('50 before the raise', flow_start + EDGE, 'raise', 50 * MIB, CAP_TOL),
+                ('150 after the raise', ev['raise'] + SETTLE, 'lower', 150 * MIB, CHANGED_TOL),
+                ('50 after the lowering', ev['lower'] + SETTLE, 'lift', 50 * MIB, CHANGED_TOL)]
+    for what, start, until, cap, tol in segments:
+        end = ev[until]
+
         def rate(what=what, start=start, end=end, cap=cap, tol=tol):
             rates, windows = rates_over(tb, watch, key, start, end)
             return judge(f'{label} {what}', rates, windows, cap, tol, end - start,
@@ -258,7 +263,7 @@ def cap_change(tb, checks):
                          sender(tb, watch, [key], start, end))
         checks.run(f'{label}: {what} +-{tol * 100:g}%', rate)
         checks.run(f'{label}: metrics cap {what}', check_cap_fields, watch, tb.source, key,
-                   start, end, cap, cap)
+                   start, end, cap, cap, until)
 
     def log_lines():
         found = [m.group(1) for m in tb.source.log_matches(

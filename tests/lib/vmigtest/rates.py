@@ -29,6 +29,7 @@ class RateSample:
     shaped_ms: int = 0       # daemon samples: time its connections waited for tokens, summed
     remaining: int = None    # QEMU samples: ram.remaining, what it still had to send
     notsent: int = 0         # backlog samples: bytes its node-hop sockets held unsent
+    seq: int = 0             # daemon samples: the sample() call that took it (1, 2, ...)
 
 
 class RateWatch:
@@ -45,9 +46,13 @@ class RateWatch:
         self.daemons, self.qemus, self.interval = list(daemons), dict(qemus or {}), interval
         self.backlog = dict(backlog or {})
         self.series, self.qemu_series, self.backlog_series, self.events = {}, {}, {}, {}
+        # events_after[label]: how many sample() calls had run when that action began, so a
+        # sample's seq tells whether it was taken before the action, whatever the clocks say.
+        self.nsamples, self.events_after = 0, {}
         self.cpu = []                  # (time.time(), idle jiffies, all jiffies) of the host
 
     def sample(self):
+        self.nsamples += 1
         self.cpu.append((time.time(), *cpu_jiffies()))
         for d in self.daemons:
             metrics = d.metrics()
@@ -57,7 +62,7 @@ class RateWatch:
                 self.series.setdefault((d.name, m['key']), []).append(RateSample(
                     t, m['bytes_tx'], m['bytes_rx'], m['cap'], m['limit'],
                     bool(m.get('cap_lifted')), bool(insp.get('switchover')),
-                    m['conns']['active'], shaped_ms=m.get('shaped_ms', 0)))
+                    m['conns']['active'], shaped_ms=m.get('shaped_ms', 0), seq=self.nsamples))
         for key, q in self.qemus.items():
             before = time.time()
             ram = q.migration_info().get('ram') or {}
@@ -85,6 +90,7 @@ class RateWatch:
             now = time.monotonic()
             while pending and now - started >= pending[0][0]:
                 _, label, fn = pending.pop(0)
+                self.events_after[label] = self.nsamples
                 fn()
                 self.events[label] = time.time()
             self.sample()
