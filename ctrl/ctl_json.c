@@ -186,6 +186,30 @@ static const struct dup_key *twice(struct dup_scan *d, size_t first)
 	return NULL;
 }
 
+/*
+ * Past a block comment whose opening '*' is s[i]: where json-c ends it. json-c takes the byte
+ * after each '*' in a comment as read, so a '*' that follows a '*' cannot start the end ("**" and
+ * then '/' goes on): ending it anywhere else would read as JSON what json-c skips, or the other
+ * way round.
+ */
+static int skip_comment(struct dup_scan *d)
+{
+	size_t j = d->i + 1;
+
+	while (j < d->len) {
+		if (d->s[j] != '*') {
+			j++;
+			continue;
+		}
+		if (j + 1 < d->len && d->s[j + 1] == '/') {
+			d->i = j + 2;
+			return 0;
+		}
+		j += 2;
+	}
+	return -EINVAL;
+}
+
 static int scan(struct dup_scan *d, char *key, size_t keylen)
 {
 	struct {
@@ -243,12 +267,9 @@ static int scan(struct dup_scan *d, char *key, size_t keylen)
 			break;
 		case '/': /* json-c takes comments, so a quote in one is no string */
 			if (d->i < d->len && d->s[d->i] == '*') {
-				const char *end =
-					memmem(d->s + d->i + 1, d->len - d->i - 1, "*/", 2);
-
-				if (!end)
-					return -EINVAL;
-				d->i = (size_t)(end - d->s) + 2;
+				r = skip_comment(d);
+				if (r < 0)
+					return r;
 			} else if (d->i < d->len && d->s[d->i] == '/') {
 				const char *end = memchr(d->s + d->i, '\n', d->len - d->i);
 

@@ -219,7 +219,10 @@ static void check_duplicates(const uint8_t *data, size_t size)
 		FUZZ_CHECK(memchr(key, '\0', sizeof(key)) != NULL);
 	FUZZ_CHECK(tok != NULL);
 	o = json_tokener_parse_ex(tok, (const char *)data, size);
-	if (o) {
+	/* At a NUL byte json-c stops and may hand back the value it was in (a bare "list" from
+	 * inside an object, say) as a success: the product then refuses what is not an object.
+	 * Such text is no JSON the scanner must agree on. */
+	if (o && !memchr(data, '\0', json_tokener_get_parse_end(tok))) {
 		text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
 		FUZZ_CHECK(ctl_json_duplicate_key(text, strlen(text), key, sizeof(key)) == 0);
 		/* What json-c accepted, our scanner reads to the end. */

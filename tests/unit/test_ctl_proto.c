@@ -976,6 +976,12 @@ static void test_duplicate_keys(void **state)
 	req = parse_ok("{\"op\":\"list\"} // \"op\"\n");
 	assert_int_equal(req->op, CTL_LIST);
 	free(req);
+	/* A comment ends where json-c ends it: not at a '/' after "**" (found by fuzz-ctl). */
+	req = parse_ok("{\"op\":\"list\" /* **/ ,\"op\":\"target-stop\" */}");
+	assert_int_equal(req->op, CTL_LIST);
+	free(req);
+	check_reject_says("{\"op\":\"list\" /* */ ,\"op\":\"target-stop\" /**/}",
+			  "the key \"op\" twice");
 
 	/* The scanner by itself. */
 	assert_int_equal(ctl_json_duplicate_key("{}", 2, key, sizeof(key)), 0);
