@@ -77,15 +77,15 @@ int px_check_key(struct px_node *n, const char *key, char *err, size_t errlen)
  * connection. */
 static int check_dir_of(const char *path, char *err, size_t errlen)
 {
+	char dir[sizeof(((struct px_port_info *)0)->path)];
 	const char *name;
 	int fd, r;
 
-	r = xp_path_open_parent(path, &fd, &name);
+	r = xp_path_split(path, dir, sizeof(dir), &name);
+	if (r == 0)
+		r = xp_path_open_dir(dir, &fd);
 	if (r < 0) {
-		const char *slash = strrchr(path, '/');
-		int len = slash && slash != path ? (int)(slash - path) : 1;
-
-		snprintf(err, errlen, "directory %.*s %s%s", len > 100 ? 100 : len, path,
+		snprintf(err, errlen, "directory %.100s %s%s", dir,
 			 r == -ENOENT ? "does not exist" : "refused: ",
 			 r == -ENOENT ? "" : xp_path_strerror(r));
 		return r;

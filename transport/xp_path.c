@@ -71,21 +71,29 @@ out:
 	return 0;
 }
 
-int xp_path_open_parent(const char *path, int *ret_fd, const char **name)
+int xp_path_split(const char *path, char *dir, size_t dirlen, const char **name)
 {
 	const char *slash = strrchr(path, '/');
-	char dir[4096];
 	size_t len;
 
-	if (!slash || !slash[1] || !strcmp(slash + 1, ".") || !strcmp(slash + 1, ".."))
+	dir[0] = '\0';
+	if (!slash)
 		return -EINVAL;
 	len = slash == path ? 1 : (size_t)(slash - path);
-	if (len >= sizeof(dir))
+	if (len >= dirlen)
 		return -ENAMETOOLONG;
 	memcpy(dir, path, len);
 	dir[len] = '\0';
 	*name = slash + 1;
-	return xp_path_open_dir(dir, ret_fd);
+	return !slash[1] || !strcmp(slash + 1, ".") || !strcmp(slash + 1, "..") ? -EINVAL : 0;
+}
+
+int xp_path_open_parent(const char *path, int *ret_fd, const char **name)
+{
+	char dir[4096];
+	int r = xp_path_split(path, dir, sizeof(dir), name);
+
+	return r < 0 ? r : xp_path_open_dir(dir, ret_fd);
 }
 
 int xp_path_make_dir(int dirfd, const char *name, const struct xp_unix_owner *owner,

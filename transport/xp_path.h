@@ -19,6 +19,11 @@ struct xp_unix_owner;
  */
 int xp_path_open_dir(const char *path, int *ret_fd);
 
+/* The directory part of path into dir ("/" for "/x"; "" when there is no slash), *name pointing
+ * into path at its last component. -EINVAL when there is no slash or the last component is
+ * empty, "." or ".." (dir is still filled then). */
+int xp_path_split(const char *path, char *dir, size_t dirlen, const char **name);
+
 /* Opens the directory that holds path's last component, as xp_path_open_dir does; *name points
  * into path at that component. */
 int xp_path_open_parent(const char *path, int *ret_fd, const char **name);

@@ -326,21 +326,21 @@ fail:
 
 int xp_unix_listen(const char *path, int backlog, const struct xp_unix_owner *owner, int *ret_fd)
 {
-	const char *slash = strrchr(path, '/');
 	char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	const char *name;
 	int dfd, r;
 
 	r = xp_unix_path_ok(path);
 	if (r < 0)
 		return r;
-	if (!slash)
-		return -EINVAL;
+	r = xp_path_split(path, dir, sizeof(dir), &name);
+	if (r < 0)
+		return r;
 	/* The daemon's own path, from its configuration: links above it are its owner's. */
-	snprintf(dir, sizeof(dir), "%.*s", slash == path ? 1 : (int)(slash - path), path);
 	dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0)
 		return -errno;
-	r = xp_unix_listen_at(dfd, slash + 1, backlog, owner, ret_fd);
+	r = xp_unix_listen_at(dfd, name, backlog, owner, ret_fd);
 	close(dfd);
 	return r;
 }
