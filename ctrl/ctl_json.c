@@ -47,22 +47,27 @@ struct dup_scan {
 	size_t nkeys, cap;
 };
 
+int ctl_json_hex_digit(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
 static int hex4(const char *s, unsigned int *out)
 {
 	unsigned int v = 0;
 
 	for (int k = 0; k < 4; k++) {
-		char c = s[k];
+		int d = ctl_json_hex_digit(s[k]);
 
-		v <<= 4;
-		if (c >= '0' && c <= '9')
-			v |= (unsigned int)(c - '0');
-		else if (c >= 'a' && c <= 'f')
-			v |= (unsigned int)(c - 'a' + 10);
-		else if (c >= 'A' && c <= 'F')
-			v |= (unsigned int)(c - 'A' + 10);
-		else
+		if (d < 0)
 			return -EINVAL;
+		v = v << 4 | (unsigned int)d;
 	}
 	*out = v;
 	return 0;

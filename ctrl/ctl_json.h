@@ -15,6 +15,9 @@
 const char *ctl_json_cstring(struct json_object *v);
 const char *ctl_json_member_cstring(struct json_object *o, const char *name);
 
+/* The value of hex digit c (either case), -1 when it is none. */
+int ctl_json_hex_digit(char c);
+
 /*
  * Whether text[0, len), JSON that json-c has parsed, has an object holding one key twice, at any
  * depth: json-c keeps the last value silently, so {"op":"list","op":"target-stop"} would stop.

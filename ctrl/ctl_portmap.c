@@ -75,17 +75,6 @@ static int get_dpdk(struct json_object *o, struct px_portmap *t)
 	return 0;
 }
 
-static int hex_digit(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /* An optional "secret" member into t: 0, or -EINVAL when present and not 32 hex digits. */
 static int get_secret(struct json_object *o, struct px_portmap *t)
 {
@@ -98,7 +87,7 @@ static int get_secret(struct json_object *o, struct px_portmap *t)
 	if (!s || strlen(s) != 2 * PX_SECRET_LEN)
 		return -EINVAL;
 	for (unsigned int i = 0; i < PX_SECRET_LEN; i++) {
-		int hi = hex_digit(s[2 * i]), lo = hex_digit(s[2 * i + 1]);
+		int hi = ctl_json_hex_digit(s[2 * i]), lo = ctl_json_hex_digit(s[2 * i + 1]);
 
 		if (hi < 0 || lo < 0)
 			return -EINVAL;
