@@ -69,7 +69,8 @@ void xp_tls_free(struct xp_tls *t);
  * are untouched, and the client's resumption cache is emptied. On failure nothing changes and err
  * says why: each file must be a regular file of at most VM_FILE_MAX bytes, owned by root or our
  * euid and not writable by group or others, and the keys not readable by them either (forgiven
- * on a read-only mount: xp_tls_warnings()); nothing here blocks on a FIFO or a device. 1 when the files were re-read but are the same, 0 on a new generation.
+ * on a read-only mount: xp_tls_warnings()); nothing here blocks on a FIFO or a device. 1 when
+ * the files were re-read but are the same, 0 on a new generation.
  */
 int xp_tls_reload(struct xp_tls *t, char *err, size_t errlen);
 unsigned int xp_tls_generation(const struct xp_tls *t);
