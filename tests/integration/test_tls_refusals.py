@@ -11,7 +11,6 @@ with the guest at home; and, the target restarted with --max-migration-conns 4 a
 channels fail cleanly, after which a 2-channel migration through the same daemons completes."""
 
 import os
-import select
 import socket
 import sys
 import time
@@ -148,15 +147,8 @@ def unauthenticated_flood(tb, addr, port):
             except (ConnectionResetError, ConnectionRefusedError):
                 closed[s] = time.monotonic() - base     # reset before connect() returned
         while len(closed) < len(socks) and time.monotonic() - base < 8:
-            open_socks = [s for s in socks if s not in closed]
-            readable, _, _ = select.select(open_socks, [], [], 0.05)
-            for s in readable:
-                try:
-                    data = s.recv(4096)
-                except OSError:
-                    data = b''
-                if not data:
-                    closed[s] = time.monotonic() - base
+            for s in vt.peer_closed([s for s in socks if s not in closed], 0.05):
+                closed[s] = time.monotonic() - base
     finally:
         for s in socks:
             s.close()

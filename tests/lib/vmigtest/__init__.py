@@ -22,8 +22,8 @@ from .migrate import (DEFAULT_MAX_BANDWIDTH, DaemonMigration, MigrationResult,
                       configure_migration, migrate_direct, migrate_via_daemons,
                       start_via_daemons, verify_memory, wait_failed_at_home,
                       wait_migration)
-from .net import (NetPair, UnixServer, digest_all, netns_prefix, netns_socket, read_until_close,
-                  recv_all, wait_closed)
+from .net import (NetPair, UnixServer, digest_all, netns_prefix, netns_socket, peer_closed,
+                  read_until_close, recv_all, wait_closed)
 from .nodehop import (REPLY_BAD_VERSION, REPLY_DUPLICATE, REPLY_MALFORMED, REPLY_NOT_THE_PEER,
                       REPLY_OK, REPLY_UNKNOWN_KEY, REPLY_UNKNOWN_PORT, Sniffer, TLSProbe,
                       node_hop_preamble, plaintext_hits, probe_tls_accepted, ram_page_prefixes,
@@ -52,8 +52,8 @@ __all__ = [  # what `from vmigtest import *` gives; the same names as above
     'DEFAULT_MAX_BANDWIDTH', 'DaemonMigration', 'MigrationResult', 'configure_migration',
     'migrate_direct', 'migrate_via_daemons', 'start_via_daemons', 'verify_memory',
     'wait_failed_at_home', 'wait_migration',
-    'NetPair', 'UnixServer', 'digest_all', 'netns_prefix', 'netns_socket', 'read_until_close',
-    'recv_all', 'wait_closed',
+    'NetPair', 'UnixServer', 'digest_all', 'netns_prefix', 'netns_socket', 'peer_closed',
+    'read_until_close', 'recv_all', 'wait_closed',
     'REPLY_BAD_VERSION', 'REPLY_DUPLICATE', 'REPLY_MALFORMED', 'REPLY_NOT_THE_PEER', 'REPLY_OK',
     'REPLY_UNKNOWN_KEY', 'REPLY_UNKNOWN_PORT', 'Sniffer', 'TLSProbe', 'node_hop_preamble',
     'plaintext_hits', 'probe_tls_accepted', 'ram_page_prefixes', 'reply_status', 'tls_connect',

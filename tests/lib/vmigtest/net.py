@@ -7,6 +7,7 @@ import hashlib
 import os
 import re
 import shutil
+import select
 import socket
 import subprocess
 import threading
@@ -156,6 +157,23 @@ def wait_closed(sock, timeout):
             return time.monotonic() - started
         if not chunk:
             return time.monotonic() - started
+
+
+def peer_closed(socks, timeout):
+    """Those of socks (plain sockets) that the peer closed or reset, waiting at most timeout
+    seconds for the first; bytes the peer sends are discarded."""
+    if not socks:
+        return []
+    readable, _, _ = select.select(socks, [], [], timeout)
+    closed = []
+    for s in readable:
+        try:
+            data = s.recv(4096)
+        except OSError:
+            data = b''
+        if not data:
+            closed.append(s)
+    return closed
 
 
 def read_until_close(sock, deadline):
