@@ -40,6 +40,15 @@ static struct ctl_request *parse_ok(const char *text)
 	return req;
 }
 
+/* text parses, as op. */
+static void check_op(const char *text, enum ctl_op op)
+{
+	struct ctl_request *req = parse_ok(text);
+
+	assert_int_equal(req->op, op);
+	free(req);
+}
+
 /* Returns 0 when text is refused as it should be, else prints why and returns -1. */
 static int try_reject_len(const char *text, size_t len, const char *what)
 {
@@ -224,31 +233,18 @@ static void test_source_start(void **state)
 
 static void test_list_status(void **state)
 {
-	struct ctl_request *req = parse_ok("{\"op\":\"list\"}");
-
-	assert_int_equal(req->op, CTL_LIST);
-	free(req);
-	req = parse_ok("{\"op\":\"status\"}");
-	assert_int_equal(req->op, CTL_STATUS);
-	free(req);
+	check_op("{\"op\":\"list\"}", CTL_LIST);
+	check_op("{\"op\":\"status\"}", CTL_STATUS);
 	/* A field the op does not take is refused, never ignored. */
 	check_reject("{\"op\":\"status\",\"verbose\":true}");
 }
 
 static void test_trailing(void **state)
 {
-	struct ctl_request *req;
-
 	/* What vmigctl sends: the object and a newline. */
-	req = parse_ok("{\"op\":\"list\"}\n");
-	assert_int_equal(req->op, CTL_LIST);
-	free(req);
-	req = parse_ok("{\"op\":\"list\"}\r\n");
-	assert_int_equal(req->op, CTL_LIST);
-	free(req);
-	req = parse_ok("  {\"op\":\"target-stop\",\"key\":\"k\"}  \n");
-	assert_int_equal(req->op, CTL_TARGET_STOP);
-	free(req);
+	check_op("{\"op\":\"list\"}\n", CTL_LIST);
+	check_op("{\"op\":\"list\"}\r\n", CTL_LIST);
+	check_op("  {\"op\":\"target-stop\",\"key\":\"k\"}  \n", CTL_TARGET_STOP);
 
 	check_reject("{\"op\":\"list\"}x");
 	check_reject("{\"op\":\"list\"}\nx");
@@ -498,9 +494,7 @@ static void test_bandwidth_ops(void **state)
 	req = parse_ok("{\"op\":\"node-bandwidth\",\"bandwidth\":0}");
 	assert_int_equal(req->bandwidth, 0);
 	free(req);
-	req = parse_ok("{\"op\":\"metrics\"}\n");
-	assert_int_equal(req->op, CTL_METRICS);
-	free(req);
+	check_op("{\"op\":\"metrics\"}\n", CTL_METRICS);
 }
 
 static void test_bandwidth_bad(void **state)
@@ -948,7 +942,6 @@ static void check_reject_says(const char *text, const char *err_has)
 /* json-c keeps the last of a key given twice; the request is refused instead, at any depth. */
 static void test_duplicate_keys(void **state)
 {
-	struct ctl_request *req;
 	char key[16];
 
 	check_reject_says("{\"op\":\"list\",\"op\":\"target-stop\"}", "the key \"op\" twice");
@@ -965,21 +958,13 @@ static void test_duplicate_keys(void **state)
 	check_reject_says("{\"op\":\"list\",\"\\ud83d\\ude00\":1,\"\xf0\x9f\x98\x80\":2}", "twice");
 	check_reject_says("{\"op\":\"list\"/* } */,\"op\":\"status\"}", "the key \"op\" twice");
 	/* The same name at different levels, or in sibling objects, is no duplicate. */
-	req = parse_ok(
-		"{\"op\":\"source-start\",\"key\":\"vm\",\"dir\":\"/d\",\"target\":" TARGET_JSON(
-			"vm") "}");
-	assert_int_equal(req->op, CTL_SOURCE_START);
-	free(req);
-	req = parse_ok("{\"op\":\"list\"/* \"op\":\"x\" */}");
-	assert_int_equal(req->op, CTL_LIST);
-	free(req);
-	req = parse_ok("{\"op\":\"list\"} // \"op\"\n");
-	assert_int_equal(req->op, CTL_LIST);
-	free(req);
+	check_op("{\"op\":\"source-start\",\"key\":\"vm\",\"dir\":\"/d\",\"target\":" TARGET_JSON(
+			 "vm") "}",
+		 CTL_SOURCE_START);
+	check_op("{\"op\":\"list\"/* \"op\":\"x\" */}", CTL_LIST);
+	check_op("{\"op\":\"list\"} // \"op\"\n", CTL_LIST);
 	/* A comment ends where json-c ends it: not at a '/' after "**" (found by fuzz-ctl). */
-	req = parse_ok("{\"op\":\"list\" /* **/ ,\"op\":\"target-stop\" */}");
-	assert_int_equal(req->op, CTL_LIST);
-	free(req);
+	check_op("{\"op\":\"list\" /* **/ ,\"op\":\"target-stop\" */}", CTL_LIST);
 	check_reject_says("{\"op\":\"list\" /* */ ,\"op\":\"target-stop\" /**/}",
 			  "the key \"op\" twice");
 
