@@ -117,8 +117,8 @@ struct px_conn {
 	struct px_dpdk
 		dpdk; /* over the DPDK node hop: the peer's address, the stream (ip 0: not) */
 	char peer[80];
-	char addr[64];	      /* target, before its preamble: the peer's address, no port */
-	uint64_t accepted_ms; /* ... when it was accepted */
+	char addr[64];	      /* target: the peer's address, no port (peer without it) */
+	uint64_t accepted_ms; /* target, before its preamble: when it was accepted */
 	bool heard;	      /* ... whether it has sent anything yet */
 	struct px_insp *insp; /* the QEMU stream's direction, once linked (--no-inspect: NULL) */
 	/*

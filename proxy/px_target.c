@@ -152,9 +152,8 @@ static void peer_address(const char *peer, char *buf, size_t len)
  */
 static bool tgt_same_peer(struct px_migration *m, const struct px_conn *c, char *why, size_t len)
 {
-	char addr[64];
+	const char *addr = c->addr;
 
-	peer_address(c->peer, addr, sizeof(addr));
 	if (!m->peer_bound) {
 		m->peer_bound = true;
 		snprintf(m->peer_addr, sizeof(m->peer_addr), "%s", addr);
@@ -571,15 +570,15 @@ static struct px_conn *tgt_victim(struct px_node *n, const struct px_port *lport
 	return victim;
 }
 
-/* Makes room for a newcomer from peer, closing a waiting stranger if need be (tgt_victim). */
-static void tgt_admit(struct px_node *n, const struct px_port *lport, const char *peer)
+/* Makes room for a newcomer from peer (its address: addr), closing a waiting stranger if need
+ * be (tgt_victim). */
+static void tgt_admit(struct px_node *n, const struct px_port *lport, const char *peer,
+		      const char *addr)
 {
 	unsigned int on_listener, from_addr;
 	struct px_conn *victim;
 	uint64_t now = px_now(n);
-	char addr[64];
 
-	peer_address(peer, addr, sizeof(addr));
 	victim = tgt_victim(n, lport, addr, &on_listener, &from_addr);
 	if (!victim)
 		return;
@@ -601,13 +600,14 @@ static void tgt_admit(struct px_node *n, const struct px_port *lport, const char
 static void tgt_accept_on(struct px_node *n, struct xp_watch *w, int lfd, struct px_port *lport)
 {
 	struct xp_conn *hop;
-	char peer[80];
+	char peer[80], addr[64];
 	int r;
 
 	while ((r = IO(n, accept, lfd, &hop, peer, sizeof(peer))) == 0) {
 		struct px_conn *c;
 
-		tgt_admit(n, lport, peer);
+		peer_address(peer, addr, sizeof(addr));
+		tgt_admit(n, lport, peer, addr);
 		c = calloc(1, sizeof(*c));
 		if (!c) {
 			log_err("node hop: out of memory, dropping a connection");
@@ -619,7 +619,7 @@ static void tgt_accept_on(struct px_node *n, struct xp_watch *w, int lfd, struct
 		c->lfd = -1;
 		c->lport = lport;
 		strcpy(c->peer, peer);
-		peer_address(peer, c->addr, sizeof(c->addr));
+		strcpy(c->addr, addr);
 		c->accepted_ms = px_now(n);
 		px_conn_list_add(&n->unbound, c);
 		n->nunbound++;
