@@ -257,8 +257,8 @@ static const struct opt opts[] = {
 	{ "preamble-timeout", 0, ULONG(preamble_timeout_ms, 100, 600000), .arg = "MS",
 	  .def = "5000", .help = "... and then deliver its preamble within this" },
 	{ "max-unauthenticated", 0, ULONG(max_unauth, 1, 65536), .arg = "N", .def = "64",
-	  .help = "node-hop connections before their preamble, at most, per listener (half per "
-		  "address); at a bound the oldest of the address holding most is closed" },
+	  .help = "node-hop connections before their preamble, at most, per listener; at the "
+		  "bound the oldest of the address holding most is closed" },
 	{ "max-migration-conns", 0, ULONG(max_migration_conns, 1, 65536), .arg = "N", .def = "64",
 	  .help = "connections of one migration at once, per role; one more fails the migration" },
 	{ "threads", 't', ULONG(threads, 1, 64), .arg = "N", .flags = OPT_DEF_TEXT,

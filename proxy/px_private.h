@@ -24,9 +24,6 @@
 #define LOCAL_CONNECT_TIMEOUT_MS 2000
 /* A node-hop TLS client that has sent nothing this long after its accept is dropped. */
 #define PX_SILENCE_MS 3000
-/* Of a listener's --max-unauthenticated, what one source address may hold: half, so a peer
- * with a burst of channels fits and one stranger cannot take the rest. */
-#define PX_UNAUTH_PER_ADDR(max) ((max) / 2 ? (max) / 2 : 1)
 /*
  * After `stop`, how long connections already carried may run on before they are cut. QEMU reports
  * a migration completed a moment before it closes its channels, and orchestrators stop the

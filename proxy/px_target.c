@@ -529,33 +529,29 @@ static unsigned int unbound_from(const struct px_node *n, const struct px_conn *
 }
 
 /*
- * The connection to close for a newcomer from addr on lport's listener, NULL when there is
- * room: at the per-address bound, that address's oldest; at the listener's, the oldest of
- * the address holding most there. A flood then only ever evicts its own, and cannot keep
- * the door shut by reconnecting.
+ * The connection to close for a newcomer on lport's listener, NULL while the listener is under
+ * its bound: the oldest of the address holding most there. A flood then only ever evicts its
+ * own and cannot keep the door shut by reconnecting, while a peer's burst of channels (one
+ * address, dozens of connections accepted before any preamble is read) is never cut short by
+ * a per-address share.
  */
 static struct px_conn *tgt_victim(struct px_node *n, const struct px_port *lport,
 				  const char *addr, unsigned int *ret_listener, unsigned int *ret_addr)
 {
 	unsigned int on_listener = 0, same = 0, most = 0;
-	struct px_conn *oldest_same = NULL, *victim = NULL;
+	struct px_conn *victim = NULL;
 
-	/* The list is newest first: the last match is the oldest. */
 	for (struct px_conn *c = n->unbound; c; c = c->next) {
 		if (c->lport != lport)
 			continue;
 		on_listener++;
-		if (!strcmp(c->addr, addr)) {
-			same++;
-			oldest_same = c;
-		}
+		same += !strcmp(c->addr, addr);
 	}
 	*ret_listener = on_listener;
 	*ret_addr = same;
-	if (same >= PX_UNAUTH_PER_ADDR(n->conf.max_unauth))
-		return oldest_same;
 	if (on_listener < n->conf.max_unauth)
 		return NULL;
+	/* The list is newest first: on a tie the later match, the older connection, wins. */
 	for (struct px_conn *c = n->unbound; c; c = c->next) {
 		unsigned int k;
 
@@ -586,10 +582,9 @@ static void tgt_admit(struct px_node *n, const struct px_port *lport, const char
 	if (now - n->unauth_logged_ms >= 1000) {
 		log_warn("node hop from %s: closed the oldest unauthenticated connection from %s "
 			 "(too-many-unauthenticated): %u on this listener, %u from %s "
-			 "(--max-unauthenticated %u per listener, %u per address); %u closed since "
-			 "the last such line",
+			 "(--max-unauthenticated %u per listener); %u closed since the last such line",
 			 peer, victim->addr, on_listener, from_addr, addr, n->conf.max_unauth,
-			 PX_UNAUTH_PER_ADDR(n->conf.max_unauth), n->unauth_refused);
+			 n->unauth_refused);
 		n->unauth_refused = 0;
 		n->unauth_logged_ms = now;
 	}

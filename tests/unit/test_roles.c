@@ -535,33 +535,50 @@ static struct fake_conn *incoming_from(struct t *t, const char *addr)
 }
 
 /*
- * Unauthenticated connections are bounded per address (half of --max-unauthenticated) and per
- * listener; at a bound the oldest of the address that holds most goes, never the newcomer, so a
- * stranger's flood evicts only its own and a peer still gets in.
+ * Unauthenticated connections are bounded per listener; at the bound the oldest of the address
+ * that holds most goes, never the newcomer, so a stranger's flood evicts only its own and a
+ * peer still gets in.
  */
 static void test_target_max_unauthenticated(void **state)
 {
 	struct t *t = *state;
-	struct fake_conn *c[6];
+	struct fake_conn *c[8];
 
 	t->conf.max_unauth = 4;
 	start(t);
-	c[0] = incoming_from(t, "198.18.0.9");
-	c[1] = incoming_from(t, "198.18.0.9");
-	c[2] = incoming_from(t, "198.18.0.9");
+	for (int i = 0; i < 5; i++)
+		c[i] = incoming_from(t, "198.18.0.9");
 	assert_true(c[0]->closed);
-	assert_false(c[1]->closed || c[2]->closed);
+	assert_false(c[1]->closed || c[2]->closed || c[3]->closed || c[4]->closed);
 	assert_logged("closed the oldest unauthenticated connection from 198.18.0.9 "
-		      "(too-many-unauthenticated): 2 on this listener, 2 from 198.18.0.9 "
-		      "(--max-unauthenticated 4 per listener, 2 per address)");
-	c[3] = incoming_from(t, "198.18.0.1");
-	c[4] = incoming_from(t, "198.18.0.1");
-	assert_false(c[3]->closed || c[4]->closed);
-	/* The listener is full: the stranger's oldest goes, not the peer's. */
-	c[5] = incoming_from(t, "198.18.0.7");
-	assert_true(c[1]->closed);
-	assert_false(c[2]->closed || c[3]->closed || c[4]->closed || c[5]->closed);
+		      "(too-many-unauthenticated): 4 on this listener, 4 from 198.18.0.9 "
+		      "(--max-unauthenticated 4 per listener)");
+	/* The listener is full: the stranger's oldest go, not the peer's. */
+	c[5] = incoming_from(t, "198.18.0.1");
+	c[6] = incoming_from(t, "198.18.0.1");
+	assert_true(c[1]->closed && c[2]->closed);
+	assert_false(c[3]->closed || c[4]->closed || c[5]->closed || c[6]->closed);
+	/* Two each: on the tie the oldest of all goes, the stranger's. */
+	c[7] = incoming_from(t, "198.18.0.7");
+	assert_true(c[3]->closed);
+	assert_false(c[4]->closed || c[5]->closed || c[6]->closed || c[7]->closed);
 	assert_int_equal(px_node_active_conns(t->n), 4);
+}
+
+/* A peer's burst of channels from one address, accepted before any preamble is read, fits
+ * whole while the listener has room: no share per address cuts it short. */
+static void test_target_burst_from_one_address(void **state)
+{
+	struct t *t = *state;
+	struct fake_conn *c[33];
+
+	t->conf.max_unauth = 64;
+	start(t);
+	for (int i = 0; i < 33; i++)
+		c[i] = incoming_from(t, "198.18.0.1");
+	for (int i = 0; i < 33; i++)
+		assert_false(c[i]->closed);
+	assert_int_equal(px_node_active_conns(t->n), 33);
 }
 
 /* The shared port and a KubeVirt-mode port's own listener have a budget each. */
@@ -1767,6 +1784,7 @@ int main(void)
 		T(test_target_local_connect_fails),
 		T(test_target_migration_conn_limit),
 		T(test_target_max_unauthenticated),
+		T(test_target_burst_from_one_address),
 		T(test_target_unauthenticated_per_listener),
 		TT(test_target_silent_dropped),
 		TT(test_target_tls_handshake_then_preamble),
