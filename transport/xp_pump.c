@@ -287,6 +287,88 @@ static unsigned int wait_mask(const struct xp_pump *p, bool tls_side, unsigned i
 	return p->want == XP_TLS_WANT_WRITE ? POLLOUT : POLLIN | POLLRDHUP;
 }
 
+/* What one round of pump_run found. */
+struct pump_round {
+	bool progress, src_blocked, dst_blocked, throttled;
+	uint64_t wait_ns;	/* with throttled: until the shaper has tokens again */
+};
+
+/*
+ * Fills the pump from src as far as the shaper, the tap and src allow, saying in r what stopped
+ * it. TLS hands out one record per read: several are gathered before one write(2). Returns 0,
+ * or -errno on src's error.
+ */
+static int pump_take(struct xp_worker *w, struct xp_pump *p, int src, struct pump_round *r)
+{
+	struct xp_link *l = p->link;
+	ssize_t n;
+
+	while (!p->eof && pump_room(p) > 0) {
+		size_t len = pump_room(p), grant = 0;
+		uint8_t *at = p->buf ? p->buf + p->head + p->held : NULL;
+
+		if (p->shaped) {
+			grant = xp_bucket_take(p->bucket, len, vm_now_ns(), &r->wait_ns);
+			if (grant == 0) {
+				r->throttled = true;
+				break;
+			}
+			len = grant;
+		}
+		ssize_t lim = p->tap && p->kind == PUMP_SPLICE
+				      ? tap_plan_splice(p, src, len)
+				      : (ssize_t)len;
+
+		if (lim <= 0)
+			n = lim;
+		else if (p->dg && p->kind == PUMP_SPLICE)
+			n = digest_fill_splice(w, p, src, (size_t)lim);
+		else
+			n = pump_fill(p, src, (size_t)lim);
+		if (n > 0 && p->dg && p->kind != PUMP_SPLICE)
+			vm_digest_update(p->dg, at, (size_t)n);
+		if (grant > (n > 0 ? (size_t)n : 0))
+			xp_bucket_refund(p->bucket, grant - (n > 0 ? (size_t)n : 0));
+		if (n > 0) {
+			if (p->tap)
+				tap_filled(p, at, (size_t)n);
+			p->held += n;
+			r->progress = true;
+			if (p->kind == PUMP_TLS_RX && pump_room(p) >= TLS_RECORD)
+				continue;
+			/*
+			 * The tap ended the splice at a packet boundary, not the socket:
+			 * fill on, so the pipe still goes out in one piece.
+			 */
+			if (p->tap && p->kind == PUMP_SPLICE && (size_t)lim < len &&
+			    n == lim && pump_room(p) > 0)
+				continue;
+		} else if (n == 0) {
+			p->eof = true;
+			r->progress = true;
+		} else if (errno == EAGAIN) {
+			r->src_blocked = true;
+		} else if (errno == ECONNRESET && (l->p[p->dir ^ 1].done || p->dir == 0)) {
+			/*
+			 * The peer closed with bytes of ours unread: that is its end of
+			 * stream. Either we had delivered everything and half-closed, or
+			 * it is the local peer, which can close at any time (QEMU's
+			 * destination ends multifd channels so, with the last packets
+			 * in its queue). A local close with nothing unread reads as a
+			 * plain EOF, so this adds no case; what the other direction
+			 * still holds becomes undelivered when it writes.
+			 */
+			p->eof = true;
+			l->res.reset_after_eof = true;
+			r->progress = true;
+		} else if (errno != EINTR) {
+			return -errno;
+		}
+		break;
+	}
+	return 0;
+}
+
 /*
  * Moves bytes for one direction until both ends would block or the budget is spent.
  * Returns 1 when it stopped on the budget (run it again soon), 0 when it is waiting on a poll or
@@ -297,84 +379,23 @@ static int pump_run(struct xp_worker *w, struct xp_pump *p, unsigned int *side)
 	struct xp_link *l = p->link;
 	int src = l->fd[p->dir], dst = l->fd[p->dir ^ 1];
 	size_t moved = 0, budget = PUMP_BUDGET_PIPES * p->cap;
-	bool src_blocked = false, dst_blocked = false, throttled = false;
-	uint64_t wait_ns = 0;
+	struct pump_round rd = { 0 };
+	int r;
 
 	while (moved < budget) {
-		bool progress = false;
 		ssize_t n;
 
-		src_blocked = dst_blocked = throttled = false;
-		/* TLS hands out one record per read: gather several before one write(2). */
-		while (!p->eof && pump_room(p) > 0) {
-			size_t len = pump_room(p), grant = 0;
-			uint8_t *at = p->buf ? p->buf + p->head + p->held : NULL;
-
-			if (p->shaped) {
-				grant = xp_bucket_take(p->bucket, len, vm_now_ns(), &wait_ns);
-				if (grant == 0) {
-					throttled = true;
-					break;
-				}
-				len = grant;
-			}
-			ssize_t lim = p->tap && p->kind == PUMP_SPLICE
-					      ? tap_plan_splice(p, src, len)
-					      : (ssize_t)len;
-
-			if (lim <= 0)
-				n = lim;
-			else if (p->dg && p->kind == PUMP_SPLICE)
-				n = digest_fill_splice(w, p, src, (size_t)lim);
-			else
-				n = pump_fill(p, src, (size_t)lim);
-			if (n > 0 && p->dg && p->kind != PUMP_SPLICE)
-				vm_digest_update(p->dg, at, (size_t)n);
-			if (grant > (n > 0 ? (size_t)n : 0))
-				xp_bucket_refund(p->bucket, grant - (n > 0 ? (size_t)n : 0));
-			if (n > 0) {
-				if (p->tap)
-					tap_filled(p, at, (size_t)n);
-				p->held += n;
-				progress = true;
-				if (p->kind == PUMP_TLS_RX && pump_room(p) >= TLS_RECORD)
-					continue;
-				/*
-				 * The tap ended the splice at a packet boundary, not the socket:
-				 * fill on, so the pipe still goes out in one piece.
-				 */
-				if (p->tap && p->kind == PUMP_SPLICE && (size_t)lim < len &&
-				    n == lim && pump_room(p) > 0)
-					continue;
-			} else if (n == 0) {
-				p->eof = true;
-				progress = true;
-			} else if (errno == EAGAIN) {
-				src_blocked = true;
-			} else if (errno == ECONNRESET && (l->p[p->dir ^ 1].done || p->dir == 0)) {
-				/*
-				 * The peer closed with bytes of ours unread: that is its end of
-				 * stream. Either we had delivered everything and half-closed, or
-				 * it is the local peer, which can close at any time (QEMU's
-				 * destination ends multifd channels so, with the last packets
-				 * in its queue). A local close with nothing unread reads as a
-				 * plain EOF, so this adds no case; what the other direction
-				 * still holds becomes undelivered when it writes.
-				 */
-				p->eof = true;
-				l->res.reset_after_eof = true;
-				progress = true;
-			} else if (errno != EINTR) {
-				*side = p->dir;
-				return -errno;
-			}
-			break;
+		rd = (struct pump_round){ 0 };
+		r = pump_take(w, p, src, &rd);
+		if (r < 0) {
+			*side = p->dir;
+			return r;
 		}
 		if (p->held > 0 || pump_unsent(p) > 0) {
 			n = pump_drain(p, dst);
 			if (n == 0) {
 				/* TLS: only the batch went out. */
-				progress = true;
+				rd.progress = true;
 			} else if (n > 0) {
 				p->held -= n;
 				moved += n;
@@ -382,9 +403,9 @@ static int pump_run(struct xp_worker *w, struct xp_pump *p, unsigned int *side)
 					&p->bytes,
 					atomic_load_explicit(&p->bytes, memory_order_relaxed) + n,
 					memory_order_relaxed);
-				progress = true;
+				rd.progress = true;
 			} else if (n < 0 && errno == EAGAIN) {
-				dst_blocked = true;
+				rd.dst_blocked = true;
 			} else if (n < 0 && (errno == EPIPE || errno == ECONNRESET) &&
 				   p->dir == 1 && local_peer_ended(dst)) {
 				/*
@@ -403,8 +424,7 @@ static int pump_run(struct xp_worker *w, struct xp_pump *p, unsigned int *side)
 			}
 		}
 		if (p->eof && p->held == 0) {
-			int r = pump_finish(p, dst);
-
+			r = pump_finish(p, dst);
 			if (r == -EAGAIN) {
 				arm_poll(w, p, dst, wait_mask(p, true, POLLOUT));
 				return 0;
@@ -416,7 +436,7 @@ static int pump_run(struct xp_worker *w, struct xp_pump *p, unsigned int *side)
 			p->done = true;
 			return 0;
 		}
-		if (!progress)
+		if (!rd.progress)
 			break;
 	}
 	if (moved >= budget)
@@ -425,12 +445,12 @@ static int pump_run(struct xp_worker *w, struct xp_pump *p, unsigned int *side)
 	 * A full pipe also answers EAGAIN on the source side (socket data can fill the pipe's
 	 * slots before its byte capacity), so wait for the destination whenever bytes are held.
 	 */
-	if ((p->held > 0 || pump_unsent(p) > 0) && dst_blocked)
+	if ((p->held > 0 || pump_unsent(p) > 0) && rd.dst_blocked)
 		arm_poll(w, p, dst, wait_mask(p, p->kind == PUMP_TLS_TX, POLLOUT));
-	else if (src_blocked)
+	else if (rd.src_blocked)
 		arm_poll(w, p, src, wait_mask(p, p->kind == PUMP_TLS_RX, POLLIN | POLLRDHUP));
-	else if (throttled)
-		arm_timer(w, p, wait_ns);
+	else if (rd.throttled)
+		arm_timer(w, p, rd.wait_ns);
 	else
 		return 1;
 	return 0;
