@@ -3,7 +3,7 @@
 migrated through two vmigd daemons with a cap; the source daemon follows the migration on a QMP
 socket of its own (`source start --qmp`) while the test drives QEMU on another.
 
-Issue 14's six guests (tests/lib/vmigtest/converge.py, SCENARIOS; the same in `bench/vmig-bench
+The six convergence scenarios (tests/lib/vmigtest/converge.py, SCENARIOS; the same in `bench/vmig-bench
 converge`), at 256 MiB of guest memory (the throttle guest 512 MiB), a 64 MiB working set, a
 16 MiB/s cap (4 s per pass over the working set), no multifd (QEMU 7.2 cannot combine it with
 post-copy), downtime limit 300 ms.

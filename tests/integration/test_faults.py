@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The fault matrix (issue 15), plain and TLS: a capped 2-channel multifd migration of a running
+"""The fault matrix, plain and TLS: a capped 2-channel multifd migration of a running
 test guest (128 MiB, 96 of them written: about 4 s at 24 MiB/s) between two vmigd in two
 namespaces, and one fault in its middle:
 - kill -9 of the source daemon, and of the target daemon;

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""What a hostile or careless client could do to a daemon, each case a finding of issue 15 that
-failed before its fix. Real vmigd processes on loopback, no QEMU:
+"""What a hostile or careless client could do to a daemon, each case a weakness that an
+earlier version had (each case failed there). Real vmigd processes on loopback, no QEMU:
 - the metrics endpoint: 32 and then 40 connections (8 from each of 127.0.0.1, .2, ...) that send
   half a request line and close; a scrape answers within 5 s each time (it stopped accepting for
   good at 32);
@@ -15,7 +15,7 @@ failed before its fix. Real vmigd processes on loopback, no QEMU:
   are served at once and the rest told "too many control clients"; RSS grows by under 16 MiB at
   the peak and ends within 8 MiB of where it began (140 MB before). Not judged under ASan, whose
   quarantine of freed memory grows RSS whatever the daemon does.
-Of issue 27 (each failed before its fix), run together in about 11 s:
+Slow clients and strangers (each failed on an earlier version), run together in about 11 s:
 - metrics dribblers: 40 connections from 127.0.0.1 that send one byte every 2 s; 8 are held
   (the per-address cap) and a scrape from 127.0.0.2 answers at once; 24 more from 127.0.0.3-5
   fill all 32 slots, and scrapes from 127.0.0.6 and 127.0.0.1 answer once the 10 s request

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""virt-launcher's own call through vmigd (issue 12): two throw-away libvirtds in private mount
+"""virt-launcher's own call through vmigd: two throw-away libvirtds in private mount
 namespaces stand for the source and target virt-launcher pods (vmigtest.virt, .virtmigrate),
 two vmigd in two network namespaces for the two virt-handlers, and a peer-to-peer
 virDomainMigrateToURI3 (virsh migrate --p2p) wired exactly as KubeVirt wires it

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Integration test of a mixed cluster (issue 12, the KubeVirt drop-in): real QEMU guests
+"""Integration test of a mixed cluster (the KubeVirt drop-in): real QEMU guests
 migrated between a stock KubeVirt peer (tests/stockpeer, virt-handler's Go proxy) and vmigd in
 KubeVirt mode, in two network namespaces, both directions. vmigd runs as the sidecar does: TLS
 with the node pair as server, KubeVirt's migration client pair as client, and KubeVirt's names

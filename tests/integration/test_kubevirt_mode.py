@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Integration test of KubeVirt mode between two vmigd (issue 12): per-port listeners published
+"""Integration test of KubeVirt mode between two vmigd: per-port listeners published
 as KubeVirt's map (targetNodeAddress, targetDirectMigrationNodePorts), the source given that
 map, ALPN keeping the preamble and the order between two vmigd over TLS, raw relaying in plain
 text, idempotent starts, the socket owner and modes, a socket another migration serves, and the

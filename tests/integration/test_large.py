@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A 64 GiB guest on this 24 GiB machine (issue 17): QEMU 10.0 on both sides with RAM that only
+"""A 64 GiB guest on this 24 GiB machine: QEMU 10.0 on both sides with RAM that only
 the pages the guest writes take: a sparse file on the disk (/var/tmp), mapped private, whose
 holes read as zero from the page cache. (memory-backend-ram,reserve=off is not enough here: this
 kernel gives a private anonymous page that is only read a page of its own, measured at 1 GiB of

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Integration test of what vmigd finds out about the NIC that carries each node hop (issue 17,
-ctrl/ctl_netlink.c and ctrl/ctl_nic.c: libnl-route-3 and sysfs) and of link events, on two
+"""Integration test of what vmigd finds out about the NIC that carries each node hop
+(ctrl/ctl_netlink.c and ctrl/ctl_nic.c: libnl-route-3 and sysfs) and of link events, on two
 namespaces joined by a veth pair, with a dummy interface beside it. No QEMU: a byte stream goes
 through a migration started without one (tests/lib/vmigtest: start_route), so that link faults
 can be timed against it.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The emulated SR-IOV host (issue 17): QEMU 10's igb (an Intel 82576 with SR-IOV, driven by
+"""The emulated SR-IOV host: QEMU 10's igb (an Intel 82576 with SR-IOV, driven by
 Linux's igb and igbvf) behind a PCIe expander on NUMA node 1 of a two-node guest, under TCG.
 The guest boots Debian's kernel from tools/sriov-guest (Debian packages only) and runs this
 machine's own build over 9p (tests/integration/sriov_guest.py inside). Checks, from what the

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Takeover (vmigd --takeover, issue 15), real QEMU under TCG, two vmigd in two namespaces, each
+"""Takeover (vmigd --takeover), real QEMU under TCG, two vmigd in two namespaces, each
 migration a capped 2-channel multifd one of a running test guest (96 MiB written: about 4 s at
 24 MiB/s):
 - plain text: a takeover on the source mid-stream; then twice in a row on the source;
