@@ -29,7 +29,7 @@ class Sizes:
 
 @dataclasses.dataclass
 class Scenario:
-    """One of issue 14's guests, relative to a Sizes: the guest writes pages at rate x the cap
+    """One of the convergence scenarios, relative to a Sizes: the guest writes pages at rate x the cap
     (repeat: writes per page, so distinct pages go at rate / repeat; burst: (on_ms, off_ms);
     catchup_ms: None is the Sizes' (a throttle slows the guest), 20 the guest's default (a
     service that keeps its pace under a throttle)); mem_x: guest memory x the Sizes'. policy:
