@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /* What sealing the DPDK node hop's frames costs on this CPU, alone: xp_seal() and xp_open() in
- * place over GB of frames of one size, in CPU seconds per GB (the yardstick issue 16's encrypted
+ * place over GB of frames of one size, in CPU seconds per GB (the yardstick the DPDK hop's encrypted
  * path is measured against). Usage: vmig-seal-cost [FRAME_BYTES [GB [RUNS]]]. */
 #include <stdio.h>
 #include <stdlib.h>
