@@ -341,7 +341,6 @@ void px_migration_pace(struct px_migration *m);
 void px_node_share(struct px_node *n);
 
 /* px_sample.c: meters and what status and metrics read */
-void px_insp_fold(struct px_insp_summary *sum, const struct px_insp_stats *st, bool live);
 void px_node_tick(void *arg);
 
 /* px_node.c */
