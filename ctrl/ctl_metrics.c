@@ -276,7 +276,7 @@ static void mig_labels(const struct px_migration_info *mi, char *buf, size_t len
 {
 	buf[0] = '\0';
 	label(buf, len, "key", mi->key);
-	label(buf, len, "role", ctl_role_str(mi->role));
+	label(buf, len, "role", px_role_str(mi->role));
 }
 
 /* One figure of every object of a kind, in the order of the snapshot. */

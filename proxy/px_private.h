@@ -250,7 +250,6 @@ static inline uint64_t px_now(const struct px_node *n)
 }
 
 /* px_conn.c: connections of either role */
-const char *px_role_str(enum px_role r);
 void px_conn_list_add(struct px_conn **head, struct px_conn *c);
 void px_conn_list_del(struct px_conn **head, struct px_conn *c);
 /* A target connection that passed its preamble moves from the node's unbound list to port's
