@@ -78,13 +78,10 @@ void px_conn_free(struct px_conn *c)
 
 void px_conn_release(struct px_conn *c)
 {
-	struct px_migration *m = c->m;
 	struct px_node *n = c->n;
 
 	px_conn_free(c);
-	if (m)
-		px_migration_maybe_finish(m);
-	px_node_check_drained(n);
+	px_node_dirty(n);
 }
 
 /* A fresh connection's send buffer is empty, so a failure means the peer is gone; callers

@@ -153,16 +153,15 @@ static void cut_conns(struct px_migration *m, bool links)
 
 /*
  * Fails every port's ordering (parked connections are answered and dropped) and cuts the
- * connections; guarded, so the record outlives the walk even when its last connection goes.
+ * connections. The record outlives the walk: whether it is done is housekeeping's to say.
  */
 void px_migration_cut(struct px_migration *m, bool links)
 {
-	m->guard++;
 	for (unsigned int i = 0; i < m->nports; i++)
 		if (m->ports[i].order)
 			px_order_fail(m->ports[i].order);
 	cut_conns(m, links);
-	m->guard--;
+	px_node_dirty(m->n);
 }
 
 void px_migration_fail(struct px_migration *m, const char *fmt, ...)
@@ -231,10 +230,9 @@ static void migration_unlink(struct px_migration **head, struct px_migration *m)
 	m->next = NULL;
 }
 
-/* After a connection went away: a stopping migration may now be done. */
 void px_migration_maybe_finish(struct px_migration *m)
 {
-	if (m->stopping && m->conns_active == 0 && m->guard == 0 && !px_verify_busy(m))
+	if (m->stopping && m->conns_active == 0 && !px_verify_busy(m))
 		px_migration_finish(m);
 }
 
@@ -288,7 +286,7 @@ static void stop_grace_expired(void *arg)
 	log_warn("migration %s role=%s: %u connections still open %d ms after stop; cutting them",
 		 m->key, px_role_str(m->role), m->conns_active, STOP_GRACE_MS);
 	px_migration_cut(m, true);
-	px_migration_maybe_finish(m);
+	px_node_dirty(m->n);
 }
 
 /*
@@ -318,9 +316,8 @@ void px_migration_stop(struct px_migration *m)
 	if (m->conns_active > 0 &&
 	    IO(n, timer_add, px_now(n) + STOP_GRACE_MS, stop_grace_expired, m, &m->stop_timer) < 0)
 		px_migration_cut(m, true);
-	px_migration_maybe_finish(m);
-	/* A retiring node may have waited for this one's first connection. */
-	px_node_check_drained(n);
+	/* It may be done already; a retiring node may have waited for its first connection. */
+	px_node_dirty(n);
 }
 
 const char *px_cap_note(uint64_t cap, char *buf, size_t len)

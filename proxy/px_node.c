@@ -28,7 +28,7 @@ static bool waiting_first(const struct px_migration *m)
 	       m->conns_failed == 0;
 }
 
-void px_node_check_drained(struct px_node *n)
+static void check_drained(struct px_node *n)
 {
 	void (*done)(void *arg) = n->drain_done;
 
@@ -55,6 +55,39 @@ void px_node_check_drained(struct px_node *n)
 	done(n->drain_arg);
 }
 
+void px_node_housekeep(struct px_node *n)
+{
+	struct px_migration *m, *next;
+
+	IO(n, timer_del, n->hk);
+	n->hk = NULL;
+	if (!n->dirty)
+		return;
+	n->dirty = false;
+	for (m = n->stopped; m; m = next) {
+		next = m->next;
+		px_migration_maybe_finish(m);
+	}
+	check_drained(n);
+}
+
+static void housekeep_due(void *arg)
+{
+	struct px_node *n = arg;
+
+	n->hk = NULL;
+	px_node_housekeep(n);
+}
+
+/* The loop runs timers after a pass's events (and rescans for timers added meanwhile), so a
+ * timer due now is the end of the pass. Without one (ENOMEM) the next tick does it. */
+void px_node_dirty(struct px_node *n)
+{
+	n->dirty = true;
+	if (!n->hk)
+		(void)IO(n, timer_add, px_now(n), housekeep_due, n, &n->hk);
+}
+
 static void drain_expired(void *arg)
 {
 	struct px_node *n = arg;
@@ -68,7 +101,7 @@ static void drain_expired(void *arg)
 		px_conn_free(n->unbound);
 	for (struct px_migration *m = n->migrations; m; m = m->next)
 		px_migration_cut(m, true);
-	px_node_check_drained(n);
+	px_node_dirty(n);
 }
 
 /*
@@ -96,7 +129,7 @@ static void wind_down_timer(struct px_node *n, unsigned int timeout_s)
 	    0)
 		drain_expired(n);
 	else
-		px_node_check_drained(n);
+		px_node_dirty(n);
 }
 
 void px_node_drain(struct px_node *n, unsigned int timeout_s, void (*done)(void *arg), void *arg)
@@ -350,7 +383,6 @@ void px_node_free(struct px_node *n)
 		while (*head) {
 			struct px_migration *m = *head;
 
-			m->guard++;
 			for (unsigned int i = 0; i < m->nports; i++) {
 				px_order_free(m->ports[i].order);
 				m->ports[i].order = NULL;
@@ -365,6 +397,7 @@ void px_node_free(struct px_node *n)
 	}
 	IO(n, timer_del, n->drain_timer);
 	IO(n, timer_del, n->tick);
+	IO(n, timer_del, n->hk);
 	IO(n, watch_del, n->lw);
 	IO(n, close_fd, n->lfd, false);
 	xp_io_free(n->own_io);

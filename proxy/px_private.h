@@ -173,7 +173,6 @@ struct px_migration {
 	unsigned int conns_short; /* main channels that ended before QEMU's switchover */
 	char short_why[240];	  /* the first one's story */
 	bool failed, stopping;
-	unsigned int guard; /* >0 while a teardown walks the connections */
 	char error[200];
 	uint64_t cap;		  /* bytes/s; 0: none */
 	uint64_t limit;		  /* what the bucket (or pacing) holds it to now; 0: none */
@@ -227,6 +226,10 @@ struct px_node {
 	struct xp_timer *drain_timer;
 	void (*drain_done)(void *arg);
 	void *drain_arg;
+	/* Something may have ended (a connection, a migration's last link): px_node_housekeep() is
+	 * due, on hk, a timer due at once, so at the end of the loop's pass. */
+	bool dirty;
+	struct xp_timer *hk;
 };
 
 /*
@@ -257,7 +260,8 @@ void px_conn_list_del(struct px_conn **head, struct px_conn *c);
 void px_conn_adopt(struct px_conn *c, struct px_port *port, uint32_t seq, enum conn_state st);
 /* Frees a connection that is not (or no longer) carried by the data path. */
 void px_conn_free(struct px_conn *c);
-/* Frees it, then lets a stopping migration finish and a drain end. */
+/* Frees it and marks the node dirty: its migration may finish, a drain may end (both checked
+ * by px_node_housekeep(), after the handler that called this has returned). */
 void px_conn_release(struct px_conn *c);
 /* Whether this connection can go over the DPDK node hop: the node has one, the peer is a vmigd,
  * and the node hop is plain or TLS 1.3. */
@@ -309,6 +313,7 @@ void px_migration_fail(struct px_migration *m, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 /* Drops connections still being set up; with links, cuts those being carried too. */
 void px_migration_cut(struct px_migration *m, bool links);
+/* A stopping migration whose connections and reports are all gone is finished (housekeeping). */
 void px_migration_maybe_finish(struct px_migration *m);
 void px_migration_finish(struct px_migration *m);
 void px_migration_stop(struct px_migration *m);
@@ -343,6 +348,13 @@ void px_node_share(struct px_node *n);
 void px_node_tick(void *arg);
 
 /* px_node.c */
-void px_node_check_drained(struct px_node *n);
+/*
+ * Housekeeping: what a handler may have ended is checked once, at the end of the loop's pass,
+ * never from inside the handler (which may still hold the connection, its port or migration).
+ * px_node_dirty() asks for it; px_node_housekeep() finishes stopped migrations that are done,
+ * then ends a drain or retirement that is. Neither frees anything a caller holds.
+ */
+void px_node_dirty(struct px_node *n);
+void px_node_housekeep(struct px_node *n);
 
 #endif

@@ -71,6 +71,7 @@ void px_node_tick(void *arg)
 	uint64_t now = px_now(n), b[2] = { n->bytes_done[0], n->bytes_done[1] };
 
 	n->tick = NULL;
+	px_node_housekeep(n); /* where its own timer could not be had */
 	for (struct px_migration *m = px_next_any(n, NULL); m; m = px_next_any(n, m))
 		migration_sample(m, now, b);
 	for (int d = 0; d < 2; d++)

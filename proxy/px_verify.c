@@ -257,8 +257,7 @@ static void records_expire(void *arg)
 	}
 	if (next && IO(m->n, timer_add, next, records_expire, m, &m->v.timer) < 0)
 		log_err("migration %s: out of memory arming the digest timer", m->key);
-	px_migration_maybe_finish(m);
-	px_node_check_drained(n);
+	px_node_dirty(n);
 }
 
 /* Target: keeps the record of an ended connection, and answers a report that waited for it. */
