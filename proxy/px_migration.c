@@ -22,6 +22,7 @@ struct px_migration *px_migration_new(struct px_node *n, const char *key, enum p
 	m->n = n;
 	strcpy(m->key, key);
 	m->role = role;
+	m->ops = role == PX_ROLE_SOURCE ? &px_source_ops : &px_target_ops;
 	m->started_ms = px_now(n);
 	m->pace_gain = 1.0;
 	m->dirfd = -1;
@@ -201,11 +202,7 @@ void px_port_close(struct px_port *p)
 		return;
 	IO(n, close_fd, p->lfd, false);
 	p->lfd = -1;
-	/* A source's socket is its own; a target's path is QEMU's, never removed here. */
-	if (p->m->role == PX_ROLE_SOURCE && p->m->dirfd >= 0)
-		xp_unix_unlink_at(p->m->dirfd, px_port_name(p));
-	else
-		px_target_drop_unbound(p);
+	p->m->ops->port_closed(p);
 }
 
 int px_tls_choose(struct px_node *n, enum px_tls tls, bool *ret, char *err, size_t errlen)
@@ -297,20 +294,12 @@ static void stop_grace_expired(void *arg)
 void px_migration_stop(struct px_migration *m)
 {
 	struct px_node *n = m->n;
-	bool reports;
 
 	migration_unlink(&n->migrations, m);
 	m->stopping = true;
 	m->next = n->stopped;
 	n->stopped = m;
-	/*
-	 * A KubeVirt-mode target's sources reach it only through its ports' own listeners: those
-	 * stay until the record goes, for the reports of connections that end after the stop
-	 * (they take nothing else once stopping). In plain text such a target has no vmigd
-	 * sources (raw), so no reports.
-	 */
-	reports = m->role == PX_ROLE_TARGET && m->kubevirt && m->tls;
-	for (unsigned int i = 0; i < m->nports && !reports; i++)
+	for (unsigned int i = 0; i < m->nports && !m->ops->stop_keeps_ports(m); i++)
 		px_port_close(&m->ports[i]);
 	px_migration_cut(m, false);
 	if (m->conns_active > 0 &&

@@ -145,10 +145,20 @@ struct px_port {
 	struct vm_rate rate[2];
 };
 
+/* What differs between the roles where a migration's lifecycle closes its ports. */
+struct px_role_ops {
+	/* The role's part of closing port p, once its listener's fd is closed. */
+	void (*port_closed)(struct px_port *p);
+	/* Whether a stop leaves m's port listeners open until its record goes. */
+	bool (*stop_keeps_ports)(const struct px_migration *m);
+};
+extern const struct px_role_ops px_source_ops, px_target_ops;
+
 struct px_migration {
 	struct px_node *n;
 	char key[PX_KEY_MAX + 1];
 	enum px_role role;
+	const struct px_role_ops *ops; /* role's */
 	bool kubevirt;		  /* target: per-port listeners; source: given KubeVirt's map */
 	bool tls;		  /* its node hop is TLS */
 	struct px_start opts;	  /* as started: an identical start again changes nothing */
@@ -335,8 +345,6 @@ void px_source_accept(struct xp_watch *w, int lfd, uint32_t events, void *arg);
 /* The node-hop listener's (lport NULL), or a KubeVirt-mode port's own. */
 void px_target_accept(struct xp_watch *w, int lfd, uint32_t events, void *arg);
 void px_target_accept_port(struct xp_watch *w, int lfd, uint32_t events, void *arg);
-/* Drops the unbound connections a KubeVirt-mode port's listener accepted. */
-void px_target_drop_unbound(struct px_port *p);
 
 /* px_caps.c: caps, node shares and pacing */
 void px_migration_apply_limit(struct px_migration *m, uint64_t limit);

@@ -606,3 +606,20 @@ int px_source_stop(struct px_node *n, const char *key, char *err, size_t errlen)
 	px_migration_stop(m);
 	return 0;
 }
+
+/* A source's socket is its own: it goes with its listener. */
+static void src_port_closed(struct px_port *p)
+{
+	if (p->m->dirfd >= 0)
+		xp_unix_unlink_at(p->m->dirfd, px_port_name(p));
+}
+
+static bool src_stop_keeps_ports(const struct px_migration *m)
+{
+	return false;
+}
+
+const struct px_role_ops px_source_ops = {
+	.port_closed = src_port_closed,
+	.stop_keeps_ports = src_stop_keeps_ports,
+};

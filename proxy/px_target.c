@@ -650,7 +650,9 @@ void px_target_accept_port(struct xp_watch *w, int lfd, uint32_t events, void *a
 	tgt_accept_on(port->m->n, w, lfd, port);
 }
 
-void px_target_drop_unbound(struct px_port *p)
+/* A target's socket path is QEMU's, never removed here; the connections its port's own
+ * listener (KubeVirt mode) accepted and that have not said who they are go with it. */
+static void tgt_port_closed(struct px_port *p)
 {
 	struct px_node *n = p->m->n;
 	struct px_conn *c = n->unbound, *next;
@@ -661,6 +663,22 @@ void px_target_drop_unbound(struct px_port *p)
 			px_conn_free(c);
 	}
 }
+
+/*
+ * A KubeVirt-mode target's sources reach it only through its ports' own listeners: those stay
+ * until the record goes, for the reports of connections that end after the stop (they take
+ * nothing else once stopping). In plain text such a target has no vmigd sources (raw), so no
+ * reports.
+ */
+static bool tgt_stop_keeps_ports(const struct px_migration *m)
+{
+	return m->kubevirt && m->tls;
+}
+
+const struct px_role_ops px_target_ops = {
+	.port_closed = tgt_port_closed,
+	.stop_keeps_ports = tgt_stop_keeps_ports,
+};
 
 /* Whether a running target was started with exactly these arguments (ports as a set). */
 static bool same_target(const struct px_migration *m, unsigned int nports,
