@@ -60,9 +60,11 @@ void px_migration_pace(struct px_migration *m)
 		}
 	}
 
-	for (struct px_conn *c = m->conns; c && k < ARRAY_SIZE(cs); c = c->next) {
+	vm_list_each(struct px_conn, c, &m->conns, node) {
 		uint64_t cr;
 
+		if (k == ARRAY_SIZE(cs))
+			break;
 		if (c->st != C_LINKED)
 			continue;
 		cr = vm_rate_get(&c->rate[0], 1000);

@@ -15,26 +15,6 @@ const char *px_role_str(enum px_role r)
 	return r == PX_ROLE_SOURCE ? "source" : "target";
 }
 
-void px_conn_list_add(struct px_conn **head, struct px_conn *c)
-{
-	c->prev = NULL;
-	c->next = *head;
-	if (*head)
-		(*head)->prev = c;
-	*head = c;
-}
-
-void px_conn_list_del(struct px_conn **head, struct px_conn *c)
-{
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		*head = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
-	c->prev = c->next = NULL;
-}
-
 void px_conn_adopt(struct px_conn *c, struct px_port *port, uint32_t seq, enum conn_state st)
 {
 	struct px_node *n = c->n;
@@ -43,14 +23,14 @@ void px_conn_adopt(struct px_conn *c, struct px_port *port, uint32_t seq, enum c
 	IO(n, timer_del, c->t);
 	c->w = NULL;
 	c->t = NULL;
-	px_conn_list_del(&n->unbound, c);
+	vm_list_del(&c->node);
 	n->nunbound--;
 	c->m = port->m;
 	c->port = port;
 	c->lport = NULL;
 	c->seq = seq;
 	c->st = st;
-	px_conn_list_add(&port->m->conns, c);
+	vm_list_add(&port->m->conns, &c->node);
 	port->m->conns_active++;
 }
 
@@ -66,13 +46,11 @@ void px_conn_free(struct px_conn *c)
 		IO(n, close_fd, c->lfd, false);
 	}
 	px_insp_free(c->insp);
-	if (m) {
-		px_conn_list_del(&m->conns, c);
+	vm_list_del(&c->node);
+	if (m)
 		m->conns_active--;
-	} else {
-		px_conn_list_del(&n->unbound, c);
+	else
 		n->nunbound--;
-	}
 	free(c);
 }
 

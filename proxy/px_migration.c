@@ -26,6 +26,7 @@ struct px_migration *px_migration_new(struct px_node *n, const char *key, enum p
 	m->started_ms = px_now(n);
 	m->pace_gain = 1.0;
 	m->dirfd = -1;
+	vm_list_init(&m->conns);
 	for (unsigned int i = 0; i < PX_PORTS_MAX; i++) {
 		m->ports[i].m = m;
 		m->ports[i].lfd = -1;
@@ -129,10 +130,9 @@ int px_check_ports(unsigned int nports, const uint32_t *ids, char *err, size_t e
 /* Parked connections belong to their order, which drops them itself. */
 static void cut_conns(struct px_migration *m, bool links)
 {
-	struct px_conn *c = m->conns, *next;
+	struct px_conn *c, *next;
 
-	for (; c; c = next) {
-		next = c->next;
+	vm_list_for_each_entry_safe(c, next, &m->conns, node) {
 		if (c->st == C_LINKED) {
 			if (links) {
 				m->conns_cut++;

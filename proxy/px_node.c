@@ -97,8 +97,8 @@ static void drain_expired(void *arg)
 	/* A retiring node stops waiting for migrations that never got their first connection. */
 	n->retiring = false;
 	n->draining = true;
-	while (n->unbound)
-		px_conn_free(n->unbound);
+	while (!vm_list_empty(&n->unbound))
+		px_conn_free(vm_list_first_entry(&n->unbound, struct px_conn, node));
 	for (struct px_migration *m = n->migrations; m; m = m->next)
 		px_migration_cut(m, true);
 	px_node_dirty(n);
@@ -154,7 +154,7 @@ unsigned int px_node_unbound_shared(const struct px_node *n)
 {
 	unsigned int k = 0;
 
-	for (const struct px_conn *c = n->unbound; c; c = c->next)
+	vm_list_each(const struct px_conn, c, &n->unbound, node)
 		k += c->lport == NULL;
 	return k;
 }
@@ -258,6 +258,7 @@ int px_node_new_io(const struct xp_io_ops *io, void *ioc, const struct px_config
 	n->ioc = ioc;
 	n->conf = *conf;
 	n->lfd = -1;
+	vm_list_init(&n->unbound);
 	n->refusals.what = "lines about refused node-hop connections";
 	n->accept_errors.what = "lines about failed accepts";
 	r = xp_bucket_new(conf->shaper == PX_SHAPE_BUCKET ? conf->node_bandwidth : 0, &n->bucket);
@@ -374,8 +375,8 @@ void px_node_free(struct px_node *n)
 	if (n->own_io)
 		xp_io_stop(n->own_io);
 	n->drain_done = NULL;
-	while (n->unbound)
-		px_conn_free(n->unbound);
+	while (!vm_list_empty(&n->unbound))
+		px_conn_free(vm_list_first_entry(&n->unbound, struct px_conn, node));
 	/* Every migration still here gets its stop line; its links are gone with the pool. */
 	for (int stopped = 0; stopped < 2; stopped++) {
 		struct px_migration **head = stopped ? &n->stopped : &n->migrations;
@@ -387,10 +388,12 @@ void px_node_free(struct px_node *n)
 				px_order_free(m->ports[i].order);
 				m->ports[i].order = NULL;
 			}
-			while (m->conns) {
-				if (m->conns->st == C_LINKED)
+			while (!vm_list_empty(&m->conns)) {
+				struct px_conn *c = vm_list_first_entry(&m->conns, struct px_conn, node);
+
+				if (c->st == C_LINKED)
 					m->conns_cut++;
-				px_conn_free(m->conns);
+				px_conn_free(c);
 			}
 			px_migration_finish(m);
 		}

@@ -11,6 +11,7 @@
 
 #include "px_inspect.h"
 #include "px_node.h"
+#include "list.h"
 #include "log.h"
 #include "px_order.h"
 #include "rate.h"
@@ -127,7 +128,7 @@ struct px_conn {
 	struct px_digests dg;
 	struct vm_rate rate[2];
 	uint64_t pacing; /* SO_MAX_PACING_RATE last asked for */
-	struct px_conn *prev, *next;
+	struct vm_list node; /* in its migration's conns, or (m NULL) the node's unbound */
 };
 
 struct px_port {
@@ -176,7 +177,7 @@ struct px_migration {
 	char peer_name[160];
 	unsigned int delay_first_ms;
 	uint64_t started_ms;
-	struct px_conn *conns;
+	struct vm_list conns; /* of struct px_conn */
 	unsigned int conns_total, conns_active, conns_failed, conns_cut, conns_reordered;
 	uint64_t bytes[2];
 	uint64_t undelivered; /* dropped because the local side had closed (see px_conn_done) */
@@ -213,7 +214,7 @@ struct px_node {
 	char advertise[PX_HOST_MAX];
 	struct px_migration *migrations;
 	struct px_migration *stopped; /* stopped, waiting for the data path to return their links */
-	struct px_conn *unbound; /* target connections before their preamble: unauthenticated */
+	struct vm_list unbound; /* of struct px_conn: target connections before their preamble: unauthenticated */
 	unsigned int nunbound;
 	unsigned int unauth_refused; /* since the last log line about them */
 	uint64_t unauth_logged_ms;
@@ -263,8 +264,6 @@ static inline uint64_t px_now(const struct px_node *n)
 }
 
 /* px_conn.c: connections of either role */
-void px_conn_list_add(struct px_conn **head, struct px_conn *c);
-void px_conn_list_del(struct px_conn **head, struct px_conn *c);
 /* A target connection that passed its preamble moves from the node's unbound list to port's
  * migration, as connection seq in state st; its watch and timer go. */
 void px_conn_adopt(struct px_conn *c, struct px_port *port, uint32_t seq, enum conn_state st);

@@ -370,7 +370,7 @@ void px_source_accept(struct xp_watch *w, int lfd, uint32_t events, void *arg)
 		c->lfd = fd;
 		c->seq = port->next_seq++;
 		xp_addr_format(&port->peer, c->peer, sizeof(c->peer));
-		px_conn_list_add(&m->conns, c);
+		vm_list_add(&m->conns, &c->node);
 		m->conns_active++;
 		if (c->seq == 0 && m->delay_first_ms) {
 			c->st = C_SRC_DELAY;

@@ -523,7 +523,7 @@ static unsigned int unbound_from(const struct px_node *n, const struct px_conn *
 {
 	unsigned int k = 0;
 
-	for (const struct px_conn *o = n->unbound; o; o = o->next)
+	vm_list_each(const struct px_conn, o, &n->unbound, node)
 		k += o->lport == c->lport && !strcmp(o->addr, c->addr);
 	return k;
 }
@@ -541,7 +541,7 @@ static struct px_conn *tgt_victim(struct px_node *n, const struct px_port *lport
 	unsigned int on_listener = 0, same = 0, most = 0;
 	struct px_conn *victim = NULL;
 
-	for (struct px_conn *c = n->unbound; c; c = c->next) {
+	vm_list_each(struct px_conn, c, &n->unbound, node) {
 		if (c->lport != lport)
 			continue;
 		on_listener++;
@@ -552,7 +552,7 @@ static struct px_conn *tgt_victim(struct px_node *n, const struct px_port *lport
 	if (on_listener < n->conf.max_unauth)
 		return NULL;
 	/* The list is newest first: on a tie the later match, the older connection, wins. */
-	for (struct px_conn *c = n->unbound; c; c = c->next) {
+	vm_list_each(struct px_conn, c, &n->unbound, node) {
 		unsigned int k;
 
 		if (c->lport != lport)
@@ -616,7 +616,7 @@ static void tgt_accept_on(struct px_node *n, struct xp_watch *w, int lfd, struct
 		strcpy(c->peer, peer);
 		strcpy(c->addr, addr);
 		c->accepted_ms = px_now(n);
-		px_conn_list_add(&n->unbound, c);
+		vm_list_add(&n->unbound, &c->node);
 		n->nunbound++;
 		if (IO(n, watch_add, hop->fd, EPOLLIN, tgt_io, c, &c->w) < 0) {
 			log_err("node hop: out of memory, dropping a connection");
@@ -655,10 +655,9 @@ void px_target_accept_port(struct xp_watch *w, int lfd, uint32_t events, void *a
 static void tgt_port_closed(struct px_port *p)
 {
 	struct px_node *n = p->m->n;
-	struct px_conn *c = n->unbound, *next;
+	struct px_conn *c, *next;
 
-	for (; c; c = next) {
-		next = c->next;
+	vm_list_for_each_entry_safe(c, next, &n->unbound, node) {
 		if (c->lport == p)
 			px_conn_free(c);
 	}
