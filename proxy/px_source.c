@@ -447,16 +447,10 @@ static int socket_dir(struct px_migration *m, int basefd, const char *dir, char 
 	return r;
 }
 
-int px_source_start(struct px_node *n, const struct px_portmap *t, const char *dir,
-		    const struct px_start *opts, struct px_port_info *out, char *err, size_t errlen)
+/* Source start's checks of its arguments, before anything is made; *tls: its node hop's. */
+static int src_check_start(struct px_node *n, const struct px_portmap *t, const char *dir,
+			   const struct px_start *opts, bool *tls, char *err, size_t errlen)
 {
-	struct xp_unix_owner owner = { .uid = n->conf.socket_uid,
-				       .gid = n->conf.socket_gid,
-				       .mode = 0660 };
-	char note[64];
-	struct px_migration *m, *old;
-	int basefd = -1;
-	bool tls;
 	int r;
 
 	r = px_check_key(n, t->key, err, errlen);
@@ -465,10 +459,10 @@ int px_source_start(struct px_node *n, const struct px_portmap *t, const char *d
 	r = px_check_ports(t->nports, t->ports, err, errlen);
 	if (r < 0)
 		return r;
-	r = px_tls_choose(n, opts->tls, &tls, err, errlen);
+	r = px_tls_choose(n, opts->tls, tls, err, errlen);
 	if (r < 0)
 		return r;
-	if (tls) {
+	if (*tls) {
 		struct xp_io_info info = { 0 };
 
 		IO(n, info, &info);
@@ -481,6 +475,54 @@ int px_source_start(struct px_node *n, const struct px_portmap *t, const char *d
 		snprintf(err, errlen, "directory %.200s: give an absolute path", dir);
 		return -EINVAL;
 	}
+	return 0;
+}
+
+/* Each port's peer and socket path, refused where another migration (but old) serves it. */
+static int src_plan_ports(struct px_migration *m, const struct px_portmap *t, const char *dir,
+			  const struct px_migration *old, char *err, size_t errlen)
+{
+	for (unsigned int i = 0; i < t->nports; i++) {
+		struct px_port *p = &m->ports[i];
+		const struct px_port *taken;
+		int r;
+
+		p->id = t->ports[i];
+		p->tcp = t->kubevirt ? t->tcp[i] : t->port;
+		xp_addr_from_host(t->address, p->tcp, &p->peer);
+		r = make_socket_path(dir, t->key, p->id, p->path, sizeof(p->path));
+		if (r < 0) {
+			snprintf(err, errlen,
+				 "socket path too long (at most %zu bytes) under %.60s",
+				 sizeof(p->path) - 1, dir);
+			return r;
+		}
+		taken = path_served(m->n, p->path, old);
+		if (taken) {
+			snprintf(err, errlen,
+				 "socket %.100s is served by migration %.100s (port %u)", p->path,
+				 taken->m->key, taken->id);
+			return -EEXIST;
+		}
+	}
+	return 0;
+}
+
+int px_source_start(struct px_node *n, const struct px_portmap *t, const char *dir,
+		    const struct px_start *opts, struct px_port_info *out, char *err, size_t errlen)
+{
+	struct xp_unix_owner owner = { .uid = n->conf.socket_uid,
+				       .gid = n->conf.socket_gid,
+				       .mode = 0660 };
+	char note[64];
+	struct px_migration *m, *old;
+	int basefd = -1;
+	bool tls;
+	int r;
+
+	r = src_check_start(n, t, dir, opts, &tls, err, errlen);
+	if (r < 0)
+		return r;
 	old = px_migration_find(n, t->key, PX_ROLE_SOURCE);
 	if (old && same_source(old, t, dir, opts, tls)) {
 		for (unsigned int i = 0; i < old->nports; i++) {
@@ -521,29 +563,9 @@ int px_source_start(struct px_node *n, const struct px_portmap *t, const char *d
 	m->delay_first_ms = opts->delay_first_ms;
 	m->nports = t->nports;
 	px_migration_set_cap_now(m, opts->cap);
-	for (unsigned int i = 0; i < t->nports; i++) {
-		struct px_port *p = &m->ports[i];
-		const struct px_port *taken;
-
-		p->id = t->ports[i];
-		p->tcp = t->kubevirt ? t->tcp[i] : t->port;
-		xp_addr_from_host(t->address, p->tcp, &p->peer);
-		r = make_socket_path(dir, t->key, p->id, p->path, sizeof(p->path));
-		if (r < 0) {
-			snprintf(err, errlen,
-				 "socket path too long (at most %zu bytes) under %.60s",
-				 sizeof(p->path) - 1, dir);
-			goto fail;
-		}
-		taken = path_served(n, p->path, old);
-		if (taken) {
-			snprintf(err, errlen,
-				 "socket %.100s is served by migration %.100s (port %u)", p->path,
-				 taken->m->key, taken->id);
-			r = -EEXIST;
-			goto fail;
-		}
-	}
+	r = src_plan_ports(m, t, dir, old, err, errlen);
+	if (r < 0)
+		goto fail;
 	/* Nothing changes on disk before the request is known to be good. */
 	r = socket_dir(m, basefd, dir, err, errlen);
 	if (r < 0)
