@@ -71,7 +71,6 @@ void px_node_tick(void *arg)
 	uint64_t now = px_now(n), b[2] = { n->bytes_done[0], n->bytes_done[1] };
 
 	n->tick = NULL;
-	px_node_housekeep(n); /* where its own timer could not be had */
 	for (struct px_migration *m = px_next_any(n, NULL); m; m = px_next_any(n, m))
 		migration_sample(m, now, b);
 	for (int d = 0; d < 2; d++)
@@ -86,6 +85,8 @@ void px_node_tick(void *arg)
 	vm_log_limit_flush(&n->accept_errors, now);
 	/* Without a timer the meters stand still; that is all that is lost. */
 	(void)IO(n, timer_add, now + TICK_MS, px_node_tick, n, &n->tick);
+	/* where its own timer could not be had; last, as a drain's end may end the daemon */
+	px_node_housekeep(n);
 }
 
 static void rates_of(const struct vm_rate r[2], struct px_rates *out)
