@@ -182,8 +182,8 @@ int ctl_metrics_snapshot_take(struct px_node *n, struct cv_set *conv, struct ctl
  * The families are the figure tables' (ctl_figures.c), in table order; a family's members (its
  * fixed labels: direction and window, kind) sit next to each other there, so each family's samples
  * form one group under one HELP and TYPE. The info metrics, whose labels describe a thing rather
- * than count it, are special cases here: vmigd_node_info, vmigd_migration_info,
- * vmigd_migration_nic_info and vmigd_convergence_info.
+ * than count it, are lists of labels here (vmigd_node_info, vmigd_migration_info,
+ * vmigd_migration_nic_info and vmigd_convergence_info), each label a figure of the tables.
  */
 struct prom {
 	FILE *f;

@@ -40,7 +40,7 @@ static inline void vm_list_del(struct vm_list *e)
 	vm_list_init(e);
 }
 
-#define vm_list_entry(ptr, type, member) container_of(ptr, type, member)
+#define vm_list_entry(ptr, type, member)	container_of(ptr, type, member)
 #define vm_list_first_entry(head, type, member) vm_list_entry((head)->next, type, member)
 
 /* Each element pos of head, front to back; pos must stay in the list until the next step. */

@@ -60,7 +60,7 @@ void px_migration_pace(struct px_migration *m)
 		}
 	}
 
-	vm_list_each(struct px_conn, c, &m->conns, node) {
+	vm_list_each (struct px_conn, c, &m->conns, node) {
 		uint64_t cr;
 
 		if (k == ARRAY_SIZE(cs))

@@ -132,7 +132,7 @@ static void cut_conns(struct px_migration *m, bool links)
 {
 	struct px_conn *c, *next;
 
-	vm_list_for_each_entry_safe(c, next, &m->conns, node) {
+	vm_list_for_each_entry_safe (c, next, &m->conns, node) {
 		if (c->st == C_LINKED) {
 			if (links) {
 				m->conns_cut++;

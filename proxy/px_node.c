@@ -154,7 +154,7 @@ unsigned int px_node_unbound_shared(const struct px_node *n)
 {
 	unsigned int k = 0;
 
-	vm_list_each(const struct px_conn, c, &n->unbound, node)
+	vm_list_each (const struct px_conn, c, &n->unbound, node)
 		k += c->lport == NULL;
 	return k;
 }
@@ -389,7 +389,8 @@ void px_node_free(struct px_node *n)
 				m->ports[i].order = NULL;
 			}
 			while (!vm_list_empty(&m->conns)) {
-				struct px_conn *c = vm_list_first_entry(&m->conns, struct px_conn, node);
+				struct px_conn *c =
+					vm_list_first_entry(&m->conns, struct px_conn, node);
 
 				if (c->st == C_LINKED)
 					m->conns_cut++;

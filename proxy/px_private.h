@@ -214,7 +214,8 @@ struct px_node {
 	char advertise[PX_HOST_MAX];
 	struct px_migration *migrations;
 	struct px_migration *stopped; /* stopped, waiting for the data path to return their links */
-	struct vm_list unbound; /* of struct px_conn: target connections before their preamble: unauthenticated */
+	/* of struct px_conn: target connections before their preamble: unauthenticated */
+	struct vm_list unbound;
 	unsigned int nunbound;
 	unsigned int unauth_refused; /* since the last log line about them */
 	uint64_t unauth_logged_ms;

@@ -43,7 +43,7 @@ static void migration_sample(struct px_migration *m, uint64_t now, uint64_t node
 		pb[i][0] = m->ports[i].bytes[0];
 		pb[i][1] = m->ports[i].bytes[1];
 	}
-	vm_list_each(struct px_conn, c, &m->conns, node) {
+	vm_list_each (struct px_conn, c, &m->conns, node) {
 		unsigned int pi = (unsigned int)(c->port - m->ports);
 		uint64_t b[2];
 
@@ -208,7 +208,7 @@ void px_node_foreach(struct px_node *n, px_migration_fn fn, void *arg)
 			pi->conns_total = m->ports[i].conns_total;
 			rates_of(m->ports[i].rate, &pi->rate);
 		}
-		vm_list_each(struct px_conn, c, &m->conns, node)
+		vm_list_each (struct px_conn, c, &m->conns, node)
 			conn_info(m, c, &mi,
 				  ci && mi.nconns < m->conns_active ? &ci[mi.nconns++] : NULL,
 				  &shaped_ns);
@@ -267,7 +267,7 @@ void px_node_info(struct px_node *n, struct px_node_info *out)
 	for (struct px_migration *m = px_next_any(n, NULL); m; m = px_next_any(n, m)) {
 		ni.migrations += !m->stopping;
 		ni.conns_active += m->conns_active;
-		vm_list_each(struct px_conn, c, &m->conns, node) {
+		vm_list_each (struct px_conn, c, &m->conns, node) {
 			uint64_t b[2];
 
 			if (c->st != C_LINKED)

@@ -523,7 +523,7 @@ static unsigned int unbound_from(const struct px_node *n, const struct px_conn *
 {
 	unsigned int k = 0;
 
-	vm_list_each(const struct px_conn, o, &n->unbound, node)
+	vm_list_each (const struct px_conn, o, &n->unbound, node)
 		k += o->lport == c->lport && !strcmp(o->addr, c->addr);
 	return k;
 }
@@ -541,7 +541,7 @@ static struct px_conn *tgt_victim(struct px_node *n, const struct px_port *lport
 	unsigned int on_listener = 0, same = 0, most = 0;
 	struct px_conn *victim = NULL;
 
-	vm_list_each(struct px_conn, c, &n->unbound, node) {
+	vm_list_each (struct px_conn, c, &n->unbound, node) {
 		if (c->lport != lport)
 			continue;
 		on_listener++;
@@ -552,7 +552,7 @@ static struct px_conn *tgt_victim(struct px_node *n, const struct px_port *lport
 	if (on_listener < n->conf.max_unauth)
 		return NULL;
 	/* The list is newest first: on a tie the later match, the older connection, wins. */
-	vm_list_each(struct px_conn, c, &n->unbound, node) {
+	vm_list_each (struct px_conn, c, &n->unbound, node) {
 		unsigned int k;
 
 		if (c->lport != lport)
@@ -657,7 +657,7 @@ static void tgt_port_closed(struct px_port *p)
 	struct px_node *n = p->m->n;
 	struct px_conn *c, *next;
 
-	vm_list_for_each_entry_safe(c, next, &n->unbound, node) {
+	vm_list_for_each_entry_safe (c, next, &n->unbound, node) {
 		if (c->lport == p)
 			px_conn_free(c);
 	}

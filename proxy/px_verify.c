@@ -220,7 +220,7 @@ void px_verify_arrive(struct px_conn *c, struct px_port *port, const struct px_p
 		return;
 	}
 	/* Still carried here: answered when its link returns, or at the deadline. */
-	vm_list_each(struct px_conn, x, &m->conns, node) {
+	vm_list_each (struct px_conn, x, &m->conns, node) {
 		if (x->st == C_LINKED && x->port == port && x->seq == p->seq && x->digest) {
 			if (IO(n, timer_add, px_now(n) + VERIFY_WAIT_MS, report_timeout, c, &c->t) <
 			    0)
@@ -296,7 +296,7 @@ static void target_ended(struct px_conn *c, const struct xp_link_result *res)
 				      &m->v.timer) < 0)
 			log_err("migration %s: out of memory arming the digest timer", m->key);
 	}
-	vm_list_each(struct px_conn, x, &m->conns, node) {
+	vm_list_each (struct px_conn, x, &m->conns, node) {
 		if (x->st == C_TGT_VERIFY && x->port == c->port && x->seq == c->seq) {
 			IO(n, timer_del, x->t);
 			x->t = NULL;
