@@ -160,7 +160,7 @@ int px_migration_set_cap(struct px_node *n, const char *key, uint64_t cap, char 
 	unsigned int found = 0;
 	char r[32];
 
-	for (struct px_migration *m = n->migrations; m; m = m->next) {
+	vm_list_each (struct px_migration, m, &n->migrations, node) {
 		if (strcmp(m->key, key))
 			continue;
 		px_migration_set_cap_now(m, cap);

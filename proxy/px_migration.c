@@ -27,6 +27,7 @@ struct px_migration *px_migration_new(struct px_node *n, const char *key, enum p
 	m->pace_gain = 1.0;
 	m->dirfd = -1;
 	vm_list_init(&m->conns);
+	vm_list_init(&m->node);
 	for (unsigned int i = 0; i < PX_PORTS_MAX; i++) {
 		m->ports[i].m = m;
 		m->ports[i].lfd = -1;
@@ -48,7 +49,7 @@ void px_migration_discard(struct px_migration *m)
 
 struct px_migration *px_migration_find(struct px_node *n, const char *key, enum px_role role)
 {
-	for (struct px_migration *m = n->migrations; m; m = m->next)
+	vm_list_each (struct px_migration, m, &n->migrations, node)
 		if (m->role == role && strcmp(m->key, key) == 0)
 			return m;
 	return NULL;
@@ -216,17 +217,6 @@ int px_tls_choose(struct px_node *n, enum px_tls tls, bool *ret, char *err, size
 	return 0;
 }
 
-static void migration_unlink(struct px_migration **head, struct px_migration *m)
-{
-	struct px_migration **pp = head;
-
-	while (*pp && *pp != m)
-		pp = &(*pp)->next;
-	if (*pp)
-		*pp = m->next;
-	m->next = NULL;
-}
-
 void px_migration_maybe_finish(struct px_migration *m)
 {
 	if (m->stopping && m->conns_active == 0 && !px_verify_busy(m))
@@ -264,7 +254,7 @@ void px_migration_finish(struct px_migration *m)
 	       m->key, px_role_str(m->role), m->conns_total, m->conns_reordered,
 	       (unsigned long long)(m->bytes[0] + m->bytes[1]), (unsigned long long)m->bytes[0],
 	       (unsigned long long)m->bytes[1], undelivered, secs, verified, outcome);
-	migration_unlink(m->stopping ? &n->stopped : &n->migrations, m);
+	vm_list_del(&m->node);
 	for (unsigned int i = 0; i < m->nports; i++) {
 		px_port_close(&m->ports[i]);
 		px_order_free(m->ports[i].order);
@@ -295,10 +285,9 @@ void px_migration_stop(struct px_migration *m)
 {
 	struct px_node *n = m->n;
 
-	migration_unlink(&n->migrations, m);
+	vm_list_del(&m->node);
 	m->stopping = true;
-	m->next = n->stopped;
-	n->stopped = m;
+	vm_list_add(&n->stopped, &m->node);
 	for (unsigned int i = 0; i < m->nports && !m->ops->stop_keeps_ports(m); i++)
 		px_port_close(&m->ports[i]);
 	px_migration_cut(m, false);

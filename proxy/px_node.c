@@ -37,8 +37,8 @@ static void check_drained(struct px_node *n)
 	if (!(n->draining || n->retiring) || !done ||
 	    px_node_active_conns(n) - (n->draining ? n->nunbound : 0) > 0)
 		return;
-	for (struct px_migration *m = n->migrations; n->retiring && m; m = m->next)
-		if (waiting_first(m))
+	vm_list_each (struct px_migration, m, &n->migrations, node)
+		if (n->retiring && waiting_first(m))
 			return;
 	/* A target's ended connections wait (VERIFY_WAIT_MS at most) for their sources' reports. */
 	for (struct px_migration *m = px_next_any(n, NULL); m; m = px_next_any(n, m))
@@ -64,10 +64,8 @@ void px_node_housekeep(struct px_node *n)
 	if (!n->dirty)
 		return;
 	n->dirty = false;
-	for (m = n->stopped; m; m = next) {
-		next = m->next;
+	vm_list_for_each_entry_safe (m, next, &n->stopped, node)
 		px_migration_maybe_finish(m);
-	}
 	check_drained(n);
 }
 
@@ -99,7 +97,7 @@ static void drain_expired(void *arg)
 	n->draining = true;
 	while (!vm_list_empty(&n->unbound))
 		px_conn_free(vm_list_first_entry(&n->unbound, struct px_conn, node));
-	for (struct px_migration *m = n->migrations; m; m = m->next)
+	vm_list_each (struct px_migration, m, &n->migrations, node)
 		px_migration_cut(m, true);
 	px_node_dirty(n);
 }
@@ -136,7 +134,7 @@ void px_node_drain(struct px_node *n, unsigned int timeout_s, void (*done)(void 
 {
 	n->draining = true;
 	wind_down(n, done, arg, true);
-	for (struct px_migration *m = n->migrations; m; m = m->next)
+	vm_list_each (struct px_migration, m, &n->migrations, node)
 		for (unsigned int i = 0; i < m->nports; i++)
 			px_port_close(&m->ports[i]);
 	if (px_node_active_conns(n) > 0)
@@ -175,15 +173,13 @@ int px_node_listen_pause(struct px_node *n, bool pause)
 
 int px_migration_hand_over(struct px_node *n, const char *key, enum px_role role, const char *to)
 {
-	struct px_migration *m = px_migration_find(n, key, role), **pp;
+	struct px_migration *m = px_migration_find(n, key, role);
 
 	if (!m)
 		return -ENOENT;
 	if (!waiting_first(m) || m->kubevirt || role != PX_ROLE_TARGET)
 		return -EBUSY;
-	for (pp = &n->migrations; *pp != m; pp = &(*pp)->next)
-		;
-	*pp = m->next;
+	vm_list_del(&m->node);
 	log_info("migration %s role=%s: handed over to %s before its first connection", m->key,
 		 px_role_str(m->role), to);
 	for (unsigned int i = 0; i < m->nports; i++)
@@ -201,7 +197,7 @@ void px_node_retire(struct px_node *n, unsigned int timeout_s, void (*done)(void
 
 	n->retiring = true;
 	wind_down(n, done, arg, false);
-	for (struct px_migration *m = n->migrations; m; m = m->next)
+	vm_list_each (struct px_migration, m, &n->migrations, node)
 		waiting += waiting_first(m);
 	log_info("handed over: carrying on with %u connections in flight and %u migrations "
 		 "waiting for their first, for up to %u s",
@@ -259,6 +255,8 @@ int px_node_new_io(const struct xp_io_ops *io, void *ioc, const struct px_config
 	n->conf = *conf;
 	n->lfd = -1;
 	vm_list_init(&n->unbound);
+	vm_list_init(&n->migrations);
+	vm_list_init(&n->stopped);
 	n->refusals.what = "lines about refused node-hop connections";
 	n->accept_errors.what = "lines about failed accepts";
 	r = xp_bucket_new(conf->shaper == PX_SHAPE_BUCKET ? conf->node_bandwidth : 0, &n->bucket);
@@ -379,10 +377,11 @@ void px_node_free(struct px_node *n)
 		px_conn_free(vm_list_first_entry(&n->unbound, struct px_conn, node));
 	/* Every migration still here gets its stop line; its links are gone with the pool. */
 	for (int stopped = 0; stopped < 2; stopped++) {
-		struct px_migration **head = stopped ? &n->stopped : &n->migrations;
+		struct vm_list *head = stopped ? &n->stopped : &n->migrations;
 
-		while (*head) {
-			struct px_migration *m = *head;
+		while (!vm_list_empty(head)) {
+			struct px_migration *m =
+				vm_list_first_entry(head, struct px_migration, node);
 
 			for (unsigned int i = 0; i < m->nports; i++) {
 				px_order_free(m->ports[i].order);
@@ -440,7 +439,7 @@ unsigned int px_node_migrations(const struct px_node *n)
 {
 	unsigned int k = 0;
 
-	for (struct px_migration *m = n->migrations; m; m = m->next)
+	vm_list_each (struct px_migration, m, &n->migrations, node)
 		k++;
 	return k;
 }

@@ -198,8 +198,8 @@ struct px_migration {
 	struct vm_rate rate[2];
 	struct xp_timer *order_timer;
 	struct xp_timer *stop_timer;
-	struct px_verify v; /* digests of its connections, compared with the peer's */
-	struct px_migration *next;
+	struct px_verify v;  /* digests of its connections, compared with the peer's */
+	struct vm_list node; /* in its node's migrations, or stopped once stopping */
 };
 
 struct px_node {
@@ -212,8 +212,8 @@ struct px_node {
 	struct xp_addr bound;
 	char listen_str[80];
 	char advertise[PX_HOST_MAX];
-	struct px_migration *migrations;
-	struct px_migration *stopped; /* stopped, waiting for the data path to return their links */
+	struct vm_list migrations; /* of struct px_migration, live */
+	struct vm_list stopped; /* ... stopped, waiting for the data path to return their links */
 	/* of struct px_conn: target connections before their preamble: unauthenticated */
 	struct vm_list unbound;
 	unsigned int nunbound;
@@ -251,11 +251,11 @@ struct px_node {
 static inline struct px_migration *px_next_any(const struct px_node *n,
 					       const struct px_migration *m)
 {
-	if (!m)
-		return n->migrations ? n->migrations : n->stopped;
-	if (m->next)
-		return m->next;
-	return m->stopping ? NULL : n->stopped;
+	const struct vm_list *at = m ? m->node.next : n->migrations.next;
+
+	if (at == &n->migrations)
+		at = n->stopped.next;
+	return at == &n->stopped ? NULL : vm_list_entry(at, struct px_migration, node);
 }
 
 /* The transport's clock, which a test's fake transport sets. */

@@ -78,7 +78,7 @@ void px_node_tick(void *arg)
 	if (n->conf.node_bandwidth)
 		px_node_share(n);
 	else if (n->conf.shaper == PX_SHAPE_PACING)
-		for (struct px_migration *m = n->migrations; m; m = m->next)
+		vm_list_each (struct px_migration, m, &n->migrations, node)
 			if (m->limit)
 				px_migration_pace(m);
 	vm_log_limit_flush(&n->refusals, now);
@@ -154,7 +154,7 @@ static void conn_info(struct px_migration *m, struct px_conn *c, struct px_migra
 
 void px_node_foreach(struct px_node *n, px_migration_fn fn, void *arg)
 {
-	for (struct px_migration *m = n->migrations; m; m = m->next) {
+	vm_list_each (struct px_migration, m, &n->migrations, node) {
 		struct px_conn_info *ci =
 			calloc(m->conns_active ? m->conns_active : 1, sizeof(*ci));
 		char host[64] = "";

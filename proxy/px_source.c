@@ -416,7 +416,7 @@ static bool same_source(const struct px_migration *m, const struct px_portmap *t
 static const struct px_port *path_served(const struct px_node *n, const char *path,
 					 const struct px_migration *except)
 {
-	for (const struct px_migration *m = n->migrations; m; m = m->next) {
+	vm_list_each (const struct px_migration, m, &n->migrations, node) {
 		if (m == except || m->role != PX_ROLE_SOURCE)
 			continue;
 		for (unsigned int i = 0; i < m->nports; i++)
@@ -597,8 +597,7 @@ int px_source_start(struct px_node *n, const struct px_portmap *t, const char *d
 		strcpy(out[i].path, p->path);
 	}
 	close(basefd);
-	m->next = n->migrations;
-	n->migrations = m;
+	vm_list_add(&n->migrations, &m->node);
 	log_info("migration %s role=source start ports=%u%s target=%s%s sockets=%s%s%s%s", t->key,
 		 m->ports[0].id, m->nports > 1 ? ",..." : "", m->peer_str,
 		 m->kubevirt ? " kubevirt" : "", m->ports[0].path, m->nports > 1 ? ",..." : "",

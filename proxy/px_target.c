@@ -834,8 +834,7 @@ int px_target_start(struct px_node *n, const char *key, unsigned int nports,
 		if (r < 0)
 			goto fail_listen;
 	}
-	m->next = n->migrations;
-	n->migrations = m;
+	vm_list_add(&n->migrations, &m->node);
 	target_map(m, out);
 	log_info("migration %s role=target start ports=%s%s%s%s", key, list,
 		 m->kubevirt ? " kubevirt" : "",
