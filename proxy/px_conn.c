@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-/* Connections of either role: their lists, freeing one that is still being set up, handing a
+/* Connections of either role: adopting and freeing one that is still being set up, handing a
  * finished one to the data path (with its caps and the stream inspector) and taking it back when
- * its link ends. The roles' set-up steps are in px_source.c and px_target.c. */
+ * its link ends. The roles' set-up steps are in px_source.c and px_target.c; what follows an end
+ * (a migration finished, a drain over) is px_node_housekeep()'s. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
