@@ -35,6 +35,7 @@
 #define PROM_V(n, t, h, l)	.prom = { .name = n, .type = t, .help = h, .label = l }
 #define TEXT(l, f)		.line = l, .text = f
 #define NONZERO			.flags = CTL_TXT_NONZERO
+#define V1(k)			.v1 = k
 
 /* The four windows of a struct px_rates member, as "rates.tx_1s" ...; family NULL: JSON only. */
 #define RATE(m, w, line, text, family, help, labels) \
@@ -78,15 +79,21 @@ static bool mig_started(const void *obj, const struct ctl_env *env, struct ctl_v
 	return ms((uint64_t)(env->now_unix * 1000) - age_ms(obj, env), v);
 }
 
+const char *ctl_conv_state(const struct cv_report *r)
+{
+	return r->irrecoverable	   ? "irrecoverable"
+	       : r->finished	   ? "finished"
+	       : r->stopped	   ? "stopped"
+	       : r->elapsed_ms < 0 ? "waiting"
+				   : "watching";
+}
+
 static bool conv_state(const void *obj, const struct ctl_env *env, struct ctl_value *v)
 {
 	const struct cv_report *r = obj;
 
 	v->kind = CTL_V_STR;
-	v->s = r->finished	   ? "finished"
-	       : r->stopped	   ? "stopped"
-	       : r->elapsed_ms < 0 ? "waiting"
-				   : "watching";
+	v->s = ctl_conv_state(r);
 	return true;
 }
 
@@ -109,9 +116,11 @@ static const struct ctl_fig node_figs[] = {
 	RATES(rate, "rate", "vmigd_node_rate_bytes_per_second",
 	      "Stream bytes per second over the window, all migrations."),
 	{ "conns.active", CTL_COUNT, FIELD(conns_active), TEXT("conns", "connections %s active"),
+	  V1("conns_active"),
 	  PROM_L("vmigd_node_connections", GAUGE, "Connections being set up or carried now.",
 		 "state=\"active\"") },
 	{ "conns.total", CTL_COUNT, FIELD(conns_total), TEXT("conns", ", %s total"),
+	  V1("conns_total"),
 	  PROM("vmigd_node_connections_total", COUNTER, "Connections carried since start.") },
 	{ "verified.match", CTL_COUNT, FIELD(verified), TEXT("conns", ", %s verified"),
 	  PROM_L("vmigd_node_verified_connections_total", COUNTER,
@@ -133,6 +142,7 @@ static const struct ctl_fig node_figs[] = {
 		 "(unverified).",
 		 "result=\"unverified\"") },
 	{ "migration_count", CTL_COUNT, FIELD(migrations), TEXT("conns", ", %s migrations"),
+	  V1("migrations"),
 	  PROM("vmigd_migrations", GAUGE, "Migrations on this node now, either role.") },
 	{ "dpdk.address", CTL_STR, FIELD(dpdk.address), OMIT_UNLESS(dpdk.on),
 	  TEXT("dpdk", "DPDK node hop %s") },
@@ -234,11 +244,14 @@ static const struct ctl_fig migration_figs[] = {
 	{ "cap_lifted", CTL_BOOL, FIELD(cap_lifted), TEXT("caps", " (lifted at switchover)|"),
 	  PROM("vmigd_migration_cap_lifted", GAUGE, "1 once the cap was lifted at switchover.") },
 	{ "conns.active", CTL_COUNT, FIELD(conns_active), TEXT("conns", "connections: %s active"),
+	  V1("connections_active"),
 	  PROM_L("vmigd_migration_connections", GAUGE, "Connections being set up or carried now.",
 		 "state=\"active\"") },
 	{ "conns.total", CTL_COUNT, FIELD(conns_total), TEXT("conns", ", %s total"),
+	  V1("connections"),
 	  PROM("vmigd_migration_connections_total", COUNTER, "Connections carried so far.") },
 	{ "conns.failed", CTL_COUNT, FIELD(conns_failed), TEXT("conns", ", %s failed"),
+	  V1("connections_failed"),
 	  PROM("vmigd_migration_connections_failed_total", COUNTER, "Connections that failed.") },
 	{ "conns.verified", CTL_COUNT, FIELD(conns_verified), TEXT("conns", ", %s verified"),
 	  PROM_L("vmigd_migration_verified_connections_total", COUNTER,
@@ -254,9 +267,11 @@ static const struct ctl_fig migration_figs[] = {
 		 "Ended connections by what comparing their digests with the peer's found.",
 		 "result=\"unverified\"") },
 	{ "conns.reordered", CTL_COUNT, FIELD(conns_reordered), TEXT("conns", ", %s reordered"),
+	  V1("connections_reordered"),
 	  PROM("vmigd_migration_connections_reordered_total", COUNTER,
 	       "Target: connections that arrived before a predecessor and waited.") },
 	{ "duration_s", CTL_SECONDS, CALC(mig_duration), TEXT("head", ", running %s"),
+	  V1("seconds"),
 	  PROM("vmigd_migration_duration_seconds", GAUGE,
 	       "Time since the migration was started.") },
 	{ "peer", CTL_STR, FIELD(peer), OMIT_EMPTY, TEXT("head", ", peer %s") },
@@ -321,7 +336,7 @@ TABLE(ctl_insp_summary_table, "inspect", insp_summary_figs);
 
 #define OBJ struct px_port_info
 static const struct ctl_fig port_figs[] = {
-	{ "id", CTL_COUNT, FIELD(id), TEXT("head", "port %s:") },
+	{ "id", CTL_COUNT, FIELD(id), TEXT("head", "port %s:"), V1("port") },
 	{ "bytes_tx", CTL_BYTES, FIELD(bytes_tx), TEXT("head", " sent %s"),
 	  PROM("vmigd_port_sent_bytes_total", COUNTER, "Stream bytes sent on a logical port.") },
 	{ "bytes_rx", CTL_BYTES, FIELD(bytes_rx), TEXT("head", ", received %s"),

@@ -129,6 +129,9 @@ struct ctl_fig {
 	 */
 	const char *line, *text;
 	unsigned int flags;
+	/* Its key in replies of reply version 1 (before the tables), where it had another;
+	 * vmigctl moves it (vmigctl_reply.c). NULL: the same key, or none. */
+	const char *v1;
 };
 
 struct ctl_table {
@@ -157,6 +160,8 @@ extern const struct ctl_table ctl_action_table;
 /* struct ctl_nic_view, a migration's "nic" and the node's (null when not known) */
 extern const struct ctl_table ctl_nic_table;
 
+/* A convergence watch's "state": waiting, watching, finished, stopped or irrecoverable. */
+const char *ctl_conv_state(const struct cv_report *r);
 /* The figure with this JSON key, or NULL. */
 const struct ctl_fig *ctl_fig_find(const struct ctl_table *t, const char *key);
 

@@ -182,8 +182,8 @@ int ctl_metrics_snapshot_take(struct px_node *n, struct cv_set *conv, struct ctl
  * The families are the figure tables' (ctl_figures.c), in table order; a family's members (its
  * fixed labels: direction and window, kind) sit next to each other there, so each family's samples
  * form one group under one HELP and TYPE. The info metrics, whose labels describe a thing rather
- * than count it, are special cases here: vmigd_node_info, vmigd_migration_info,
- * vmigd_migration_nic_info and vmigd_convergence_info.
+ * than count it, are lists of labels here (vmigd_node_info, vmigd_migration_info,
+ * vmigd_migration_nic_info and vmigd_convergence_info), each label a figure of the tables.
  */
 struct prom {
 	FILE *f;
@@ -276,7 +276,7 @@ static void mig_labels(const struct px_migration_info *mi, char *buf, size_t len
 {
 	buf[0] = '\0';
 	label(buf, len, "key", mi->key);
-	label(buf, len, "role", ctl_role_str(mi->role));
+	label(buf, len, "role", px_role_str(mi->role));
 }
 
 /* One figure of every object of a kind, in the order of the snapshot. */
@@ -345,59 +345,124 @@ static void render_table(struct prom *p, const struct ctl_metrics_snapshot *s,
 			walk(p, s, k, &t->figs[n]);
 }
 
+/*
+ * The info families: their labels are figures of the tables, read as JSON reads them (a bool as
+ * "true"/"false" unless yes_no gives its two words, a count in decimal, nothing as ""). Whether a
+ * figure is present does not matter here: an info sample always has all its labels.
+ */
+struct info_label {
+	const char *label;
+	const struct ctl_table *t;
+	const char *key;
+	const char *yes_no[2];
+	bool zero_empty; /* a count of 0 reads as "" (not known yet) */
+};
+
+static void info_label(struct prom *p, char *buf, size_t len, const struct info_label *l,
+		       const void *obj)
+{
+	const struct ctl_fig *f = obj ? ctl_fig_find(l->t, l->key) : NULL;
+	struct ctl_value v = { .kind = CTL_V_NULL };
+	char num[24] = "";
+	const char *s = "";
+
+	if (f)
+		ctl_fig_read(f, obj, &p->env, 0, &v);
+	if (v.kind == CTL_V_STR)
+		s = v.s;
+	else if (v.kind == CTL_V_BOOL)
+		s = l->yes_no[0] ? l->yes_no[!v.b] : v.b ? "true" : "false";
+	else if (v.kind == CTL_V_U64 && !(l->zero_empty && !v.u))
+		snprintf(num, sizeof(num), "%" PRIu64, v.u);
+	else if (v.kind == CTL_V_I64 && !(l->zero_empty && !v.i))
+		snprintf(num, sizeof(num), "%" PRId64, v.i);
+	label(buf, len, l->label, num[0] ? num : s);
+}
+
+static const struct info_label node_info_labels[] = {
+	{ .label = "shaper", .t = &ctl_node_table, .key = "shaper" },
+	{ .label = "inspect", .t = &ctl_node_table, .key = "inspect", .yes_no = { "on", "off" } },
+};
+
+/* Where the migration's own figures end and its stream's ("stream", "machine") begin. */
+#define MIG_INFO_OWN 2
+static const struct info_label migration_info_labels[] = {
+	{ .label = "state", .t = &ctl_migration_table, .key = "state" },
+	{ .label = "mode", .t = &ctl_migration_table, .key = "mode" },
+	{ .label = "stream",
+	  .t = &ctl_insp_summary_table,
+	  .key = "stream_version",
+	  .zero_empty = true },
+	{ .label = "machine", .t = &ctl_insp_summary_table, .key = "machine" },
+};
+
+static const struct info_label nic_info_labels[] = {
+	{ .label = "interface", .t = &ctl_nic_table, .key = "interface" },
+	{ .label = "kind", .t = &ctl_nic_table, .key = "kind" },
+	{ .label = "driver", .t = &ctl_nic_table, .key = "driver" },
+	{ .label = "device", .t = &ctl_nic_table, .key = "device" },
+	{ .label = "vf", .t = &ctl_nic_table, .key = "vf" },
+	{ .label = "pf", .t = &ctl_nic_table, .key = "pf" },
+	{ .label = "numa_node", .t = &ctl_nic_table, .key = "numa_node" },
+};
+
+static const struct info_label conv_info_labels[] = {
+	{ .label = "mode", .t = &ctl_conv_table, .key = "mode" },
+	{ .label = "backend", .t = &ctl_conv_table, .key = "backend" },
+	{ .label = "state", .t = &ctl_conv_table, .key = "state" },
+};
+
+/* One info sample: base labels (the object's), then ls read from obj (insp: from the stream's). */
+static void info_sample(struct prom *p, const char *family, const char *help, const char *base,
+			const struct info_label *ls, size_t n, const void *obj, size_t own,
+			const void *insp)
+{
+	char labels[LABELS_MAX];
+
+	snprintf(labels, sizeof(labels), "%s", base);
+	for (size_t i = 0; i < n; i++)
+		info_label(p, labels, sizeof(labels), &ls[i], i < own ? obj : insp);
+	head(p, family, "gauge", help);
+	fprintf(p->f, "%s{%s} 1\n", family, labels);
+}
+
 static void render_node_info(struct prom *p, const struct ctl_metrics_snapshot *s)
 {
-	char labels[LABELS_MAX] = "";
-
-	head(p, "vmigd_node_info", "gauge",
-	     "Always 1; the labels say how the node shapes and inspects.");
-	label(labels, sizeof(labels), "shaper", px_shaper_str(s->node.shaper));
-	label(labels, sizeof(labels), "inspect", s->node.inspect ? "on" : "off");
-	fprintf(p->f, "vmigd_node_info{%s} 1\n", labels);
+	info_sample(p, "vmigd_node_info",
+		    "Always 1; the labels say how the node shapes and inspects.", "",
+		    node_info_labels, ARRAY_SIZE(node_info_labels), &s->node,
+		    ARRAY_SIZE(node_info_labels), NULL);
 }
 
 static void render_migration_info(struct prom *p, const struct ctl_metrics_snapshot *s)
 {
+	char labels[LABELS_MAX];
+
 	for (unsigned int i = 0; i < s->nmigs; i++) {
 		const struct px_migration_info *mi = &s->migs[i];
-		char labels[LABELS_MAX], ver[16] = "";
 
-		if (mi->inspected && mi->insp.stream_version)
-			snprintf(ver, sizeof(ver), "%" PRIu32, mi->insp.stream_version);
 		mig_labels(mi, labels, sizeof(labels));
-		label(labels, sizeof(labels), "state", mi->state);
-		label(labels, sizeof(labels), "mode", mi->mode);
-		label(labels, sizeof(labels), "stream", ver);
-		label(labels, sizeof(labels), "machine", mi->inspected ? mi->insp.machine : "");
-		head(p, "vmigd_migration_info", "gauge",
-		     "Always 1; the labels describe the migration (stream: QEMU stream version).");
-		fprintf(p->f, "vmigd_migration_info{%s} 1\n", labels);
+		info_sample(p, "vmigd_migration_info",
+			    "Always 1; the labels describe the migration (stream: QEMU stream "
+			    "version).",
+			    labels, migration_info_labels, ARRAY_SIZE(migration_info_labels), mi,
+			    MIG_INFO_OWN, mi->inspected ? &mi->insp : NULL);
 	}
 }
 
 static void render_nic_info(struct prom *p, const struct ctl_metrics_snapshot *s)
 {
-	char labels[LABELS_MAX], numa[16];
+	char labels[LABELS_MAX];
 
 	for (unsigned int i = 0; s->nics && i < s->nmigs; i++) {
-		const struct ctl_nic_view *v = &s->nics[i];
-
-		if (!v->nic.ifindex)
+		if (!s->nics[i].nic.ifindex)
 			continue;
-		snprintf(numa, sizeof(numa), "%d", v->nic.numa_node);
 		mig_labels(&s->migs[i], labels, sizeof(labels));
-		label(labels, sizeof(labels), "interface", v->nic.name);
-		label(labels, sizeof(labels), "kind", v->nic.kind);
-		label(labels, sizeof(labels), "driver", v->nic.driver);
-		label(labels, sizeof(labels), "device", v->nic.pci);
-		label(labels, sizeof(labels), "vf", v->nic.vf ? "true" : "false");
-		label(labels, sizeof(labels), "pf", v->nic.pf);
-		label(labels, sizeof(labels), "numa_node", numa);
-		head(p, "vmigd_migration_nic_info", "gauge",
-		     "Always 1; the labels describe the interface that carries the migration's "
-		     "node "
-		     "hop (device: its bus address; numa_node -1: none).");
-		fprintf(p->f, "vmigd_migration_nic_info{%s} 1\n", labels);
+		info_sample(p, "vmigd_migration_nic_info",
+			    "Always 1; the labels describe the interface that carries the "
+			    "migration's node hop (device: its bus address; numa_node -1: none).",
+			    labels, nic_info_labels, ARRAY_SIZE(nic_info_labels), &s->nics[i],
+			    ARRAY_SIZE(nic_info_labels), NULL);
 	}
 }
 
@@ -406,23 +471,14 @@ static void render_convergence_info(struct prom *p, const struct ctl_metrics_sna
 	char labels[LABELS_MAX];
 
 	for (unsigned int i = 0; s->conv && i < s->nmigs; i++) {
-		const struct cv_report *r = &s->conv[i];
-
-		if (!r->backend)
+		if (!s->conv[i].backend)
 			continue;
 		mig_labels(&s->migs[i], labels, sizeof(labels));
-		label(labels, sizeof(labels), "mode", cv_mode_str(r->mode));
-		label(labels, sizeof(labels), "backend", r->backend);
-		label(labels, sizeof(labels), "state",
-		      r->irrecoverable	  ? "irrecoverable"
-		      : r->finished	  ? "finished"
-		      : r->stopped	  ? "stopped"
-		      : r->elapsed_ms < 0 ? "waiting"
-					  : "watching");
-		head(p, "vmigd_convergence_info", "gauge",
-		     "Always 1; the labels give the mode, backend and state (waiting, watching, "
-		     "finished, stopped, irrecoverable).");
-		fprintf(p->f, "vmigd_convergence_info{%s} 1\n", labels);
+		info_sample(p, "vmigd_convergence_info",
+			    "Always 1; the labels give the mode, backend and state (waiting, "
+			    "watching, finished, stopped, irrecoverable).",
+			    labels, conv_info_labels, ARRAY_SIZE(conv_info_labels), &s->conv[i],
+			    ARRAY_SIZE(conv_info_labels), NULL);
 	}
 }
 

@@ -90,7 +90,7 @@ static void link_down_policy(struct ctl_nic *c, struct rec *r)
 	    xp_timer_add(c->loop, r->down_since_ms + c->down_timeout_s * 1000ull, on_down_bound, r,
 			 &r->fail_t) < 0)
 		log_warn("migration %s role=%s: cannot arm the link-down bound: it waits for TCP",
-			 r->key, ctl_role_str(r->role));
+			 r->key, px_role_str(r->role));
 }
 
 static struct rec *find(struct ctl_nic *c, const char *key, enum px_role role)
@@ -111,7 +111,7 @@ static void resolve(struct ctl_nic *c, struct rec *r)
 	if (ctl_nl_route(c->nic, r->peer, &nic, err, sizeof(err)) < 0) {
 		if (strcmp(err, r->error))
 			log_warn("migration %s role=%s: node hop to %s: %s%s", r->key,
-				 ctl_role_str(r->role), r->peer, err,
+				 px_role_str(r->role), r->peer, err,
 				 r->found ? " (status keeps the interface it had)" : "");
 		snprintf(r->error, sizeof(r->error), "%s", err);
 		return;
@@ -119,12 +119,12 @@ static void resolve(struct ctl_nic *c, struct rec *r)
 	r->error[0] = '\0';
 	if (!r->found)
 		log_info("migration %s role=%s: node hop to %s goes out on %s (%s%s%s, %s)", r->key,
-			 ctl_role_str(r->role), r->peer, nic.name, nic.kind,
+			 px_role_str(r->role), r->peer, nic.name, nic.kind,
 			 nic.vf ? ", SR-IOV VF of " : "", nic.vf ? nic.pf : "",
 			 nic.up ? "link up" : "link down");
 	else if (nic.ifindex != r->nic.ifindex)
 		log_warn("migration %s role=%s: node hop to %s now goes out on %s (was %s)", r->key,
-			 ctl_role_str(r->role), r->peer, nic.name, r->nic.name);
+			 px_role_str(r->role), r->peer, nic.name, r->nic.name);
 	if (!r->found || nic.ifindex != r->nic.ifindex) {
 		/* Moved onto a link that is up: what a link down set going ends. */
 		if (r->found && !r->up && nic.up)
@@ -135,7 +135,7 @@ static void resolve(struct ctl_nic *c, struct rec *r)
 			r->downs++;
 			log_warn("migration %s role=%s: link %s is down: the node hop to %s has no "
 				 "carrier",
-				 r->key, ctl_role_str(r->role), nic.name, r->peer);
+				 r->key, px_role_str(r->role), nic.name, r->peer);
 		}
 		r->up = nic.up;
 		if (nic.up)
@@ -248,7 +248,7 @@ static void on_down_bound(void *arg)
 		return;
 	if (l.switchover || !l.inspected) {
 		log_warn("migration %s role=%s: link %s down for %u s, but not failed: %s", r->key,
-			 ctl_role_str(r->role), r->nic.name, c->down_timeout_s,
+			 px_role_str(r->role), r->nic.name, c->down_timeout_s,
 			 l.switchover
 				 ? "QEMU's switchover has begun, and cutting a post-copy "
 				   "migration would lose the guest (QEMU can recover it when the "
@@ -279,13 +279,13 @@ static void link_changed(struct ctl_nic *c, int ifindex, const char *name, bool 
 			r->downs++;
 			log_warn("migration %s role=%s: link %s %s: the node hop to %s has no "
 				 "carrier (down %u time%s during this migration)",
-				 r->key, ctl_role_str(r->role), name[0] ? name : r->nic.name,
+				 r->key, px_role_str(r->role), name[0] ? name : r->nic.name,
 				 gone ? "deleted" : "down", r->peer, r->downs,
 				 r->downs == 1 ? "" : "s");
 			link_down_policy(c, r);
 		} else {
 			log_info("migration %s role=%s: link %s up again after %.1f s", r->key,
-				 ctl_role_str(r->role), name, (now - r->down_since_ms) / 1000.0);
+				 px_role_str(r->role), name, (now - r->down_since_ms) / 1000.0);
 			r->up = true;
 			r->down_since_ms = 0;
 			link_back_policy(c, r, "the link is up again");

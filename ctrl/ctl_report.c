@@ -9,11 +9,6 @@
 #include "ctl_report.h"
 #include "util.h"
 
-const char *ctl_role_str(enum px_role r)
-{
-	return r == PX_ROLE_SOURCE ? "source" : "target";
-}
-
 void ctl_env_now(struct ctl_env *env)
 {
 	struct timespec ts;
@@ -27,7 +22,7 @@ static const char *enum_name(enum ctl_names names, int v)
 {
 	switch (names) {
 	case CTL_N_ROLE:
-		return ctl_role_str(v);
+		return px_role_str(v);
 	case CTL_N_SHAPER:
 		return px_shaper_str(v);
 	case CTL_N_INSP_KIND:

@@ -11,8 +11,6 @@
 
 struct json_object;
 
-/* "source" or "target". */
-const char *ctl_role_str(enum px_role r);
 /* The clocks, now. */
 void ctl_env_now(struct ctl_env *env);
 

@@ -278,9 +278,7 @@ static void offer_migration(const struct px_migration_info *mi, void *arg)
 	}
 keep:
 	json_object_object_add(o, "key", json_object_new_string(mi->key));
-	json_object_object_add(
-		o, "role",
-		json_object_new_string(mi->role == PX_ROLE_SOURCE ? "source" : "target"));
+	json_object_object_add(o, "role", json_object_new_string(px_role_str(mi->role)));
 	json_object_object_add(o, "pid", json_object_new_int(getpid()));
 	json_object_array_add(ow->kept, o);
 }

@@ -286,24 +286,39 @@ static void move_key(struct json_object *o, const char *from, const char *to)
 	put_path(o, to, v);
 }
 
+/*
+ * Moves the figures of table t in o from their version 1 keys (the table's v1 column). Only
+ * scalars move: where a v1 key is now a group's or a list's name ("connections"), a v1 reply's
+ * value of that key is the figure, a v2-shaped one's the list.
+ */
+static void figures_from_v1(struct json_object *o, const struct ctl_table *t)
+{
+	struct json_object *v;
+
+	for (size_t i = 0; i < t->n; i++) {
+		const struct ctl_fig *f = &t->figs[i];
+
+		if (!f->v1 || !json_object_object_get_ex(o, f->v1, &v) ||
+		    json_object_is_type(v, json_type_object) ||
+		    json_object_is_type(v, json_type_array))
+			continue;
+		move_key(o, f->v1, f->key);
+	}
+}
+
 /* A version 1 migration of list or status; a no-op on one of metrics, which had the new shape. */
 static void migration_from_v1(struct json_object *m)
 {
-	struct json_object *v, *ports;
+	struct json_object *ports;
 
-	if (json_object_object_get_ex(m, "connections", &v) &&
-	    json_object_is_type(v, json_type_int))
-		move_key(m, "connections", "conns.total");
-	move_key(m, "connections_active", "conns.active");
-	move_key(m, "connections_failed", "conns.failed");
-	move_key(m, "connections_reordered", "conns.reordered");
+	figures_from_v1(m, &ctl_migration_table);
+	/* groups, not figures */
 	move_key(m, "connection_list", "connections");
-	move_key(m, "seconds", "duration_s");
 	move_key(m, "rate", "rates");
 	if (json_object_object_get_ex(m, "ports", &ports) &&
 	    json_object_is_type(ports, json_type_array))
 		for (size_t i = 0; i < json_object_array_length(ports); i++)
-			move_key(json_object_array_get_idx(ports, i), "port", "id");
+			figures_from_v1(json_object_array_get_idx(ports, i), &ctl_port_table);
 }
 
 static void migrations_from_v1(struct json_object *migs)
@@ -328,11 +343,9 @@ struct json_object *vc_reply_v2(struct json_object *reply)
 	if (json_object_object_get_ex(reply, "migrations", &v))
 		migrations_from_v1(v);
 	node = vc_obj_field(reply, "node");
-	if (node) {
-		move_key(node, "migrations", "migration_count");
-		move_key(node, "conns_active", "conns.active");
-		move_key(node, "conns_total", "conns.total");
-	}
+	if (node)
+		figures_from_v1(node, &ctl_node_table);
+	/* version 1's status had the node's figures at its top, under names of its own */
 	s = vc_obj_field(reply, "status");
 	if (s) {
 		node = json_object_new_object();

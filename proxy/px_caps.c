@@ -60,9 +60,11 @@ void px_migration_pace(struct px_migration *m)
 		}
 	}
 
-	for (struct px_conn *c = m->conns; c && k < ARRAY_SIZE(cs); c = c->next) {
+	vm_list_each (struct px_conn, c, &m->conns, node) {
 		uint64_t cr;
 
+		if (k == ARRAY_SIZE(cs))
+			break;
 		if (c->st != C_LINKED)
 			continue;
 		cr = vm_rate_get(&c->rate[0], 1000);
@@ -158,7 +160,7 @@ int px_migration_set_cap(struct px_node *n, const char *key, uint64_t cap, char 
 	unsigned int found = 0;
 	char r[32];
 
-	for (struct px_migration *m = n->migrations; m; m = m->next) {
+	vm_list_each (struct px_migration, m, &n->migrations, node) {
 		if (strcmp(m->key, key))
 			continue;
 		px_migration_set_cap_now(m, cap);

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-/* Connections of either role: their lists, freeing one that is still being set up, handing a
+/* Connections of either role: adopting and freeing one that is still being set up, handing a
  * finished one to the data path (with its caps and the stream inspector) and taking it back when
- * its link ends. The roles' set-up steps are in px_source.c and px_target.c. */
+ * its link ends. The roles' set-up steps are in px_source.c and px_target.c; what follows an end
+ * (a migration finished, a drain over) is px_node_housekeep()'s. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,26 +16,6 @@ const char *px_role_str(enum px_role r)
 	return r == PX_ROLE_SOURCE ? "source" : "target";
 }
 
-void px_conn_list_add(struct px_conn **head, struct px_conn *c)
-{
-	c->prev = NULL;
-	c->next = *head;
-	if (*head)
-		(*head)->prev = c;
-	*head = c;
-}
-
-void px_conn_list_del(struct px_conn **head, struct px_conn *c)
-{
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		*head = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
-	c->prev = c->next = NULL;
-}
-
 void px_conn_adopt(struct px_conn *c, struct px_port *port, uint32_t seq, enum conn_state st)
 {
 	struct px_node *n = c->n;
@@ -43,14 +24,14 @@ void px_conn_adopt(struct px_conn *c, struct px_port *port, uint32_t seq, enum c
 	IO(n, timer_del, c->t);
 	c->w = NULL;
 	c->t = NULL;
-	px_conn_list_del(&n->unbound, c);
+	vm_list_del(&c->node);
 	n->nunbound--;
 	c->m = port->m;
 	c->port = port;
 	c->lport = NULL;
 	c->seq = seq;
 	c->st = st;
-	px_conn_list_add(&port->m->conns, c);
+	vm_list_add(&port->m->conns, &c->node);
 	port->m->conns_active++;
 }
 
@@ -66,25 +47,20 @@ void px_conn_free(struct px_conn *c)
 		IO(n, close_fd, c->lfd, false);
 	}
 	px_insp_free(c->insp);
-	if (m) {
-		px_conn_list_del(&m->conns, c);
+	vm_list_del(&c->node);
+	if (m)
 		m->conns_active--;
-	} else {
-		px_conn_list_del(&n->unbound, c);
+	else
 		n->nunbound--;
-	}
 	free(c);
 }
 
 void px_conn_release(struct px_conn *c)
 {
-	struct px_migration *m = c->m;
 	struct px_node *n = c->n;
 
 	px_conn_free(c);
-	if (m)
-		px_migration_maybe_finish(m);
-	px_node_check_drained(n);
+	px_node_dirty(n);
 }
 
 /* A fresh connection's send buffer is empty, so a failure means the peer is gone; callers

@@ -68,6 +68,13 @@ uint64_t px_insp_plan(struct px_insp *in, size_t *want);
 void px_insp_read(const struct px_insp *in, struct px_insp_stats *out);
 const char *px_insp_kind_str(enum px_insp_kind k);
 
+struct px_insp_summary; /* px_node.h */
+/*
+ * Adds one connection's figures to its migration's (px_inspect_fold.c). live: the connection is
+ * still carried, so its pass figures count towards the dirty-rate estimate.
+ */
+void px_insp_fold(struct px_insp_summary *sum, const struct px_insp_stats *st, bool live);
+
 /* The tap the data path calls (ctx is a struct px_insp). */
 extern const struct xp_tap_ops px_insp_tap_ops;
 

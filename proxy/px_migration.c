@@ -22,9 +22,12 @@ struct px_migration *px_migration_new(struct px_node *n, const char *key, enum p
 	m->n = n;
 	strcpy(m->key, key);
 	m->role = role;
+	m->ops = role == PX_ROLE_SOURCE ? &px_source_ops : &px_target_ops;
 	m->started_ms = px_now(n);
 	m->pace_gain = 1.0;
 	m->dirfd = -1;
+	vm_list_init(&m->conns);
+	vm_list_init(&m->node);
 	for (unsigned int i = 0; i < PX_PORTS_MAX; i++) {
 		m->ports[i].m = m;
 		m->ports[i].lfd = -1;
@@ -46,7 +49,7 @@ void px_migration_discard(struct px_migration *m)
 
 struct px_migration *px_migration_find(struct px_node *n, const char *key, enum px_role role)
 {
-	for (struct px_migration *m = n->migrations; m; m = m->next)
+	vm_list_each (struct px_migration, m, &n->migrations, node)
 		if (m->role == role && strcmp(m->key, key) == 0)
 			return m;
 	return NULL;
@@ -128,10 +131,9 @@ int px_check_ports(unsigned int nports, const uint32_t *ids, char *err, size_t e
 /* Parked connections belong to their order, which drops them itself. */
 static void cut_conns(struct px_migration *m, bool links)
 {
-	struct px_conn *c = m->conns, *next;
+	struct px_conn *c, *next;
 
-	for (; c; c = next) {
-		next = c->next;
+	vm_list_for_each_entry_safe (c, next, &m->conns, node) {
 		if (c->st == C_LINKED) {
 			if (links) {
 				m->conns_cut++;
@@ -153,16 +155,15 @@ static void cut_conns(struct px_migration *m, bool links)
 
 /*
  * Fails every port's ordering (parked connections are answered and dropped) and cuts the
- * connections; guarded, so the record outlives the walk even when its last connection goes.
+ * connections. The record outlives the walk: whether it is done is housekeeping's to say.
  */
 void px_migration_cut(struct px_migration *m, bool links)
 {
-	m->guard++;
 	for (unsigned int i = 0; i < m->nports; i++)
 		if (m->ports[i].order)
 			px_order_fail(m->ports[i].order);
 	cut_conns(m, links);
-	m->guard--;
+	px_node_dirty(m->n);
 }
 
 void px_migration_fail(struct px_migration *m, const char *fmt, ...)
@@ -202,11 +203,7 @@ void px_port_close(struct px_port *p)
 		return;
 	IO(n, close_fd, p->lfd, false);
 	p->lfd = -1;
-	/* A source's socket is its own; a target's path is QEMU's, never removed here. */
-	if (p->m->role == PX_ROLE_SOURCE && p->m->dirfd >= 0)
-		xp_unix_unlink_at(p->m->dirfd, px_port_name(p));
-	else
-		px_target_drop_unbound(p);
+	p->m->ops->port_closed(p);
 }
 
 int px_tls_choose(struct px_node *n, enum px_tls tls, bool *ret, char *err, size_t errlen)
@@ -220,21 +217,9 @@ int px_tls_choose(struct px_node *n, enum px_tls tls, bool *ret, char *err, size
 	return 0;
 }
 
-static void migration_unlink(struct px_migration **head, struct px_migration *m)
-{
-	struct px_migration **pp = head;
-
-	while (*pp && *pp != m)
-		pp = &(*pp)->next;
-	if (*pp)
-		*pp = m->next;
-	m->next = NULL;
-}
-
-/* After a connection went away: a stopping migration may now be done. */
 void px_migration_maybe_finish(struct px_migration *m)
 {
-	if (m->stopping && m->conns_active == 0 && m->guard == 0 && !px_verify_busy(m))
+	if (m->stopping && m->conns_active == 0 && !px_verify_busy(m))
 		px_migration_finish(m);
 }
 
@@ -269,7 +254,7 @@ void px_migration_finish(struct px_migration *m)
 	       m->key, px_role_str(m->role), m->conns_total, m->conns_reordered,
 	       (unsigned long long)(m->bytes[0] + m->bytes[1]), (unsigned long long)m->bytes[0],
 	       (unsigned long long)m->bytes[1], undelivered, secs, verified, outcome);
-	migration_unlink(m->stopping ? &n->stopped : &n->migrations, m);
+	vm_list_del(&m->node);
 	for (unsigned int i = 0; i < m->nports; i++) {
 		px_port_close(&m->ports[i]);
 		px_order_free(m->ports[i].order);
@@ -288,7 +273,7 @@ static void stop_grace_expired(void *arg)
 	log_warn("migration %s role=%s: %u connections still open %d ms after stop; cutting them",
 		 m->key, px_role_str(m->role), m->conns_active, STOP_GRACE_MS);
 	px_migration_cut(m, true);
-	px_migration_maybe_finish(m);
+	px_node_dirty(m->n);
 }
 
 /*
@@ -299,28 +284,18 @@ static void stop_grace_expired(void *arg)
 void px_migration_stop(struct px_migration *m)
 {
 	struct px_node *n = m->n;
-	bool reports;
 
-	migration_unlink(&n->migrations, m);
+	vm_list_del(&m->node);
 	m->stopping = true;
-	m->next = n->stopped;
-	n->stopped = m;
-	/*
-	 * A KubeVirt-mode target's sources reach it only through its ports' own listeners: those
-	 * stay until the record goes, for the reports of connections that end after the stop
-	 * (they take nothing else once stopping). In plain text such a target has no vmigd
-	 * sources (raw), so no reports.
-	 */
-	reports = m->role == PX_ROLE_TARGET && m->kubevirt && m->tls;
-	for (unsigned int i = 0; i < m->nports && !reports; i++)
+	vm_list_add(&n->stopped, &m->node);
+	for (unsigned int i = 0; i < m->nports && !m->ops->stop_keeps_ports(m); i++)
 		px_port_close(&m->ports[i]);
 	px_migration_cut(m, false);
 	if (m->conns_active > 0 &&
 	    IO(n, timer_add, px_now(n) + STOP_GRACE_MS, stop_grace_expired, m, &m->stop_timer) < 0)
 		px_migration_cut(m, true);
-	px_migration_maybe_finish(m);
-	/* A retiring node may have waited for this one's first connection. */
-	px_node_check_drained(n);
+	/* It may be done already; a retiring node may have waited for its first connection. */
+	px_node_dirty(n);
 }
 
 const char *px_cap_note(uint64_t cap, char *buf, size_t len)

@@ -28,7 +28,7 @@ static bool waiting_first(const struct px_migration *m)
 	       m->conns_failed == 0;
 }
 
-void px_node_check_drained(struct px_node *n)
+static void check_drained(struct px_node *n)
 {
 	void (*done)(void *arg) = n->drain_done;
 
@@ -37,8 +37,8 @@ void px_node_check_drained(struct px_node *n)
 	if (!(n->draining || n->retiring) || !done ||
 	    px_node_active_conns(n) - (n->draining ? n->nunbound : 0) > 0)
 		return;
-	for (struct px_migration *m = n->migrations; n->retiring && m; m = m->next)
-		if (waiting_first(m))
+	vm_list_each (struct px_migration, m, &n->migrations, node)
+		if (n->retiring && waiting_first(m))
 			return;
 	/* A target's ended connections wait (VERIFY_WAIT_MS at most) for their sources' reports. */
 	for (struct px_migration *m = px_next_any(n, NULL); m; m = px_next_any(n, m))
@@ -55,6 +55,37 @@ void px_node_check_drained(struct px_node *n)
 	done(n->drain_arg);
 }
 
+void px_node_housekeep(struct px_node *n)
+{
+	struct px_migration *m, *next;
+
+	IO(n, timer_del, n->hk);
+	n->hk = NULL;
+	if (!n->dirty)
+		return;
+	n->dirty = false;
+	vm_list_for_each_entry_safe (m, next, &n->stopped, node)
+		px_migration_maybe_finish(m);
+	check_drained(n);
+}
+
+static void housekeep_due(void *arg)
+{
+	struct px_node *n = arg;
+
+	n->hk = NULL;
+	px_node_housekeep(n);
+}
+
+/* The loop runs timers after a pass's events (and rescans for timers added meanwhile), so a
+ * timer due now is the end of the pass. Without one (ENOMEM) the next tick does it. */
+void px_node_dirty(struct px_node *n)
+{
+	n->dirty = true;
+	if (!n->hk)
+		(void)IO(n, timer_add, px_now(n), housekeep_due, n, &n->hk);
+}
+
 static void drain_expired(void *arg)
 {
 	struct px_node *n = arg;
@@ -64,11 +95,11 @@ static void drain_expired(void *arg)
 	/* A retiring node stops waiting for migrations that never got their first connection. */
 	n->retiring = false;
 	n->draining = true;
-	while (n->unbound)
-		px_conn_free(n->unbound);
-	for (struct px_migration *m = n->migrations; m; m = m->next)
+	while (!vm_list_empty(&n->unbound))
+		px_conn_free(vm_list_first_entry(&n->unbound, struct px_conn, node));
+	vm_list_each (struct px_migration, m, &n->migrations, node)
 		px_migration_cut(m, true);
-	px_node_check_drained(n);
+	px_node_dirty(n);
 }
 
 /*
@@ -96,14 +127,14 @@ static void wind_down_timer(struct px_node *n, unsigned int timeout_s)
 	    0)
 		drain_expired(n);
 	else
-		px_node_check_drained(n);
+		px_node_dirty(n);
 }
 
 void px_node_drain(struct px_node *n, unsigned int timeout_s, void (*done)(void *arg), void *arg)
 {
 	n->draining = true;
 	wind_down(n, done, arg, true);
-	for (struct px_migration *m = n->migrations; m; m = m->next)
+	vm_list_each (struct px_migration, m, &n->migrations, node)
 		for (unsigned int i = 0; i < m->nports; i++)
 			px_port_close(&m->ports[i]);
 	if (px_node_active_conns(n) > 0)
@@ -121,7 +152,7 @@ unsigned int px_node_unbound_shared(const struct px_node *n)
 {
 	unsigned int k = 0;
 
-	for (const struct px_conn *c = n->unbound; c; c = c->next)
+	vm_list_each (const struct px_conn, c, &n->unbound, node)
 		k += c->lport == NULL;
 	return k;
 }
@@ -142,15 +173,13 @@ int px_node_listen_pause(struct px_node *n, bool pause)
 
 int px_migration_hand_over(struct px_node *n, const char *key, enum px_role role, const char *to)
 {
-	struct px_migration *m = px_migration_find(n, key, role), **pp;
+	struct px_migration *m = px_migration_find(n, key, role);
 
 	if (!m)
 		return -ENOENT;
 	if (!waiting_first(m) || m->kubevirt || role != PX_ROLE_TARGET)
 		return -EBUSY;
-	for (pp = &n->migrations; *pp != m; pp = &(*pp)->next)
-		;
-	*pp = m->next;
+	vm_list_del(&m->node);
 	log_info("migration %s role=%s: handed over to %s before its first connection", m->key,
 		 px_role_str(m->role), to);
 	for (unsigned int i = 0; i < m->nports; i++)
@@ -168,7 +197,7 @@ void px_node_retire(struct px_node *n, unsigned int timeout_s, void (*done)(void
 
 	n->retiring = true;
 	wind_down(n, done, arg, false);
-	for (struct px_migration *m = n->migrations; m; m = m->next)
+	vm_list_each (struct px_migration, m, &n->migrations, node)
 		waiting += waiting_first(m);
 	log_info("handed over: carrying on with %u connections in flight and %u migrations "
 		 "waiting for their first, for up to %u s",
@@ -225,6 +254,9 @@ int px_node_new_io(const struct xp_io_ops *io, void *ioc, const struct px_config
 	n->ioc = ioc;
 	n->conf = *conf;
 	n->lfd = -1;
+	vm_list_init(&n->unbound);
+	vm_list_init(&n->migrations);
+	vm_list_init(&n->stopped);
 	n->refusals.what = "lines about refused node-hop connections";
 	n->accept_errors.what = "lines about failed accepts";
 	r = xp_bucket_new(conf->shaper == PX_SHAPE_BUCKET ? conf->node_bandwidth : 0, &n->bucket);
@@ -341,30 +373,34 @@ void px_node_free(struct px_node *n)
 	if (n->own_io)
 		xp_io_stop(n->own_io);
 	n->drain_done = NULL;
-	while (n->unbound)
-		px_conn_free(n->unbound);
+	while (!vm_list_empty(&n->unbound))
+		px_conn_free(vm_list_first_entry(&n->unbound, struct px_conn, node));
 	/* Every migration still here gets its stop line; its links are gone with the pool. */
 	for (int stopped = 0; stopped < 2; stopped++) {
-		struct px_migration **head = stopped ? &n->stopped : &n->migrations;
+		struct vm_list *head = stopped ? &n->stopped : &n->migrations;
 
-		while (*head) {
-			struct px_migration *m = *head;
+		while (!vm_list_empty(head)) {
+			struct px_migration *m =
+				vm_list_first_entry(head, struct px_migration, node);
 
-			m->guard++;
 			for (unsigned int i = 0; i < m->nports; i++) {
 				px_order_free(m->ports[i].order);
 				m->ports[i].order = NULL;
 			}
-			while (m->conns) {
-				if (m->conns->st == C_LINKED)
+			while (!vm_list_empty(&m->conns)) {
+				struct px_conn *c =
+					vm_list_first_entry(&m->conns, struct px_conn, node);
+
+				if (c->st == C_LINKED)
 					m->conns_cut++;
-				px_conn_free(m->conns);
+				px_conn_free(c);
 			}
 			px_migration_finish(m);
 		}
 	}
 	IO(n, timer_del, n->drain_timer);
 	IO(n, timer_del, n->tick);
+	IO(n, timer_del, n->hk);
 	IO(n, watch_del, n->lw);
 	IO(n, close_fd, n->lfd, false);
 	xp_io_free(n->own_io);
@@ -403,7 +439,7 @@ unsigned int px_node_migrations(const struct px_node *n)
 {
 	unsigned int k = 0;
 
-	for (struct px_migration *m = n->migrations; m; m = m->next)
+	vm_list_each (struct px_migration, m, &n->migrations, node)
 		k++;
 	return k;
 }

@@ -106,6 +106,8 @@ struct px_insp_summary {
 };
 
 enum px_role { PX_ROLE_SOURCE, PX_ROLE_TARGET };
+/* "source" or "target": the one name of a role, in logs, JSON, Prometheus labels and the CLI. */
+const char *px_role_str(enum px_role r);
 
 struct px_port_info {
 	uint32_t id;

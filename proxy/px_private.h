@@ -11,6 +11,7 @@
 
 #include "px_inspect.h"
 #include "px_node.h"
+#include "list.h"
 #include "log.h"
 #include "px_order.h"
 #include "rate.h"
@@ -127,7 +128,7 @@ struct px_conn {
 	struct px_digests dg;
 	struct vm_rate rate[2];
 	uint64_t pacing; /* SO_MAX_PACING_RATE last asked for */
-	struct px_conn *prev, *next;
+	struct vm_list node; /* in its migration's conns, or (m NULL) the node's unbound */
 };
 
 struct px_port {
@@ -145,10 +146,20 @@ struct px_port {
 	struct vm_rate rate[2];
 };
 
+/* What differs between the roles where a migration's lifecycle closes its ports. */
+struct px_role_ops {
+	/* The role's part of closing port p, once its listener's fd is closed. */
+	void (*port_closed)(struct px_port *p);
+	/* Whether a stop leaves m's port listeners open until its record goes. */
+	bool (*stop_keeps_ports)(const struct px_migration *m);
+};
+extern const struct px_role_ops px_source_ops, px_target_ops;
+
 struct px_migration {
 	struct px_node *n;
 	char key[PX_KEY_MAX + 1];
 	enum px_role role;
+	const struct px_role_ops *ops; /* role's */
 	bool kubevirt;		  /* target: per-port listeners; source: given KubeVirt's map */
 	bool tls;		  /* its node hop is TLS */
 	struct px_start opts;	  /* as started: an identical start again changes nothing */
@@ -166,14 +177,13 @@ struct px_migration {
 	char peer_name[160];
 	unsigned int delay_first_ms;
 	uint64_t started_ms;
-	struct px_conn *conns;
+	struct vm_list conns; /* of struct px_conn */
 	unsigned int conns_total, conns_active, conns_failed, conns_cut, conns_reordered;
 	uint64_t bytes[2];
 	uint64_t undelivered; /* dropped because the local side had closed (see px_conn_done) */
 	unsigned int conns_short; /* main channels that ended before QEMU's switchover */
 	char short_why[240];	  /* the first one's story */
 	bool failed, stopping;
-	unsigned int guard; /* >0 while a teardown walks the connections */
 	char error[200];
 	uint64_t cap;		  /* bytes/s; 0: none */
 	uint64_t limit;		  /* what the bucket (or pacing) holds it to now; 0: none */
@@ -188,8 +198,8 @@ struct px_migration {
 	struct vm_rate rate[2];
 	struct xp_timer *order_timer;
 	struct xp_timer *stop_timer;
-	struct px_verify v; /* digests of its connections, compared with the peer's */
-	struct px_migration *next;
+	struct px_verify v;  /* digests of its connections, compared with the peer's */
+	struct vm_list node; /* in its node's migrations, or stopped once stopping */
 };
 
 struct px_node {
@@ -202,9 +212,10 @@ struct px_node {
 	struct xp_addr bound;
 	char listen_str[80];
 	char advertise[PX_HOST_MAX];
-	struct px_migration *migrations;
-	struct px_migration *stopped; /* stopped, waiting for the data path to return their links */
-	struct px_conn *unbound; /* target connections before their preamble: unauthenticated */
+	struct vm_list migrations; /* of struct px_migration, live */
+	struct vm_list stopped; /* ... stopped, waiting for the data path to return their links */
+	/* of struct px_conn: target connections before their preamble: unauthenticated */
+	struct vm_list unbound;
 	unsigned int nunbound;
 	unsigned int unauth_refused; /* since the last log line about them */
 	uint64_t unauth_logged_ms;
@@ -227,6 +238,10 @@ struct px_node {
 	struct xp_timer *drain_timer;
 	void (*drain_done)(void *arg);
 	void *drain_arg;
+	/* Something may have ended (a connection, a migration's last link): px_node_housekeep() is
+	 * due, on hk, a timer due at once, so at the end of the loop's pass. */
+	bool dirty;
+	struct xp_timer *hk;
 };
 
 /*
@@ -236,11 +251,11 @@ struct px_node {
 static inline struct px_migration *px_next_any(const struct px_node *n,
 					       const struct px_migration *m)
 {
-	if (!m)
-		return n->migrations ? n->migrations : n->stopped;
-	if (m->next)
-		return m->next;
-	return m->stopping ? NULL : n->stopped;
+	const struct vm_list *at = m ? m->node.next : n->migrations.next;
+
+	if (at == &n->migrations)
+		at = n->stopped.next;
+	return at == &n->stopped ? NULL : vm_list_entry(at, struct px_migration, node);
 }
 
 /* The transport's clock, which a test's fake transport sets. */
@@ -250,15 +265,13 @@ static inline uint64_t px_now(const struct px_node *n)
 }
 
 /* px_conn.c: connections of either role */
-const char *px_role_str(enum px_role r);
-void px_conn_list_add(struct px_conn **head, struct px_conn *c);
-void px_conn_list_del(struct px_conn **head, struct px_conn *c);
 /* A target connection that passed its preamble moves from the node's unbound list to port's
  * migration, as connection seq in state st; its watch and timer go. */
 void px_conn_adopt(struct px_conn *c, struct px_port *port, uint32_t seq, enum conn_state st);
 /* Frees a connection that is not (or no longer) carried by the data path. */
 void px_conn_free(struct px_conn *c);
-/* Frees it, then lets a stopping migration finish and a drain end. */
+/* Frees it and marks the node dirty: its migration may finish, a drain may end (both checked
+ * by px_node_housekeep(), after the handler that called this has returned). */
 void px_conn_release(struct px_conn *c);
 /* Whether this connection can go over the DPDK node hop: the node has one, the peer is a vmigd,
  * and the node hop is plain or TLS 1.3. */
@@ -310,6 +323,7 @@ void px_migration_fail(struct px_migration *m, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 /* Drops connections still being set up; with links, cuts those being carried too. */
 void px_migration_cut(struct px_migration *m, bool links);
+/* A stopping migration whose connections and reports are all gone is finished (housekeeping). */
 void px_migration_maybe_finish(struct px_migration *m);
 void px_migration_finish(struct px_migration *m);
 void px_migration_stop(struct px_migration *m);
@@ -331,8 +345,6 @@ void px_source_accept(struct xp_watch *w, int lfd, uint32_t events, void *arg);
 /* The node-hop listener's (lport NULL), or a KubeVirt-mode port's own. */
 void px_target_accept(struct xp_watch *w, int lfd, uint32_t events, void *arg);
 void px_target_accept_port(struct xp_watch *w, int lfd, uint32_t events, void *arg);
-/* Drops the unbound connections a KubeVirt-mode port's listener accepted. */
-void px_target_drop_unbound(struct px_port *p);
 
 /* px_caps.c: caps, node shares and pacing */
 void px_migration_apply_limit(struct px_migration *m, uint64_t limit);
@@ -341,10 +353,16 @@ void px_migration_pace(struct px_migration *m);
 void px_node_share(struct px_node *n);
 
 /* px_sample.c: meters and what status and metrics read */
-void px_insp_fold(struct px_insp_summary *sum, const struct px_insp_stats *st, bool live);
 void px_node_tick(void *arg);
 
 /* px_node.c */
-void px_node_check_drained(struct px_node *n);
+/*
+ * Housekeeping: what a handler may have ended is checked once, at the end of the loop's pass,
+ * never from inside the handler (which may still hold the connection, its port or migration).
+ * px_node_dirty() asks for it; px_node_housekeep() finishes stopped migrations that are done,
+ * then ends a drain or retirement that is. Neither frees anything a caller holds.
+ */
+void px_node_dirty(struct px_node *n);
+void px_node_housekeep(struct px_node *n);
 
 #endif

@@ -11,52 +11,6 @@
 #include "xp_dhop.h"
 
 /*
- * Adds one connection's inspector figures to a migration's. live: the connection is still carried,
- * so its pass figures count towards the dirty-rate estimate; ended ones only add their counters.
- */
-void px_insp_fold(struct px_insp_summary *sum, const struct px_insp_stats *st, bool live)
-{
-	switch (st->kind) {
-	case PX_INSP_MAIN:
-		sum->main++;
-		sum->stream_version = st->stream_version;
-		if (st->machine[0])
-			snprintf(sum->machine, sizeof(sum->machine), "%s", st->machine);
-		break;
-	case PX_INSP_MULTIFD:
-		sum->multifd++;
-		break;
-	case PX_INSP_OTHER:
-		sum->other++;
-		break;
-	default:
-		break;
-	}
-	/* Parsing stops at switchover on purpose: device state has no framing to follow. */
-	if (st->bytes_only && !st->switchover) {
-		if (!sum->bytes_only++)
-			snprintf(sum->reason, sizeof(sum->reason), "%s", st->reason);
-	}
-	if (st->page_size)
-		sum->page_size = st->page_size;
-	sum->pages += st->pages;
-	sum->zero_pages += st->zero_pages;
-	sum->packets += st->packets;
-	sum->syncs += st->syncs;
-	if (st->passes > sum->passes)
-		sum->passes = st->passes;
-	sum->switchover |= st->switchover;
-	/* passes counts passes begun: from 3 on, the last completed one was a dirty-page pass. */
-	if (live && st->passes >= 3 && st->pass_ms_last > 0) {
-		uint64_t bytes = st->pass_pages_last * (st->page_size ? st->page_size : 4096);
-
-		sum->dirty_known = true;
-		sum->dirty_pages_per_pass += st->pass_pages_last;
-		sum->dirty_rate += bytes * 1000 / st->pass_ms_last;
-	}
-}
-
-/*
  * QEMU lifts its own limit at switchover: the guest is stopped, and every byte still to go adds
  * to its downtime. A source migration's cap goes with it, unless --keep-cap-at-switchover.
  */
@@ -89,7 +43,7 @@ static void migration_sample(struct px_migration *m, uint64_t now, uint64_t node
 		pb[i][0] = m->ports[i].bytes[0];
 		pb[i][1] = m->ports[i].bytes[1];
 	}
-	for (struct px_conn *c = m->conns; c; c = c->next) {
+	vm_list_each (struct px_conn, c, &m->conns, node) {
 		unsigned int pi = (unsigned int)(c->port - m->ports);
 		uint64_t b[2];
 
@@ -124,13 +78,15 @@ void px_node_tick(void *arg)
 	if (n->conf.node_bandwidth)
 		px_node_share(n);
 	else if (n->conf.shaper == PX_SHAPE_PACING)
-		for (struct px_migration *m = n->migrations; m; m = m->next)
+		vm_list_each (struct px_migration, m, &n->migrations, node)
 			if (m->limit)
 				px_migration_pace(m);
 	vm_log_limit_flush(&n->refusals, now);
 	vm_log_limit_flush(&n->accept_errors, now);
 	/* Without a timer the meters stand still; that is all that is lost. */
 	(void)IO(n, timer_add, now + TICK_MS, px_node_tick, n, &n->tick);
+	/* where its own timer could not be had; last, as a drain's end may end the daemon */
+	px_node_housekeep(n);
 }
 
 static void rates_of(const struct vm_rate r[2], struct px_rates *out)
@@ -198,7 +154,7 @@ static void conn_info(struct px_migration *m, struct px_conn *c, struct px_migra
 
 void px_node_foreach(struct px_node *n, px_migration_fn fn, void *arg)
 {
-	for (struct px_migration *m = n->migrations; m; m = m->next) {
+	vm_list_each (struct px_migration, m, &n->migrations, node) {
 		struct px_conn_info *ci =
 			calloc(m->conns_active ? m->conns_active : 1, sizeof(*ci));
 		char host[64] = "";
@@ -252,7 +208,7 @@ void px_node_foreach(struct px_node *n, px_migration_fn fn, void *arg)
 			pi->conns_total = m->ports[i].conns_total;
 			rates_of(m->ports[i].rate, &pi->rate);
 		}
-		for (struct px_conn *c = m->conns; c; c = c->next)
+		vm_list_each (struct px_conn, c, &m->conns, node)
 			conn_info(m, c, &mi,
 				  ci && mi.nconns < m->conns_active ? &ci[mi.nconns++] : NULL,
 				  &shaped_ns);
@@ -311,7 +267,7 @@ void px_node_info(struct px_node *n, struct px_node_info *out)
 	for (struct px_migration *m = px_next_any(n, NULL); m; m = px_next_any(n, m)) {
 		ni.migrations += !m->stopping;
 		ni.conns_active += m->conns_active;
-		for (struct px_conn *c = m->conns; c; c = c->next) {
+		vm_list_each (struct px_conn, c, &m->conns, node) {
 			uint64_t b[2];
 
 			if (c->st != C_LINKED)

@@ -370,7 +370,7 @@ void px_source_accept(struct xp_watch *w, int lfd, uint32_t events, void *arg)
 		c->lfd = fd;
 		c->seq = port->next_seq++;
 		xp_addr_format(&port->peer, c->peer, sizeof(c->peer));
-		px_conn_list_add(&m->conns, c);
+		vm_list_add(&m->conns, &c->node);
 		m->conns_active++;
 		if (c->seq == 0 && m->delay_first_ms) {
 			c->st = C_SRC_DELAY;
@@ -416,7 +416,7 @@ static bool same_source(const struct px_migration *m, const struct px_portmap *t
 static const struct px_port *path_served(const struct px_node *n, const char *path,
 					 const struct px_migration *except)
 {
-	for (const struct px_migration *m = n->migrations; m; m = m->next) {
+	vm_list_each (const struct px_migration, m, &n->migrations, node) {
 		if (m == except || m->role != PX_ROLE_SOURCE)
 			continue;
 		for (unsigned int i = 0; i < m->nports; i++)
@@ -447,16 +447,10 @@ static int socket_dir(struct px_migration *m, int basefd, const char *dir, char 
 	return r;
 }
 
-int px_source_start(struct px_node *n, const struct px_portmap *t, const char *dir,
-		    const struct px_start *opts, struct px_port_info *out, char *err, size_t errlen)
+/* Source start's checks of its arguments, before anything is made; *tls: its node hop's. */
+static int src_check_start(struct px_node *n, const struct px_portmap *t, const char *dir,
+			   const struct px_start *opts, bool *tls, char *err, size_t errlen)
 {
-	struct xp_unix_owner owner = { .uid = n->conf.socket_uid,
-				       .gid = n->conf.socket_gid,
-				       .mode = 0660 };
-	char note[64];
-	struct px_migration *m, *old;
-	int basefd = -1;
-	bool tls;
 	int r;
 
 	r = px_check_key(n, t->key, err, errlen);
@@ -465,10 +459,10 @@ int px_source_start(struct px_node *n, const struct px_portmap *t, const char *d
 	r = px_check_ports(t->nports, t->ports, err, errlen);
 	if (r < 0)
 		return r;
-	r = px_tls_choose(n, opts->tls, &tls, err, errlen);
+	r = px_tls_choose(n, opts->tls, tls, err, errlen);
 	if (r < 0)
 		return r;
-	if (tls) {
+	if (*tls) {
 		struct xp_io_info info = { 0 };
 
 		IO(n, info, &info);
@@ -481,6 +475,54 @@ int px_source_start(struct px_node *n, const struct px_portmap *t, const char *d
 		snprintf(err, errlen, "directory %.200s: give an absolute path", dir);
 		return -EINVAL;
 	}
+	return 0;
+}
+
+/* Each port's peer and socket path, refused where another migration (but old) serves it. */
+static int src_plan_ports(struct px_migration *m, const struct px_portmap *t, const char *dir,
+			  const struct px_migration *old, char *err, size_t errlen)
+{
+	for (unsigned int i = 0; i < t->nports; i++) {
+		struct px_port *p = &m->ports[i];
+		const struct px_port *taken;
+		int r;
+
+		p->id = t->ports[i];
+		p->tcp = t->kubevirt ? t->tcp[i] : t->port;
+		xp_addr_from_host(t->address, p->tcp, &p->peer);
+		r = make_socket_path(dir, t->key, p->id, p->path, sizeof(p->path));
+		if (r < 0) {
+			snprintf(err, errlen,
+				 "socket path too long (at most %zu bytes) under %.60s",
+				 sizeof(p->path) - 1, dir);
+			return r;
+		}
+		taken = path_served(m->n, p->path, old);
+		if (taken) {
+			snprintf(err, errlen,
+				 "socket %.100s is served by migration %.100s (port %u)", p->path,
+				 taken->m->key, taken->id);
+			return -EEXIST;
+		}
+	}
+	return 0;
+}
+
+int px_source_start(struct px_node *n, const struct px_portmap *t, const char *dir,
+		    const struct px_start *opts, struct px_port_info *out, char *err, size_t errlen)
+{
+	struct xp_unix_owner owner = { .uid = n->conf.socket_uid,
+				       .gid = n->conf.socket_gid,
+				       .mode = 0660 };
+	char note[64];
+	struct px_migration *m, *old;
+	int basefd = -1;
+	bool tls;
+	int r;
+
+	r = src_check_start(n, t, dir, opts, &tls, err, errlen);
+	if (r < 0)
+		return r;
 	old = px_migration_find(n, t->key, PX_ROLE_SOURCE);
 	if (old && same_source(old, t, dir, opts, tls)) {
 		for (unsigned int i = 0; i < old->nports; i++) {
@@ -521,29 +563,9 @@ int px_source_start(struct px_node *n, const struct px_portmap *t, const char *d
 	m->delay_first_ms = opts->delay_first_ms;
 	m->nports = t->nports;
 	px_migration_set_cap_now(m, opts->cap);
-	for (unsigned int i = 0; i < t->nports; i++) {
-		struct px_port *p = &m->ports[i];
-		const struct px_port *taken;
-
-		p->id = t->ports[i];
-		p->tcp = t->kubevirt ? t->tcp[i] : t->port;
-		xp_addr_from_host(t->address, p->tcp, &p->peer);
-		r = make_socket_path(dir, t->key, p->id, p->path, sizeof(p->path));
-		if (r < 0) {
-			snprintf(err, errlen,
-				 "socket path too long (at most %zu bytes) under %.60s",
-				 sizeof(p->path) - 1, dir);
-			goto fail;
-		}
-		taken = path_served(n, p->path, old);
-		if (taken) {
-			snprintf(err, errlen,
-				 "socket %.100s is served by migration %.100s (port %u)", p->path,
-				 taken->m->key, taken->id);
-			r = -EEXIST;
-			goto fail;
-		}
-	}
+	r = src_plan_ports(m, t, dir, old, err, errlen);
+	if (r < 0)
+		goto fail;
 	/* Nothing changes on disk before the request is known to be good. */
 	r = socket_dir(m, basefd, dir, err, errlen);
 	if (r < 0)
@@ -575,8 +597,7 @@ int px_source_start(struct px_node *n, const struct px_portmap *t, const char *d
 		strcpy(out[i].path, p->path);
 	}
 	close(basefd);
-	m->next = n->migrations;
-	n->migrations = m;
+	vm_list_add(&n->migrations, &m->node);
 	log_info("migration %s role=source start ports=%u%s target=%s%s sockets=%s%s%s%s", t->key,
 		 m->ports[0].id, m->nports > 1 ? ",..." : "", m->peer_str,
 		 m->kubevirt ? " kubevirt" : "", m->ports[0].path, m->nports > 1 ? ",..." : "",
@@ -606,3 +627,20 @@ int px_source_stop(struct px_node *n, const char *key, char *err, size_t errlen)
 	px_migration_stop(m);
 	return 0;
 }
+
+/* A source's socket is its own: it goes with its listener. */
+static void src_port_closed(struct px_port *p)
+{
+	if (p->m->dirfd >= 0)
+		xp_unix_unlink_at(p->m->dirfd, px_port_name(p));
+}
+
+static bool src_stop_keeps_ports(const struct px_migration *m)
+{
+	return false;
+}
+
+const struct px_role_ops px_source_ops = {
+	.port_closed = src_port_closed,
+	.stop_keeps_ports = src_stop_keeps_ports,
+};

@@ -523,7 +523,7 @@ static unsigned int unbound_from(const struct px_node *n, const struct px_conn *
 {
 	unsigned int k = 0;
 
-	for (const struct px_conn *o = n->unbound; o; o = o->next)
+	vm_list_each (const struct px_conn, o, &n->unbound, node)
 		k += o->lport == c->lport && !strcmp(o->addr, c->addr);
 	return k;
 }
@@ -541,7 +541,7 @@ static struct px_conn *tgt_victim(struct px_node *n, const struct px_port *lport
 	unsigned int on_listener = 0, same = 0, most = 0;
 	struct px_conn *victim = NULL;
 
-	for (struct px_conn *c = n->unbound; c; c = c->next) {
+	vm_list_each (struct px_conn, c, &n->unbound, node) {
 		if (c->lport != lport)
 			continue;
 		on_listener++;
@@ -552,7 +552,7 @@ static struct px_conn *tgt_victim(struct px_node *n, const struct px_port *lport
 	if (on_listener < n->conf.max_unauth)
 		return NULL;
 	/* The list is newest first: on a tie the later match, the older connection, wins. */
-	for (struct px_conn *c = n->unbound; c; c = c->next) {
+	vm_list_each (struct px_conn, c, &n->unbound, node) {
 		unsigned int k;
 
 		if (c->lport != lport)
@@ -616,7 +616,7 @@ static void tgt_accept_on(struct px_node *n, struct xp_watch *w, int lfd, struct
 		strcpy(c->peer, peer);
 		strcpy(c->addr, addr);
 		c->accepted_ms = px_now(n);
-		px_conn_list_add(&n->unbound, c);
+		vm_list_add(&n->unbound, &c->node);
 		n->nunbound++;
 		if (IO(n, watch_add, hop->fd, EPOLLIN, tgt_io, c, &c->w) < 0) {
 			log_err("node hop: out of memory, dropping a connection");
@@ -650,17 +650,34 @@ void px_target_accept_port(struct xp_watch *w, int lfd, uint32_t events, void *a
 	tgt_accept_on(port->m->n, w, lfd, port);
 }
 
-void px_target_drop_unbound(struct px_port *p)
+/* A target's socket path is QEMU's, never removed here; the connections its port's own
+ * listener (KubeVirt mode) accepted and that have not said who they are go with it. */
+static void tgt_port_closed(struct px_port *p)
 {
 	struct px_node *n = p->m->n;
-	struct px_conn *c = n->unbound, *next;
+	struct px_conn *c, *next;
 
-	for (; c; c = next) {
-		next = c->next;
+	vm_list_for_each_entry_safe (c, next, &n->unbound, node) {
 		if (c->lport == p)
 			px_conn_free(c);
 	}
 }
+
+/*
+ * A KubeVirt-mode target's sources reach it only through its ports' own listeners: those stay
+ * until the record goes, for the reports of connections that end after the stop (they take
+ * nothing else once stopping). In plain text such a target has no vmigd sources (raw), so no
+ * reports.
+ */
+static bool tgt_stop_keeps_ports(const struct px_migration *m)
+{
+	return m->kubevirt && m->tls;
+}
+
+const struct px_role_ops px_target_ops = {
+	.port_closed = tgt_port_closed,
+	.stop_keeps_ports = tgt_stop_keeps_ports,
+};
 
 /* Whether a running target was started with exactly these arguments (ports as a set). */
 static bool same_target(const struct px_migration *m, unsigned int nports,
@@ -817,8 +834,7 @@ int px_target_start(struct px_node *n, const char *key, unsigned int nports,
 		if (r < 0)
 			goto fail_listen;
 	}
-	m->next = n->migrations;
-	n->migrations = m;
+	vm_list_add(&n->migrations, &m->node);
 	target_map(m, out);
 	log_info("migration %s role=target start ports=%s%s%s%s", key, list,
 		 m->kubevirt ? " kubevirt" : "",

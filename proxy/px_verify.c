@@ -220,7 +220,7 @@ void px_verify_arrive(struct px_conn *c, struct px_port *port, const struct px_p
 		return;
 	}
 	/* Still carried here: answered when its link returns, or at the deadline. */
-	for (struct px_conn *x = m->conns; x; x = x->next) {
+	vm_list_each (struct px_conn, x, &m->conns, node) {
 		if (x->st == C_LINKED && x->port == port && x->seq == p->seq && x->digest) {
 			if (IO(n, timer_add, px_now(n) + VERIFY_WAIT_MS, report_timeout, c, &c->t) <
 			    0)
@@ -257,8 +257,7 @@ static void records_expire(void *arg)
 	}
 	if (next && IO(m->n, timer_add, next, records_expire, m, &m->v.timer) < 0)
 		log_err("migration %s: out of memory arming the digest timer", m->key);
-	px_migration_maybe_finish(m);
-	px_node_check_drained(n);
+	px_node_dirty(n);
 }
 
 /* Target: keeps the record of an ended connection, and answers a report that waited for it. */
@@ -297,7 +296,7 @@ static void target_ended(struct px_conn *c, const struct xp_link_result *res)
 				      &m->v.timer) < 0)
 			log_err("migration %s: out of memory arming the digest timer", m->key);
 	}
-	for (struct px_conn *x = m->conns; x; x = x->next) {
+	vm_list_each (struct px_conn, x, &m->conns, node) {
 		if (x->st == C_TGT_VERIFY && x->port == c->port && x->seq == c->seq) {
 			IO(n, timer_del, x->t);
 			x->t = NULL;

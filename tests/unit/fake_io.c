@@ -540,6 +540,11 @@ bool fake_watched(const struct fake_io *f, int fd)
 	return watch_of(f, fd) != NULL;
 }
 
+void fake_end_pass(struct fake_io *f)
+{
+	fake_advance(f, 0);
+}
+
 bool fake_fire(struct fake_io *f, int fd)
 {
 	struct xp_watch *w = watch_of(f, fd);
@@ -548,6 +553,7 @@ bool fake_fire(struct fake_io *f, int fd)
 		return false;
 	/* The callback may delete its own watch. */
 	w->fn(w, fd, w->events, w->arg);
+	fake_end_pass(f);
 	return true;
 }
 
@@ -597,6 +603,7 @@ void fake_settle(struct fake_io *f)
 				fired = true;
 			}
 		}
+		fake_end_pass(f);
 		if (!fired)
 			return;
 	}
@@ -616,6 +623,7 @@ void fake_settle_some(struct fake_io *f, unsigned int rounds)
 				fired = true;
 			}
 		}
+		fake_end_pass(f);
 		if (!fired)
 			return;
 	}
@@ -670,6 +678,7 @@ void fake_link_end(struct fake_io *f, struct fake_link *l, enum xp_link_end end,
 		res.digest_partial[d] = l->digest_partial[d];
 	}
 	f->done(l->opts.cookie, &res, f->done_arg);
+	fake_end_pass(f);
 }
 
 struct fake_link *fake_link_of(struct fake_io *f, const struct fake_conn *c)

@@ -132,6 +132,12 @@ bool fake_fire(struct fake_io *f, int fd);
 void fake_settle(struct fake_io *f);
 /* The same for at most rounds rounds: for peers that keep answering "again". */
 void fake_settle_some(struct fake_io *f, unsigned int rounds);
+/*
+ * The end of the loop's pass, as the real loop after a pass's events: the timers already due run
+ * (proxy's housekeeping). fake_fire, fake_settle and fake_link_end end theirs; a test that calls
+ * proxy itself (as the control socket would) ends its own.
+ */
+void fake_end_pass(struct fake_io *f);
 /* Moves the clock and runs the timers that are due, in deadline order. */
 void fake_advance(struct fake_io *f, uint64_t ms);
 /* Finishes a pending connect (err 0: connected). */

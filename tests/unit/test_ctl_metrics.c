@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "ctl_metrics.h"
+#include "ctl_report.h"
 
 #define MAX_FAMILIES 256
 
@@ -325,6 +326,48 @@ static void test_many(void **state)
 	free(text);
 }
 
+/*
+ * A convergence watch's state reads the same in Prometheus as in JSON (the conv table's "state"):
+ * vmigd_convergence_info once worked it out itself and said "irrecoverable" where JSON said
+ * "finished". Every combination of the flags the state is made of.
+ */
+static void test_conv_state_as_json(void **state)
+{
+	const struct ctl_fig *f = ctl_fig_find(&ctl_conv_table, "state");
+	struct px_migration_info m[2];
+	struct ctl_metrics_snapshot s;
+	struct cv_report conv[2];
+
+	assert_non_null(f);
+	for (unsigned int bits = 0; bits < 16; bits++) {
+		struct ctl_env env = { 0 };
+		struct ctl_value v;
+		char want[256];
+		char *text;
+
+		fill(&s, m);
+		memset(conv, 0, sizeof(conv));
+		conv[0].backend = "qmp";
+		conv[0].irrecoverable = bits & 1;
+		conv[0].finished = bits & 2;
+		conv[0].stopped = bits & 4;
+		conv[0].elapsed_ms = bits & 8 ? 1000 : -1;
+		s.conv = conv;
+		ctl_fig_read(f, &conv[0], &env, 0, &v);
+		assert_int_equal(v.kind, CTL_V_STR);
+		if (conv[0].irrecoverable)
+			assert_string_equal(v.s, "irrecoverable");
+		text = render(&s);
+		check_format(text);
+		snprintf(want, sizeof(want),
+			 "vmigd_convergence_info{key=\"vm-1\",role=\"source\",mode=\"%s\","
+			 "backend=\"qmp\",state=\"%s\"} 1",
+			 cv_mode_str(conv[0].mode), v.s);
+		check_line(text, want);
+		free(text);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -332,6 +375,7 @@ int main(void)
 		cmocka_unit_test(test_dirty_unknown),
 		cmocka_unit_test(test_no_migrations),
 		cmocka_unit_test(test_many),
+		cmocka_unit_test(test_conv_state_as_json),
 	};
 
 	return cmocka_run_group_tests_name("ctl_metrics", tests, NULL, NULL);

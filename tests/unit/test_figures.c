@@ -469,7 +469,7 @@ static void check_object(const char *where, const struct ctl_table *t, const voi
 
 static void mig_labels(const struct px_migration_info *mi, char *buf, size_t len)
 {
-	snprintf(buf, len, "key=\"%s\",role=\"%s\"", mi->key, ctl_role_str(mi->role));
+	snprintf(buf, len, "key=\"%s\",role=\"%s\"", mi->key, px_role_str(mi->role));
 }
 
 /* Every object of the snapshot through its table, JSON and Prometheus. */

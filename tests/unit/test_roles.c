@@ -284,6 +284,7 @@ static void test_target_orders_a_delayed_first(void **state)
 		fake_link_end(&t->f, &t->f.links[i], XP_END_CLEAN, 0);
 	}
 	assert_int_equal(px_target_stop(t->n, KEY, NULL, 0), 0);
+	fake_end_pass(&t->f);
 	assert_logged(
 		"migration vm1 role=target stop conns=3 reordered=2 bytes=6000 tx=0 rx=6000 ");
 	assert_logged("outcome=ok");
@@ -763,6 +764,7 @@ static void test_source_stop_during_setup(void **state)
 	assert_int_equal(t->f.nconns, 1);
 	assert_string_equal(see(t, KEY).conn_state[0], "connecting");
 	assert_int_equal(px_source_stop(t->n, KEY, NULL, 0), 0);
+	fake_end_pass(&t->f);
 	assert_true(t->f.conns[0]->closed);
 	assert_false(fake_watched(&t->f, t->f.conns[0]->c.fd));
 	assert_int_equal(t->f.closed_fds[0], t->f.listeners[0].fd);
@@ -784,6 +786,7 @@ static void test_stop_grace_then_cut(void **state)
 	c = arrive(t, KEY, PORT, 0);
 	assert_true(c->attached);
 	assert_int_equal(px_target_stop(t->n, KEY, NULL, 0), 0);
+	fake_end_pass(&t->f);
 	/* The key is free at once: a new attempt may start. */
 	target_start(t, KEY, 0);
 	fake_advance(&t->f, 4999);
@@ -956,6 +959,7 @@ static void test_kubevirt_target_raw(void **state)
 	assert_logged("raw connection 2 from 198.18.0.1:");
 	/* Stop drops the listeners; the links get their grace. */
 	assert_int_equal(px_target_stop(t->n, KEY, NULL, 0), 0);
+	fake_end_pass(&t->f);
 	assert_false(fake_watched(&t->f, FAKE_FIRST_PORT_LISTEN));
 }
 
@@ -1008,6 +1012,7 @@ static void test_kubevirt_target_stop_unbound(void **state)
 	fake_fire(&t->f, FAKE_FIRST_PORT_LISTEN);
 	assert_int_equal(px_node_active_conns(t->n), 1);
 	assert_int_equal(px_target_stop(t->n, KEY, NULL, 0), 0);
+	fake_end_pass(&t->f);
 	assert_true(c->closed);
 	assert_int_equal(px_node_active_conns(t->n), 0);
 }
@@ -1270,6 +1275,7 @@ static void test_drain_waits_for_links(void **state)
 	c = arrive(t, KEY, PORT, 0);
 	drained_calls = 0;
 	px_node_drain(t->n, 300, on_drained, NULL);
+	fake_end_pass(&t->f);
 	assert_true(fake_watched(&t->f, FAKE_TCP_LISTEN));
 	late = arrive(t, KEY, PORT, 1);
 	assert_int_equal(reply_of(late), PX_ERR_SHUTDOWN);
@@ -1368,6 +1374,7 @@ static void test_takeover_retire(void **state)
 
 	drained_calls = 0;
 	px_node_retire(t->n, 300, on_drained, NULL);
+	fake_end_pass(&t->f);
 	assert_int_equal(px_node_listen_fd(t->n), -1);
 	assert_false(fake_watched(&t->f, FAKE_TCP_LISTEN));
 	assert_logged("handed over: carrying on with 1 connections in flight and 1 migrations "
@@ -1382,6 +1389,7 @@ static void test_takeover_retire(void **state)
 	assert_int_equal(drained_calls, 0);
 	/* ... and the source still waiting for QEMU keeps it until stopped. */
 	assert_int_equal(px_source_stop(t->n, "vm3", err, sizeof(err)), 0);
+	fake_end_pass(&t->f);
 	assert_int_equal(drained_calls, 1);
 }
 
@@ -1394,6 +1402,7 @@ static void test_takeover_retire_timeout(void **state)
 	source_start(t, "vm3", 0, 0);
 	drained_calls = 0;
 	px_node_retire(t->n, 10, on_drained, NULL);
+	fake_end_pass(&t->f);
 	fake_advance(&t->f, 9000);
 	assert_int_equal(drained_calls, 0);
 	fake_advance(&t->f, 2000);
@@ -1633,6 +1642,7 @@ static void test_digest_target(void **state)
 	r[1] = arrive_dg(t, 1, true, &dg_good);
 	assert_int_equal(verdict_of(r[1], NULL), -1);
 	assert_int_equal(px_target_stop(t->n, KEY, NULL, 0), 0);
+	fake_end_pass(&t->f);
 	assert_false(r[1]->closed);
 	fake_link_end(&t->f, &t->f.links[1], XP_END_CLEAN, 0);
 	assert_int_equal(verdict_of(r[1], &got), PX_V_MATCH);
@@ -1696,6 +1706,7 @@ static void test_digest_source(void **state)
 		assert_true(px_digests_equal(&pre.dg, &dg_good));
 	}
 	assert_int_equal(px_source_stop(t->n, KEY, NULL, 0), 0);
+	fake_end_pass(&t->f);
 	/* the stop line waits for the answers */
 	assert_false(logged("role=source stop"));
 	px_reply_encode_verified(PX_V_MATCH, &tgt, reply);
@@ -1729,6 +1740,7 @@ static void test_digest_drain(void **state)
 	link_digests(fake_link_of(&t->f, c), &dg_good, true);
 	drained_calls = 0;
 	px_node_drain(t->n, 300, on_drained, NULL);
+	fake_end_pass(&t->f);
 	fake_link_end(&t->f, fake_link_of(&t->f, c), XP_END_CLEAN, 0);
 	assert_int_equal(drained_calls, 0);
 	r = arrive_dg(t, 0, true, &dg_good);
@@ -1765,6 +1777,7 @@ static void test_digest_not_asked(void **state)
 	fake_link_end(&t->f, &t->f.links[0], XP_END_CLEAN, 0);
 	assert_int_equal(t->f.nconns, 1);
 	assert_int_equal(px_source_stop(t->n, KEY, NULL, 0), 0);
+	fake_end_pass(&t->f);
 	assert_logged("role=source stop conns=1 ");
 	assert_logged(" verified=none outcome=ok");
 }
