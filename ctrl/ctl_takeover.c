@@ -12,7 +12,6 @@
 
 #include "ctl_json.h"
 #include "ctl_metrics.h"
-#include "ctl_server.h"
 #include "ctl_takeover.h"
 #include "log.h"
 #include "units.h"
@@ -163,7 +162,7 @@ static void give_rollback(struct ctl_takeover *t, const char *why)
 	json_object_put(t->moved);
 	t->moved = NULL;
 	t->state = GIVE_IDLE;
-	if (px_node_listen_pause(t->p.node, false) < 0 || ctl_server_pause(t->p.ctl, false) < 0)
+	if (px_node_listen_pause(t->p.node, false) < 0 || t->p.ctl_ops->pause(t->p.ctl, false) < 0)
 		log_err("takeover: cannot resume a listener; restart vmigd when it is idle");
 }
 
@@ -183,7 +182,7 @@ static void give_commit(struct ctl_takeover *t)
 			log_warn("migration %s role=target: not handed over: it changed meanwhile",
 				 key);
 	}
-	ctl_server_release(t->p.ctl);
+	t->p.ctl_ops->release(t->p.ctl);
 	t->p.committed(t->p.arg, t->down.pid);
 	log_info("takeover: vmigd pid %d has the listeners now; this one carries what it has until "
 		 "it ends, then exits",
@@ -207,7 +206,7 @@ static void give_line(struct tk_link *l, char *line)
 		return;
 	}
 	if (t->state == GIVE_COMMITTED) {
-		reply = ctl_handle(t->p.node, t->p.info, line, strlen(line));
+		reply = t->p.ctl_ops->handle(t->p.ctl, line, strlen(line));
 		if (reply) {
 			log_info("takeover: a request passed on by vmigd pid %d: %s -> %s", l->pid,
 				 line, reply);
@@ -375,7 +374,7 @@ void ctl_takeover_give(struct ctl_takeover *t, int fd, int pid)
 	t->state = GIVE_OFFERED;
 	/* Connections and clients that come from here wait in the listen queues. */
 	(void)px_node_listen_pause(t->p.node, true);
-	(void)ctl_server_pause(t->p.ctl, true);
+	(void)t->p.ctl_ops->pause(t->p.ctl, true);
 	t->settle_until = vm_now_ms() + SETTLE_MAX_MS;
 	if (px_node_unbound_shared(t->p.node) > 0)
 		log_info("takeover: vmigd pid %d asks; waiting for %u node-hop connections in "
@@ -394,7 +393,7 @@ static void give_offer(struct ctl_takeover *t)
 	const char *text;
 	char *line;
 
-	ctl_server_fds(t->p.ctl, &fds[0], &fds[1]);
+	t->p.ctl_ops->fds(t->p.ctl, &fds[0], &fds[1]);
 	fds[2] = px_node_listen_fd(t->p.node);
 	fds[3] = t->p.metrics ? ctl_metrics_server_fd(t->p.metrics) : -1;
 	fdn = json_object_new_array();
@@ -719,7 +718,7 @@ int ctl_takeover_finish(struct ctl_takeover *t, struct ctl_takeover_offer *o, ch
 		return r;
 	}
 	/* From here the old one has let go: the files are this process's. */
-	ctl_server_own(t->p.ctl);
+	t->p.ctl_ops->own(t->p.ctl);
 	t->up.fd = o->sock;
 	o->sock = -1;
 	t->took_over = true;

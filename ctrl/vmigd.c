@@ -1456,8 +1456,8 @@ static int daemon_start(struct daemon *d, const struct options *o)
 			 "--metrics, so the endpoint closes");
 	r = ctl_takeover_new(&(struct ctl_takeover_parts){ .loop = d->loop,
 							   .node = d->node,
-							   .info = &d->info,
 							   .ctl = d->ctl,
+							   .ctl_ops = &ctl_server_takeover_ops,
 							   .metrics = d->metrics,
 							   .drain_timeout_s = d->drain_timeout_s,
 							   .committed = handed_over,
