@@ -1,8 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-/* Control requests executed: each parsed request (ctl_request.c) applied to the node through
- * one entry per operation in runs[], and its JSON reply. The figures in the replies come from
- * the tables of ctl_figures.c; a stop or cap for a migration an older vmigd kept after a takeover
- * is passed on to it (ctl_takeover_forward()). */
+/* Control requests executed: a parsed request (ctl_request.c) applied to the node by its entry in
+ * runs[], and its JSON reply, whose figures come from ctl_figures.c's tables. A stop or cap for a
+ * migration an older vmigd kept at a takeover is passed on to it (ctl_takeover_forward()). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

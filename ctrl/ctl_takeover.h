@@ -5,6 +5,7 @@
 #ifndef CTL_TAKEOVER_H
 #define CTL_TAKEOVER_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -103,5 +104,19 @@ int ctl_takeover_forward(struct ctl_takeover *t, const struct ctl_request *req,
 			 struct json_object **reply, char *err, size_t errlen);
 /* Adds "takeover" to a status object where there was one. */
 void ctl_takeover_status(struct ctl_takeover *t, struct json_object *status);
+
+/* What SIGUSR2 runs: this binary's path (as it was at start) and its arguments with --takeover. */
+struct ctl_takeover_cmd {
+	char exe[PATH_MAX]; /* "": unknown, no takeover can be started */
+	char **argv;
+};
+
+/* Reads /proc/self/exe (left "" where it cannot be) and copies argv. 0 or -ENOMEM. */
+int ctl_takeover_cmd_init(struct ctl_takeover_cmd *c, int argc, char **argv);
+/* Takes a zeroed cmd. */
+void ctl_takeover_cmd_done(struct ctl_takeover_cmd *c);
+/* Old side, on SIGUSR2: starts c, unless busy (handing over or draining already: a warning).
+ * Logs what came of it; this vmigd carries on either way. */
+void ctl_takeover_spawn(const struct ctl_takeover_cmd *c, bool busy);
 
 #endif
