@@ -104,9 +104,12 @@ static int opt_node_bandwidth(const struct opt *op, const char *arg, const char 
 			      struct ctl_options *o);
 static int opt_dpdk_impair(const struct opt *op, const char *arg, const char *where,
 			   struct ctl_options *o);
-static int opt_config(const struct opt *op, const char *arg, const char *where, struct ctl_options *o);
-static int opt_help(const struct opt *op, const char *arg, const char *where, struct ctl_options *o);
-static int opt_version(const struct opt *op, const char *arg, const char *where, struct ctl_options *o);
+static int opt_config(const struct opt *op, const char *arg, const char *where,
+		      struct ctl_options *o);
+static int opt_help(const struct opt *op, const char *arg, const char *where,
+		    struct ctl_options *o);
+static int opt_version(const struct opt *op, const char *arg, const char *where,
+		       struct ctl_options *o);
 
 /* Every option, in the order of --help and vmigd(8). */
 static const struct opt opts[] = {
@@ -424,7 +427,8 @@ static int parse_word(const struct opt *op, const char *s, const char *where, in
 }
 
 /* One option with its argument (NULL when it takes none) into o. */
-static int opt_apply(const struct opt *op, const char *arg, const char *where, struct ctl_options *o)
+static int opt_apply(const struct opt *op, const char *arg, const char *where,
+		     struct ctl_options *o)
 {
 	void *at = (char *)o + op->off;
 
@@ -552,13 +556,15 @@ static int opt_tls_version(const struct opt *op, const char *arg, const char *wh
 	return 0;
 }
 
-static int opt_help(const struct opt *op, const char *arg, const char *where, struct ctl_options *o)
+static int opt_help(const struct opt *op, const char *arg, const char *where,
+		    struct ctl_options *o)
 {
 	usage(stdout, true);
 	return 1;
 }
 
-static int opt_version(const struct opt *op, const char *arg, const char *where, struct ctl_options *o)
+static int opt_version(const struct opt *op, const char *arg, const char *where,
+		       struct ctl_options *o)
 {
 	printf("vmigd %s\n", VMIGD_VERSION);
 	return 1;
@@ -596,7 +602,8 @@ static int conf_line(const char *path, int lineno, const char *name, const char 
 /* --config FILE: "option value" (or option=value) lines, long names without "--", "#" to the end
  * of a line a comment. The values stay in the file's text, which o keeps. Read as sshd reads its
  * files (vm_file_read_checked()): a regular file that nobody but root (or our uid) can change. */
-static int opt_config(const struct opt *op, const char *path, const char *where, struct ctl_options *o)
+static int opt_config(const struct opt *op, const char *path, const char *where,
+		      struct ctl_options *o)
 {
 	struct ctl_conf_text *t = calloc(1, sizeof(*t));
 	char *line, *next, msg[600];

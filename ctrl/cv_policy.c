@@ -320,7 +320,8 @@ static int64_t hold_ms(const struct cv_policy *p, const struct cv_state *s)
 }
 
 /* A new pass over RAM: whether it made a new low (else one more without), and the evidence line.
- * *slow: the projection puts convergence past the deadline; *slow_hard: past CV_HARD_FACTOR x it. */
+ * *slow: the projection puts convergence past the deadline; *slow_hard: past CV_HARD_FACTOR x
+ * the deadline. */
 static void predictive_pass(const struct cv_policy *p, struct cv_state *s,
 			    const struct cv_inputs *in, uint64_t link, uint64_t allowed,
 			    bool *slow, bool *slow_hard)

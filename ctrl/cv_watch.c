@@ -247,7 +247,8 @@ static bool sample(struct cv_watch *w, int r, const struct cv_job *job, bool *se
 		if (!*seen && in->job.status != CV_ST_NONE &&
 		    (!final(in->job.status) || w->px_conns > 0)) {
 			*seen = true;
-			w->started_ms = mono_ms() - (in->job.elapsed_ms > 0 ? in->job.elapsed_ms : 0);
+			w->started_ms =
+				mono_ms() - (in->job.elapsed_ms > 0 ? in->job.elapsed_ms : 0);
 		}
 	} else {
 		w->rep.query_errors++;

@@ -3,7 +3,6 @@
  * turns them into the node's configuration, starts each server (the node and its data path,
  * control socket, metrics, takeover, signals) and runs the loop until SIGTERM/SIGINT drains it. */
 #include <errno.h>
-#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -13,7 +12,6 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "ctl_metrics.h"
@@ -23,7 +21,6 @@
 #include "ctl_notify.h"
 #include "ctl_server.h"
 #include "ctl_takeover.h"
-#include "file.h"
 #include "log.h"
 #include "px_node.h"
 #include "units.h"
