@@ -382,3 +382,10 @@ char *ctl_json_utf8_fix(char *text)
 	free(text);
 	return out;
 }
+
+void ctl_json_one_line(char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f)
+			*s = '?';
+}

@@ -39,4 +39,8 @@ bool ctl_json_utf8_valid(const char *text, size_t len);
  */
 char *ctl_json_utf8_fix(char *text);
 
+/* Errors quote client text: control characters become '?', so that s stays the one line the
+ * protocol promises. */
+void ctl_json_one_line(char *s);
+
 #endif

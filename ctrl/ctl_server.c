@@ -186,7 +186,7 @@ static void client_serve(struct ctl_client *c)
 	r = ctl_request_parse(c->buf, c->len, req, err, sizeof(err));
 	if (r < 0) {
 		reply = ctl_error_reply(err, r);
-	} else if (req->op == CTL_TAKEOVER && info->takeover) {
+	} else if (ctl_op_takes_conn(req->op) && info->takeover) {
 		/* The connection becomes the takeover's: it passes fds and stays open. */
 		int fd = c->fd;
 
@@ -503,3 +503,16 @@ void ctl_server_free(struct ctl_server *s)
 	}
 	free(s);
 }
+
+char *ctl_server_handle(struct ctl_server *s, const char *text, size_t len)
+{
+	return ctl_handle(s->node, s->info, text, len);
+}
+
+const struct ctl_takeover_server_ops ctl_server_takeover_ops = {
+	.pause = ctl_server_pause,
+	.fds = ctl_server_fds,
+	.release = ctl_server_release,
+	.own = ctl_server_own,
+	.handle = ctl_server_handle,
+};

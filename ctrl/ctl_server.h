@@ -27,6 +27,12 @@ int ctl_server_pause(struct ctl_server *s, bool pause);
 /* Handed over: stops accepting and closes this process's copies of the listener and the lock,
  * leaving the socket file, the lock file and the clients being served. */
 void ctl_server_release(struct ctl_server *s);
+/* A request served as a client's would be (the reply malloc'd; NULL when out of memory): for
+ * those a newer vmigd passes on after a takeover. */
+char *ctl_server_handle(struct ctl_server *s, const char *text, size_t len);
+/* The functions above, for the takeover (struct ctl_takeover_server_ops, ctl_takeover.h). */
+struct ctl_takeover_server_ops;
+extern const struct ctl_takeover_server_ops ctl_server_takeover_ops;
 /* Removes the socket and the lock, unless released. Takes NULL. */
 void ctl_server_free(struct ctl_server *s);
 

@@ -1,18 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
 /* Takeover, both sides: the old vmigd's offer (listeners as fds, targets to move, migrations it
- * keeps) and commit or roll back; the new vmigd's ask, finish, and requests passed back to the old
- * one for the migrations it still carries. The exchange is JSON lines on one control connection. */
+ * keeps), commit or roll back; the new vmigd's ask, finish and requests passed back for what the
+ * old one still carries; SIGUSR2's start of the new one. JSON lines on one control connection. */
 #include <errno.h>
 #include <json-c/json.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "ctl_json.h"
 #include "ctl_metrics.h"
-#include "ctl_server.h"
 #include "ctl_takeover.h"
 #include "log.h"
 #include "units.h"
@@ -163,7 +165,7 @@ static void give_rollback(struct ctl_takeover *t, const char *why)
 	json_object_put(t->moved);
 	t->moved = NULL;
 	t->state = GIVE_IDLE;
-	if (px_node_listen_pause(t->p.node, false) < 0 || ctl_server_pause(t->p.ctl, false) < 0)
+	if (px_node_listen_pause(t->p.node, false) < 0 || t->p.ctl_ops->pause(t->p.ctl, false) < 0)
 		log_err("takeover: cannot resume a listener; restart vmigd when it is idle");
 }
 
@@ -183,7 +185,7 @@ static void give_commit(struct ctl_takeover *t)
 			log_warn("migration %s role=target: not handed over: it changed meanwhile",
 				 key);
 	}
-	ctl_server_release(t->p.ctl);
+	t->p.ctl_ops->release(t->p.ctl);
 	t->p.committed(t->p.arg, t->down.pid);
 	log_info("takeover: vmigd pid %d has the listeners now; this one carries what it has until "
 		 "it ends, then exits",
@@ -207,7 +209,7 @@ static void give_line(struct tk_link *l, char *line)
 		return;
 	}
 	if (t->state == GIVE_COMMITTED) {
-		reply = ctl_handle(t->p.node, t->p.info, line, strlen(line));
+		reply = t->p.ctl_ops->handle(t->p.ctl, line, strlen(line));
 		if (reply) {
 			log_info("takeover: a request passed on by vmigd pid %d: %s -> %s", l->pid,
 				 line, reply);
@@ -373,7 +375,7 @@ void ctl_takeover_give(struct ctl_takeover *t, int fd, int pid)
 	t->state = GIVE_OFFERED;
 	/* Connections and clients that come from here wait in the listen queues. */
 	(void)px_node_listen_pause(t->p.node, true);
-	(void)ctl_server_pause(t->p.ctl, true);
+	(void)t->p.ctl_ops->pause(t->p.ctl, true);
 	t->settle_until = vm_now_ms() + SETTLE_MAX_MS;
 	if (px_node_unbound_shared(t->p.node) > 0)
 		log_info("takeover: vmigd pid %d asks; waiting for %u node-hop connections in "
@@ -392,7 +394,7 @@ static void give_offer(struct ctl_takeover *t)
 	const char *text;
 	char *line;
 
-	ctl_server_fds(t->p.ctl, &fds[0], &fds[1]);
+	t->p.ctl_ops->fds(t->p.ctl, &fds[0], &fds[1]);
 	fds[2] = px_node_listen_fd(t->p.node);
 	fds[3] = t->p.metrics ? ctl_metrics_server_fd(t->p.metrics) : -1;
 	fdn = json_object_new_array();
@@ -717,7 +719,7 @@ int ctl_takeover_finish(struct ctl_takeover *t, struct ctl_takeover_offer *o, ch
 		return r;
 	}
 	/* From here the old one has let go: the files are this process's. */
-	ctl_server_own(t->p.ctl);
+	t->p.ctl_ops->own(t->p.ctl);
 	t->up.fd = o->sock;
 	o->sock = -1;
 	t->took_over = true;
@@ -803,4 +805,76 @@ void ctl_takeover_status(struct ctl_takeover *t, struct json_object *status)
 	json_object_object_add(o, "kept",
 			       t->kept ? json_object_get(t->kept) : json_object_new_array());
 	json_object_object_add(status, "takeover", o);
+}
+
+/* ---- SIGUSR2: starting the vmigd that takes over ---- */
+
+/*
+ * SIGUSR2: start the binary at this vmigd's path (a package upgrade put the new one there) with
+ * the same arguments and --takeover. Forked twice, so that the new vmigd is no child of this one
+ * (which exits first) and the service manager reaps it; under systemd it stays in the service's
+ * cgroup. If it fails before it took over, this one carries on.
+ */
+void ctl_takeover_spawn(const struct ctl_takeover_cmd *c, bool busy)
+{
+	sigset_t all;
+	pid_t child;
+	int status;
+
+	if (busy || !c->exe[0]) {
+		log_warn("SIGUSR2: %s; no takeover started",
+			 busy ? "this vmigd is handing over or draining already"
+				     : "its own binary's path is unknown");
+		return;
+	}
+	child = fork();
+	if (child < 0) {
+		log_err("SIGUSR2: cannot fork: %s", strerror(errno));
+		return;
+	}
+	if (child == 0) {
+		pid_t grandchild = fork();
+
+		if (grandchild != 0)
+			_exit(grandchild < 0 ? 1 : 0);
+		/* exec keeps the signal mask: the new vmigd blocks what it watches itself. */
+		sigemptyset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, NULL);
+		execv(c->exe, c->argv);
+		fprintf(stderr, "vmigd: SIGUSR2: cannot run %s: %s\n", c->exe, strerror(errno));
+		_exit(127);
+	}
+	if (waitpid(child, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		log_err("SIGUSR2: cannot start %s --takeover", c->exe);
+		return;
+	}
+	log_info("SIGUSR2: started %s --takeover; this vmigd carries on until it has taken over",
+		 c->exe);
+}
+
+int ctl_takeover_cmd_init(struct ctl_takeover_cmd *c, int argc, char **argv)
+{
+	ssize_t n = readlink("/proc/self/exe", c->exe, sizeof(c->exe) - 1);
+	int k = 0;
+
+	if (n <= 0 || (size_t)n >= sizeof(c->exe) - 1) {
+		c->exe[0] = '\0';
+		return 0;
+	}
+	c->exe[n] = '\0';
+	c->argv = calloc(argc + 2, sizeof(char *));
+	if (!c->argv)
+		return -ENOMEM;
+	for (int i = 0; i < argc; i++)
+		if (strcmp(argv[i], "--takeover") != 0)
+			c->argv[k++] = argv[i];
+	c->argv[k++] = "--takeover";
+	c->argv[k] = NULL;
+	return 0;
+}
+
+void ctl_takeover_cmd_done(struct ctl_takeover_cmd *c)
+{
+	free(c->argv);
+	c->argv = NULL;
 }

@@ -5,10 +5,11 @@
 #ifndef CTL_TAKEOVER_H
 #define CTL_TAKEOVER_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "ctl_proto.h"
+#include "ctl_request.h"
 #include "xp_loop.h"
 
 struct ctl_server;
@@ -16,12 +17,30 @@ struct ctl_metrics_server;
 struct json_object;
 struct ctl_takeover;
 
+/*
+ * The control server as the takeover reaches it (ctl_server.c fills ctl_server_takeover_ops), so
+ * that the takeover does not include the server, which hands it takeover requests.
+ */
+struct ctl_takeover_server_ops {
+	/* Stops (or resumes) accepting clients; the listener stays open. 0 or -errno. */
+	int (*pause)(struct ctl_server *s, bool pause);
+	/* The listener and the lock file's fd, to hand over; -1 once released. */
+	void (*fds)(const struct ctl_server *s, int *fd, int *lock_fd);
+	/* Handed over: stop accepting and close this process's copies of the listener and lock. */
+	void (*release)(struct ctl_server *s);
+	/* The old vmigd has let go: the socket and lock files are this process's. */
+	void (*own)(struct ctl_server *s);
+	/* A request passed on by the new vmigd, served as a client's: the reply (malloc'd, with its
+	 * newline), NULL when out of memory. */
+	char *(*handle)(struct ctl_server *s, const char *text, size_t len);
+};
+
 /* What a daemon hands the takeover, either side. */
 struct ctl_takeover_parts {
 	struct xp_loop *loop;
 	struct px_node *node;
-	const struct ctl_daemon_info *info;
 	struct ctl_server *ctl;
+	const struct ctl_takeover_server_ops *ctl_ops; /* how to reach ctl */
 	struct ctl_metrics_server *metrics; /* NULL without --metrics */
 	unsigned int drain_timeout_s;	    /* the old one's bound on what it still carries */
 	/* Old side: the new vmigd (pid) has taken over; stop serving metrics and treat a signal
@@ -85,5 +104,19 @@ int ctl_takeover_forward(struct ctl_takeover *t, const struct ctl_request *req,
 			 struct json_object **reply, char *err, size_t errlen);
 /* Adds "takeover" to a status object where there was one. */
 void ctl_takeover_status(struct ctl_takeover *t, struct json_object *status);
+
+/* What SIGUSR2 runs: this binary's path (as it was at start) and its arguments with --takeover. */
+struct ctl_takeover_cmd {
+	char exe[PATH_MAX]; /* "": unknown, no takeover can be started */
+	char **argv;
+};
+
+/* Reads /proc/self/exe (left "" where it cannot be) and copies argv. 0 or -ENOMEM. */
+int ctl_takeover_cmd_init(struct ctl_takeover_cmd *c, int argc, char **argv);
+/* Takes a zeroed cmd. */
+void ctl_takeover_cmd_done(struct ctl_takeover_cmd *c);
+/* Old side, on SIGUSR2: starts c, unless busy (handing over or draining already: a warning).
+ * Logs what came of it; this vmigd carries on either way. */
+void ctl_takeover_spawn(const struct ctl_takeover_cmd *c, bool busy);
 
 #endif

@@ -319,6 +319,80 @@ static int64_t hold_ms(const struct cv_policy *p, const struct cv_state *s)
 	return (int64_t)p->window_ms;
 }
 
+/* A new pass over RAM: whether it made a new low (else one more without), and the evidence line.
+ * *slow: the projection puts convergence past the deadline; *slow_hard: past CV_HARD_FACTOR x
+ * the deadline. */
+static void predictive_pass(const struct cv_policy *p, struct cv_state *s,
+			    const struct cv_inputs *in, uint64_t link, uint64_t allowed,
+			    bool *slow, bool *slow_hard)
+{
+	const struct cv_job *j = &in->job;
+	const struct cv_iter *it;
+	uint64_t down_ms, target = link * allowed / 1000;
+	int64_t proj, hold;
+	char passes[64], held[48];
+
+	it = iter_back(s, 0);
+	down_ms = send_ms(it->remaining, link);
+	if (down_ms <= allowed || !s->low ||
+	    it->remaining * 100 <= s->low * (100 - CV_MARGIN_PCT) ||
+	    (swung(s->stall_max, s->low) && !swung(it->remaining, s->low))) {
+		s->stalled = 0;
+		s->stall_min = s->stall_max = 0;
+		s->evidence_since_ms = -1;
+	} else if (s->stalled++ == 0) {
+		s->evidence_since_ms = in->now_ms;
+		s->stall_min = s->stall_max = it->remaining;
+	} else {
+		s->stall_min = it->remaining < s->stall_min ? it->remaining : s->stall_min;
+		s->stall_max = it->remaining > s->stall_max ? it->remaining : s->stall_max;
+	}
+	if (!s->low || it->remaining < s->low)
+		s->low = it->remaining;
+	if (s->throttling && it->throttle >= THROTTLE_TOP && !s->top_pass)
+		s->top_pass = s->niters;
+	proj = projected_ms(s, link, target);
+	*slow = proj >= 0 && s->acceptable_s >= 0 &&
+	       in->now_ms + proj > s->acceptable_s * 1000;
+	*slow_hard = *slow && in->now_ms + proj > s->acceptable_s * 1000 * CV_HARD_FACTOR;
+	passes_str(s, 4, passes, sizeof(passes));
+	hold = hold_ms(p, s);
+	held[0] = '\0';
+	if (hold > (int64_t)p->window_ms)
+		snprintf(held, sizeof(held), " (up and down: held %lld s)",
+			 (long long)hold / 1000);
+	snprintf(s->evidence, sizeof(s->evidence),
+		 "pass %llu: remaining %s MiB (low %.1f), %u without a new low%s, expected "
+		 "downtime %llu ms (allowed %llu) at %.1f MiB/s%s",
+		 (unsigned long long)j->dirty_syncs, passes, s->low / MIB, s->stalled, held,
+		 (unsigned long long)(down_ms > 999999 ? 999999 : down_ms),
+		 (unsigned long long)allowed, link / MIB,
+		 *slow ? ", too slow for the deadline" : "");
+}
+
+/* The abort's reason: what was tried, and why nothing else is left. */
+static void predictive_no_action(const struct cv_policy *p, const struct cv_state *s,
+				 const struct cv_inputs *in, bool slow_hard, const char *why,
+				 struct cv_action *a)
+{
+	const struct cv_job *j = &in->job;
+	char thr[100];
+
+	if (s->throttling)
+		snprintf(thr, sizeof(thr),
+			 "auto-converge at %u%% (dirty %.1f MiB/s at %u%%, %.1f now)",
+			 j->throttle_pct, s->dirty_at_throttle / MIB, s->throttle_from,
+			 j->dirty_rate / MIB);
+	else
+		snprintf(thr, sizeof(thr), "auto-converge %s",
+			 p->allow_auto_converge ? "refused by the hypervisor"
+						: "not allowed");
+	snprintf(a->reason, sizeof(a->reason),
+		 "cannot converge%s (%s): no action left: %s, post-copy %s, no node headroom",
+		 slow_hard ? " in time" : "", why, thr,
+		 p->allow_post_copy ? "refused" : "not allowed");
+}
+
 /*
  * Predictive. Judged once per pass over RAM: pre-copy converges while each pass makes a new
  * low of remaining (by CV_MARGIN_PCT) or the pass would fit the allowed downtime. Evidence that
@@ -334,11 +408,9 @@ static void predictive(const struct cv_policy *p, struct cv_state *s, const stru
 		       struct cv_action *a)
 {
 	const struct cv_job *j = &in->job;
-	const struct cv_iter *it;
-	uint64_t link, target, down_ms, room, allowed = allowed_downtime_ms(p);
+	uint64_t link, room, allowed = allowed_downtime_ms(p);
 	bool overdue, slow = false, slow_hard = false, evidence, throttle_room;
-	int64_t proj, hold;
-	char why[320], passes[64], held[48];
+	char why[320];
 
 	if (j->status != CV_ST_ACTIVE)
 		return;
@@ -353,45 +425,8 @@ static void predictive(const struct cv_policy *p, struct cv_state *s, const stru
 	if (abort_if_stuck(p, s, in, a))
 		return;
 	overdue = late(s, in);
-	target = link * allowed / 1000;
-	if (new_pass(s, in)) {
-		it = iter_back(s, 0);
-		down_ms = send_ms(it->remaining, link);
-		if (down_ms <= allowed || !s->low ||
-		    it->remaining * 100 <= s->low * (100 - CV_MARGIN_PCT) ||
-		    (swung(s->stall_max, s->low) && !swung(it->remaining, s->low))) {
-			s->stalled = 0;
-			s->stall_min = s->stall_max = 0;
-			s->evidence_since_ms = -1;
-		} else if (s->stalled++ == 0) {
-			s->evidence_since_ms = in->now_ms;
-			s->stall_min = s->stall_max = it->remaining;
-		} else {
-			s->stall_min = it->remaining < s->stall_min ? it->remaining : s->stall_min;
-			s->stall_max = it->remaining > s->stall_max ? it->remaining : s->stall_max;
-		}
-		if (!s->low || it->remaining < s->low)
-			s->low = it->remaining;
-		if (s->throttling && it->throttle >= THROTTLE_TOP && !s->top_pass)
-			s->top_pass = s->niters;
-		proj = projected_ms(s, link, target);
-		slow = proj >= 0 && s->acceptable_s >= 0 &&
-		       in->now_ms + proj > s->acceptable_s * 1000;
-		slow_hard = slow && in->now_ms + proj > s->acceptable_s * 1000 * CV_HARD_FACTOR;
-		passes_str(s, 4, passes, sizeof(passes));
-		hold = hold_ms(p, s);
-		held[0] = '\0';
-		if (hold > (int64_t)p->window_ms)
-			snprintf(held, sizeof(held), " (up and down: held %lld s)",
-				 (long long)hold / 1000);
-		snprintf(s->evidence, sizeof(s->evidence),
-			 "pass %llu: remaining %s MiB (low %.1f), %u without a new low%s, expected "
-			 "downtime %llu ms (allowed %llu) at %.1f MiB/s%s",
-			 (unsigned long long)j->dirty_syncs, passes, s->low / MIB, s->stalled, held,
-			 (unsigned long long)(down_ms > 999999 ? 999999 : down_ms),
-			 (unsigned long long)allowed, link / MIB,
-			 slow ? ", too slow for the deadline" : "");
-	}
+	if (new_pass(s, in))
+		predictive_pass(p, s, in, link, allowed, &slow, &slow_hard);
 	/* Evidence that pre-copy does not converge, or will not before the hard limit. */
 	evidence = slow_hard || (s->stalled >= CV_STALL_PASSES &&
 				 in->now_ms - s->evidence_since_ms >= hold_ms(p, s));
@@ -443,23 +478,7 @@ static void predictive(const struct cv_policy *p, struct cv_state *s, const stru
 	 * enough for CV_HARD_FACTOR x the deadline, late or not. */
 	if (!evidence || throttle_room)
 		return;
-	{
-		char thr[100];
-
-		if (s->throttling)
-			snprintf(thr, sizeof(thr),
-				 "auto-converge at %u%% (dirty %.1f MiB/s at %u%%, %.1f now)",
-				 j->throttle_pct, s->dirty_at_throttle / MIB, s->throttle_from,
-				 j->dirty_rate / MIB);
-		else
-			snprintf(thr, sizeof(thr), "auto-converge %s",
-				 p->allow_auto_converge ? "refused by the hypervisor"
-							: "not allowed");
-		snprintf(a->reason, sizeof(a->reason),
-			 "cannot converge%s (%s): no action left: %s, post-copy %s, no node headroom",
-			 slow_hard ? " in time" : "", why, thr,
-			 p->allow_post_copy ? "refused" : "not allowed");
-	}
+	predictive_no_action(p, s, in, slow_hard, why, a);
 	take(s, in, a, CV_ACT_ABORT);
 }
 

@@ -223,6 +223,94 @@ static bool nap(struct cv_watch *w, unsigned int ms)
 	return !quit;
 }
 
+/*
+ * One poll's inputs, under the lock: the job as the backend gave it (r: the query's result) and
+ * the node's figures, with the policy's clock, which starts when the job is first seen (*seen)
+ * and leaves out the time it was held. Returns whether it is held now.
+ */
+static bool sample(struct cv_watch *w, int r, const struct cv_job *job, bool *seen,
+		   struct cv_inputs *in)
+{
+	bool held;
+
+	pthread_mutex_lock(&w->lock);
+	*in = w->px;
+	in->job = *job;
+	in->have_job = r == 0;
+	if (r == 0) {
+		w->rep.have_job = true;
+		w->rep.job = in->job;
+		/*
+		 * A finished job before ours began is a previous migration's, unless
+		 * vmigd already carried this one (it ended between two samples).
+		 */
+		if (!*seen && in->job.status != CV_ST_NONE &&
+		    (!final(in->job.status) || w->px_conns > 0)) {
+			*seen = true;
+			w->started_ms =
+				mono_ms() - (in->job.elapsed_ms > 0 ? in->job.elapsed_ms : 0);
+		}
+	} else {
+		w->rep.query_errors++;
+		snprintf(w->rep.last_error, sizeof(w->rep.last_error), "%s",
+			 w->b->ops->error(w->b));
+	}
+	in->now_ms = *seen ? mono_ms() - w->started_ms : 0;
+	w->rep.elapsed_ms = *seen ? in->now_ms : -1;
+	held = w->held;
+	/* The policy's clock leaves out the time it was held. */
+	in->now_ms -= w->held_total_ms + (held ? mono_ms() - w->held_since_ms : 0);
+	if (in->now_ms < 0)
+		in->now_ms = 0; /* held before the job was first seen */
+	if (held)
+		snprintf(w->rep.evidence, sizeof(w->rep.evidence),
+			 "held for %.1f s: %s; no action until it ends",
+			 (mono_ms() - w->held_since_ms) / 1000.0, w->held_why);
+	pthread_mutex_unlock(&w->lock);
+	return held;
+}
+
+/* Post-copy that lost its connection: the guest is split until it recovers. Said once. */
+static void postcopy_paused(struct cv_watch *w, const struct cv_job *job)
+{
+	pthread_mutex_lock(&w->lock);
+	snprintf(w->rep.outcome, sizeof(w->rep.outcome),
+		 "post-copy interrupted (%s): the guest's memory is split between the "
+		 "nodes; unless QEMU recovers it (migrate-recover), it is lost",
+		 cv_status_str(job->status));
+	w->rep.irrecoverable = true;
+	pthread_mutex_unlock(&w->lock);
+	log_err("migration %s role=source: convergence: %s", w->key, w->rep.outcome);
+}
+
+/* The policy's decision on this sample, reported, and carried out unless in shadow mode. */
+static void decide(struct cv_watch *w, struct cv_state *st, const struct cv_inputs *in)
+{
+	const struct cv_policy *p = &w->spec.policy;
+	struct cv_action a;
+	int r;
+
+	cv_decide(p, st, in, &a);
+	pthread_mutex_lock(&w->lock);
+	w->rep.dirty_rate = st->dirty_rate;
+	w->rep.link_rate = st->link_rate;
+	w->rep.dirty_from = st->dirty_from;
+	snprintf(w->rep.evidence, sizeof(w->rep.evidence), "%s", st->evidence);
+	pthread_mutex_unlock(&w->lock);
+	if (a.act == CV_ACT_NONE)
+		return;
+	/* Shadow: recorded and logged as decided, nothing done. */
+	r = p->shadow ? 0 : execute(w, &a);
+	record(w, &a, in->now_ms, r);
+	/* A step that did not happen is not in force: the ladder goes on past it. */
+	if (r < 0 && a.act == CV_ACT_POSTCOPY)
+		st->postcopy = false;
+	if (r < 0 && a.act == CV_ACT_PAUSE)
+		st->paused = false;
+	if (r < 0 && a.act == CV_ACT_THROTTLE)
+		st->throttling = false; /* libvirt cannot: no grace to wait out */
+}
+
 static void *watch_main(void *arg)
 {
 	struct cv_watch *w = arg;
@@ -237,46 +325,13 @@ static void *watch_main(void *arg)
 	cv_state_init(&st);
 	while (going) {
 		struct cv_inputs in;
-		struct cv_action a;
 		struct cv_job job = { 0 };
 		bool held;
 		int r;
 
 		going = nap(w, poll_ms);
 		r = w->b->ops->query(w->b, &job);
-		pthread_mutex_lock(&w->lock);
-		in = w->px;
-		in.job = job;
-		in.have_job = r == 0;
-		if (r == 0) {
-			w->rep.have_job = true;
-			w->rep.job = in.job;
-			/*
-			 * A finished job before ours began is a previous migration's, unless
-			 * vmigd already carried this one (it ended between two samples).
-			 */
-			if (!seen && in.job.status != CV_ST_NONE &&
-			    (!final(in.job.status) || w->px_conns > 0)) {
-				seen = true;
-				w->started_ms = mono_ms() - (in.job.elapsed_ms > 0 ? in.job.elapsed_ms : 0);
-			}
-		} else {
-			w->rep.query_errors++;
-			snprintf(w->rep.last_error, sizeof(w->rep.last_error), "%s",
-				 w->b->ops->error(w->b));
-		}
-		in.now_ms = seen ? mono_ms() - w->started_ms : 0;
-		w->rep.elapsed_ms = seen ? in.now_ms : -1;
-		held = w->held;
-		/* The policy's clock leaves out the time it was held. */
-		in.now_ms -= w->held_total_ms + (held ? mono_ms() - w->held_since_ms : 0);
-		if (in.now_ms < 0)
-			in.now_ms = 0; /* held before the job was first seen */
-		if (held)
-			snprintf(w->rep.evidence, sizeof(w->rep.evidence),
-				 "held for %.1f s: %s; no action until it ends",
-				 (mono_ms() - w->held_since_ms) / 1000.0, w->held_why);
-		pthread_mutex_unlock(&w->lock);
+		held = sample(w, r, &job, &seen, &in);
 		if (r < 0) {
 			failing++;
 			if (failing == 1 || failing == QUERY_ERRORS_MAX)
@@ -302,14 +357,7 @@ static void *watch_main(void *arg)
 		/* Post-copy that lost its connection: the guest is split until it recovers. */
 		if (in.job.status == CV_ST_POSTCOPY_PAUSED && !told_paused) {
 			told_paused = true;
-			pthread_mutex_lock(&w->lock);
-			snprintf(w->rep.outcome, sizeof(w->rep.outcome),
-				 "post-copy interrupted (%s): the guest's memory is split between the "
-				 "nodes; unless QEMU recovers it (migrate-recover), it is lost",
-				 cv_status_str(in.job.status));
-			w->rep.irrecoverable = true;
-			pthread_mutex_unlock(&w->lock);
-			log_err("migration %s role=source: convergence: %s", w->key, w->rep.outcome);
+			postcopy_paused(w, &in.job);
 		}
 		if (!going)
 			break; /* stopping: the last sample only settles the outcome */
@@ -326,25 +374,7 @@ static void *watch_main(void *arg)
 			st.stall_ms = -1;
 			st.progress_ms = in.now_ms;
 		}
-		cv_decide(p, &st, &in, &a);
-		pthread_mutex_lock(&w->lock);
-		w->rep.dirty_rate = st.dirty_rate;
-		w->rep.link_rate = st.link_rate;
-		w->rep.dirty_from = st.dirty_from;
-		snprintf(w->rep.evidence, sizeof(w->rep.evidence), "%s", st.evidence);
-		pthread_mutex_unlock(&w->lock);
-		if (a.act != CV_ACT_NONE) {
-			/* Shadow: recorded and logged as decided, nothing done. */
-			r = p->shadow ? 0 : execute(w, &a);
-			record(w, &a, in.now_ms, r);
-			/* A step that did not happen is not in force: the ladder goes on past it. */
-			if (r < 0 && a.act == CV_ACT_POSTCOPY)
-				st.postcopy = false;
-			if (r < 0 && a.act == CV_ACT_PAUSE)
-				st.paused = false;
-			if (r < 0 && a.act == CV_ACT_THROTTLE)
-				st.throttling = false; /* libvirt cannot: no grace to wait out */
-		}
+		decide(w, &st, &in);
 	}
 	if (!w->rep.finished) {
 		pthread_mutex_lock(&w->lock);

@@ -9,7 +9,8 @@
 #include <string.h>
 
 #include "ctl_json.h"
-#include "ctl_proto.h"
+#include "ctl_proto.h" /* ctl_error_reply() only: nothing is executed */
+#include "ctl_request.h"
 #include "fuzz.h"
 #include "units.h"
 
@@ -79,7 +80,7 @@ static void check_accepted(const struct ctl_request *req, size_t size)
 	FUZZ_CHECK(!"op out of range");
 }
 
-/* The fields each op takes, as doc/interfaces.md lists them (not read from ctl_proto.c). */
+/* The fields each op takes, as doc/interfaces.md lists them (not read from ctl_request.c). */
 static const char *const fields_of[][8] = {
 	[CTL_TARGET_START] = { "key", "sockets", "bandwidth", "kubevirt", "tls" },
 	[CTL_TARGET_STOP] = { "key" },
@@ -119,7 +120,7 @@ static void check_string(struct json_object *o, const char *name, const char *go
 	FUZZ_CHECK(strncmp(json_object_get_string(v), got, strlen(got)) == 0);
 }
 
-/* What was accepted is what the text says, read again independently of ctl_proto.c. */
+/* What was accepted is what the text says, read again independently of ctl_request.c. */
 static void check_exact(const uint8_t *data, size_t size, const struct ctl_request *req)
 {
 	struct json_tokener *tok = json_tokener_new();

@@ -4,7 +4,7 @@ is sent, in the page's order, to one daemon's control socket, and the ```reply b
 checked against the answer: each key the page shows is there, each value equal (arrays: each
 element the page shows matches one of the answer's), except values written "<...>", which must
 only be present. @DIR@ is this test's directory, @TARGET@ the last target-start's "target". Also
-checks that the page lists every op ctl_proto.c has, so that a new op cannot go undocumented."""
+checks that the page lists every op ctl_request.c has, so that a new op cannot go undocumented."""
 
 import json
 import os
@@ -18,7 +18,7 @@ import vmigtest as vt  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DOC = os.path.join(HERE, '..', '..', 'doc', 'control-protocol.md')
-PROTO = os.path.join(HERE, '..', '..', 'ctrl', 'ctl_proto.c')
+PROTO = os.path.join(HERE, '..', '..', 'ctrl', 'ctl_request.c')
 
 
 def examples(text):
@@ -78,6 +78,7 @@ def main():
     with open(PROTO) as f:
         ops = re.findall(r'\[CTL_\w+\] = \{ "([a-z-]+)"', f.read())
     ck = vt.Checks('protocol page checks')
+    ck.check(len(ops) >= 10, f'only {len(ops)} ops read from {PROTO}: has its table moved?')
     for op in ops:
         ck.check(re.search(rf'^### .*\b{re.escape(op)}\b', page, re.M) is not None,
                  f'op {op} has no section in doc/control-protocol.md')

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-# vmigd --help, made from the option table in ctrl/vmigd.c, against the option lists of vmigd(8)
-# (OPTIONS), README.md and doc/interfaces.md (## vmigd): the same options, short letters, argument
-# names and defaults. Then a difference planted in a copy of each is caught, naming the option.
+# vmigd --help, made from the option table in ctrl/ctl_options.c, against the option lists of
+# vmigd(8) (OPTIONS), README.md and doc/interfaces.md (## vmigd): the same options, short letters,
+# argument names and defaults. Then a difference planted in a copy of each is caught, naming the
+# option.
 import argparse
 import os
 import re

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-/* Unit tests for control request parsing (ctrl/ctl_proto.h): each op with every field checked,
+/* Unit tests for control request parsing (ctrl/ctl_request.h): each op with every field checked,
  * and each way a request is refused with a one-line message (a key given twice, text that is not
- * UTF-8 among them), and replies made valid UTF-8. ctl_execute() is not run here. */
+ * UTF-8 among them), and replies made valid UTF-8 (ctrl/ctl_proto.h). ctl_execute() runs only to
+ * refuse an op that takes the connection. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -173,6 +174,9 @@ static void test_takeover(void **state)
 	assert_int_equal(req->op, CTL_TAKEOVER);
 	assert_int_equal(req->pid, 4242);
 	assert_string_equal(ctl_op_name(req->op), "takeover");
+	/* The control server hands it the connection: the op table says so. */
+	assert_true(ctl_op_takes_conn(req->op));
+	assert_false(ctl_op_takes_conn(CTL_STATUS));
 	/* Anywhere else than on the control socket, it is refused with a reason. */
 	reply = ctl_execute(NULL, NULL, req);
 	assert_non_null(strstr(reply, "takeover is asked for by vmigd --takeover"));
