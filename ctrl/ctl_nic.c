@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "ctl_nic.h"
-#include "ctl_report.h"
 #include "log.h"
 #include "util.h"
 
