@@ -68,14 +68,8 @@ uint32_t xp_dhop_ip(const struct xp_dhop *d);
 uint16_t xp_dhop_port(const struct xp_dhop *d);
 void xp_dhop_stats(const struct xp_dhop *d, struct xp_dhop_stats *st);
 
-/* Both fds belong to the hop on success. -EBUSY when every slot is taken, -EEXIST when the
+/* Both fds belong to the hop on success; the link answers its ops (xp_link.h). Its set_pacing
+ * does nothing: the hop paces itself. -EBUSY when every slot is taken, -EEXIST when the
  * peer has a link with that stream id, -ENOMEM. */
 int xp_dhop_attach(struct xp_dhop *d, const struct xp_dhop_link_conf *c, struct xp_link **ret);
-/* Whether l is one of this hop's links (and not an io_uring pool's). */
-bool xp_dhop_owns(const struct xp_dhop *d, const struct xp_link *l);
-void xp_dhop_link_abort(struct xp_link *l);
-void xp_dhop_link_bytes(const struct xp_link *l, uint64_t out[2]);
-/* Time the local socket's bytes waited for the buckets, in ns. */
-uint64_t xp_dhop_link_shaped_ns(const struct xp_link *l);
-
 #endif

@@ -421,40 +421,25 @@ static int io_attach(void *arg, int local_fd, struct xp_conn *c, const struct xp
 	return 0;
 }
 
-/* A link is the DPDK hop's or the io_uring pool's. */
+/* A link is the DPDK hop's or the io_uring pool's: its ops (xp_link.h) know which. */
 static void io_link_abort(void *arg, struct xp_link *l)
 {
-	struct xp_io *io = arg;
-
-	if (xp_dhop_owns(io->dhop, l))
-		xp_dhop_link_abort(l);
-	else
-		xp_link_abort(l);
+	xp_link_abort(l);
 }
 
 static void io_link_bytes(void *arg, const struct xp_link *l, uint64_t out[2])
 {
-	struct xp_io *io = arg;
-
-	if (xp_dhop_owns(io->dhop, l))
-		xp_dhop_link_bytes(l, out);
-	else
-		xp_link_bytes(l, out);
+	xp_link_bytes(l, out);
 }
 
 static uint64_t io_link_shaped_ns(void *arg, const struct xp_link *l)
 {
-	struct xp_io *io = arg;
-
-	return xp_dhop_owns(io->dhop, l) ? xp_dhop_link_shaped_ns(l) : xp_link_shaped_ns(l);
+	return xp_link_shaped_ns(l);
 }
 
 static void io_link_set_pacing(void *arg, struct xp_link *l, uint64_t rate)
 {
-	struct xp_io *io = arg;
-
-	if (!xp_dhop_owns(io->dhop, l))
-		xp_link_set_pacing(l, rate);
+	xp_link_set_pacing(l, rate);
 }
 
 const struct xp_io_ops xp_io_ops = {
