@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "ctl_hop.h"
 #include "ctl_metrics.h"
 #include "ctl_nic.h"
 #include "ctl_notify.h"
@@ -1251,11 +1252,6 @@ static int daemon_configure(struct daemon *d, struct options *o)
 				"-Ddpdk=enabled)\n");
 		return -ENOTSUP;
 	}
-	pc->dpdk_eal = o->dpdk_eal;
-	pc->dpdk_address = o->dpdk_address;
-	pc->dpdk_port = (uint16_t)o->dpdk_port;
-	pc->dpdk_buffer = (uint32_t)o->dpdk_buffer;
-	memcpy(pc->dpdk_impair, o->dpdk_impair, sizeof(pc->dpdk_impair));
 	d->drain_timeout_s = o->drain_timeout_s;
 	d->info.tls = d->tls;
 	d->info.control_path = o->control;
@@ -1357,10 +1353,18 @@ static int node_share(struct daemon *d, const struct options *o)
  * what was made before a failure is left in d for daemon_done(). Logs its errors. */
 static int daemon_start(struct daemon *d, const struct options *o)
 {
+	struct ctl_hop_conf hop = {
+		.eal = o->dpdk_eal,
+		.address = o->dpdk_address,
+		.udp_port = (uint16_t)o->dpdk_port,
+		.buffer = (uint32_t)o->dpdk_buffer,
+	};
+	struct xp_io *io;
 	char rate[32];
 	sigset_t mask;
 	int holder, r;
 
+	memcpy(hop.impair, o->dpdk_impair, sizeof(hop.impair));
 	d->info.started_ms = vm_now_ms();
 	raise_nofile(o->slots);
 	/* Writes to a closed peer must come back as EPIPE, not kill the daemon. */
@@ -1390,7 +1394,10 @@ static int daemon_start(struct daemon *d, const struct options *o)
 		d->pc.adopt_fd = d->offer.node_fd;
 		d->offer.node_fd = -1;
 	}
-	r = px_node_new(d->loop, &d->pc, &d->node);
+	r = ctl_io_new(d->loop, &d->pc, &hop, &io);
+	if (r < 0)
+		return r;
+	r = px_node_new(io, &d->pc, &d->node);
 	if (r < 0)
 		return r;
 	r = cv_set_new(d->loop, d->node, &d->conv);

@@ -306,7 +306,7 @@ static void stats_add(struct xp_hop_peer_stats *to, const struct xp_hop_peer_sta
 	to->fast_recoveries += s->fast_recoveries;
 }
 
-void xp_dhop_stats(const struct xp_dhop *d, struct xp_dhop_stats *st)
+void xp_dhop_stats(const struct xp_dhop *d, struct xp_hop_stats *st)
 {
 	struct xp_hop_peer_stats ps = { 0 };
 	struct xp_dpdk_stats ds;

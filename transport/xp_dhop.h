@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "xp_io.h"
 #include "xp_pool.h"
 #include "xp_seal.h"
 
@@ -42,15 +43,6 @@ struct xp_dhop_link_conf {
 	bool digest; /* as xp_link_opts: a digest of each direction's bytes in the result */
 };
 
-/* What the hop did, for metrics and status: its port and all its links, live and ended. */
-struct xp_dhop_stats {
-	uint64_t rx_frames, tx_frames, tx_bursts, arp_learned;
-	uint64_t retransmitted_frames, timeouts, fast_recoveries;
-	uint64_t forged, replayed, too_old, malformed, unknown_stream, unknown_peer;
-	uint64_t polls, sleeps; /* loop rounds, and rounds that ended in a sleep */
-	uint64_t dropped_by_test, duplicated_by_test, reordered_by_test;
-};
-
 /* Opens EAL and the port (err says why not: -ENOTSUP in a build without DPDK). */
 int xp_dhop_new(const struct xp_dhop_conf *conf, struct xp_dhop **ret, char *err, size_t errlen);
 /* Starts the thread; done runs on the caller's thread, from xp_dhop_reap(). */
@@ -66,7 +58,7 @@ void xp_dhop_free(struct xp_dhop *d);
 /* This node's address on the port, host order, and the hop's UDP port. */
 uint32_t xp_dhop_ip(const struct xp_dhop *d);
 uint16_t xp_dhop_port(const struct xp_dhop *d);
-void xp_dhop_stats(const struct xp_dhop *d, struct xp_dhop_stats *st);
+void xp_dhop_stats(const struct xp_dhop *d, struct xp_hop_stats *st);
 
 /* Both fds belong to the hop on success; the link answers its ops (xp_link.h). Its set_pacing
  * does nothing: the hop paces itself. -EBUSY when every slot is taken, -EEXIST when the

@@ -442,6 +442,16 @@ static void io_link_set_pacing(void *arg, struct xp_link *l, uint64_t rate)
 	xp_link_set_pacing(l, rate);
 }
 
+static int io_hop_stats(void *arg, struct xp_hop_stats *out)
+{
+	struct xp_io *io = arg;
+
+	if (!io->dhop)
+		return -ENOENT;
+	xp_dhop_stats(io->dhop, out);
+	return 0;
+}
+
 const struct xp_io_ops xp_io_ops = {
 	.watch_add = io_watch_add,
 	.watch_mod = io_watch_mod,
@@ -452,6 +462,7 @@ const struct xp_io_ops xp_io_ops = {
 	.now_ms = io_now_ms,
 	.start = io_start,
 	.info = io_info,
+	.hop_stats = io_hop_stats,
 	.listen_tcp = io_listen_tcp,
 	.listen_unix = io_listen_unix,
 	.listen_adopt = io_listen_adopt,
@@ -476,7 +487,7 @@ const struct xp_io_ops xp_io_ops = {
 };
 
 int xp_io_new(struct xp_loop *loop, const struct xp_pool_conf *pool, struct xp_tls *tls,
-	      struct xp_io **ret)
+	      struct xp_dhop *hop, struct xp_io **ret)
 {
 	struct xp_io *io = calloc(1, sizeof(*io));
 
@@ -485,18 +496,9 @@ int xp_io_new(struct xp_loop *loop, const struct xp_pool_conf *pool, struct xp_t
 	io->loop = loop;
 	io->pool_conf = *pool;
 	io->tls = tls;
+	io->dhop = hop;
 	*ret = io;
 	return 0;
-}
-
-void xp_io_set_dhop(struct xp_io *io, struct xp_dhop *d)
-{
-	io->dhop = d;
-}
-
-struct xp_dhop *xp_io_dhop(const struct xp_io *io)
-{
-	return io->dhop;
 }
 
 void xp_io_stop(struct xp_io *io)
