@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The node's transport as vmigd builds it: the io_uring pool from the node's settings and, with
- * --dpdk, the DPDK node hop (EAL, port, sessions) handed to the io. Not the hop itself: xp_dhop.h. */
+ * --dpdk, the DPDK node hop (EAL, port, sessions) handed to the io. Not the hop itself: xp_dhop.h.
+ */
 #ifndef CTL_HOP_H
 #define CTL_HOP_H
 
@@ -15,7 +16,7 @@ struct ctl_hop_conf {
 	const char *eal;     /* EAL arguments; NULL: no hop */
 	const char *address; /* "ADDR/PREFIX" on the port */
 	uint16_t udp_port;
-	uint32_t buffer; /* bytes per connection and direction */
+	uint32_t buffer;	/* bytes per connection and direction */
 	unsigned int impair[3]; /* tests: loss, duplicate, reorder % of arriving frames */
 };
 
