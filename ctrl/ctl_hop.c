@@ -17,9 +17,7 @@ static int hop_new(const struct px_config *pc, const struct ctl_hop_conf *hc, st
 		.link_buffer = hc->buffer,
 		/* as many as the kernel path carries (--max-connections) */
 		.max_links = pc->slots * pc->threads,
-		.loss_pct = hc->impair[0],
-		.dup_pct = hc->impair[1],
-		.reorder_pct = hc->impair[2],
+		.wrap = hc->wrap,
 	};
 	char err[256];
 	int r;

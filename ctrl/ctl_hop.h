@@ -11,13 +11,15 @@
 #include "xp_io.h"
 #include "xp_loop.h"
 
+struct xp_dhop_wrap;
+
 /* --dpdk and its companions. */
 struct ctl_hop_conf {
 	const char *eal;     /* EAL arguments; NULL: no hop */
 	const char *address; /* "ADDR/PREFIX" on the port */
 	uint16_t udp_port;
-	uint32_t buffer;	/* bytes per connection and direction */
-	unsigned int impair[3]; /* tests: loss, duplicate, reorder % of arriving frames */
+	uint32_t buffer;		 /* bytes per connection and direction */
+	const struct xp_dhop_wrap *wrap; /* tests (ctl_test.h): around the port; NULL: none */
 };
 
 /* The io for px_node_new(): logs why not and returns -errno. tls (pc->tls) must outlive it. */

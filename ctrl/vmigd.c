@@ -23,6 +23,7 @@
 #include "ctl_notify.h"
 #include "ctl_server.h"
 #include "ctl_takeover.h"
+#include "ctl_test.h"
 #include "file.h"
 #include "log.h"
 #include "px_node.h"
@@ -80,7 +81,6 @@ struct options {
 	const char *dpdk_address;
 	unsigned long dpdk_port;
 	unsigned long dpdk_buffer;
-	unsigned int dpdk_impair[3]; /* tests: loss, duplicate, reorder % */
 	const char *metrics;
 	enum vm_log_level log_level;
 	bool check_only;
@@ -187,8 +187,6 @@ static int opt_tls_version(const struct opt *op, const char *arg, const char *wh
 			   struct options *o);
 static int opt_node_bandwidth(const struct opt *op, const char *arg, const char *where,
 			      struct options *o);
-static int opt_dpdk_impair(const struct opt *op, const char *arg, const char *where,
-			   struct options *o);
 static int opt_config(const struct opt *op, const char *arg, const char *where, struct options *o);
 static int opt_help(const struct opt *op, const char *arg, const char *where, struct options *o);
 static int opt_version(const struct opt *op, const char *arg, const char *where, struct options *o);
@@ -310,10 +308,6 @@ static const struct opt opts[] = {
 	  .help = "the DPDK node hop's UDP port (both nodes)" },
 	{ "dpdk-buffer", 0, ULONG(dpdk_buffer, 65536, 256 << 20), .arg = "BYTES", .def = "2097152",
 	  .help = "DPDK node hop buffer per connection and direction (the window)" },
-	{ "dpdk-test-impair", 0, FUNC(opt_dpdk_impair), .arg = "LOSS,DUP,REORDER",
-	  .flags = OPT_DEF_TEXT, .def = "none",
-	  .help = "tests only: drop, duplicate and delay behind the next one these shares (%) of "
-		  "the DPDK frames that arrive" },
 	{ "socket-owner", 0, FUNC(opt_socket_owner), .arg = "UID[:GID]", .def = "107:107",
 	  .help = "owner of a source's sockets (mode 0660) and of migrationproxy/ (0750): "
 		  "KubeVirt's qemu user; -1 leaves them to the daemon. The group's members can "
@@ -573,24 +567,6 @@ static int opt_socket_owner(const struct opt *op, const char *arg, const char *w
 	}
 	fprintf(stderr, "vmigd: %s--%s: expected UID[:GID] (numbers, or -1), got \"%s\"\n", where,
 		op->name, arg);
-	return -EINVAL;
-}
-
-static int opt_dpdk_impair(const struct opt *op, const char *arg, const char *where,
-			   struct options *o)
-{
-	unsigned int v[3];
-	char tail;
-
-	if (sscanf(arg, "%u,%u,%u%c", &v[0], &v[1], &v[2], &tail) == 3 && v[0] <= 50 &&
-	    v[1] <= 50 && v[2] <= 50) {
-		memcpy(o->dpdk_impair, v, sizeof(v));
-		return 0;
-	}
-	fprintf(stderr,
-		"vmigd: %s--%s: expected LOSS,DUP,REORDER (percent, 0 to 50 each), got "
-		"\"%s\"\n",
-		where, op->name, arg);
 	return -EINVAL;
 }
 
@@ -1358,13 +1334,13 @@ static int daemon_start(struct daemon *d, const struct options *o)
 		.address = o->dpdk_address,
 		.udp_port = (uint16_t)o->dpdk_port,
 		.buffer = (uint32_t)o->dpdk_buffer,
+		.wrap = ctl_test_hop_wrap(),
 	};
 	struct xp_io *io;
 	char rate[32];
 	sigset_t mask;
 	int holder, r;
 
-	memcpy(hop.impair, o->dpdk_impair, sizeof(hop.impair));
 	d->info.started_ms = vm_now_ms();
 	raise_nofile(o->slots);
 	/* Writes to a closed peer must come back as EPIPE, not kill the daemon. */
@@ -1567,6 +1543,9 @@ int main(int argc, char **argv)
 	int r, status = 1;
 
 	r = options_init(&o);
+	if (r < 0)
+		goto out_options;
+	r = ctl_test_args(&argc, argv);
 	if (r < 0)
 		goto out_options;
 	r = options_parse(argc, argv, &o);

@@ -69,20 +69,10 @@ struct dhop_link {
 	struct xp_link_result res;
 };
 
-/* Tests' damage to arriving frames (xp_dhop_conf's *_pct). */
-struct impair {
-	uint32_t rng;
-	uint8_t held[2048], copy[2048];
-	size_t held_len;
-	_Atomic uint64_t dropped, duplicated, reordered;
-};
-
 struct xp_dhop {
 	struct xp_dhop_conf conf;
 	struct xp_dpdk *port;
-	xp_hop_rx_fn rx_fn; /* during a poll: the hop's */
-	void *rx_arg;
-	struct impair im;
+	void *wrapped; /* conf.wrap's port, or NULL */
 	struct xp_hop *hop;
 	uint32_t ip;
 	struct dhop_link *links;
@@ -104,45 +94,6 @@ struct xp_dhop {
 };
 
 /* The hop's port ops over xp_dpdk (zero copy, bursts); port is the xp_dhop. */
-static void on_rx(void *arg, uint32_t ip, uint16_t port, uint8_t *data, size_t len)
-{
-	struct xp_dhop *d = arg;
-	struct impair *im = &d->im;
-
-	if (!d->conf.loss_pct && !d->conf.dup_pct && !d->conf.reorder_pct) {
-		d->rx_fn(d->rx_arg, ip, port, data, len);
-		return;
-	}
-	/* tests only: a linear congruential draw per decision */
-	im->rng = im->rng * 1103515245 + 12345;
-	if ((im->rng >> 16) % 100 < d->conf.loss_pct) {
-		im->dropped++;
-		return;
-	}
-	im->rng = im->rng * 1103515245 + 12345;
-	if (!im->held_len && len <= sizeof(im->held) &&
-	    (im->rng >> 16) % 100 < d->conf.reorder_pct) {
-		memcpy(im->held, data, len);
-		im->held_len = len;
-		im->reordered++;
-		return;
-	}
-	im->rng = im->rng * 1103515245 + 12345;
-	if (len <= sizeof(im->copy) && (im->rng >> 16) % 100 < d->conf.dup_pct) {
-		/* a frame is opened in place: each delivery gets its own bytes */
-		memcpy(im->copy, data, len);
-		d->rx_fn(d->rx_arg, ip, port, im->copy, len);
-		im->duplicated++;
-	}
-	d->rx_fn(d->rx_arg, ip, port, data, len);
-	if (im->held_len) {
-		size_t n = im->held_len;
-
-		im->held_len = 0;
-		d->rx_fn(d->rx_arg, ip, port, im->held, n);
-	}
-}
-
 static int port_send(void *port, uint32_t ip, uint16_t udp_port, const void *data, size_t len,
 		     uint64_t now)
 {
@@ -151,11 +102,7 @@ static int port_send(void *port, uint32_t ip, uint16_t udp_port, const void *dat
 
 static int port_poll(void *port, xp_hop_rx_fn fn, void *arg)
 {
-	struct xp_dhop *d = port;
-
-	d->rx_fn = fn;
-	d->rx_arg = arg;
-	return xp_dpdk_poll(d->port, on_rx, d);
+	return xp_dpdk_poll(((struct xp_dhop *)port)->port, fn, arg);
 }
 
 static int port_frame(void *port, uint32_t ip, uint64_t now, uint8_t **buf, size_t *cap)
@@ -258,7 +205,14 @@ int xp_dhop_new(const struct xp_dhop_conf *conf, struct xp_dhop **ret, char *err
 	/* a frame is header, SACK blocks, payload and tag; whole 8-byte words of payload */
 	hc.mss = (uint32_t)((payload - XP_REL_MAX_HDR - XP_SEAL_TAG) & ~(size_t)7);
 	hc.port = d;
-	d->im.rng = (uint32_t)vm_now_ns();
+	if (conf->wrap) {
+		r = conf->wrap->wrap(conf->wrap->arg, hc.ops, d, &hc.ops, &d->wrapped);
+		if (r < 0) {
+			snprintf(err, errlen, "DPDK hop port: %s", strerror(-r));
+			goto fail;
+		}
+		hc.port = d->wrapped;
+	}
 	hc.max_peers = conf->max_links;
 	r = xp_hop_new(&hc, &d->hop);
 	if (r < 0) {
@@ -331,9 +285,9 @@ void xp_dhop_stats(const struct xp_dhop *d, struct xp_hop_stats *st)
 	st->unknown_stream = ps.unknown_stream;
 	st->polls = atomic_load(&d->polls);
 	st->sleeps = atomic_load(&d->sleeps);
-	st->dropped_by_test = atomic_load(&d->im.dropped);
-	st->duplicated_by_test = atomic_load(&d->im.duplicated);
-	st->reordered_by_test = atomic_load(&d->im.reordered);
+	st->dropped_by_test = st->duplicated_by_test = st->reordered_by_test = 0;
+	if (d->wrapped)
+		d->conf.wrap->stats(d->conf.wrap->arg, d->wrapped, st);
 }
 
 int xp_dhop_attach(struct xp_dhop *d, const struct xp_dhop_link_conf *c, struct xp_link **ret)
@@ -834,6 +788,8 @@ void xp_dhop_free(struct xp_dhop *d)
 		return;
 	xp_dhop_stop(d);
 	xp_hop_free(d->hop);
+	if (d->wrapped)
+		d->conf.wrap->free(d->conf.wrap->arg, d->wrapped);
 	xp_dpdk_close(d->port);
 	if (d->efd >= 0)
 		close(d->efd);

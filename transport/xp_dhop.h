@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "xp_hop.h"
 #include "xp_io.h"
 #include "xp_pool.h"
 #include "xp_seal.h"
@@ -21,9 +22,21 @@ struct xp_dhop_conf {
 	uint16_t udp_port;
 	uint32_t link_buffer; /* bytes per link and direction, sent or received and not yet taken */
 	unsigned int max_links;
-	/* Tests only: the share (%) of arriving frames dropped, duplicated, and held behind the
-	 * next one. */
-	unsigned int loss_pct, dup_pct, reorder_pct;
+	const struct xp_dhop_wrap *wrap; /* NULL: the port as it is */
+};
+
+/*
+ * Tests: a port that wraps the hop's own (xp_impair.h), made as the hop opens and freed with it,
+ * so that the product carries no test machinery, only these three calls.
+ */
+struct xp_dhop_wrap {
+	/* The wrapping port's ops and port, over the hop's own: 0 or -errno. */
+	int (*wrap)(void *arg, const struct xp_hop_port_ops *ops, void *port,
+		    const struct xp_hop_port_ops **ret_ops, void **ret_port);
+	/* Adds what the wrapping port did to the hop's figures (the *_by_test ones). */
+	void (*stats)(void *arg, const void *port, struct xp_hop_stats *st);
+	void (*free)(void *arg, void *port);
+	void *arg;
 };
 
 /* One link: a local socket, the stream id both nodes agreed on, the peer's DPDK address, the

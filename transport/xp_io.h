@@ -72,6 +72,7 @@ struct xp_hop_stats {
 	uint64_t retransmitted_frames, timeouts, fast_recoveries;
 	uint64_t forged, replayed, too_old, malformed, unknown_stream, unknown_peer;
 	uint64_t polls, sleeps; /* loop rounds, and rounds that ended in a sleep */
+	/* what the test build's impairing port did (xp_dhop_wrap's stats); 0 in the product */
 	uint64_t dropped_by_test, duplicated_by_test, reordered_by_test;
 };
 

@@ -20,6 +20,7 @@
 
 #include "xp_dpdk.h"
 #include "xp_hop.h"
+#include "xp_impair.h"
 #include "xp_rel.h"
 #include "xp_seal.h"
 #include "xp_tls.h"
@@ -35,16 +36,12 @@ struct stream {
 	bool fin; /* the sender queued its FIN */
 };
 
-/* The port as xp_hop sees it: xp_dpdk, less the hellos (empty datagrams) and, where asked to, a
- * share of frames dropped, duplicated or held back behind the next on arrival (the test's). */
+/* The port as xp_hop sees it: xp_dpdk, less the hellos (empty datagrams); wrapped, where asked
+ * to, in the impairing port (xp_impair.h) that drops, duplicates or holds back a share of the
+ * frames that arrive. */
 struct ctx {
 	struct xp_dpdk *d;
 	uint32_t peer;
-	unsigned int loss_pct, dup_pct, reorder_pct;
-	uint32_t rng;
-	uint64_t dropped_by_test, duplicated_by_test, reordered_by_test;
-	uint8_t held[2048], copy[2048]; /* a frame held back; a duplicate's copy */
-	size_t held_len;
 	bool hello; /* a datagram from the peer arrived */
 	xp_hop_rx_fn fn;
 	void *fn_arg;
@@ -90,33 +87,7 @@ static void on_rx(void *arg, uint32_t ip, uint16_t port, uint8_t *data, size_t l
 		c->hello = true;
 	if (!len || !c->fn)
 		return; /* a hello */
-	c->rng = c->rng * 1103515245 + 12345;
-	if (c->loss_pct && (c->rng >> 16) % 100 < c->loss_pct) {
-		c->dropped_by_test++;
-		return;
-	}
-	c->rng = c->rng * 1103515245 + 12345;
-	if (c->reorder_pct && !c->held_len && len <= sizeof(c->held) &&
-	    (c->rng >> 16) % 100 < c->reorder_pct) {
-		memcpy(c->held, data, len); /* goes after the next frame */
-		c->held_len = len;
-		c->reordered_by_test++;
-		return;
-	}
-	c->rng = c->rng * 1103515245 + 12345;
-	if (c->dup_pct && len <= sizeof(c->copy) && (c->rng >> 16) % 100 < c->dup_pct) {
-		memcpy(c->copy, data,
-		       len); /* opening works in place: each delivery its own bytes */
-		c->fn(c->fn_arg, ip, port, c->copy, len);
-		c->duplicated_by_test++;
-	}
 	c->fn(c->fn_arg, ip, port, data, len);
-	if (c->held_len) {
-		size_t n = c->held_len;
-
-		c->held_len = 0;
-		c->fn(c->fn_arg, ip, port, c->held, n);
-	}
 }
 
 static int port_send(void *port, uint32_t ip, uint16_t udp_port, const void *data, size_t len,
@@ -290,7 +261,11 @@ int main(int argc, char **argv)
 	 * the speed of 8 of 512 KiB here, their rings out of the cache */
 	struct xp_hop_conf hc = { .ops = &port_ops, .mss = 1344, .max_peers = 1 };
 	struct xp_hop_peer_conf pc = { .udp_port = 4790, .budget = 4 << 20 };
-	struct ctx c = { .rng = 12345 };
+	struct ctx c = { 0 };
+	struct xp_impair_conf ic = { .seed = 12345 };
+	struct xp_impair *im = NULL;
+	struct xp_impair_stats is;
+	bool zero_copy;
 	struct stream st[MAX_STREAMS] = { 0 };
 	unsigned int nstreams = 1;
 	struct xp_hop *hop = NULL;
@@ -361,13 +336,13 @@ int main(int argc, char **argv)
 			sealed = true;
 			break;
 		case 'l':
-			c.loss_pct = (unsigned int)atoi(optarg);
+			ic.loss_pct = (unsigned int)atoi(optarg);
 			break;
 		case 'D':
-			c.dup_pct = (unsigned int)atoi(optarg);
+			ic.dup_pct = (unsigned int)atoi(optarg);
 			break;
 		case 'R':
-			c.reorder_pct = (unsigned int)atoi(optarg);
+			ic.reorder_pct = (unsigned int)atoi(optarg);
 			break;
 		case 't':
 			timeout_s = strtoull(optarg, NULL, 0);
@@ -454,7 +429,13 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
-	hc.port = &c;
+	zero_copy = hc.ops == &port_ops;
+	if (xp_impair_new(&ic, hc.ops, &c, &im)) {
+		fprintf(stderr, "dpdk-stream: out of memory\n");
+		return 1;
+	}
+	hc.ops = xp_impair_ops(im);
+	hc.port = im;
 	hc.max_streams = nstreams;
 	pc.tx_secret = sealed ? tx_secret : NULL;
 	pc.rx_secret = sealed ? secret : NULL;
@@ -575,6 +556,7 @@ int main(int argc, char **argv)
 	}
 	xp_hop_peer_stats(peer, &ps);
 	xp_dpdk_stats(c.d, &ds);
+	xp_impair_stats(im, &is);
 	{
 		double secs = ((t_end ? t_end : last) - start) / 1e6, cpu = cpu_s() - cpu0;
 		uint64_t bytes = sender ? written : checked;
@@ -598,17 +580,17 @@ int main(int argc, char **argv)
 		       sender ? "sender" : "receiver", bytes, sender ? send : receive, bad,
 		       t_end ? "true" : "false", secs, secs > 0 ? bytes * 8 / secs / 1e9 : 0, cpu,
 		       bytes ? cpu / (bytes / 1e9) : 0, sealed ? "true" : "false", keying, nstreams,
-		       ps.unknown_stream, sleeps, c.dropped_by_test, c.duplicated_by_test,
-		       c.reordered_by_test,
+		       ps.unknown_stream, sleeps, is.dropped, is.duplicated, is.reordered,
 		       ps.forged + ps.replayed + ps.too_old + ps.malformed + ps.unknown_stream,
 		       ps.port_busy, ps.retransmitted_frames, ps.fast_recoveries, ps.timeouts,
 		       rs.tail_probes, rs.srtt_us, rs.frames_sent, rs.frames_received, ds.tx_frames,
 		       ds.rx_frames, ds.tx_ring_full, ds.tx_no_mbuf, ds.arp_learned, ps.forged,
-		       ps.replayed, xp_hop_unknown_peer(hop),
-		       hc.ops == &port_ops ? "true" : "false", ds.tx_bursts);
+		       ps.replayed, xp_hop_unknown_peer(hop), zero_copy ? "true" : "false",
+		       ds.tx_bursts);
 		r = t_end && bad == 0 && (sender || checked == receive) ? 0 : 1;
 	}
 	xp_hop_free(hop);
+	xp_impair_free(im);
 	xp_dpdk_close(c.d);
 	if (cfd >= 0)
 		close(cfd);
