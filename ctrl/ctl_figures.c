@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /* The figure tables (ctl_figures.h): one line per figure, in the order JSON, Prometheus and
  * vmigctl show them. To add a figure, add its line here; nothing else lists figures. */
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ctl_figures.h"
@@ -192,12 +194,9 @@ static const struct ctl_fig node_figs[] = {
 	{ "dpdk.sleeps", CTL_COUNT, DPDK(sleeps),
 	  PROM("vmigd_dpdk_sleeps_total", COUNTER,
 	       "Rounds of the DPDK node hop's thread that ended in a sleep (nothing to do).") },
-	{ "dpdk.dropped_by_test", CTL_COUNT, DPDK(dropped_by_test) },
-	{ "dpdk.duplicated_by_test", CTL_COUNT, DPDK(duplicated_by_test) },
-	{ "dpdk.reordered_by_test", CTL_COUNT, DPDK(reordered_by_test) },
 	{ "time_unix", CTL_SECONDS, CALC(node_time) },
 };
-TABLE(ctl_node_table, "node", node_figs);
+struct ctl_table ctl_node_table = { "node", node_figs, ARRAY_SIZE(node_figs) };
 #undef OBJ
 
 #define OBJ struct px_migration_info
@@ -520,6 +519,20 @@ static const struct ctl_fig action_figs[] = {
 };
 TABLE(ctl_action_table, "action", action_figs);
 #undef OBJ
+
+int ctl_table_extend(struct ctl_table *t, const struct ctl_fig *figs, size_t n)
+{
+	struct ctl_fig *all = malloc((t->n + n) * sizeof(*all));
+
+	if (!all)
+		return -ENOMEM;
+	memcpy(all, t->figs, t->n * sizeof(*all));
+	memcpy(all + t->n, figs, n * sizeof(*all));
+	/* lives as long as the table: the process (a table is extended once, at start-up) */
+	t->figs = all;
+	t->n += n;
+	return 0;
+}
 
 const struct ctl_fig *ctl_fig_find(const struct ctl_table *t, const char *key)
 {

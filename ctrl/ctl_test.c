@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 /* vmigd-test's hooks (ctl_test.h): --dpdk-test-impair LOSS,DUP,REORDER wraps the DPDK hop's port in
- * an impairing one (transport/xp_impair.c), whose counts are status's dpdk.*_by_test. Design: a
- * second daemon, not an option of the product; see xp_impair.c. */
+ * an impairing one (transport/xp_impair.c), whose counts are status's dpdk.*_by_test figures,
+ * registered here. Design: a second daemon, not an option of the product; see xp_impair.c. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "ctl_figures.h"
 #include "ctl_test.h"
 #include "util.h"
 #include "xp_impair.h"
@@ -35,11 +36,33 @@ static int parse_impair(const char *arg)
 	return -EINVAL;
 }
 
-int ctl_test_args(int *argc, char **argv)
+/* The impairing port's counts, in the node's "dpdk" object on a node with a DPDK hop. */
+/* clang-format off */
+#define BY_TEST(m) \
+	{ "dpdk." #m, CTL_COUNT, \
+	  .get = { .type = CTL_CTYPE(((struct px_node_info *)0)->dpdk.stats.m), \
+		   .off = offsetof(struct px_node_info, dpdk.stats.m) }, \
+	  .absent = CTL_OMIT, \
+	  .when = { .type = CTL_CTYPE(((struct px_node_info *)0)->dpdk.on), \
+		    .off = offsetof(struct px_node_info, dpdk.on) } }
+/* clang-format on */
+
+static const struct ctl_fig node_figs[] = {
+	BY_TEST(dropped_by_test),
+	BY_TEST(duplicated_by_test),
+	BY_TEST(reordered_by_test),
+};
+
+int ctl_test_init(int *argc, char **argv)
 {
 	size_t n = strlen(OPT_IMPAIR);
 	int i = 1, r;
 
+	r = ctl_table_extend(&ctl_node_table, node_figs, ARRAY_SIZE(node_figs));
+	if (r < 0) {
+		fprintf(stderr, "vmigd: out of memory\n");
+		return r;
+	}
 	while (i < *argc && strcmp(argv[i], "--") != 0) {
 		const char *arg = NULL;
 		int used = 0;

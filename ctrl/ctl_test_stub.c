@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-/* The product's ctl_test.h: no test options, no wrapped port. vmigd-test links ctl_test.c. */
+/* The product's ctl_test.h: no test options, figures or wrapped port. vmigd-test links
+ * ctl_test.c. */
 #include <stddef.h>
 
 #include "ctl_test.h"
 
-int ctl_test_args(int *argc, char **argv)
+int ctl_test_init(int *argc, char **argv)
 {
 	return 0;
 }

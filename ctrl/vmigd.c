@@ -1545,7 +1545,7 @@ int main(int argc, char **argv)
 	r = options_init(&o);
 	if (r < 0)
 		goto out_options;
-	r = ctl_test_args(&argc, argv);
+	r = ctl_test_init(&argc, argv);
 	if (r < 0)
 		goto out_options;
 	r = options_parse(argc, argv, &o);
