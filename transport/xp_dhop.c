@@ -22,6 +22,7 @@
 #include "xp_bucket.h"
 #include "xp_dhop.h"
 #include "xp_dpdk.h"
+#include "xp_dpdk_port.h"
 #include "xp_hop.h"
 #include "xp_rel.h"
 
@@ -93,41 +94,6 @@ struct xp_dhop {
 	uint64_t unknown_peer;	       /* the same */
 };
 
-/* The hop's port ops over xp_dpdk (zero copy, bursts); port is the xp_dhop. */
-static int port_send(void *port, uint32_t ip, uint16_t udp_port, const void *data, size_t len,
-		     uint64_t now)
-{
-	return xp_dpdk_send(((struct xp_dhop *)port)->port, ip, udp_port, data, len, now);
-}
-
-static int port_poll(void *port, xp_hop_rx_fn fn, void *arg)
-{
-	return xp_dpdk_poll(((struct xp_dhop *)port)->port, fn, arg);
-}
-
-static int port_frame(void *port, uint32_t ip, uint64_t now, uint8_t **buf, size_t *cap)
-{
-	return xp_dpdk_frame(((struct xp_dhop *)port)->port, ip, now, buf, cap);
-}
-
-static int port_frame_send(void *port, uint16_t udp_port, size_t len, bool sealed)
-{
-	return xp_dpdk_frame_send(((struct xp_dhop *)port)->port, udp_port, len, sealed);
-}
-
-static int port_flush(void *port)
-{
-	return xp_dpdk_flush(((struct xp_dhop *)port)->port);
-}
-
-static const struct xp_hop_port_ops dpdk_port_ops = {
-	.send = port_send,
-	.poll = port_poll,
-	.frame = port_frame,
-	.frame_send = port_frame_send,
-	.flush = port_flush,
-};
-
 #define DHOP_LINK(xl)	    container_of(xl, struct dhop_link, base)
 #define CONST_DHOP_LINK(xl) container_of(xl, const struct dhop_link, base)
 
@@ -166,7 +132,7 @@ int xp_dhop_new(const struct xp_dhop_conf *conf, struct xp_dhop **ret, char *err
 	struct xp_dpdk_conf pc = { .eal = conf->eal,
 				   .address = conf->address,
 				   .udp_port = conf->udp_port };
-	struct xp_hop_conf hc = { .ops = &dpdk_port_ops, .max_streams = 1 };
+	struct xp_hop_conf hc = { .ops = &xp_dpdk_port_ops, .max_streams = 1 };
 	struct xp_dhop *d;
 	cpu_set_t cpus;
 	size_t payload;
@@ -204,9 +170,9 @@ int xp_dhop_new(const struct xp_dhop_conf *conf, struct xp_dhop **ret, char *err
 	payload = xp_dpdk_max_payload(d->port);
 	/* a frame is header, SACK blocks, payload and tag; whole 8-byte words of payload */
 	hc.mss = (uint32_t)((payload - XP_REL_MAX_HDR - XP_SEAL_TAG) & ~(size_t)7);
-	hc.port = d;
+	hc.port = d->port;
 	if (conf->wrap) {
-		r = conf->wrap->wrap(conf->wrap->arg, hc.ops, d, &hc.ops, &d->wrapped);
+		r = conf->wrap->wrap(conf->wrap->arg, hc.ops, d->port, &hc.ops, &d->wrapped);
 		if (r < 0) {
 			snprintf(err, errlen, "DPDK hop port: %s", strerror(-r));
 			goto fail;

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "xp_dpdk.h"
+#include "xp_dpdk_port.h"
 #include "xp_hop.h"
 #include "xp_impair.h"
 #include "xp_rel.h"
@@ -90,53 +91,16 @@ static void on_rx(void *arg, uint32_t ip, uint16_t port, uint8_t *data, size_t l
 	c->fn(c->fn_arg, ip, port, data, len);
 }
 
-static int port_send(void *port, uint32_t ip, uint16_t udp_port, const void *data, size_t len,
-		     uint64_t now)
+/* The port's one op of its own: the hellos stay out of the sessions. The others are xp_dpdk's
+ * (xp_dpdk_port.h); port is the xp_dpdk, and the_ctx the one ctx there is. */
+static struct ctx *the_ctx;
+
+static int hello_poll(void *port, xp_hop_rx_fn fn, void *arg)
 {
-	struct ctx *c = port;
-
-	return xp_dpdk_send(c->d, ip, udp_port, data, len, now);
+	the_ctx->fn = fn;
+	the_ctx->fn_arg = arg;
+	return xp_dpdk_poll(port, on_rx, the_ctx);
 }
-
-static int port_poll(void *port, xp_hop_rx_fn fn, void *arg)
-{
-	struct ctx *c = port;
-
-	c->fn = fn;
-	c->fn_arg = arg;
-	return xp_dpdk_poll(c->d, on_rx, c);
-}
-
-static int port_frame(void *port, uint32_t ip, uint64_t now, uint8_t **buf, size_t *cap)
-{
-	struct ctx *c = port;
-
-	return xp_dpdk_frame(c->d, ip, now, buf, cap);
-}
-
-static int port_frame_send(void *port, uint16_t udp_port, size_t len, bool sealed)
-{
-	struct ctx *c = port;
-
-	return xp_dpdk_frame_send(c->d, udp_port, len, sealed);
-}
-
-static int port_flush(void *port)
-{
-	struct ctx *c = port;
-
-	return xp_dpdk_flush(c->d);
-}
-
-/* zero copy: frames are built and sealed in the packet buffers, sent in bursts */
-static const struct xp_hop_port_ops port_ops = {
-	.send = port_send,
-	.poll = port_poll,
-	.frame = port_frame,
-	.frame_send = port_frame_send,
-	.flush = port_flush,
-};
-static const struct xp_hop_port_ops copy_ops = { .send = port_send, .poll = port_poll };
 
 /* Waits for what a TLS step wants, up to the deadline: 0, or -ETIMEDOUT. */
 static int wait_fd(int fd, enum xp_tls_want want, uint64_t deadline)
@@ -259,7 +223,8 @@ int main(int argc, char **argv)
 	struct xp_dpdk_conf conf = { .udp_port = 4790 };
 	/* the peer's 4 MiB shared among its streams: 8 streams of 4 MiB each ran at a quarter of
 	 * the speed of 8 of 512 KiB here, their rings out of the cache */
-	struct xp_hop_conf hc = { .ops = &port_ops, .mss = 1344, .max_peers = 1 };
+	struct xp_hop_conf hc = { .mss = 1344, .max_peers = 1 };
+	struct xp_hop_port_ops ops = xp_dpdk_port_ops;
 	struct xp_hop_peer_conf pc = { .udp_port = 4790, .budget = 4 << 20 };
 	struct ctx c = { 0 };
 	struct xp_impair_conf ic = { .seed = 12345 };
@@ -370,7 +335,7 @@ int main(int argc, char **argv)
 			tc.allow = optarg;
 			break;
 		case 'y':
-			hc.ops = &copy_ops; /* to measure what zero copy saves */
+			ops = xp_dpdk_copy_port_ops; /* to measure what zero copy saves */
 			break;
 		case 'n':
 			nstreams = (unsigned int)atoi(optarg);
@@ -429,8 +394,10 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
-	zero_copy = hc.ops == &port_ops;
-	if (xp_impair_new(&ic, hc.ops, &c, &im)) {
+	zero_copy = ops.frame != NULL;
+	ops.poll = hello_poll;
+	the_ctx = &c;
+	if (xp_impair_new(&ic, &ops, c.d, &im)) {
 		fprintf(stderr, "dpdk-stream: out of memory\n");
 		return 1;
 	}
