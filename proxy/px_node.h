@@ -166,7 +166,7 @@ struct px_node_info {
 	uint64_t bandwidth; /* node cap, bytes/s; 0: none */
 	enum px_shaper shaper;
 	bool inspect;
-	const char *digest;	     /* px_digest_str() */
+	const char *digest; /* px_digest_str() */
 	uint64_t bytes_tx, bytes_rx; /* all migrations since start */
 	/* connections since start whose digests the peer's matched, differed, could not be had */
 	uint64_t verified, corrupt, unverified;
