@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /* The figure tables (ctl_figures.h): one line per figure, in the order JSON, Prometheus and
  * vmigctl show them. To add a figure, add its line here; nothing else lists figures. */
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ctl_figures.h"
@@ -26,6 +28,8 @@
 #define OMIT_EMPTY		.absent = CTL_OMIT
 #define NULL_UNLESS(m)		.absent = CTL_NULL, .when = MEMBER(m)
 #define OMIT_UNLESS(m)		.absent = CTL_OMIT, .when = MEMBER(m)
+/* A DPDK node hop figure: the transport's own count (struct xp_hop_stats), on a node with one. */
+#define DPDK(m)			FIELD(dpdk.stats.m), OMIT_UNLESS(dpdk.on)
 #define OMIT_IF(m)		.absent = CTL_OMIT, .when = { .type = CTL_CTYPE(((OBJ *)0)->m), \
 					.off = offsetof(OBJ, m), .negate = true }
 #define SAMPLE_UNLESS(m)	.absent = CTL_NO_SAMPLE, .when = MEMBER(m)
@@ -148,74 +152,61 @@ static const struct ctl_fig node_figs[] = {
 	  TEXT("dpdk", "DPDK node hop %s") },
 	{ "dpdk.sealed", CTL_BOOL, FIELD(dpdk.sealed), OMIT_UNLESS(dpdk.on),
 	  TEXT("dpdk", ", sealed|, plain") },
-	{ "dpdk.tx_frames", CTL_COUNT, FIELD(dpdk.tx_frames), OMIT_UNLESS(dpdk.on),
-	  TEXT("dpdk", ", frames out %s"),
+	{ "dpdk.tx_frames", CTL_COUNT, DPDK(tx_frames), TEXT("dpdk", ", frames out %s"),
 	  PROM_L("vmigd_dpdk_frames_total", COUNTER,
 		 "Frames the DPDK node hop's port sent (tx) and took in (rx).", "dir=\"tx\"") },
-	{ "dpdk.rx_frames", CTL_COUNT, FIELD(dpdk.rx_frames), OMIT_UNLESS(dpdk.on),
-	  TEXT("dpdk", " in %s"),
+	{ "dpdk.rx_frames", CTL_COUNT, DPDK(rx_frames), TEXT("dpdk", " in %s"),
 	  PROM_L("vmigd_dpdk_frames_total", COUNTER,
 		 "Frames the DPDK node hop's port sent (tx) and took in (rx).", "dir=\"rx\"") },
-	{ "dpdk.tx_bursts", CTL_COUNT, FIELD(dpdk.tx_bursts), OMIT_UNLESS(dpdk.on),
+	{ "dpdk.tx_bursts", CTL_COUNT, DPDK(tx_bursts),
 	  PROM("vmigd_dpdk_tx_bursts_total", COUNTER,
 	       "Bursts the DPDK port sent: frames per burst is frames out over this.") },
-	{ "dpdk.retransmitted_frames", CTL_COUNT, FIELD(dpdk.retransmitted_frames),
-	  OMIT_UNLESS(dpdk.on), TEXT("dpdk", ", resent %s"),
+	{ "dpdk.retransmitted_frames", CTL_COUNT, DPDK(retransmitted_frames),
+	  TEXT("dpdk", ", resent %s"),
 	  PROM("vmigd_dpdk_retransmitted_frames_total", COUNTER,
 	       "Frames the DPDK node hop's reliable transport sent again (found lost).") },
-	{ "dpdk.timeouts", CTL_COUNT, FIELD(dpdk.timeouts), OMIT_UNLESS(dpdk.on),
-	  TEXT("dpdk", ", %s timeouts"),
+	{ "dpdk.timeouts", CTL_COUNT, DPDK(timeouts), TEXT("dpdk", ", %s timeouts"),
 	  PROM("vmigd_dpdk_timeouts_total", COUNTER,
 	       "Retransmission timer expiries on the DPDK node hop (congestion window back to one "
 	       "frame).") },
-	{ "dpdk.fast_recoveries", CTL_COUNT, FIELD(dpdk.fast_recoveries), OMIT_UNLESS(dpdk.on),
+	{ "dpdk.fast_recoveries", CTL_COUNT, DPDK(fast_recoveries),
 	  TEXT("dpdk", ", %s fast recoveries"),
 	  PROM("vmigd_dpdk_fast_recoveries_total", COUNTER,
 	       "Losses the DPDK node hop found from acknowledgements (congestion window "
 	       "halved).") },
-	{ "dpdk.forged", CTL_COUNT, FIELD(dpdk.forged), OMIT_UNLESS(dpdk.on),
-	  TEXT("dpdk", ", forged %s"),
+	{ "dpdk.forged", CTL_COUNT, DPDK(forged), TEXT("dpdk", ", forged %s"),
 	  PROM_L("vmigd_dpdk_refused_frames_total", COUNTER,
 		 "Frames the DPDK node hop refused, by reason; none reaches QEMU.",
 		 "reason=\"forged\"") },
-	{ "dpdk.replayed", CTL_COUNT, FIELD(dpdk.replayed), OMIT_UNLESS(dpdk.on),
-	  TEXT("dpdk", ", replayed %s"),
+	{ "dpdk.replayed", CTL_COUNT, DPDK(replayed), TEXT("dpdk", ", replayed %s"),
 	  PROM_L("vmigd_dpdk_refused_frames_total", COUNTER,
 		 "Frames the DPDK node hop refused, by reason; none reaches QEMU.",
 		 "reason=\"replayed\"") },
-	{ "dpdk.too_old", CTL_COUNT, FIELD(dpdk.too_old), OMIT_UNLESS(dpdk.on),
-	  TEXT("dpdk", ", too old %s"),
+	{ "dpdk.too_old", CTL_COUNT, DPDK(too_old), TEXT("dpdk", ", too old %s"),
 	  PROM_L("vmigd_dpdk_refused_frames_total", COUNTER,
 		 "Frames the DPDK node hop refused, by reason; none reaches QEMU.",
 		 "reason=\"too_old\"") },
-	{ "dpdk.malformed", CTL_COUNT, FIELD(dpdk.malformed), OMIT_UNLESS(dpdk.on),
-	  TEXT("dpdk", ", malformed %s"),
+	{ "dpdk.malformed", CTL_COUNT, DPDK(malformed), TEXT("dpdk", ", malformed %s"),
 	  PROM_L("vmigd_dpdk_refused_frames_total", COUNTER,
 		 "Frames the DPDK node hop refused, by reason; none reaches QEMU.",
 		 "reason=\"malformed\"") },
-	{ "dpdk.unknown_stream", CTL_COUNT, FIELD(dpdk.unknown_stream), OMIT_UNLESS(dpdk.on),
+	{ "dpdk.unknown_stream", CTL_COUNT, DPDK(unknown_stream),
 	  TEXT("dpdk", ", unknown stream %s"),
 	  PROM_L("vmigd_dpdk_refused_frames_total", COUNTER,
 		 "Frames the DPDK node hop refused, by reason; none reaches QEMU.",
 		 "reason=\"unknown_stream\"") },
-	{ "dpdk.unknown_peer", CTL_COUNT, FIELD(dpdk.unknown_peer), OMIT_UNLESS(dpdk.on),
-	  TEXT("dpdk", ", unknown peer %s"),
+	{ "dpdk.unknown_peer", CTL_COUNT, DPDK(unknown_peer), TEXT("dpdk", ", unknown peer %s"),
 	  PROM_L("vmigd_dpdk_refused_frames_total", COUNTER,
 		 "Frames the DPDK node hop refused, by reason; none reaches QEMU.",
 		 "reason=\"unknown_peer\"") },
-	{ "dpdk.polls", CTL_COUNT, FIELD(dpdk.polls), OMIT_UNLESS(dpdk.on),
+	{ "dpdk.polls", CTL_COUNT, DPDK(polls),
 	  PROM("vmigd_dpdk_polls_total", COUNTER, "Rounds of the DPDK node hop's thread.") },
-	{ "dpdk.sleeps", CTL_COUNT, FIELD(dpdk.sleeps), OMIT_UNLESS(dpdk.on),
+	{ "dpdk.sleeps", CTL_COUNT, DPDK(sleeps),
 	  PROM("vmigd_dpdk_sleeps_total", COUNTER,
 	       "Rounds of the DPDK node hop's thread that ended in a sleep (nothing to do).") },
-	{ "dpdk.dropped_by_test", CTL_COUNT, FIELD(dpdk.dropped_by_test), OMIT_UNLESS(dpdk.on) },
-	{ "dpdk.duplicated_by_test", CTL_COUNT, FIELD(dpdk.duplicated_by_test),
-	  OMIT_UNLESS(dpdk.on) },
-	{ "dpdk.reordered_by_test", CTL_COUNT, FIELD(dpdk.reordered_by_test),
-	  OMIT_UNLESS(dpdk.on) },
 	{ "time_unix", CTL_SECONDS, CALC(node_time) },
 };
-TABLE(ctl_node_table, "node", node_figs);
+struct ctl_table ctl_node_table = { "node", node_figs, ARRAY_SIZE(node_figs) };
 #undef OBJ
 
 #define OBJ struct px_migration_info
@@ -543,6 +534,20 @@ static const struct ctl_fig action_figs[] = {
 };
 TABLE(ctl_action_table, "action", action_figs);
 #undef OBJ
+
+int ctl_table_extend(struct ctl_table *t, const struct ctl_fig *figs, size_t n)
+{
+	struct ctl_fig *all = malloc((t->n + n) * sizeof(*all));
+
+	if (!all)
+		return -ENOMEM;
+	memcpy(all, t->figs, t->n * sizeof(*all));
+	memcpy(all + t->n, figs, n * sizeof(*all));
+	/* lives as long as the table: the process (a table is extended once, at start-up) */
+	t->figs = all;
+	t->n += n;
+	return 0;
+}
 
 const struct ctl_fig *ctl_fig_find(const struct ctl_table *t, const char *key)
 {

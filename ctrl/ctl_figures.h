@@ -140,8 +140,8 @@ struct ctl_table {
 	size_t n;
 };
 
-/* struct px_node_info */
-extern const struct ctl_table ctl_node_table;
+/* struct px_node_info; a test build adds its own figures (ctl_table_extend) */
+extern struct ctl_table ctl_node_table;
 /* struct px_migration_info; with "inspect", "ports", "connections" and "convergence" beside */
 extern const struct ctl_table ctl_migration_table;
 /* struct px_port_info, a migration's "ports" */
@@ -162,6 +162,11 @@ extern const struct ctl_table ctl_nic_table;
 
 /* A convergence watch's "state": waiting, watching, finished, stopped or irrecoverable. */
 const char *ctl_conv_state(const struct cv_report *r);
+
+/* Adds figs (kept, not copied) at t's end, before any report is made: the test build's figures
+ * (ctrl/ctl_test.c), which the product does not have. 0 or -ENOMEM. */
+int ctl_table_extend(struct ctl_table *t, const struct ctl_fig *figs, size_t n);
+
 /* The figure with this JSON key, or NULL. */
 const struct ctl_fig *ctl_fig_find(const struct ctl_table *t, const char *key);
 

@@ -102,8 +102,6 @@ static int opt_tls_version(const struct opt *op, const char *arg, const char *wh
 			   struct ctl_options *o);
 static int opt_node_bandwidth(const struct opt *op, const char *arg, const char *where,
 			      struct ctl_options *o);
-static int opt_dpdk_impair(const struct opt *op, const char *arg, const char *where,
-			   struct ctl_options *o);
 static int opt_config(const struct opt *op, const char *arg, const char *where,
 		      struct ctl_options *o);
 static int opt_help(const struct opt *op, const char *arg, const char *where,
@@ -228,10 +226,6 @@ static const struct opt opts[] = {
 	  .help = "the DPDK node hop's UDP port (both nodes)" },
 	{ "dpdk-buffer", 0, ULONG(dpdk_buffer, 65536, 256 << 20), .arg = "BYTES", .def = "2097152",
 	  .help = "DPDK node hop buffer per connection and direction (the window)" },
-	{ "dpdk-test-impair", 0, FUNC(opt_dpdk_impair), .arg = "LOSS,DUP,REORDER",
-	  .flags = OPT_DEF_TEXT, .def = "none",
-	  .help = "tests only: drop, duplicate and delay behind the next one these shares (%) of "
-		  "the DPDK frames that arrive" },
 	{ "socket-owner", 0, FUNC(opt_socket_owner), .arg = "UID[:GID]", .def = "107:107",
 	  .help = "owner of a source's sockets (mode 0660) and of migrationproxy/ (0750): "
 		  "KubeVirt's qemu user; -1 leaves them to the daemon. The group's members can "
@@ -492,24 +486,6 @@ static int opt_socket_owner(const struct opt *op, const char *arg, const char *w
 	}
 	fprintf(stderr, "vmigd: %s--%s: expected UID[:GID] (numbers, or -1), got \"%s\"\n", where,
 		op->name, arg);
-	return -EINVAL;
-}
-
-static int opt_dpdk_impair(const struct opt *op, const char *arg, const char *where,
-			   struct ctl_options *o)
-{
-	unsigned int v[3];
-	char tail;
-
-	if (sscanf(arg, "%u,%u,%u%c", &v[0], &v[1], &v[2], &tail) == 3 && v[0] <= 50 &&
-	    v[1] <= 50 && v[2] <= 50) {
-		memcpy(o->dpdk_impair, v, sizeof(v));
-		return 0;
-	}
-	fprintf(stderr,
-		"vmigd: %s--%s: expected LOSS,DUP,REORDER (percent, 0 to 50 each), got "
-		"\"%s\"\n",
-		where, op->name, arg);
 	return -EINVAL;
 }
 

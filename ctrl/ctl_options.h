@@ -45,7 +45,6 @@ struct ctl_options {
 	const char *dpdk_address;
 	unsigned long dpdk_port;
 	unsigned long dpdk_buffer;
-	unsigned int dpdk_impair[3]; /* tests: loss, duplicate, reorder % */
 	const char *metrics;
 	enum vm_log_level log_level;
 	bool check_only;

@@ -14,6 +14,7 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include "ctl_hop.h"
 #include "ctl_metrics.h"
 #include "ctl_nic.h"
 #include "ctl_nic_pick.h"
@@ -21,6 +22,7 @@
 #include "ctl_notify.h"
 #include "ctl_server.h"
 #include "ctl_takeover.h"
+#include "ctl_test.h"
 #include "log.h"
 #include "px_node.h"
 #include "units.h"
@@ -262,11 +264,6 @@ static int daemon_configure(struct daemon *d, struct ctl_options *o)
 				"-Ddpdk=enabled)\n");
 		return -ENOTSUP;
 	}
-	pc->dpdk_eal = o->dpdk_eal;
-	pc->dpdk_address = o->dpdk_address;
-	pc->dpdk_port = (uint16_t)o->dpdk_port;
-	pc->dpdk_buffer = (uint32_t)o->dpdk_buffer;
-	memcpy(pc->dpdk_impair, o->dpdk_impair, sizeof(pc->dpdk_impair));
 	d->drain_timeout_s = o->drain_timeout_s;
 	d->info.tls = d->tls;
 	d->info.control_path = o->control;
@@ -402,8 +399,20 @@ static int start_ask(struct daemon *d, const struct ctl_options *o)
  * listener, then convergence control and the NICs that follow its migrations. */
 static int start_node(struct daemon *d, const struct ctl_options *o)
 {
-	int r = px_node_new(d->loop, &d->pc, &d->node);
+	struct ctl_hop_conf hop = {
+		.eal = o->dpdk_eal,
+		.address = o->dpdk_address,
+		.udp_port = (uint16_t)o->dpdk_port,
+		.buffer = (uint32_t)o->dpdk_buffer,
+		.wrap = ctl_test_hop_wrap(),
+	};
+	struct xp_io *io;
+	int r;
 
+	r = ctl_io_new(d->loop, &d->pc, &hop, &io);
+	if (r < 0)
+		return r;
+	r = px_node_new(io, &d->pc, &d->node);
 	if (r < 0)
 		return r;
 	r = cv_set_new(d->loop, d->node, &d->conv);
@@ -630,6 +639,9 @@ int main(int argc, char **argv)
 	int r, status = 1;
 
 	r = ctl_options_init(&o);
+	if (r < 0)
+		goto out_options;
+	r = ctl_test_init(&argc, argv);
 	if (r < 0)
 		goto out_options;
 	r = ctl_options_parse(argc, argv, &o);

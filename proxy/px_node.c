@@ -10,7 +10,6 @@
 
 #include "log.h"
 #include "px_private.h"
-#include "xp_dhop.h"
 
 unsigned int px_node_active_conns(const struct px_node *n)
 {
@@ -316,45 +315,11 @@ fail:
 	return r;
 }
 
-int px_node_new(struct xp_loop *loop, const struct px_config *conf, struct px_node **ret)
+int px_node_new(struct xp_io *io, const struct px_config *conf, struct px_node **ret)
 {
-	struct xp_pool_conf pc = {
-		.threads = conf->threads,
-		.slots = conf->slots,
-		.pipe_size = conf->pipe_size,
-		.path = conf->copy_path ? XP_PATH_COPY : XP_PATH_SPLICE,
-		.cpus = conf->pin ? &conf->cpus : NULL,
-	};
 	struct px_node *n;
-	struct xp_io *io;
 	int r;
 
-	r = xp_io_new(loop, &pc, conf->tls, &io);
-	if (r < 0)
-		return r;
-	if (conf->dpdk_eal) {
-		struct xp_dhop_conf dc = {
-			.eal = conf->dpdk_eal,
-			.address = conf->dpdk_address,
-			.udp_port = conf->dpdk_port,
-			.link_buffer = conf->dpdk_buffer,
-			/* as many as the kernel path carries (--max-connections) */
-			.max_links = conf->slots * conf->threads,
-			.loss_pct = conf->dpdk_impair[0],
-			.dup_pct = conf->dpdk_impair[1],
-			.reorder_pct = conf->dpdk_impair[2],
-		};
-		struct xp_dhop *d;
-		char err[256];
-
-		r = xp_dhop_new(&dc, &d, err, sizeof(err));
-		if (r < 0) {
-			log_err("cannot open the DPDK node hop: %s", err[0] ? err : strerror(-r));
-			xp_io_free(io);
-			return r;
-		}
-		xp_io_set_dhop(io, d);
-	}
 	r = px_node_new_io(&xp_io_ops, io, conf, &n);
 	if (r < 0) {
 		xp_io_free(io);

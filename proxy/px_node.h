@@ -61,13 +61,6 @@ struct px_config {
 	int adopt_fd;
 	/* A source's sockets and migrationproxy/: this owner (-1: the daemon's), mode 0660/0750. */
 	int socket_uid, socket_gid;
-	/* The DPDK node hop (--dpdk): EAL arguments, NULL for none; the port's address
-	 * "ADDR/PREFIX", the hop's UDP port, buffer bytes per connection and direction. */
-	const char *dpdk_eal;
-	const char *dpdk_address;
-	uint16_t dpdk_port;
-	uint32_t dpdk_buffer;
-	unsigned int dpdk_impair[3]; /* tests: loss, duplicate, reorder % of arriving frames */
 };
 
 /* A migration's TLS: the daemon's (on unless --no-tls), or set per migration. */
@@ -183,19 +176,18 @@ struct px_node_info {
 	unsigned int migrations, conns_active;
 	uint64_t conns_total;
 	/* The DPDK node hop, when the node has one (on): its frames, what the reliable transport
-	 * resent, what the sealing and the parser refused, and how often its thread slept. */
+	 * resent, what the sealing and the parser refused, and how often its thread slept, as the
+	 * transport counts them (the io's hop_stats). */
 	struct {
 		bool on, sealed;
 		char address[24]; /* "ADDR:UDP" */
-		uint64_t rx_frames, tx_frames, tx_bursts, retransmitted_frames, timeouts;
-		uint64_t fast_recoveries, forged, replayed, too_old, malformed, unknown_stream;
-		uint64_t unknown_peer, polls, sleeps;
-		uint64_t dropped_by_test, duplicated_by_test, reordered_by_test;
+		struct xp_hop_stats stats;
 	} dpdk;
 };
 
-/* On the real transport: sockets, OpenSSL (conf->tls) and an io_uring pool, run from loop. */
-int px_node_new(struct xp_loop *loop, const struct px_config *conf, struct px_node **ret);
+/* On the real transport (xp_io_new(): sockets, OpenSSL, the io_uring pool, maybe a DPDK hop),
+ * which the node owns from the call on, even when it fails. */
+int px_node_new(struct xp_io *io, const struct px_config *conf, struct px_node **ret);
 /* On a transport of the caller's (tests): io and its context outlive the node. */
 int px_node_new_io(const struct xp_io_ops *io, void *ioc, const struct px_config *conf,
 		   struct px_node **ret);

@@ -200,8 +200,10 @@ size_t px_reply_encode_verified(enum px_verdict v, const struct px_digests *dg, 
 	return PX_REPLY_VERIFY_LEN;
 }
 
-size_t px_reply_len(const uint8_t *buf)
+size_t px_reply_len(const uint8_t *buf, size_t have)
 {
+	if (have < PX_REPLY_LEN)
+		return PX_REPLY_LEN; /* the status is in the fixed part */
 	switch (vm_get_be16(buf + 6)) {
 	case PX_OK_DPDK:
 		return PX_REPLY_DPDK_LEN;

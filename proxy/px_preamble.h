@@ -119,8 +119,10 @@ size_t px_preamble_len(const uint8_t *buf);
 size_t px_reply_encode(enum px_status st, const struct px_dpdk *dpdk, uint8_t *buf);
 /* A PX_VERIFIED reply into buf (PX_REPLY_VERIFY_LEN bytes); returns its length. */
 size_t px_reply_encode_verified(enum px_verdict v, const struct px_digests *dg, uint8_t *buf);
-/* The whole reply's length, from its first PX_REPLY_LEN bytes (by its status). */
-size_t px_reply_len(const uint8_t *buf);
+/* How many bytes the reply whose first have bytes are in buf is long, as far as they tell: its
+ * fixed part while have is shorter, then the whole reply's length (by its status). A reader
+ * reads up to this and asks again, and never takes a byte past the reply. */
+size_t px_reply_len(const uint8_t *buf, size_t have);
 /* A PX_VERIFIED reply: its length once complete (*dg written unless NULL), 0 while more bytes
  * are needed, -EBADMSG for another status, a bad magic or version, or a verdict out of range. */
 int px_reply_decode_verified(const uint8_t *buf, size_t len, enum px_verdict *v,

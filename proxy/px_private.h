@@ -205,7 +205,7 @@ struct px_migration {
 struct px_node {
 	const struct xp_io_ops *io; /* the layer below */
 	void *ioc;		    /* its context */
-	struct xp_io *own_io;	    /* the real one, when px_node_new() made it */
+	struct xp_io *own_io;	    /* the real one, when px_node_new() was handed it */
 	struct px_config conf;
 	int lfd;
 	struct xp_watch *lw;

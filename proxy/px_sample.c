@@ -8,7 +8,6 @@
 
 #include "log.h"
 #include "px_private.h"
-#include "xp_dhop.h"
 
 /*
  * QEMU lifts its own limit at switchover: the guest is stopped, and every byte still to go adds
@@ -221,32 +220,11 @@ void px_node_foreach(struct px_node *n, px_migration_fn fn, void *arg)
 
 static void dpdk_info(struct px_node *n, struct px_node_info *ni)
 {
-	struct xp_dhop *d = n->own_io ? xp_io_dhop(n->own_io) : NULL;
-	struct xp_dhop_stats st;
-
-	if (!d)
+	if (IO(n, hop_stats, &ni->dpdk.stats) < 0)
 		return;
-	xp_dhop_stats(d, &st);
 	ni->dpdk.on = true;
 	ni->dpdk.sealed = n->conf.tls != NULL;
 	px_dpdk_format(&n->dpdk, ni->dpdk.address, sizeof(ni->dpdk.address));
-	ni->dpdk.rx_frames = st.rx_frames;
-	ni->dpdk.tx_frames = st.tx_frames;
-	ni->dpdk.tx_bursts = st.tx_bursts;
-	ni->dpdk.retransmitted_frames = st.retransmitted_frames;
-	ni->dpdk.timeouts = st.timeouts;
-	ni->dpdk.fast_recoveries = st.fast_recoveries;
-	ni->dpdk.forged = st.forged;
-	ni->dpdk.replayed = st.replayed;
-	ni->dpdk.too_old = st.too_old;
-	ni->dpdk.malformed = st.malformed;
-	ni->dpdk.unknown_stream = st.unknown_stream;
-	ni->dpdk.unknown_peer = st.unknown_peer;
-	ni->dpdk.polls = st.polls;
-	ni->dpdk.sleeps = st.sleeps;
-	ni->dpdk.dropped_by_test = st.dropped_by_test;
-	ni->dpdk.duplicated_by_test = st.duplicated_by_test;
-	ni->dpdk.reordered_by_test = st.reordered_by_test;
 }
 
 void px_node_info(struct px_node *n, struct px_node_info *out)

@@ -230,18 +230,15 @@ static void src_read_reply(struct px_conn *c)
 	enum px_status st;
 	uint32_t ev = EPOLLIN;
 	ssize_t k = 0;
+	size_t want;
 	int r = 0;
 
-	size_t want = PX_REPLY_LEN;
-
 	/* exactly the reply: on the kernel path QEMU's bytes follow it */
-	while (c->len < want) {
+	while (c->len < (want = px_reply_len(c->buf, c->len))) {
 		k = IO(c->n, read, c->hop, c->buf + c->len, want - c->len, &ev);
 		if (k <= 0)
 			break;
 		c->len += k;
-		if (c->len == PX_REPLY_LEN)
-			want = px_reply_len(c->buf);
 	}
 	if (k == 0 && c->len < want) {
 		src_error(c, "the target closed the connection before replying");

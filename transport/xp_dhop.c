@@ -22,6 +22,7 @@
 #include "xp_bucket.h"
 #include "xp_dhop.h"
 #include "xp_dpdk.h"
+#include "xp_dpdk_port.h"
 #include "xp_hop.h"
 #include "xp_rel.h"
 
@@ -43,7 +44,8 @@ enum slot_state {
 	S_ENDED, /* ended, waiting to be reaped */
 };
 
-struct xp_link {
+struct dhop_link {
+	struct xp_link base; /* first: xp_dhop_attach hands out &base */
 	struct xp_dhop *d;
 	enum slot_state st; /* under d->mu */
 	struct xp_dhop_link_conf c;
@@ -68,23 +70,13 @@ struct xp_link {
 	struct xp_link_result res;
 };
 
-/* Tests' damage to arriving frames (xp_dhop_conf's *_pct). */
-struct impair {
-	uint32_t rng;
-	uint8_t held[2048], copy[2048];
-	size_t held_len;
-	_Atomic uint64_t dropped, duplicated, reordered;
-};
-
 struct xp_dhop {
 	struct xp_dhop_conf conf;
 	struct xp_dpdk *port;
-	xp_hop_rx_fn rx_fn; /* during a poll: the hop's */
-	void *rx_arg;
-	struct impair im;
+	void *wrapped; /* conf.wrap's port, or NULL */
 	struct xp_hop *hop;
 	uint32_t ip;
-	struct xp_link *links;
+	struct dhop_link *links;
 	pthread_mutex_t mu;
 	pthread_t thread;
 	bool running;
@@ -102,82 +94,37 @@ struct xp_dhop {
 	uint64_t unknown_peer;	       /* the same */
 };
 
-/* The hop's port ops over xp_dpdk (zero copy, bursts); port is the xp_dhop. */
-static void on_rx(void *arg, uint32_t ip, uint16_t port, uint8_t *data, size_t len)
+#define DHOP_LINK(xl)	    container_of(xl, struct dhop_link, base)
+#define CONST_DHOP_LINK(xl) container_of(xl, const struct dhop_link, base)
+
+static void dhop_link_abort(struct xp_link *xl)
 {
-	struct xp_dhop *d = arg;
-	struct impair *im = &d->im;
-
-	if (!d->conf.loss_pct && !d->conf.dup_pct && !d->conf.reorder_pct) {
-		d->rx_fn(d->rx_arg, ip, port, data, len);
-		return;
-	}
-	/* tests only: a linear congruential draw per decision */
-	im->rng = im->rng * 1103515245 + 12345;
-	if ((im->rng >> 16) % 100 < d->conf.loss_pct) {
-		im->dropped++;
-		return;
-	}
-	im->rng = im->rng * 1103515245 + 12345;
-	if (!im->held_len && len <= sizeof(im->held) &&
-	    (im->rng >> 16) % 100 < d->conf.reorder_pct) {
-		memcpy(im->held, data, len);
-		im->held_len = len;
-		im->reordered++;
-		return;
-	}
-	im->rng = im->rng * 1103515245 + 12345;
-	if (len <= sizeof(im->copy) && (im->rng >> 16) % 100 < d->conf.dup_pct) {
-		/* a frame is opened in place: each delivery gets its own bytes */
-		memcpy(im->copy, data, len);
-		d->rx_fn(d->rx_arg, ip, port, im->copy, len);
-		im->duplicated++;
-	}
-	d->rx_fn(d->rx_arg, ip, port, data, len);
-	if (im->held_len) {
-		size_t n = im->held_len;
-
-		im->held_len = 0;
-		d->rx_fn(d->rx_arg, ip, port, im->held, n);
-	}
+	atomic_store(&DHOP_LINK(xl)->abort, true);
 }
 
-static int port_send(void *port, uint32_t ip, uint16_t udp_port, const void *data, size_t len,
-		     uint64_t now)
+static uint64_t dhop_link_shaped_ns(const struct xp_link *xl)
 {
-	return xp_dpdk_send(((struct xp_dhop *)port)->port, ip, udp_port, data, len, now);
+	return atomic_load_explicit(&CONST_DHOP_LINK(xl)->shaped_ns, memory_order_relaxed);
 }
 
-static int port_poll(void *port, xp_hop_rx_fn fn, void *arg)
+static void dhop_link_bytes(const struct xp_link *xl, uint64_t out[2])
 {
-	struct xp_dhop *d = port;
+	const struct dhop_link *l = CONST_DHOP_LINK(xl);
 
-	d->rx_fn = fn;
-	d->rx_arg = arg;
-	return xp_dpdk_poll(d->port, on_rx, d);
+	out[0] = atomic_load_explicit(&l->bytes[0], memory_order_relaxed);
+	out[1] = atomic_load_explicit(&l->bytes[1], memory_order_relaxed);
 }
 
-static int port_frame(void *port, uint32_t ip, uint64_t now, uint8_t **buf, size_t *cap)
+/* The hop paces itself (xp_rel's window), not through the kernel's socket pacing. */
+static void dhop_link_set_pacing(struct xp_link *xl, uint64_t rate)
 {
-	return xp_dpdk_frame(((struct xp_dhop *)port)->port, ip, now, buf, cap);
 }
 
-static int port_frame_send(void *port, uint16_t udp_port, size_t len, bool sealed)
-{
-	return xp_dpdk_frame_send(((struct xp_dhop *)port)->port, udp_port, len, sealed);
-}
-
-static int port_flush(void *port)
-{
-	return xp_dpdk_flush(((struct xp_dhop *)port)->port);
-}
-
-static const struct xp_hop_port_ops dpdk_port_ops = {
-	.send = port_send,
-	.poll = port_poll,
-	.frame = port_frame,
-	.frame_send = port_frame_send,
-	.flush = port_flush,
+static const struct xp_link_ops dhop_link_ops = {
+	.abort = dhop_link_abort,
+	.bytes = dhop_link_bytes,
+	.shaped_ns = dhop_link_shaped_ns,
+	.set_pacing = dhop_link_set_pacing,
 };
 
 int xp_dhop_new(const struct xp_dhop_conf *conf, struct xp_dhop **ret, char *err, size_t errlen)
@@ -185,7 +132,7 @@ int xp_dhop_new(const struct xp_dhop_conf *conf, struct xp_dhop **ret, char *err
 	struct xp_dpdk_conf pc = { .eal = conf->eal,
 				   .address = conf->address,
 				   .udp_port = conf->udp_port };
-	struct xp_hop_conf hc = { .ops = &dpdk_port_ops, .max_streams = 1 };
+	struct xp_hop_conf hc = { .ops = &xp_dpdk_port_ops, .max_streams = 1 };
 	struct xp_dhop *d;
 	cpu_set_t cpus;
 	size_t payload;
@@ -223,16 +170,25 @@ int xp_dhop_new(const struct xp_dhop_conf *conf, struct xp_dhop **ret, char *err
 	payload = xp_dpdk_max_payload(d->port);
 	/* a frame is header, SACK blocks, payload and tag; whole 8-byte words of payload */
 	hc.mss = (uint32_t)((payload - XP_REL_MAX_HDR - XP_SEAL_TAG) & ~(size_t)7);
-	hc.port = d;
-	d->im.rng = (uint32_t)vm_now_ns();
+	hc.port = d->port;
+	if (conf->wrap) {
+		r = conf->wrap->wrap(conf->wrap->arg, hc.ops, d->port, &hc.ops, &d->wrapped);
+		if (r < 0) {
+			snprintf(err, errlen, "DPDK hop port: %s", strerror(-r));
+			goto fail;
+		}
+		hc.port = d->wrapped;
+	}
 	hc.max_peers = conf->max_links;
 	r = xp_hop_new(&hc, &d->hop);
 	if (r < 0) {
 		snprintf(err, errlen, "DPDK hop sessions: %s", strerror(-r));
 		goto fail;
 	}
-	for (unsigned int i = 0; i < conf->max_links; i++)
+	for (unsigned int i = 0; i < conf->max_links; i++) {
+		d->links[i].base.ops = &dhop_link_ops;
 		d->links[i].d = d;
+	}
 	*ret = d;
 	return 0;
 fail:
@@ -255,27 +211,6 @@ uint16_t xp_dhop_port(const struct xp_dhop *d)
 	return d->conf.udp_port;
 }
 
-bool xp_dhop_owns(const struct xp_dhop *d, const struct xp_link *l)
-{
-	return d && l >= d->links && l < d->links + d->conf.max_links;
-}
-
-void xp_dhop_link_abort(struct xp_link *l)
-{
-	atomic_store(&l->abort, true);
-}
-
-uint64_t xp_dhop_link_shaped_ns(const struct xp_link *l)
-{
-	return atomic_load_explicit(&l->shaped_ns, memory_order_relaxed);
-}
-
-void xp_dhop_link_bytes(const struct xp_link *l, uint64_t out[2])
-{
-	out[0] = atomic_load_explicit(&l->bytes[0], memory_order_relaxed);
-	out[1] = atomic_load_explicit(&l->bytes[1], memory_order_relaxed);
-}
-
 static void stats_add(struct xp_hop_peer_stats *to, const struct xp_hop_peer_stats *s)
 {
 	to->frames_in += s->frames_in;
@@ -291,7 +226,7 @@ static void stats_add(struct xp_hop_peer_stats *to, const struct xp_hop_peer_sta
 	to->fast_recoveries += s->fast_recoveries;
 }
 
-void xp_dhop_stats(const struct xp_dhop *d, struct xp_dhop_stats *st)
+void xp_dhop_stats(const struct xp_dhop *d, struct xp_hop_stats *st)
 {
 	struct xp_hop_peer_stats ps = { 0 };
 	struct xp_dpdk_stats ds;
@@ -316,14 +251,14 @@ void xp_dhop_stats(const struct xp_dhop *d, struct xp_dhop_stats *st)
 	st->unknown_stream = ps.unknown_stream;
 	st->polls = atomic_load(&d->polls);
 	st->sleeps = atomic_load(&d->sleeps);
-	st->dropped_by_test = atomic_load(&d->im.dropped);
-	st->duplicated_by_test = atomic_load(&d->im.duplicated);
-	st->reordered_by_test = atomic_load(&d->im.reordered);
+	st->dropped_by_test = st->duplicated_by_test = st->reordered_by_test = 0;
+	if (d->wrapped)
+		d->conf.wrap->stats(d->conf.wrap->arg, d->wrapped, st);
 }
 
 int xp_dhop_attach(struct xp_dhop *d, const struct xp_dhop_link_conf *c, struct xp_link **ret)
 {
-	struct xp_link *l = NULL;
+	struct dhop_link *l = NULL;
 	struct vm_digest *dg[2] = { NULL, NULL };
 	int r = 0;
 
@@ -337,7 +272,7 @@ int xp_dhop_attach(struct xp_dhop *d, const struct xp_dhop_link_conf *c, struct 
 		return -errno;
 	pthread_mutex_lock(&d->mu);
 	for (unsigned int i = 0; i < d->conf.max_links && r == 0; i++) {
-		struct xp_link *x = &d->links[i];
+		struct dhop_link *x = &d->links[i];
 
 		if (x->st == S_FREE && !l)
 			l = x;
@@ -347,7 +282,7 @@ int xp_dhop_attach(struct xp_dhop *d, const struct xp_dhop_link_conf *c, struct 
 	if (!r && !l)
 		r = -EBUSY;
 	if (!r) {
-		memset((char *)l + sizeof(l->d), 0, sizeof(*l) - sizeof(l->d));
+		memset(&l->st, 0, sizeof(*l) - offsetof(struct dhop_link, st)); /* keeps base, d */
 		l->c = *c;
 		l->sealed = c->tx_secret != NULL;
 		if (l->sealed) {
@@ -359,7 +294,7 @@ int xp_dhop_attach(struct xp_dhop *d, const struct xp_dhop_link_conf *c, struct 
 		l->dg[1] = dg[1];
 		dg[0] = dg[1] = NULL;
 		l->st = S_NEW;
-		*ret = l;
+		*ret = &l->base;
 		atomic_store(&d->new_links, true);
 	}
 	pthread_mutex_unlock(&d->mu);
@@ -369,7 +304,7 @@ int xp_dhop_attach(struct xp_dhop *d, const struct xp_dhop_link_conf *c, struct 
 }
 
 /* The thread: a new link becomes a peer with one stream, and its sockets join the epoll set. */
-static void link_begin(struct xp_dhop *d, struct xp_link *l, uint64_t now)
+static void link_begin(struct xp_dhop *d, struct dhop_link *l, uint64_t now)
 {
 	struct xp_hop_peer_conf pc = {
 		.ip = l->c.peer_ip,
@@ -405,7 +340,7 @@ static void link_begin(struct xp_dhop *d, struct xp_link *l, uint64_t now)
 }
 
 /* Shows the first n bytes of iov to direction dir's tap. */
-static void tap_feed(struct xp_link *l, unsigned int dir, const struct iovec iov[2], size_t n)
+static void tap_feed(struct dhop_link *l, unsigned int dir, const struct iovec iov[2], size_t n)
 {
 	size_t a = n < iov[0].iov_len ? n : iov[0].iov_len;
 
@@ -417,7 +352,7 @@ static void tap_feed(struct xp_link *l, unsigned int dir, const struct iovec iov
 }
 
 /* The first n bytes of iov into direction dir's digest, if it keeps one. */
-static void digest_feed(struct xp_link *l, unsigned int dir, const struct iovec iov[2], size_t n)
+static void digest_feed(struct dhop_link *l, unsigned int dir, const struct iovec iov[2], size_t n)
 {
 	size_t a = n < iov[0].iov_len ? n : iov[0].iov_len;
 
@@ -429,7 +364,7 @@ static void digest_feed(struct xp_link *l, unsigned int dir, const struct iovec 
 }
 
 /* How much of room the caps let the local socket's bytes have now (room when not capped). */
-static size_t shape(struct xp_link *l, size_t room)
+static size_t shape(struct dhop_link *l, size_t room)
 {
 	uint64_t now, wait = 0;
 	size_t grant;
@@ -447,7 +382,7 @@ static size_t shape(struct xp_link *l, size_t room)
 	return grant;
 }
 
-static void link_fail(struct xp_link *l, int err, int side, const char *detail)
+static void link_fail(struct dhop_link *l, int err, int side, const char *detail)
 {
 	if (l->res.end != XP_END_CLEAN || l->res.err)
 		return; /* the first reason stands */
@@ -458,7 +393,7 @@ static void link_fail(struct xp_link *l, int err, int side, const char *detail)
 }
 
 /* The TCP connection is the link's liveness: its end or error, and anything on it is drained. */
-static void tcp_check(struct xp_link *l)
+static void tcp_check(struct dhop_link *l)
 {
 	char buf[512];
 	ssize_t k;
@@ -473,7 +408,7 @@ static void tcp_check(struct xp_link *l)
 }
 
 /* Moves what it can between the local socket and the stream; returns bytes moved. */
-static size_t link_io(struct xp_link *l)
+static size_t link_io(struct dhop_link *l)
 {
 	struct iovec iov[2];
 	size_t moved = 0, room;
@@ -565,7 +500,7 @@ static size_t link_io(struct xp_link *l)
 }
 
 /* Whether the link has ended, and how: its result is filled in. */
-static bool link_ended(struct xp_dhop *d, struct xp_link *l, uint64_t now)
+static bool link_ended(struct xp_dhop *d, struct dhop_link *l, uint64_t now)
 {
 	struct xp_rel_stats rs;
 
@@ -624,12 +559,12 @@ static void refresh_live(struct xp_dhop *d, const struct xp_hop_peer_stats *ende
 	pthread_mutex_unlock(&d->mu);
 }
 
-static void link_end(struct xp_dhop *d, struct xp_link *l)
+static void link_end(struct xp_dhop *d, struct dhop_link *l)
 {
 	struct xp_hop_peer_stats ps;
 
-	xp_dhop_link_bytes(l, l->res.bytes);
-	l->res.shaped_ns = xp_dhop_link_shaped_ns(l);
+	dhop_link_bytes(&l->base, l->res.bytes);
+	l->res.shaped_ns = dhop_link_shaped_ns(&l->base);
 	for (unsigned int i = 0; i < 2; i++)
 		xp_link_result_digest(&l->res, i, &l->dg[i]);
 	epoll_ctl(d->epfd, EPOLL_CTL_DEL, l->c.local_fd, NULL);
@@ -667,7 +602,7 @@ static void readiness(struct xp_dhop *d, uint64_t ns)
 	if (ns)
 		atomic_fetch_add_explicit(&d->sleeps, 1, memory_order_relaxed);
 	for (int i = 0; i < n; i++) {
-		struct xp_link *l = &d->links[ev[i].data.u64 >> 1];
+		struct dhop_link *l = &d->links[ev[i].data.u64 >> 1];
 
 		if (ev[i].data.u64 & 1) {
 			l->tcp_ready = true;
@@ -687,7 +622,7 @@ static void take_new(struct xp_dhop *d, uint64_t now)
 	if (!atomic_exchange(&d->new_links, false))
 		return;
 	for (unsigned int i = 0; i < d->conf.max_links; i++) {
-		struct xp_link *l = &d->links[i];
+		struct dhop_link *l = &d->links[i];
 		bool is_new;
 
 		pthread_mutex_lock(&d->mu);
@@ -718,7 +653,7 @@ static void *dhop_thread(void *arg)
 		take_new(d, now);
 		readiness(d, 0);
 		for (unsigned int i = 0; i < d->hw; i++) {
-			struct xp_link *l = &d->links[i];
+			struct dhop_link *l = &d->links[i];
 
 			if (!l->live)
 				continue;
@@ -780,7 +715,7 @@ void xp_dhop_reap(struct xp_dhop *d)
 
 	eventfd_read(d->efd, &v);
 	for (unsigned int i = 0; i < d->conf.max_links; i++) {
-		struct xp_link *l = &d->links[i];
+		struct dhop_link *l = &d->links[i];
 		bool ended;
 
 		pthread_mutex_lock(&d->mu);
@@ -803,7 +738,7 @@ void xp_dhop_stop(struct xp_dhop *d)
 	pthread_join(d->thread, NULL);
 	d->running = false;
 	for (unsigned int i = 0; i < d->conf.max_links; i++) {
-		struct xp_link *l = &d->links[i];
+		struct dhop_link *l = &d->links[i];
 
 		if (l->st == S_NEW || l->st == S_LIVE) {
 			close(l->c.local_fd);
@@ -819,6 +754,8 @@ void xp_dhop_free(struct xp_dhop *d)
 		return;
 	xp_dhop_stop(d);
 	xp_hop_free(d->hop);
+	if (d->wrapped)
+		d->conf.wrap->free(d->conf.wrap->arg, d->wrapped);
 	xp_dpdk_close(d->port);
 	if (d->efd >= 0)
 		close(d->efd);

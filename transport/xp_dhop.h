@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "xp_hop.h"
+#include "xp_io.h"
 #include "xp_pool.h"
 #include "xp_seal.h"
 
@@ -20,9 +22,21 @@ struct xp_dhop_conf {
 	uint16_t udp_port;
 	uint32_t link_buffer; /* bytes per link and direction, sent or received and not yet taken */
 	unsigned int max_links;
-	/* Tests only: the share (%) of arriving frames dropped, duplicated, and held behind the
-	 * next one. */
-	unsigned int loss_pct, dup_pct, reorder_pct;
+	const struct xp_dhop_wrap *wrap; /* NULL: the port as it is */
+};
+
+/*
+ * Tests: a port that wraps the hop's own (xp_impair.h), made as the hop opens and freed with it,
+ * so that the product carries no test machinery, only these three calls.
+ */
+struct xp_dhop_wrap {
+	/* The wrapping port's ops and port, over the hop's own: 0 or -errno. */
+	int (*wrap)(void *arg, const struct xp_hop_port_ops *ops, void *port,
+		    const struct xp_hop_port_ops **ret_ops, void **ret_port);
+	/* Adds what the wrapping port did to the hop's figures (the *_by_test ones). */
+	void (*stats)(void *arg, const void *port, struct xp_hop_stats *st);
+	void (*free)(void *arg, void *port);
+	void *arg;
 };
 
 /* One link: a local socket, the stream id both nodes agreed on, the peer's DPDK address, the
@@ -42,15 +56,6 @@ struct xp_dhop_link_conf {
 	bool digest; /* as xp_link_opts: a digest of each direction's bytes in the result */
 };
 
-/* What the hop did, for metrics and status: its port and all its links, live and ended. */
-struct xp_dhop_stats {
-	uint64_t rx_frames, tx_frames, tx_bursts, arp_learned;
-	uint64_t retransmitted_frames, timeouts, fast_recoveries;
-	uint64_t forged, replayed, too_old, malformed, unknown_stream, unknown_peer;
-	uint64_t polls, sleeps; /* loop rounds, and rounds that ended in a sleep */
-	uint64_t dropped_by_test, duplicated_by_test, reordered_by_test;
-};
-
 /* Opens EAL and the port (err says why not: -ENOTSUP in a build without DPDK). */
 int xp_dhop_new(const struct xp_dhop_conf *conf, struct xp_dhop **ret, char *err, size_t errlen);
 /* Starts the thread; done runs on the caller's thread, from xp_dhop_reap(). */
@@ -66,16 +71,10 @@ void xp_dhop_free(struct xp_dhop *d);
 /* This node's address on the port, host order, and the hop's UDP port. */
 uint32_t xp_dhop_ip(const struct xp_dhop *d);
 uint16_t xp_dhop_port(const struct xp_dhop *d);
-void xp_dhop_stats(const struct xp_dhop *d, struct xp_dhop_stats *st);
+void xp_dhop_stats(const struct xp_dhop *d, struct xp_hop_stats *st);
 
-/* Both fds belong to the hop on success. -EBUSY when every slot is taken, -EEXIST when the
+/* Both fds belong to the hop on success; the link answers its ops (xp_link.h). Its set_pacing
+ * does nothing: the hop paces itself. -EBUSY when every slot is taken, -EEXIST when the
  * peer has a link with that stream id, -ENOMEM. */
 int xp_dhop_attach(struct xp_dhop *d, const struct xp_dhop_link_conf *c, struct xp_link **ret);
-/* Whether l is one of this hop's links (and not an io_uring pool's). */
-bool xp_dhop_owns(const struct xp_dhop *d, const struct xp_link *l);
-void xp_dhop_link_abort(struct xp_link *l);
-void xp_dhop_link_bytes(const struct xp_link *l, uint64_t out[2]);
-/* Time the local socket's bytes waited for the buckets, in ns. */
-uint64_t xp_dhop_link_shaped_ns(const struct xp_link *l);
-
 #endif

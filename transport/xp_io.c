@@ -421,40 +421,35 @@ static int io_attach(void *arg, int local_fd, struct xp_conn *c, const struct xp
 	return 0;
 }
 
-/* A link is the DPDK hop's or the io_uring pool's. */
+/* A link is the DPDK hop's or the io_uring pool's: its ops (xp_link.h) know which. */
 static void io_link_abort(void *arg, struct xp_link *l)
 {
-	struct xp_io *io = arg;
-
-	if (xp_dhop_owns(io->dhop, l))
-		xp_dhop_link_abort(l);
-	else
-		xp_link_abort(l);
+	xp_link_abort(l);
 }
 
 static void io_link_bytes(void *arg, const struct xp_link *l, uint64_t out[2])
 {
-	struct xp_io *io = arg;
-
-	if (xp_dhop_owns(io->dhop, l))
-		xp_dhop_link_bytes(l, out);
-	else
-		xp_link_bytes(l, out);
+	xp_link_bytes(l, out);
 }
 
 static uint64_t io_link_shaped_ns(void *arg, const struct xp_link *l)
 {
-	struct xp_io *io = arg;
-
-	return xp_dhop_owns(io->dhop, l) ? xp_dhop_link_shaped_ns(l) : xp_link_shaped_ns(l);
+	return xp_link_shaped_ns(l);
 }
 
 static void io_link_set_pacing(void *arg, struct xp_link *l, uint64_t rate)
 {
+	xp_link_set_pacing(l, rate);
+}
+
+static int io_hop_stats(void *arg, struct xp_hop_stats *out)
+{
 	struct xp_io *io = arg;
 
-	if (!xp_dhop_owns(io->dhop, l))
-		xp_link_set_pacing(l, rate);
+	if (!io->dhop)
+		return -ENOENT;
+	xp_dhop_stats(io->dhop, out);
+	return 0;
 }
 
 const struct xp_io_ops xp_io_ops = {
@@ -467,6 +462,7 @@ const struct xp_io_ops xp_io_ops = {
 	.now_ms = io_now_ms,
 	.start = io_start,
 	.info = io_info,
+	.hop_stats = io_hop_stats,
 	.listen_tcp = io_listen_tcp,
 	.listen_unix = io_listen_unix,
 	.listen_adopt = io_listen_adopt,
@@ -491,7 +487,7 @@ const struct xp_io_ops xp_io_ops = {
 };
 
 int xp_io_new(struct xp_loop *loop, const struct xp_pool_conf *pool, struct xp_tls *tls,
-	      struct xp_io **ret)
+	      struct xp_dhop *hop, struct xp_io **ret)
 {
 	struct xp_io *io = calloc(1, sizeof(*io));
 
@@ -500,18 +496,9 @@ int xp_io_new(struct xp_loop *loop, const struct xp_pool_conf *pool, struct xp_t
 	io->loop = loop;
 	io->pool_conf = *pool;
 	io->tls = tls;
+	io->dhop = hop;
 	*ret = io;
 	return 0;
-}
-
-void xp_io_set_dhop(struct xp_io *io, struct xp_dhop *d)
-{
-	io->dhop = d;
-}
-
-struct xp_dhop *xp_io_dhop(const struct xp_io *io)
-{
-	return io->dhop;
 }
 
 void xp_io_stop(struct xp_io *io)

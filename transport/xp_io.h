@@ -65,6 +65,17 @@ struct xp_io_info {
 	uint16_t dpdk_port;
 };
 
+/* What the DPDK node hop did, for metrics and status: its port and all its links, live and
+ * ended. proxy/ hands it on whole (px_node_info), and the figures read it there. */
+struct xp_hop_stats {
+	uint64_t rx_frames, tx_frames, tx_bursts, arp_learned;
+	uint64_t retransmitted_frames, timeouts, fast_recoveries;
+	uint64_t forged, replayed, too_old, malformed, unknown_stream, unknown_peer;
+	uint64_t polls, sleeps; /* loop rounds, and rounds that ended in a sleep */
+	/* what the test build's impairing port did (xp_dhop_wrap's stats); 0 in the product */
+	uint64_t dropped_by_test, duplicated_by_test, reordered_by_test;
+};
+
 /*
  * Calls return 0 (or a count) or -errno, and write their out parameters only on success. Every
  * function runs on the control thread. io is the context the table was handed with.
@@ -84,6 +95,8 @@ struct xp_io_ops {
 	/* Starts the data path; done runs on the control thread whenever a link has ended. */
 	int (*start)(void *io, xp_link_done_fn done, void *arg);
 	void (*info)(void *io, struct xp_io_info *out);
+	/* The DPDK node hop's figures; -ENOENT where the io has none. */
+	int (*hop_stats)(void *io, struct xp_hop_stats *out);
 
 	/* Listeners: the node hop's TCP one, and the local unix ones of a source, each name in
 	 * a directory others may write (dirfd: xp_path.h). */
@@ -151,12 +164,10 @@ struct xp_io_ops {
 /* The real table: sockets, OpenSSL (tls NULL: plain text), the loop and the io_uring pool. */
 extern const struct xp_io_ops xp_io_ops;
 
-/* tls is not owned and must outlive the io. The pool starts in start(). */
+/* tls is not owned and must outlive the io. hop: the DPDK node hop (xp_dhop.h) or NULL, the
+ * io's on success. The pool, and the hop's thread, start in start(). */
 int xp_io_new(struct xp_loop *loop, const struct xp_pool_conf *pool, struct xp_tls *tls,
-	      struct xp_io **ret);
-/* Gives the io the DPDK node hop (xp_dhop.h), before start(); the io owns it from then on. */
-void xp_io_set_dhop(struct xp_io *io, struct xp_dhop *d);
-struct xp_dhop *xp_io_dhop(const struct xp_io *io);
+	      struct xp_dhop *hop, struct xp_io **ret);
 /* Joins the workers: every link's sockets close, and no done callback follows. Idempotent. */
 void xp_io_stop(struct xp_io *io);
 /* Stops it first. Takes NULL. */

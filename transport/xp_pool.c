@@ -95,7 +95,7 @@ static void arm_inbox(struct xp_worker *w)
 	io_uring_sqe_set_data64(sqe, UD(OP_INBOX, 0, 0));
 }
 
-static void ready_unlink(struct xp_worker *w, struct xp_link *l)
+static void ready_unlink(struct xp_worker *w, struct pool_link *l)
 {
 	struct xp_pump **pp = &w->ready_head;
 
@@ -122,7 +122,7 @@ void xp_link_result_digest(struct xp_link_result *res, unsigned int dir, struct 
 	*dg = NULL;
 }
 
-static void link_finalize(struct xp_worker *w, struct xp_link *l)
+static void link_finalize(struct xp_worker *w, struct pool_link *l)
 {
 	bool clean = l->res.end == XP_END_CLEAN;
 
@@ -165,7 +165,7 @@ static void link_finalize(struct xp_worker *w, struct xp_link *l)
 }
 
 /* Asks the kernel to end direction d's armed poll or timer; its completion finalizes the link. */
-static void pump_cancel(struct xp_worker *w, struct xp_link *l, unsigned int d)
+static void pump_cancel(struct xp_worker *w, struct pool_link *l, unsigned int d)
 {
 	struct io_uring_sqe *sqe = get_sqe(w);
 
@@ -176,7 +176,7 @@ static void pump_cancel(struct xp_worker *w, struct xp_link *l, unsigned int d)
 	io_uring_sqe_set_data64(sqe, UD(OP_CANCEL, d, l->idx));
 }
 
-void xp_link_close(struct xp_worker *w, struct xp_link *l, enum xp_link_end end, int err,
+void xp_link_close(struct xp_worker *w, struct pool_link *l, enum xp_link_end end, int err,
 		   unsigned int side)
 {
 	if (l->closing)
@@ -208,7 +208,7 @@ static void run_ready(struct xp_worker *w)
 	}
 }
 
-static enum pump_kind pump_kind(const struct xp_link *l, unsigned int dir,
+static enum pump_kind pump_kind(const struct pool_link *l, unsigned int dir,
 				const struct xp_pool_conf *conf)
 {
 	if (l->tls && dir == 1)
@@ -248,7 +248,7 @@ static int pump_open(struct xp_pump *p, const struct xp_pool_conf *conf)
 	return 0;
 }
 
-static void link_start(struct xp_worker *w, struct xp_link *l)
+static void link_start(struct xp_worker *w, struct pool_link *l)
 {
 	int r = 0;
 
@@ -297,7 +297,7 @@ static void link_start(struct xp_worker *w, struct xp_link *l)
 	ready_push(w, &l->p[1]);
 }
 
-static void link_apply_pacing(struct xp_link *l)
+static void link_apply_pacing(struct pool_link *l)
 {
 	uint64_t rate = atomic_load(&l->pace_rate);
 	unsigned long v = rate ? (unsigned long)rate : ~0UL;
@@ -311,7 +311,7 @@ static void handle_inbox(struct xp_worker *w)
 	uint32_t m;
 
 	while (spsc_pop(&w->inbox, &m)) {
-		struct xp_link *l = &w->links[m & 0xffffff];
+		struct pool_link *l = &w->links[m & 0xffffff];
 
 		switch (m >> 24) {
 		case MSG_ATTACH:
@@ -341,7 +341,7 @@ static void handle_inbox(struct xp_worker *w)
 static void handle_cqe(struct xp_worker *w, const struct io_uring_cqe *cqe)
 {
 	uint64_t ud = io_uring_cqe_get_data64(cqe);
-	struct xp_link *l;
+	struct pool_link *l;
 	struct xp_pump *p;
 
 	switch (UD_OP(ud)) {
@@ -593,7 +593,7 @@ void xp_pool_reap(struct xp_pool *p)
 		uint32_t idx;
 
 		while (spsc_pop(&w->outbox, &idx)) {
-			struct xp_link *l = &w->links[idx];
+			struct pool_link *l = &w->links[idx];
 			struct xp_link_result res = l->res;
 			void *cookie = l->cookie;
 
@@ -605,11 +605,52 @@ void xp_pool_reap(struct xp_pool *p)
 	}
 }
 
+static void pool_link_abort(struct xp_link *xl)
+{
+	struct pool_link *l = POOL_LINK(xl);
+
+	if (l->abort_sent)
+		return;
+	l->abort_sent = true;
+	worker_post(l->w, MSG(MSG_ABORT, l->idx));
+}
+
+static void pool_link_bytes(const struct xp_link *xl, uint64_t out[2])
+{
+	const struct pool_link *l = CONST_POOL_LINK(xl);
+
+	for (int d = 0; d < 2; d++)
+		out[d] = atomic_load_explicit(&l->p[d].bytes, memory_order_relaxed);
+}
+
+static void pool_link_set_pacing(struct xp_link *xl, uint64_t rate)
+{
+	struct pool_link *l = POOL_LINK(xl);
+
+	atomic_store(&l->pace_rate, rate);
+	/* At most one PACE in the inbox per link; it reads the newest rate when it runs. */
+	if (l->abort_sent || atomic_exchange(&l->pace_posted, true))
+		return;
+	worker_post(l->w, MSG(MSG_PACE, l->idx));
+}
+
+static uint64_t pool_link_shaped_ns(const struct xp_link *xl)
+{
+	return atomic_load_explicit(&CONST_POOL_LINK(xl)->p[0].shaped_ns, memory_order_relaxed);
+}
+
+static const struct xp_link_ops pool_link_ops = {
+	.abort = pool_link_abort,
+	.bytes = pool_link_bytes,
+	.shaped_ns = pool_link_shaped_ns,
+	.set_pacing = pool_link_set_pacing,
+};
+
 int xp_pool_attach(struct xp_pool *p, int fd_a, int fd_b, const struct xp_link_opts *o,
 		   struct xp_link **ret)
 {
 	struct xp_worker *best = NULL;
-	struct xp_link *l;
+	struct pool_link *l;
 
 	/* The worker with the most free slots carries the fewest links. */
 	for (unsigned int i = 0; i < p->nthreads; i++)
@@ -626,35 +667,8 @@ int xp_pool_attach(struct xp_pool *p, int fd_a, int fd_b, const struct xp_link_o
 	l->abort_sent = false;
 	atomic_store_explicit(&l->pace_rate, 0, memory_order_relaxed);
 	atomic_store(&l->pace_posted, false);
+	l->base.ops = &pool_link_ops;
 	worker_post(best, MSG(MSG_ATTACH, l->idx));
-	*ret = l;
+	*ret = &l->base;
 	return 0;
-}
-
-void xp_link_abort(struct xp_link *l)
-{
-	if (l->abort_sent)
-		return;
-	l->abort_sent = true;
-	worker_post(l->w, MSG(MSG_ABORT, l->idx));
-}
-
-void xp_link_bytes(const struct xp_link *l, uint64_t out[2])
-{
-	for (int d = 0; d < 2; d++)
-		out[d] = atomic_load_explicit(&l->p[d].bytes, memory_order_relaxed);
-}
-
-void xp_link_set_pacing(struct xp_link *l, uint64_t rate)
-{
-	atomic_store(&l->pace_rate, rate);
-	/* At most one PACE in the inbox per link; it reads the newest rate when it runs. */
-	if (l->abort_sent || atomic_exchange(&l->pace_posted, true))
-		return;
-	worker_post(l->w, MSG(MSG_PACE, l->idx));
-}
-
-uint64_t xp_link_shaped_ns(const struct xp_link *l)
-{
-	return atomic_load_explicit(&l->p[0].shaped_ns, memory_order_relaxed);
 }

@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "xp_link.h"
+
 struct xp_pool;
 struct xp_link;
 struct xp_tls_sess;
@@ -128,16 +130,8 @@ unsigned int xp_pool_threads(const struct xp_pool *p);
  */
 int xp_pool_attach(struct xp_pool *p, int fd_a, int fd_b, const struct xp_link_opts *o,
 		   struct xp_link **ret);
-/* Asks the worker to cut the link; its done callback follows. Idempotent. */
-void xp_link_abort(struct xp_link *l);
-/* Live byte counters, [0]: a to b, [1]: b to a. */
-void xp_link_bytes(const struct xp_link *l, uint64_t out[2]);
-/*
- * Sets SO_MAX_PACING_RATE (bytes/s, 0: none) on fd_b from the worker, so that TCP paces what the
- * link sends; the kernel's internal pacing needs no fq qdisc.
- */
-void xp_link_set_pacing(struct xp_link *l, uint64_t rate);
-/* Time direction a to b has spent waiting for its buckets so far, in ns. */
-uint64_t xp_link_shaped_ns(const struct xp_link *l);
+/* The link's ops (xp_link.h): abort cuts it from the worker, and its done callback follows;
+ * set_pacing sets SO_MAX_PACING_RATE on fd_b from the worker, so that TCP paces what the link
+ * sends (the kernel's internal pacing needs no fq qdisc); shaped_ns is direction a to b's. */
 
 #endif

@@ -48,7 +48,7 @@ struct spsc {
 };
 
 struct xp_pump {
-	struct xp_link *link;
+	struct pool_link *link;
 	unsigned int dir;
 	enum pump_kind kind;
 	enum xp_tls_want want; /* TLS: what the last call that would block waits for */
@@ -79,7 +79,8 @@ struct xp_pump {
 	struct vm_digest *dg; /* what it read, in order; NULL: no digest */
 };
 
-struct xp_link {
+struct pool_link {
+	struct xp_link base; /* first: xp_pool_attach hands out &base */
 	struct xp_worker *w;
 	uint32_t idx;
 	/* set by the control thread before ATTACH */
@@ -99,6 +100,9 @@ struct xp_link {
 	struct xp_link_result res;
 };
 
+#define POOL_LINK(xl)	    container_of(xl, struct pool_link, base)
+#define CONST_POOL_LINK(xl) container_of(xl, const struct pool_link, base)
+
 struct xp_worker {
 	struct xp_pool *pool;
 	unsigned int id;
@@ -109,7 +113,7 @@ struct xp_worker {
 	uint64_t inbox_val;
 	struct spsc inbox;
 	struct spsc outbox;
-	struct xp_link *links;
+	struct pool_link *links;
 	/* control thread only */
 	uint32_t *free_slots;
 	unsigned int nfree;
@@ -149,7 +153,7 @@ static inline void ready_push(struct xp_worker *w, struct xp_pump *p)
 
 /* xp_pool.c, on the link's worker */
 /* Starts tearing a link down: polls in flight are cancelled, their completions awaited. */
-void xp_link_close(struct xp_worker *w, struct xp_link *l, enum xp_link_end end, int err,
+void xp_link_close(struct xp_worker *w, struct pool_link *l, enum xp_link_end end, int err,
 		   unsigned int side);
 
 /* xp_pump.c, on the link's worker */

@@ -142,7 +142,7 @@ static ssize_t digest_fill_splice(struct xp_worker *w, struct xp_pump *p, int sr
  */
 static void digest_drain(struct xp_worker *w, struct xp_pump *p, int src)
 {
-	struct xp_link *l = p->link;
+	struct pool_link *l = p->link;
 	size_t total = 0;
 	ssize_t n;
 
@@ -300,7 +300,7 @@ struct pump_round {
  */
 static int pump_take(struct xp_worker *w, struct xp_pump *p, int src, struct pump_round *r)
 {
-	struct xp_link *l = p->link;
+	struct pool_link *l = p->link;
 	ssize_t n;
 
 	while (!p->eof && pump_room(p) > 0) {
@@ -376,7 +376,7 @@ static int pump_take(struct xp_worker *w, struct xp_pump *p, int src, struct pum
  */
 static int pump_run(struct xp_worker *w, struct xp_pump *p, unsigned int *side)
 {
-	struct xp_link *l = p->link;
+	struct pool_link *l = p->link;
 	int src = l->fd[p->dir], dst = l->fd[p->dir ^ 1];
 	size_t moved = 0, budget = PUMP_BUDGET_PIPES * p->cap;
 	struct pump_round rd = { 0 };
@@ -458,7 +458,7 @@ static int pump_run(struct xp_worker *w, struct xp_pump *p, unsigned int *side)
 
 void xp_pump_step(struct xp_worker *w, struct xp_pump *p)
 {
-	struct xp_link *l = p->link;
+	struct pool_link *l = p->link;
 	unsigned int side = p->dir;
 	int r;
 

@@ -140,8 +140,9 @@ static void fuzz_verified(const uint8_t *data, size_t size)
 	size_t max = size < PX_REPLY_VERIFY_LEN + 1 ? size : PX_REPLY_VERIFY_LEN + 1;
 	bool verified = size >= PX_REPLY_LEN && data[6] == 0 && data[7] == PX_VERIFIED;
 
+	FUZZ_CHECK(px_reply_len(data, size < PX_REPLY_LEN ? size : 0) == PX_REPLY_LEN);
 	if (size >= PX_REPLY_LEN)
-		FUZZ_CHECK(px_reply_len(data) == (verified		  ? PX_REPLY_VERIFY_LEN
+		FUZZ_CHECK(px_reply_len(data, size) == (verified		  ? PX_REPLY_VERIFY_LEN
 						  : data[6] == 0 &&
 							    data[7] == PX_OK_DPDK ? PX_REPLY_DPDK_LEN
 									  : PX_REPLY_LEN));

@@ -77,8 +77,10 @@ def migrate(tb, label, channels, problems, capture=None, path='dpdk', advertised
         problems.append(f'{label}: no guest page in a plain DPDK hop: the check cannot see them')
 
 
-def bed(kind, sockdir, tag, tls, extra=()):
-    return vt.Testbed(tls=tls,
+def bed(kind, sockdir, tag, tls, extra=(), vmigd=None):
+    """vmigd: another daemon binary for both sides (vmigd-test, for --dpdk-test-impair)."""
+    binaries = {} if vmigd is None else {'vmigd': vmigd, 'vmigctl': vt.find_binaries()[1]}
+    return vt.Testbed(tls=tls, **binaries,
                       source_args=vt.dpdk.daemon_args('source', kind, sockdir, tag, extra),
                       target_args=vt.dpdk.daemon_args('target', kind, sockdir, tag, extra))
 
@@ -135,7 +137,8 @@ def main():
         with bed('memif', sockdir, 'p', None) as tb:
             migrate(tb, 'memif-plain-mfd4', 4, problems)
             check_status(tb, problems, False)
-        with bed('memif', sockdir, 'l', True, ('--dpdk-test-impair', '2,1,2')) as tb:
+        with bed('memif', sockdir, 'l', True, ('--dpdk-test-impair', '2,1,2'),
+                 vmigd=vt.find_test_daemon()) as tb:
             migrate(tb, 'memif-damaged-mfd4', 4, problems)
             check_status(tb, problems, True, impaired=True)
         with bed('afpacket', sockdir, 'a', True) as tb:

@@ -19,7 +19,9 @@
 #include <unistd.h>
 
 #include "xp_dpdk.h"
+#include "xp_dpdk_port.h"
 #include "xp_hop.h"
+#include "xp_impair.h"
 #include "xp_rel.h"
 #include "xp_seal.h"
 #include "xp_tls.h"
@@ -35,16 +37,12 @@ struct stream {
 	bool fin; /* the sender queued its FIN */
 };
 
-/* The port as xp_hop sees it: xp_dpdk, less the hellos (empty datagrams) and, where asked to, a
- * share of frames dropped, duplicated or held back behind the next on arrival (the test's). */
+/* The port as xp_hop sees it: xp_dpdk, less the hellos (empty datagrams); wrapped, where asked
+ * to, in the impairing port (xp_impair.h) that drops, duplicates or holds back a share of the
+ * frames that arrive. */
 struct ctx {
 	struct xp_dpdk *d;
 	uint32_t peer;
-	unsigned int loss_pct, dup_pct, reorder_pct;
-	uint32_t rng;
-	uint64_t dropped_by_test, duplicated_by_test, reordered_by_test;
-	uint8_t held[2048], copy[2048]; /* a frame held back; a duplicate's copy */
-	size_t held_len;
 	bool hello; /* a datagram from the peer arrived */
 	xp_hop_rx_fn fn;
 	void *fn_arg;
@@ -90,82 +88,19 @@ static void on_rx(void *arg, uint32_t ip, uint16_t port, uint8_t *data, size_t l
 		c->hello = true;
 	if (!len || !c->fn)
 		return; /* a hello */
-	c->rng = c->rng * 1103515245 + 12345;
-	if (c->loss_pct && (c->rng >> 16) % 100 < c->loss_pct) {
-		c->dropped_by_test++;
-		return;
-	}
-	c->rng = c->rng * 1103515245 + 12345;
-	if (c->reorder_pct && !c->held_len && len <= sizeof(c->held) &&
-	    (c->rng >> 16) % 100 < c->reorder_pct) {
-		memcpy(c->held, data, len); /* goes after the next frame */
-		c->held_len = len;
-		c->reordered_by_test++;
-		return;
-	}
-	c->rng = c->rng * 1103515245 + 12345;
-	if (c->dup_pct && len <= sizeof(c->copy) && (c->rng >> 16) % 100 < c->dup_pct) {
-		memcpy(c->copy, data,
-		       len); /* opening works in place: each delivery its own bytes */
-		c->fn(c->fn_arg, ip, port, c->copy, len);
-		c->duplicated_by_test++;
-	}
 	c->fn(c->fn_arg, ip, port, data, len);
-	if (c->held_len) {
-		size_t n = c->held_len;
-
-		c->held_len = 0;
-		c->fn(c->fn_arg, ip, port, c->held, n);
-	}
 }
 
-static int port_send(void *port, uint32_t ip, uint16_t udp_port, const void *data, size_t len,
-		     uint64_t now)
+/* The port's one op of its own: the hellos stay out of the sessions. The others are xp_dpdk's
+ * (xp_dpdk_port.h); port is the xp_dpdk, and the_ctx the one ctx there is. */
+static struct ctx *the_ctx;
+
+static int hello_poll(void *port, xp_hop_rx_fn fn, void *arg)
 {
-	struct ctx *c = port;
-
-	return xp_dpdk_send(c->d, ip, udp_port, data, len, now);
+	the_ctx->fn = fn;
+	the_ctx->fn_arg = arg;
+	return xp_dpdk_poll(port, on_rx, the_ctx);
 }
-
-static int port_poll(void *port, xp_hop_rx_fn fn, void *arg)
-{
-	struct ctx *c = port;
-
-	c->fn = fn;
-	c->fn_arg = arg;
-	return xp_dpdk_poll(c->d, on_rx, c);
-}
-
-static int port_frame(void *port, uint32_t ip, uint64_t now, uint8_t **buf, size_t *cap)
-{
-	struct ctx *c = port;
-
-	return xp_dpdk_frame(c->d, ip, now, buf, cap);
-}
-
-static int port_frame_send(void *port, uint16_t udp_port, size_t len, bool sealed)
-{
-	struct ctx *c = port;
-
-	return xp_dpdk_frame_send(c->d, udp_port, len, sealed);
-}
-
-static int port_flush(void *port)
-{
-	struct ctx *c = port;
-
-	return xp_dpdk_flush(c->d);
-}
-
-/* zero copy: frames are built and sealed in the packet buffers, sent in bursts */
-static const struct xp_hop_port_ops port_ops = {
-	.send = port_send,
-	.poll = port_poll,
-	.frame = port_frame,
-	.frame_send = port_frame_send,
-	.flush = port_flush,
-};
-static const struct xp_hop_port_ops copy_ops = { .send = port_send, .poll = port_poll };
 
 /* Waits for what a TLS step wants, up to the deadline: 0, or -ETIMEDOUT. */
 static int wait_fd(int fd, enum xp_tls_want want, uint64_t deadline)
@@ -288,9 +223,14 @@ int main(int argc, char **argv)
 	struct xp_dpdk_conf conf = { .udp_port = 4790 };
 	/* the peer's 4 MiB shared among its streams: 8 streams of 4 MiB each ran at a quarter of
 	 * the speed of 8 of 512 KiB here, their rings out of the cache */
-	struct xp_hop_conf hc = { .ops = &port_ops, .mss = 1344, .max_peers = 1 };
+	struct xp_hop_conf hc = { .mss = 1344, .max_peers = 1 };
+	struct xp_hop_port_ops ops = xp_dpdk_port_ops;
 	struct xp_hop_peer_conf pc = { .udp_port = 4790, .budget = 4 << 20 };
-	struct ctx c = { .rng = 12345 };
+	struct ctx c = { 0 };
+	struct xp_impair_conf ic = { .seed = 12345 };
+	struct xp_impair *im = NULL;
+	struct xp_impair_stats is;
+	bool zero_copy;
 	struct stream st[MAX_STREAMS] = { 0 };
 	unsigned int nstreams = 1;
 	struct xp_hop *hop = NULL;
@@ -361,13 +301,13 @@ int main(int argc, char **argv)
 			sealed = true;
 			break;
 		case 'l':
-			c.loss_pct = (unsigned int)atoi(optarg);
+			ic.loss_pct = (unsigned int)atoi(optarg);
 			break;
 		case 'D':
-			c.dup_pct = (unsigned int)atoi(optarg);
+			ic.dup_pct = (unsigned int)atoi(optarg);
 			break;
 		case 'R':
-			c.reorder_pct = (unsigned int)atoi(optarg);
+			ic.reorder_pct = (unsigned int)atoi(optarg);
 			break;
 		case 't':
 			timeout_s = strtoull(optarg, NULL, 0);
@@ -395,7 +335,7 @@ int main(int argc, char **argv)
 			tc.allow = optarg;
 			break;
 		case 'y':
-			hc.ops = &copy_ops; /* to measure what zero copy saves */
+			ops = xp_dpdk_copy_port_ops; /* to measure what zero copy saves */
 			break;
 		case 'n':
 			nstreams = (unsigned int)atoi(optarg);
@@ -454,7 +394,15 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
-	hc.port = &c;
+	zero_copy = ops.frame != NULL;
+	ops.poll = hello_poll;
+	the_ctx = &c;
+	if (xp_impair_new(&ic, &ops, c.d, &im)) {
+		fprintf(stderr, "dpdk-stream: out of memory\n");
+		return 1;
+	}
+	hc.ops = xp_impair_ops(im);
+	hc.port = im;
 	hc.max_streams = nstreams;
 	pc.tx_secret = sealed ? tx_secret : NULL;
 	pc.rx_secret = sealed ? secret : NULL;
@@ -575,6 +523,7 @@ int main(int argc, char **argv)
 	}
 	xp_hop_peer_stats(peer, &ps);
 	xp_dpdk_stats(c.d, &ds);
+	xp_impair_stats(im, &is);
 	{
 		double secs = ((t_end ? t_end : last) - start) / 1e6, cpu = cpu_s() - cpu0;
 		uint64_t bytes = sender ? written : checked;
@@ -598,17 +547,17 @@ int main(int argc, char **argv)
 		       sender ? "sender" : "receiver", bytes, sender ? send : receive, bad,
 		       t_end ? "true" : "false", secs, secs > 0 ? bytes * 8 / secs / 1e9 : 0, cpu,
 		       bytes ? cpu / (bytes / 1e9) : 0, sealed ? "true" : "false", keying, nstreams,
-		       ps.unknown_stream, sleeps, c.dropped_by_test, c.duplicated_by_test,
-		       c.reordered_by_test,
+		       ps.unknown_stream, sleeps, is.dropped, is.duplicated, is.reordered,
 		       ps.forged + ps.replayed + ps.too_old + ps.malformed + ps.unknown_stream,
 		       ps.port_busy, ps.retransmitted_frames, ps.fast_recoveries, ps.timeouts,
 		       rs.tail_probes, rs.srtt_us, rs.frames_sent, rs.frames_received, ds.tx_frames,
 		       ds.rx_frames, ds.tx_ring_full, ds.tx_no_mbuf, ds.arp_learned, ps.forged,
-		       ps.replayed, xp_hop_unknown_peer(hop),
-		       hc.ops == &port_ops ? "true" : "false", ds.tx_bursts);
+		       ps.replayed, xp_hop_unknown_peer(hop), zero_copy ? "true" : "false",
+		       ds.tx_bursts);
 		r = t_end && bad == 0 && (sender || checked == receive) ? 0 : 1;
 	}
 	xp_hop_free(hop);
+	xp_impair_free(im);
 	xp_dpdk_close(c.d);
 	if (cfd >= 0)
 		close(cfd);

@@ -124,6 +124,18 @@ static void f_info(void *io, struct xp_io_info *out)
 	out->threads = 1;
 	out->data_path = "fake";
 	out->tls_client_problem = NULL;
+	out->dpdk_ip = ((struct fake_io *)io)->dpdk_ip;
+	out->dpdk_port = ((struct fake_io *)io)->dpdk_port;
+}
+
+static int f_hop_stats(void *io, struct xp_hop_stats *out)
+{
+	struct fake_io *f = io;
+
+	if (!f->dpdk_ip)
+		return -ENOENT;
+	*out = f->hop_stats;
+	return 0;
 }
 
 /* The first listener is the node hop's (FAKE_TCP_LISTEN, port 40000); KubeVirt-mode ports get
@@ -444,6 +456,7 @@ const struct xp_io_ops fake_io_ops = {
 	.now_ms = f_now_ms,
 	.start = f_start,
 	.info = f_info,
+	.hop_stats = f_hop_stats,
 	.listen_tcp = f_listen_tcp,
 	.listen_unix = f_listen_unix,
 	.listen_adopt = f_listen_adopt,

@@ -108,6 +108,11 @@ struct fake_io {
 	int attach_err;
 	int next_fd;
 	bool listened; /* the node-hop listener is made */
+	/* A DPDK node hop, as info() and hop_stats() tell of it (dpdk_ip 0: none): set before
+	 * the node is made. */
+	uint32_t dpdk_ip; /* host order */
+	uint16_t dpdk_port;
+	struct xp_hop_stats hop_stats;
 	unsigned int nport_listeners;
 };
 

@@ -716,11 +716,10 @@ static void test_schema_v2(void **state)
 	/* the DPDK node hop's figures, only on a node that has one */
 	snap.node.dpdk.on = true;
 	o = ctl_report_node(&snap.node, &env);
-	check_keys(
-		json_object_object_get(o, "dpdk"),
-		"address,dropped_by_test,duplicated_by_test,fast_recoveries,forged,malformed,polls,"
-		"reordered_by_test,replayed,retransmitted_frames,rx_frames,sealed,sleeps,"
-		"timeouts,too_old,tx_bursts,tx_frames,unknown_peer,unknown_stream");
+	check_keys(json_object_object_get(o, "dpdk"),
+		   "address,fast_recoveries,forged,malformed,polls,replayed,retransmitted_frames,"
+		   "rx_frames,sealed,sleeps,timeouts,too_old,tx_bursts,tx_frames,unknown_peer,"
+		   "unknown_stream");
 	snap.node.dpdk.on = false;
 	check_keys(json_object_object_get(o, "conns"), "active,total");
 	check_keys(json_object_object_get(o, "rates"), "rx_10s,rx_1s,tx_10s,tx_1s");
@@ -895,6 +894,42 @@ static void test_nic(void **state)
 }
 
 /* The samples of the convergence actions family: one migration after the other. */
+/* A test build's figures (ctrl/ctl_test.c) join a group the table has, on the same condition:
+ * the node's dpdk object gains them; a node without a hop still has none. On a copy of the node
+ * table, so that the other tests see the product's. */
+static void test_table_extend(void **state)
+{
+	static const struct ctl_fig extra[] = {
+		{ "dpdk.dropped_by_test", CTL_COUNT,
+		  .get = { .type = CTL_C_U64,
+			   .off = offsetof(struct px_node_info, dpdk.stats.dropped_by_test) },
+		  .absent = CTL_OMIT,
+		  .when = { .type = CTL_C_BOOL, .off = offsetof(struct px_node_info, dpdk.on) } },
+	};
+	struct ctl_table t = ctl_node_table;
+	struct json_object *o, *d;
+
+	fill();
+	assert_int_equal(ctl_table_extend(&t, extra, sizeof(extra) / sizeof(extra[0])), 0);
+	assert_int_equal(t.n, ctl_node_table.n + 1);
+	assert_ptr_equal(ctl_fig_find(&t, "dpdk.dropped_by_test"), &t.figs[t.n - 1]);
+	assert_null(ctl_fig_find(&ctl_node_table, "dpdk.dropped_by_test"));
+	snap.node.dpdk.on = true;
+	snap.node.dpdk.stats.dropped_by_test = 17;
+	o = json_object_new_object();
+	ctl_report_figures(o, &t, &snap.node, &env);
+	assert_true(json_object_object_get_ex(o, "dpdk", &d));
+	assert_int_equal(json_object_get_int64(json_object_object_get(d, "dropped_by_test")), 17);
+	assert_non_null(json_object_object_get(d, "tx_frames"));
+	json_object_put(o);
+	snap.node.dpdk.on = false;
+	o = json_object_new_object();
+	ctl_report_figures(o, &t, &snap.node, &env);
+	assert_false(json_object_object_get_ex(o, "dpdk", &d));
+	json_object_put(o);
+	free((void *)t.figs);
+}
+
 static void test_prom_convergence(void **state)
 {
 	char *text, *a, *b;
@@ -931,6 +966,7 @@ int main(void)
 		cmocka_unit_test(test_values_by_hand),
 		cmocka_unit_test(test_job_as_cv_job_json),
 		cmocka_unit_test(test_schema_v2),
+		cmocka_unit_test(test_table_extend),
 		cmocka_unit_test(test_prom_convergence),
 		cmocka_unit_test(test_nic),
 	};

@@ -387,7 +387,7 @@ static void test_verify_round_trip(void **state)
 	for (int i = 0; i <= PX_V_MAX; i++) {
 		assert_int_equal(px_reply_encode_verified((enum px_verdict)i, &dg, r),
 				 PX_REPLY_VERIFY_LEN);
-		assert_int_equal(px_reply_len(r), PX_REPLY_VERIFY_LEN);
+		assert_int_equal(px_reply_len(r, PX_REPLY_LEN), PX_REPLY_VERIFY_LEN);
 		for (size_t len = 0; len < PX_REPLY_VERIFY_LEN; len++)
 			assert_int_equal(px_reply_decode_verified(r, len, &v, &got), 0);
 		assert_int_equal(px_reply_decode_verified(r, sizeof(r), &v, &got),
@@ -400,7 +400,7 @@ static void test_verify_round_trip(void **state)
 	r[PX_REPLY_LEN + 3] = PX_V_MAX + 1;
 	assert_int_equal(px_reply_decode_verified(r, sizeof(r), &v, &got), -EBADMSG);
 	px_reply_encode(PX_ERR_UNKNOWN_KEY, NULL, r);
-	assert_int_equal(px_reply_len(r), PX_REPLY_LEN);
+	assert_int_equal(px_reply_len(r, PX_REPLY_LEN), PX_REPLY_LEN);
 	assert_int_equal(px_reply_decode_verified(r, PX_REPLY_LEN, &v, &got), -EBADMSG);
 	assert_int_equal(px_reply_decode(r, PX_REPLY_LEN, &st, NULL), PX_REPLY_LEN);
 	assert_int_equal(st, PX_ERR_UNKNOWN_KEY);
@@ -486,6 +486,11 @@ static void test_dpdk_round_trip(void **state)
 	assert_int_equal(q.dpdk.ip, 0);
 
 	assert_int_equal(px_reply_encode(PX_OK_DPDK, &d, r), PX_REPLY_DPDK_LEN);
+	/* its length: the fixed part until the status is in, then the address too */
+	for (size_t len = 0; len < PX_REPLY_LEN; len++)
+		assert_int_equal(px_reply_len(r, len), PX_REPLY_LEN);
+	for (size_t len = PX_REPLY_LEN; len <= PX_REPLY_DPDK_LEN; len++)
+		assert_int_equal(px_reply_len(r, len), PX_REPLY_DPDK_LEN);
 	for (size_t len = 0; len < PX_REPLY_DPDK_LEN; len++)
 		assert_int_equal(px_reply_decode(r, len, &st, &got), 0);
 	assert_int_equal(px_reply_decode(r, sizeof(r), &st, &got), PX_REPLY_DPDK_LEN);

@@ -2,7 +2,8 @@
 /* Unit tests of the source and target roles (proxy/px_source.c, px_target.c, and the lifecycle
  * and caps around them) through a fake transport (fake_io.h): ordering with a delayed first
  * connection, refusals, the order timeout, stop during set-up, peers that hang up mid-preamble,
- * TLS outcomes, limits, drain, and the caps handed to each link. No socket, no thread, no sleep. */
+ * TLS outcomes, limits, drain, the caps handed to each link, and the DPDK node hop's offer. No
+ * socket, no thread, no sleep. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -1782,6 +1783,215 @@ static void test_digest_not_asked(void **state)
 	assert_logged(" verified=none outcome=ok");
 }
 
+/* ---- the DPDK node hop's negotiation ---- */
+
+#define DPDK_LOW  0x0a000001u /* 10.0.0.1 */
+#define DPDK_HIGH 0x0a000002u /* 10.0.0.2 */
+#define DPDK_UDP  4791
+
+/* This node has a DPDK node hop at ip (the fake's info() tells of it). */
+static void dpdk_node(struct t *t, uint32_t ip)
+{
+	t->f.dpdk_ip = ip;
+	t->f.dpdk_port = DPDK_UDP;
+}
+
+/* A source of key to a target whose DPDK hop is at target_ip (0: none); the path QEMU uses. */
+static const char *source_start_dpdk(struct t *t, uint32_t target_ip)
+{
+	static struct px_port_info out[PX_PORTS_MAX];
+	struct px_portmap pm = { .port = 40000, .nports = 1, .ports = { PORT } };
+	char err[256];
+
+	strcpy(pm.key, KEY);
+	strcpy(pm.address, "198.18.0.2");
+	pm.dpdk.ip = target_ip;
+	pm.dpdk.port = DPDK_UDP;
+	assert_int_equal(
+		px_source_start(t->n, &pm, t->dir, &(struct px_start){ 0 }, out, err, sizeof(err)),
+		0);
+	return out[0].path;
+}
+
+/* The target's answer: st, and with PX_OK_DPDK its hop and the stream, fed in two reads (the
+ * fixed part first) so that the source must learn the reply's length from its status. */
+static void answer_dpdk(struct t *t, struct fake_conn *c, enum px_status st, uint32_t stream)
+{
+	struct px_dpdk d = { .ip = DPDK_LOW, .port = DPDK_UDP, .stream = stream };
+	uint8_t r[PX_REPLY_DPDK_LEN];
+	size_t n = px_reply_encode(st, &d, r);
+
+	fake_feed(c, r, PX_REPLY_LEN);
+	fake_settle(&t->f);
+	fake_feed(c, r + PX_REPLY_LEN, n - PX_REPLY_LEN);
+	fake_settle(&t->f);
+}
+
+/* Both have a hop: the source offers its own, with a stream id below the top bit; the target's
+ * PX_OK_DPDK (the id with the top bit it set) links the connection over the hop. */
+static void test_dpdk_source_offers(void **state)
+{
+	struct t *t = *state;
+	struct px_node_info ni;
+	struct px_preamble p;
+	const char *path;
+	int q;
+
+	dpdk_node(t, DPDK_HIGH);
+	t->f.hop_stats.tx_frames = 7;
+	start(t);
+	px_node_info(t->n, &ni);
+	assert_true(ni.dpdk.on);
+	assert_string_equal(ni.dpdk.address, "10.0.0.2:4791");
+	assert_int_equal(ni.dpdk.stats.tx_frames, 7);
+	path = source_start_dpdk(t, DPDK_LOW);
+	q = fake_qemu_connect(&t->f, path);
+	fake_settle(&t->f);
+	p = written_preamble(t->f.conns[0]);
+	assert_int_equal(p.dpdk.ip, DPDK_HIGH);
+	assert_int_equal(p.dpdk.port, DPDK_UDP);
+	assert_true(p.dpdk.stream != 0);
+	assert_int_equal(p.dpdk.stream & 0x80000000u, 0);
+	assert_int_equal(t->f.nlinks, 0);
+	answer_dpdk(t, t->f.conns[0], PX_OK_DPDK, p.dpdk.stream | 0x80000000u);
+	assert_int_equal(t->f.nlinks, 1);
+	assert_int_equal(t->f.links[0].local_fd, q);
+	assert_int_equal(t->f.links[0].opts.dpdk.ip, DPDK_LOW);
+	assert_int_equal(t->f.links[0].opts.dpdk.port, DPDK_UDP);
+	assert_int_equal(t->f.links[0].opts.dpdk.stream, p.dpdk.stream | 0x80000000u);
+}
+
+/* A target without a hop answers PX_OK to the offer: the connection takes the kernel path. */
+static void test_dpdk_source_falls_back(void **state)
+{
+	struct t *t = *state;
+	const char *path;
+
+	dpdk_node(t, DPDK_HIGH);
+	start(t);
+	path = source_start_dpdk(t, DPDK_LOW);
+	fake_qemu_connect(&t->f, path);
+	fake_settle(&t->f);
+	assert_true(written_preamble(t->f.conns[0]).dpdk.ip != 0);
+	answer(t, t->f.conns[0], PX_OK);
+	assert_int_equal(t->f.nlinks, 1);
+	assert_int_equal(t->f.links[0].opts.dpdk.ip, 0);
+	assert_int_equal(t->f.links[0].opts.dpdk.stream, 0);
+}
+
+/* No offer to a target that advertised no hop; a PX_OK_DPDK (status 11) answered to a source
+ * that offered nothing is refused, and nothing is relayed. */
+static void test_dpdk_source_refuses_unoffered(void **state)
+{
+	struct t *t = *state;
+	const char *path;
+	int q;
+
+	dpdk_node(t, DPDK_HIGH);
+	start(t);
+	path = source_start_dpdk(t, 0);
+	q = fake_qemu_connect(&t->f, path);
+	fake_settle(&t->f);
+	assert_int_equal(written_preamble(t->f.conns[0]).dpdk.ip, 0);
+	answer_dpdk(t, t->f.conns[0], PX_OK_DPDK, 5);
+	assert_int_equal(t->f.nlinks, 0);
+	assert_true(t->f.conns[0]->closed);
+	assert_int_equal(t->f.closed_fds[0], q);
+	assert_logged("the target chose the DPDK node hop, which this side did not offer");
+}
+
+/* The offer as a source at src_ip would send it on connection seq. */
+static struct fake_conn *arrive_offer(struct t *t, uint32_t src_ip, uint32_t stream)
+{
+	struct px_preamble p = { .version = PX_PROTO_VERSION, .port = PORT, .seq = 0 };
+	uint8_t buf[PX_PREAMBLE_MAX];
+	struct fake_conn *c;
+	int r;
+
+	strcpy(p.key, KEY);
+	p.has_secret = true;
+	memcpy(p.secret, secret, PX_SECRET_LEN);
+	p.dpdk.ip = src_ip;
+	p.dpdk.port = DPDK_UDP;
+	p.dpdk.stream = stream;
+	r = px_preamble_encode(&p, buf, sizeof(buf));
+	assert_true(r > 0);
+	c = fake_incoming(&t->f, buf, (size_t)r);
+	fake_settle(&t->f);
+	return c;
+}
+
+/* The target with a hop answers an offer with PX_OK_DPDK, its own address and the stream id,
+ * the top bit set when the source's address is the lower one; the link goes over the hop. */
+static void test_dpdk_target_accepts(void **state)
+{
+	struct t *t = *state;
+	struct px_portmap out;
+	struct px_port_info pi = { .id = PORT };
+	struct px_dpdk d;
+	enum px_status st;
+	char err[256];
+	struct fake_conn *c;
+
+	dpdk_node(t, DPDK_HIGH);
+	start(t);
+	strcpy(pi.path, DST_SOCK);
+	assert_int_equal(
+		px_target_start(t->n, KEY, 1, &pi, &(struct px_start){ 0 }, &out, err, sizeof(err)),
+		0);
+	assert_int_equal(out.dpdk.ip, DPDK_HIGH);
+	assert_int_equal(out.dpdk.port, DPDK_UDP);
+	memcpy(secret, out.secret, PX_SECRET_LEN);
+	c = arrive_offer(t, DPDK_LOW, 42);
+	assert_int_equal(c->out_len, PX_REPLY_DPDK_LEN);
+	assert_int_equal(px_reply_len(c->out, c->out_len), PX_REPLY_DPDK_LEN);
+	assert_int_equal(px_reply_decode(c->out, c->out_len, &st, &d), PX_REPLY_DPDK_LEN);
+	assert_int_equal(st, PX_OK_DPDK);
+	assert_int_equal(d.ip, DPDK_HIGH);
+	assert_int_equal(d.port, DPDK_UDP);
+	assert_int_equal(d.stream, 42 | 0x80000000u);
+	assert_int_equal(t->f.nlinks, 1);
+	assert_int_equal(t->f.links[0].opts.dpdk.ip, DPDK_LOW);
+	assert_int_equal(t->f.links[0].opts.dpdk.stream, 42 | 0x80000000u);
+}
+
+/* From a source at the higher address, the id keeps its top bit clear. */
+static void test_dpdk_target_stream_bit(void **state)
+{
+	struct t *t = *state;
+	struct px_dpdk d;
+	enum px_status st;
+	struct fake_conn *c;
+
+	dpdk_node(t, DPDK_LOW);
+	start(t);
+	target_start(t, KEY, 0);
+	c = arrive_offer(t, DPDK_HIGH, 0x80000042u);
+	assert_int_equal(px_reply_decode(c->out, c->out_len, &st, &d), PX_REPLY_DPDK_LEN);
+	assert_int_equal(st, PX_OK_DPDK);
+	assert_int_equal(d.ip, DPDK_LOW);
+	assert_int_equal(d.stream, 0x42);
+	assert_int_equal(t->f.links[0].opts.dpdk.stream, 0x42);
+}
+
+/* A target without a hop answers an offer with PX_OK: the kernel path. */
+static void test_dpdk_target_without_hop(void **state)
+{
+	struct t *t = *state;
+	struct px_node_info ni;
+	struct fake_conn *c;
+
+	start(t);
+	px_node_info(t->n, &ni);
+	assert_false(ni.dpdk.on);
+	target_start(t, KEY, 0);
+	c = arrive_offer(t, DPDK_LOW, 42);
+	assert_int_equal(reply_of(c), PX_OK);
+	assert_int_equal(c->out_len, PX_REPLY_LEN);
+	assert_int_equal(t->f.nlinks, 1);
+	assert_int_equal(t->f.links[0].opts.dpdk.ip, 0);
+}
+
 #define T(f)  cmocka_unit_test_setup_teardown(f, setup_plain, teardown)
 #define TT(f) cmocka_unit_test_setup_teardown(f, setup_tls, teardown)
 
@@ -1837,6 +2047,12 @@ int main(void)
 		T(test_digest_auto),
 		TT(test_digest_auto),
 		T(test_digest_drain),
+		T(test_dpdk_source_offers),
+		T(test_dpdk_source_falls_back),
+		T(test_dpdk_source_refuses_unoffered),
+		T(test_dpdk_target_accepts),
+		T(test_dpdk_target_stream_bit),
+		T(test_dpdk_target_without_hop),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

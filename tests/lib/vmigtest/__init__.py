@@ -14,7 +14,7 @@ from . import virtmigrate  # noqa: F401 -- vt.virtmigrate, for test_kubevirt_lib
 from .base import (DEFAULT_PORT_ID, MIB, REPO_ROOT, SKIP_EXIT, HarnessError, Skip, log,
                    stop_process, tail, tool_binary, wait_until, work_directory)
 from .checks import Checks, answers, run_main, still_in_flight, within
-from .daemons import (Daemon, VmigctlError, digest_problems, find_binaries,
+from .daemons import (Daemon, VmigctlError, digest_problems, find_binaries, find_test_daemon,
                       migration_connections, parse_linked, stop_lines,
                       run_vmigd, status_connections, status_field, status_migration,
                       status_migration_count, status_migrations, stop_quietly)

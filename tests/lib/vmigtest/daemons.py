@@ -40,6 +40,19 @@ def find_binaries(build_dir=None):
     return paths
 
 
+def find_test_daemon(build_dir=None):
+    """vmigd-test, the daemon with its test machinery (--dpdk-test-impair): from $VMIGD_TEST,
+    else beside $VMIGD, else from build_dir (default REPO/build); Skip if not built."""
+    path = os.environ.get('VMIGD_TEST')
+    if not path and os.environ.get('VMIGD'):
+        path = os.path.join(os.path.dirname(os.environ['VMIGD']), 'vmigd-test')
+    if not path:
+        path = os.path.join(build_dir or os.path.join(REPO_ROOT, 'build'), 'vmigd-test')
+    if not os.access(path, os.X_OK):
+        raise Skip(f'{path} not built (meson setup build && ninja -C build, or set VMIGD_TEST)')
+    return path
+
+
 class Daemon:
     """One vmigd, optionally in a network namespace, and vmigctl wrappers for its control socket.
     vmigctl itself runs in our namespace: the control socket is a filesystem object.

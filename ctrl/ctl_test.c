@@ -1,0 +1,133 @@
+// SPDX-License-Identifier: Apache-2.0
+/* vmigd-test's hooks (ctl_test.h): --dpdk-test-impair LOSS,DUP,REORDER wraps the DPDK hop's port in
+ * an impairing one (transport/xp_impair.c), whose counts are status's dpdk.*_by_test figures,
+ * registered here. Design: a second daemon, not an option of the product; see xp_impair.c. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ctl_figures.h"
+#include "ctl_test.h"
+#include "util.h"
+#include "xp_impair.h"
+
+#define OPT_IMPAIR "--dpdk-test-impair"
+
+static struct xp_impair_conf impair;
+static bool impaired;
+
+static int parse_impair(const char *arg)
+{
+	unsigned int v[3];
+	char tail;
+
+	if (sscanf(arg, "%u,%u,%u%c", &v[0], &v[1], &v[2], &tail) == 3 && v[0] <= 50 &&
+	    v[1] <= 50 && v[2] <= 50) {
+		impair.loss_pct = v[0];
+		impair.dup_pct = v[1];
+		impair.reorder_pct = v[2];
+		impaired = v[0] || v[1] || v[2];
+		return 0;
+	}
+	fprintf(stderr,
+		"vmigd: " OPT_IMPAIR ": expected LOSS,DUP,REORDER (percent, 0 to 50 each), got "
+		"\"%s\"\n",
+		arg);
+	return -EINVAL;
+}
+
+/* The impairing port's counts, in the node's "dpdk" object on a node with a DPDK hop. */
+/* clang-format off */
+#define BY_TEST(m) \
+	{ "dpdk." #m, CTL_COUNT, \
+	  .get = { .type = CTL_CTYPE(((struct px_node_info *)0)->dpdk.stats.m), \
+		   .off = offsetof(struct px_node_info, dpdk.stats.m) }, \
+	  .absent = CTL_OMIT, \
+	  .when = { .type = CTL_CTYPE(((struct px_node_info *)0)->dpdk.on), \
+		    .off = offsetof(struct px_node_info, dpdk.on) } }
+/* clang-format on */
+
+static const struct ctl_fig node_figs[] = {
+	BY_TEST(dropped_by_test),
+	BY_TEST(duplicated_by_test),
+	BY_TEST(reordered_by_test),
+};
+
+int ctl_test_init(int *argc, char **argv)
+{
+	size_t n = strlen(OPT_IMPAIR);
+	int i = 1, r;
+
+	r = ctl_table_extend(&ctl_node_table, node_figs, ARRAY_SIZE(node_figs));
+	if (r < 0) {
+		fprintf(stderr, "vmigd: out of memory\n");
+		return r;
+	}
+	while (i < *argc && strcmp(argv[i], "--") != 0) {
+		const char *arg = NULL;
+		int used = 0;
+
+		if (strcmp(argv[i], OPT_IMPAIR) == 0) {
+			if (i + 1 >= *argc) {
+				fprintf(stderr, "vmigd: " OPT_IMPAIR " needs LOSS,DUP,REORDER\n");
+				return -EINVAL;
+			}
+			arg = argv[i + 1];
+			used = 2;
+		} else if (strncmp(argv[i], OPT_IMPAIR, n) == 0 && argv[i][n] == '=') {
+			arg = argv[i] + n + 1;
+			used = 1;
+		}
+		if (!used) {
+			i++;
+			continue;
+		}
+		r = parse_impair(arg);
+		if (r < 0)
+			return r;
+		memmove(&argv[i], &argv[i + used], (size_t)(*argc - i - used + 1) * sizeof(*argv));
+		*argc -= used;
+	}
+	return 0;
+}
+
+static int wrap(void *arg, const struct xp_hop_port_ops *ops, void *port,
+		const struct xp_hop_port_ops **ret_ops, void **ret_port)
+{
+	struct xp_impair *im;
+	int r;
+
+	r = xp_impair_new(&impair, ops, port, &im);
+	if (r < 0)
+		return r;
+	*ret_ops = xp_impair_ops(im);
+	*ret_port = im;
+	return 0;
+}
+
+static void wrap_stats(void *arg, const void *port, struct xp_hop_stats *st)
+{
+	struct xp_impair_stats is;
+
+	xp_impair_stats(port, &is);
+	st->dropped_by_test = is.dropped;
+	st->duplicated_by_test = is.duplicated;
+	st->reordered_by_test = is.reordered;
+}
+
+static void wrap_free(void *arg, void *port)
+{
+	xp_impair_free(port);
+}
+
+static const struct xp_dhop_wrap impair_wrap = {
+	.wrap = wrap,
+	.stats = wrap_stats,
+	.free = wrap_free,
+};
+
+const struct xp_dhop_wrap *ctl_test_hop_wrap(void)
+{
+	impair.seed = (uint32_t)vm_now_ns();
+	return impaired ? &impair_wrap : NULL;
+}
