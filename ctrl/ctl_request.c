@@ -93,7 +93,7 @@ static int parse_bandwidth(struct json_object *o, bool required, struct ctl_requ
 
 static int parse_source(struct json_object *o, struct ctl_request *req, char *err, size_t errlen)
 {
-	struct json_object *t, *v;
+	struct json_object *t;
 	const char *dir;
 	int r;
 
@@ -116,13 +116,6 @@ static int parse_source(struct json_object *o, struct ctl_request *req, char *er
 	if (strlen(dir) >= sizeof(req->dir))
 		return bad(err, errlen, "\"dir\" is too long");
 	strcpy(req->dir, dir);
-	if (json_object_object_get_ex(o, "test_delay_first_ms", &v)) {
-		int64_t ms = json_object_get_int64(v);
-
-		if (!json_object_is_type(v, json_type_int) || ms < 0 || ms > 600000)
-			return bad(err, errlen, "\"test_delay_first_ms\" must be 0..600000");
-		req->delay_first_ms = ms;
-	}
 	return 0;
 }
 
@@ -547,8 +540,7 @@ static const struct ctl_op_def {
 			       parse_target_start },
 	[CTL_TARGET_STOP] = { "target-stop", FIELDS("key"), parse_stop },
 	[CTL_SOURCE_START] = { "source-start",
-			       FIELDS("key", "target", "dir", "test_delay_first_ms", "bandwidth",
-				      "convergence", "tls"),
+			       FIELDS("key", "target", "dir", "bandwidth", "convergence", "tls"),
 			       parse_source_start },
 	[CTL_SOURCE_STOP] = { "source-stop", FIELDS("key"), parse_stop },
 	[CTL_LIST] = { "list", NO_FIELDS, parse_nothing },
@@ -560,6 +552,50 @@ static const struct ctl_op_def {
 			   CTL_OP_TAKES_CONN },
 };
 _Static_assert(ARRAY_SIZE(ops) == CTL_OPS, "an entry for each enum ctl_op");
+
+/* The fields ctl_request_extend() added: none in the product. */
+static const struct ctl_field_ext **exts;
+static size_t nexts;
+
+int ctl_request_extend(const struct ctl_field_ext *fields, size_t n)
+{
+	const struct ctl_field_ext **all = realloc(exts, (nexts + n) * sizeof(*all));
+
+	if (!all)
+		return -ENOMEM;
+	/* lives as long as the process (extended once, at start-up) */
+	for (size_t i = 0; i < n; i++)
+		all[nexts + i] = &fields[i];
+	exts = all;
+	nexts += n;
+	return 0;
+}
+
+/* The extension field name of op, or NULL. */
+static const struct ctl_field_ext *ext_find(enum ctl_op op, const char *name)
+{
+	for (size_t i = 0; i < nexts; i++)
+		if (exts[i]->op == op && !strcmp(exts[i]->name, name))
+			return exts[i];
+	return NULL;
+}
+
+/* Each extension field of op that o has, read into req, in the order they were added. */
+static int parse_exts(struct json_object *o, enum ctl_op op, struct ctl_request *req, char *err,
+		      size_t errlen)
+{
+	struct json_object *v;
+	int r;
+
+	for (size_t i = 0; i < nexts; i++) {
+		if (exts[i]->op != op || !json_object_object_get_ex(o, exts[i]->name, &v))
+			continue;
+		r = exts[i]->parse(v, req, err, errlen);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
 
 const char *ctl_op_name(enum ctl_op op)
 {
@@ -597,14 +633,29 @@ static unsigned int edits(const char *a, const char *b)
 	return row[lb] > 3 ? 4 : row[lb];
 }
 
-/*
- * Every member of a request is "op" or one of the fields its op takes: a misspelt field would
- * otherwise be dropped silently (a cap that never applies). The error names it, the nearest
- * field it may have meant, and the fields the op takes.
- */
-static int check_fields(struct json_object *o, const struct ctl_op_def *op, char *err,
-			size_t errlen)
+/* The nearest of the field names to name so far (*best: its edits), and name appended to list. */
+static void consider(const char *name, const char *field, const char **near, unsigned int *best,
+		     char *list, size_t listlen)
 {
+	size_t n = strlen(list);
+	unsigned int d = edits(name, field);
+
+	if (d < *best) {
+		*best = d;
+		*near = field;
+	}
+	snprintf(list + n, listlen - n, "%s%s", n ? ", " : "", field);
+}
+
+/*
+ * Every member of a request is "op" or one of the fields its op takes (its own, and those an
+ * extension added): a misspelt field would otherwise be dropped silently (a cap that never
+ * applies). The error names it, the nearest field it may have meant, and the fields the op takes.
+ */
+static int check_fields(struct json_object *o, enum ctl_op opi, char *err, size_t errlen)
+{
+	const struct ctl_op_def *op = &ops[opi];
+
 	json_object_object_foreach (o, name, val) {
 		const char *near = NULL;
 		unsigned int best = 3;
@@ -612,22 +663,17 @@ static int check_fields(struct json_object *o, const struct ctl_op_def *op, char
 		size_t i;
 
 		(void)val;
-		if (!strcmp(name, "op"))
+		if (!strcmp(name, "op") || ext_find(opi, name))
 			continue;
 		for (i = 0; op->fields[i] && strcmp(name, op->fields[i]); i++)
 			;
 		if (op->fields[i])
 			continue;
-		for (i = 0; op->fields[i]; i++) {
-			size_t n = strlen(list);
-			unsigned int d = edits(name, op->fields[i]);
-
-			if (d < best) {
-				best = d;
-				near = op->fields[i];
-			}
-			snprintf(list + n, sizeof(list) - n, "%s%s", i ? ", " : "", op->fields[i]);
-		}
+		for (i = 0; op->fields[i]; i++)
+			consider(name, op->fields[i], &near, &best, list, sizeof(list));
+		for (i = 0; i < nexts; i++)
+			if (exts[i]->op == opi)
+				consider(name, exts[i]->name, &near, &best, list, sizeof(list));
 		if (near)
 			return bad(
 				err, errlen,
@@ -714,10 +760,12 @@ int ctl_request_parse(const char *text, size_t len, struct ctl_request *ret, cha
 		goto out;
 	}
 	req->op = i;
-	r = check_fields(o, &ops[i], err, errlen);
+	r = check_fields(o, i, err, errlen);
 	if (r < 0)
 		goto out;
 	r = ops[i].parse(o, req, err, errlen);
+	if (r == 0)
+		r = parse_exts(o, i, req, err, errlen);
 	if (r == 0)
 		*ret = *req;
 out:

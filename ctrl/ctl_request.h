@@ -43,7 +43,9 @@ struct ctl_request {
 	struct px_port_info ports[PX_PORTS_MAX];
 	struct px_portmap target; /* source-start */
 	char dir[CTL_DIR_MAX];
-	unsigned int delay_first_ms;
+	/* source-start: a hook on the source's connections, set by a field an extension added
+	 * (ctl_request_extend()); .hold_ms NULL: none. */
+	struct px_source_hook hook;
 	/* bytes/s, 0: none. target-start, source-start (optional), bandwidth, node-bandwidth */
 	uint64_t bandwidth;
 	bool kubevirt;	/* target-start: one listener per logical port, KubeVirt's map */
@@ -53,6 +55,20 @@ struct ctl_request {
 	int pid; /* takeover: the process asking */
 };
 
+struct json_object;
+
+/* A field an op takes beyond its own, added at start-up by ctl_request_extend() (vmigd-test's
+ * test_delay_first_ms, ctl_test.c): the product's parser refuses it as any unknown field. parse
+ * reads the member v into req: 0, or -EINVAL with one line in err. */
+struct ctl_field_ext {
+	enum ctl_op op;
+	const char *name;
+	int (*parse)(struct json_object *v, struct ctl_request *req, char *err, size_t errlen);
+};
+
+/* Adds n fields to the ops they name, for the process's life (at start-up, before any request
+ * is parsed): 0, or -ENOMEM. fields must outlive the process. */
+int ctl_request_extend(const struct ctl_field_ext *fields, size_t n);
 /* 0, or -EINVAL with one line for the operator in err. *req is filled only on success. */
 int ctl_request_parse(const char *text, size_t len, struct ctl_request *req, char *err,
 		      size_t errlen);

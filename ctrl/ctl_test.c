@@ -1,12 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 /* vmigd-test's hooks (ctl_test.h): --dpdk-test-impair LOSS,DUP,REORDER wraps the DPDK hop's port in
- * an impairing one (transport/xp_impair.c), whose counts are status's dpdk.*_by_test figures,
- * registered here. Design: a second daemon, not an option of the product; see xp_impair.c. */
+ * an impairing one (transport/xp_impair.c), whose counts are status's dpdk.*_by_test figures; and
+ * source-start's test_delay_first_ms field. Design: a second daemon, not options of the product. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
+#include <json-c/json.h>
+
 #include "ctl_figures.h"
+#include "ctl_request.h"
 #include "ctl_test.h"
 #include "util.h"
 #include "xp_impair.h"
@@ -53,12 +56,42 @@ static const struct ctl_fig node_figs[] = {
 	BY_TEST(reordered_by_test),
 };
 
+/* The source holds each port's first connection's node-hop connect back this long: the others
+ * reach the target first (the ordering tests). */
+static unsigned int hold_first(uint64_t ms, uint32_t port, uint32_t seq)
+{
+	return seq == 0 ? (unsigned int)ms : 0;
+}
+
+#define DELAY_FIRST_MAX 600000
+
+/* source-start's "test_delay_first_ms": 0 to 600000 ms, 0 (the default) holding nothing back. */
+static int parse_delay_first(struct json_object *v, struct ctl_request *req, char *err,
+			     size_t errlen)
+{
+	int64_t ms = json_object_get_int64(v);
+
+	if (!json_object_is_type(v, json_type_int) || ms < 0 || ms > DELAY_FIRST_MAX) {
+		snprintf(err, errlen, "\"test_delay_first_ms\" must be 0..%d", DELAY_FIRST_MAX);
+		return -EINVAL;
+	}
+	req->hook = ms ? (struct px_source_hook){ .hold_ms = hold_first, .arg = (uint64_t)ms }
+		       : (struct px_source_hook){ 0 };
+	return 0;
+}
+
+static const struct ctl_field_ext req_fields[] = {
+	{ CTL_SOURCE_START, "test_delay_first_ms", parse_delay_first },
+};
+
 int ctl_test_init(int *argc, char **argv)
 {
 	size_t n = strlen(OPT_IMPAIR);
 	int i = 1, r;
 
 	r = ctl_table_extend(&ctl_node_table, node_figs, ARRAY_SIZE(node_figs));
+	if (r == 0)
+		r = ctl_request_extend(req_fields, ARRAY_SIZE(req_fields));
 	if (r < 0) {
 		fprintf(stderr, "vmigd: out of memory\n");
 		return r;

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-/* The product's ctl_test.h: no test options, figures or wrapped port. vmigd-test links
- * ctl_test.c. */
+/* The product's ctl_test.h: no test options, figures, request fields or wrapped port. vmigd-test
+ * links ctl_test.c. */
 #include <stddef.h>
 
 #include "ctl_test.h"

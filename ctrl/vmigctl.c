@@ -177,6 +177,10 @@ static struct json_object *call(struct json_object *req)
 
 		if (strstr(msg, BUSY_ERROR))
 			die(EXIT_BUSY, "vmigd is busy: %s", msg);
+		/* The product refuses the test build's field as any unknown one: say which. */
+		if (strstr(msg, "unknown field \"test_delay_first_ms\""))
+			die(EXIT_FAIL, "%s; --test-delay-first needs the test build, vmigd-test",
+			    msg);
 		die(EXIT_FAIL, "%s", msg);
 	}
 	/* What the daemon did other than asked (a takeover's migration carried elsewhere). */

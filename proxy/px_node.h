@@ -66,12 +66,20 @@ struct px_config {
 /* A migration's TLS: the daemon's (on unless --no-tls), or set per migration. */
 enum px_tls { PX_TLS_DEFAULT, PX_TLS_ON, PX_TLS_OFF };
 
+/* A hook on a source migration's local connections (vmigd-test installs one, ctrl/ctl_test.c):
+ * hold_ms(arg, port, seq) says, as connection seq of port is accepted, how long to hold its
+ * node-hop connect back, in ms (0: not at all). Called on the node's thread. */
+struct px_source_hook {
+	unsigned int (*hold_ms)(uint64_t arg, uint32_t port, uint32_t seq);
+	uint64_t arg;
+};
+
 /* What a start asks for besides its key, ports and target. */
 struct px_start {
 	uint64_t cap;  /* bytes/s; 0: none */
 	bool kubevirt; /* target: one TCP listener per logical port, KubeVirt's map */
 	enum px_tls tls;
-	unsigned int delay_first_ms; /* source, tests: hold back each port's first connect */
+	struct px_source_hook hook; /* source; .hold_ms NULL: none */
 	/* target: the migration's secret, given (a takeover moves a target with its own) */
 	bool has_secret;
 	uint8_t secret[PX_SECRET_LEN];

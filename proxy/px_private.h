@@ -81,7 +81,7 @@ struct px_verify {
 };
 
 enum conn_state {
-	C_SRC_DELAY,	 /* held back on purpose (--test-delay-first) */
+	C_SRC_HELD,	 /* held back on purpose (px_start's hook) */
 	C_SRC_CONNECT,	 /* node-hop connect in progress */
 	C_SRC_HANDSHAKE, /* TLS handshake with the target */
 	C_SRC_SEND,	 /* writing the preamble */
@@ -175,7 +175,6 @@ struct px_migration {
 	bool peer_bound;
 	char peer_addr[64];
 	char peer_name[160];
-	unsigned int delay_first_ms;
 	uint64_t started_ms;
 	struct vm_list conns; /* of struct px_conn */
 	unsigned int conns_total, conns_active, conns_failed, conns_cut, conns_reordered;

@@ -97,7 +97,7 @@ static void rates_of(const struct vm_rate r[2], struct px_rates *out)
 }
 
 static const char *const state_names[] = {
-	[C_SRC_DELAY] = "delayed",	 [C_SRC_CONNECT] = "connecting",
+	[C_SRC_HELD] = "delayed",	 [C_SRC_CONNECT] = "connecting",
 	[C_SRC_HANDSHAKE] = "handshake", [C_SRC_SEND] = "preamble",
 	[C_SRC_REPLY] = "waiting-reply", [C_SRC_AWAIT] = "waiting-server",
 	[C_TGT_HANDSHAKE] = "handshake", [C_TGT_PREAMBLE] = "preamble",

@@ -327,7 +327,7 @@ void px_source_connect(struct px_conn *c)
 	src_set_wait(c, C_SRC_CONNECT, EPOLLOUT, c->n->conf.connect_timeout_ms);
 }
 
-static void src_delay_done(void *arg)
+static void src_hold_done(void *arg)
 {
 	struct px_conn *c = arg;
 
@@ -343,6 +343,7 @@ void px_source_accept(struct xp_watch *w, int lfd, uint32_t events, void *arg)
 	int fd, r;
 
 	while ((r = IO(n, accept_local, lfd, &fd)) == 0) {
+		unsigned int hold;
 		struct px_conn *c;
 
 		if (m->conns_active >= n->conf.max_migration_conns) {
@@ -369,10 +370,12 @@ void px_source_accept(struct xp_watch *w, int lfd, uint32_t events, void *arg)
 		xp_addr_format(&port->peer, c->peer, sizeof(c->peer));
 		vm_list_add(&m->conns, &c->node);
 		m->conns_active++;
-		if (c->seq == 0 && m->delay_first_ms) {
-			c->st = C_SRC_DELAY;
-			if (IO(n, timer_add, px_now(n) + m->delay_first_ms, src_delay_done, c,
-			       &c->t) < 0)
+		hold = m->opts.hook.hold_ms
+			       ? m->opts.hook.hold_ms(m->opts.hook.arg, port->id, c->seq)
+			       : 0;
+		if (hold) {
+			c->st = C_SRC_HELD;
+			if (IO(n, timer_add, px_now(n) + hold, src_hold_done, c, &c->t) < 0)
 				src_error(c, "out of memory");
 			continue;
 		}
@@ -557,7 +560,6 @@ int px_source_start(struct px_node *n, const struct px_portmap *t, const char *d
 	m->tls = tls;
 	m->opts = *opts;
 	m->target = *t;
-	m->delay_first_ms = opts->delay_first_ms;
 	m->nports = t->nports;
 	px_migration_set_cap_now(m, opts->cap);
 	r = src_plan_ports(m, t, dir, old, err, errlen);

@@ -76,7 +76,8 @@ def check_order(tb):
 
 
 def main():
-    with vt.Testbed() as tb:
+    # The source is vmigd-test: --test-delay-first is the test build's (doc/control-protocol.md).
+    with vt.Testbed(source_vmigd=vt.find_test_daemon()) as tb:
         check_half_close(tb)
         check_order(tb)
         tb.stop_daemons()

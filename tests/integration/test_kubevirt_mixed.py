@@ -509,7 +509,9 @@ def main():
         vt.log(f'  ({time.monotonic() - started:.1f}s)')
         ran += 1
 
-    with sp.StockTestbed(tls=True, qemu=qemu72, daemon_args=KUBEVIRT_TLS_ARGS) as tb:
+    # The vmigd source sends --test-delay-first (delay_main_ms): vmigd-test.
+    with sp.StockTestbed(tls=True, qemu=qemu72, daemon_args=KUBEVIRT_TLS_ARGS,
+                         source_vmigd=vt.find_test_daemon()) as tb:
         vt.log(f'{tb.describe()}; stock peer {tb.stockpeer}; QEMU {vt.qemu_version(qemu72)} '
                f'{qemu72}; ' + (f'QEMU {vt.qemu_version(qemu10)} {qemu10}' if qemu10 else why10))
         for source, target in (('stock', 'vmigd'), ('vmigd', 'stock')):

@@ -242,7 +242,8 @@ def control(daemon, request):
 
 def main():
     checks = vt.Checks('KubeVirt-mode checks')
-    with vt.Testbed(tls=True) as tb:
+    # The source is vmigd-test: --test-delay-first is the test build's (doc/control-protocol.md).
+    with vt.Testbed(tls=True, source_vmigd=vt.find_test_daemon()) as tb:
         vt.log(f'KubeVirt mode between two vmigd: {tb.describe()}')
         for name, fn in (('TLS, ALPN: preamble and order on per-port listeners', alpn_ordered),
                          ('plain text per migration: raw both ways', plain_raw),

@@ -90,7 +90,8 @@ def run_concurrent(tb, problems):
 def main():
     started = time.monotonic()
     problems = []
-    with vt.Testbed() as tb:
+    # The source is vmigd-test: --test-delay-first is the test build's (doc/control-protocol.md).
+    with vt.Testbed(source_vmigd=vt.find_test_daemon()) as tb:
         vt.log(tb.describe())
         run_sequential(tb, problems)
         run_concurrent(tb, problems)

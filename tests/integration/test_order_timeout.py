@@ -75,7 +75,9 @@ def check_next_migration_works(tb, problems):
 def main():
     problems = []
     started = time.monotonic()
-    with vt.Testbed(target_args=['--order-timeout', str(ORDER_TIMEOUT_MS)]) as tb:
+    # The source is vmigd-test: --test-delay-first is the test build's (doc/control-protocol.md).
+    with vt.Testbed(target_args=['--order-timeout', str(ORDER_TIMEOUT_MS)],
+                    source_vmigd=vt.find_test_daemon()) as tb:
         check_failed_migration(tb, problems)
         check_next_migration_works(tb, problems)
         tb.stop_daemons()

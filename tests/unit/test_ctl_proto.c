@@ -2,7 +2,7 @@
 /* Unit tests for control request parsing (ctrl/ctl_request.h): each op with every field checked,
  * and each way a request is refused with a one-line message (a key given twice, text that is not
  * UTF-8 among them), and replies made valid UTF-8 (ctrl/ctl_proto.h). ctl_execute() runs only to
- * refuse an op that takes the connection. */
+ * refuse an op that takes the connection. Last, vmigd-test's field (ctrl/ctl_test.c, linked). */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +17,7 @@
 
 #include "ctl_json.h"
 #include "ctl_proto.h"
+#include "ctl_test.h"
 #include "units.h"
 
 /* The target JSON that `target start` prints, for source-start requests. */
@@ -194,7 +195,7 @@ static void test_source_start(void **state)
 	struct ctl_request *req;
 
 	req = parse_ok("{\"op\":\"source-start\",\"key\":\"vm-1\",\"target\":" TARGET_JSON(
-		"vm-1") ",\"dir\":\"/var/lib/libvirt/qemu\",\"test_delay_first_ms\":250}");
+		"vm-1") ",\"dir\":\"/var/lib/libvirt/qemu\"}");
 	assert_int_equal(req->op, CTL_SOURCE_START);
 	assert_string_equal(req->key, "vm-1");
 	assert_string_equal(req->target.key, "vm-1");
@@ -204,24 +205,7 @@ static void test_source_start(void **state)
 	assert_int_equal(req->target.ports[0], 49152);
 	assert_int_equal(req->target.ports[1], 0);
 	assert_string_equal(req->dir, "/var/lib/libvirt/qemu");
-	assert_int_equal(req->delay_first_ms, 250);
-	free(req);
-
-	/* test_delay_first_ms is optional and defaults to 0. */
-	req = parse_ok("{\"op\":\"source-start\",\"key\":\"vm-1\",\"target\":" TARGET_JSON(
-		"vm-1") ",\"dir\":\"/base\"}");
-	assert_int_equal(req->op, CTL_SOURCE_START);
-	assert_string_equal(req->dir, "/base");
-	assert_int_equal(req->delay_first_ms, 0);
-	free(req);
-
-	req = parse_ok("{\"op\":\"source-start\",\"key\":\"vm-1\",\"target\":" TARGET_JSON(
-		"vm-1") ",\"dir\":\"/base\",\"test_delay_first_ms\":0}");
-	assert_int_equal(req->delay_first_ms, 0);
-	free(req);
-	req = parse_ok("{\"op\":\"source-start\",\"key\":\"vm-1\",\"target\":" TARGET_JSON(
-		"vm-1") ",\"dir\":\"/base\",\"test_delay_first_ms\":600000}");
-	assert_int_equal(req->delay_first_ms, 600000);
+	assert_null(req->hook.hold_ms);
 	free(req);
 
 	/* An IPv6 target. */
@@ -381,6 +365,8 @@ static void test_sockets(void **state)
 
 #define SS "{\"op\":\"source-start\",\"key\":\"vm\","
 
+static void check_reject_says(const char *text, const char *err_has);
+
 static void test_source_start_bad(void **state)
 {
 	char text[8192], dir[CTL_DIR_MAX + 1];
@@ -416,21 +402,11 @@ static void test_source_start_bad(void **state)
 	dir[CTL_DIR_MAX] = '\0';
 	snprintf(text, sizeof(text), SS "\"target\":" TARGET_JSON("vm") ",\"dir\":\"%s\"}", dir);
 	check_reject(text);
-	/* Bad test_delay_first_ms. */
-	check_reject(SS
-		     "\"target\":" TARGET_JSON("vm") ",\"dir\":\"/b\",\"test_delay_first_ms\":-1}");
-	check_reject(SS "\"target\":" TARGET_JSON(
-		"vm") ",\"dir\":\"/b\",\"test_delay_first_ms\":600001}");
-	check_reject(SS "\"target\":" TARGET_JSON(
-		"vm") ",\"dir\":\"/b\",\"test_delay_first_ms\":4294967296}");
-	check_reject(SS "\"target\":" TARGET_JSON(
-		"vm") ",\"dir\":\"/b\",\"test_delay_first_ms\":\"100\"}");
-	check_reject(
-		SS "\"target\":" TARGET_JSON("vm") ",\"dir\":\"/b\",\"test_delay_first_ms\":1.5}");
-	check_reject(
-		SS "\"target\":" TARGET_JSON("vm") ",\"dir\":\"/b\",\"test_delay_first_ms\":null}");
-	check_reject(
-		SS "\"target\":" TARGET_JSON("vm") ",\"dir\":\"/b\",\"test_delay_first_ms\":true}");
+	/* test_delay_first_ms is vmigd-test's: refused here as any unknown field. */
+	check_reject_says(
+		SS "\"target\":" TARGET_JSON("vm") ",\"dir\":\"/b\",\"test_delay_first_ms\":250}",
+		"source-start: unknown field \"test_delay_first_ms\" (it takes key, target, "
+		"dir, bandwidth, convergence, tls)");
 }
 
 static void test_source_start_key_message(void **state)
@@ -1038,6 +1014,58 @@ static void test_utf8(void **state)
 	free(reply);
 }
 
+/* vmigd-test's test_delay_first_ms (ctl_test_init(), which adds it): a hook holding back each
+ * port's first connection. Runs last: the field, once added, stays for the process. */
+static void test_test_build_field(void **state)
+{
+	char arg0[] = "vmigd-test", *argv[] = { arg0, NULL };
+	struct ctl_request *req;
+	int argc = 1;
+
+	assert_int_equal(ctl_test_init(&argc, argv), 0);
+	req = parse_ok(
+		SS "\"target\":" TARGET_JSON("vm") ",\"dir\":\"/b\",\"test_delay_first_ms\":250}");
+	assert_non_null(req->hook.hold_ms);
+	assert_int_equal(req->hook.hold_ms(req->hook.arg, 49152, 0), 250);
+	assert_int_equal(req->hook.hold_ms(req->hook.arg, 49152, 1), 0);
+	assert_int_equal(req->hook.hold_ms(req->hook.arg, 0, 0), 250);
+	free(req);
+	/* Optional, and 0 holds nothing back. */
+	req = parse_ok(SS "\"target\":" TARGET_JSON("vm") ",\"dir\":\"/b\"}");
+	assert_null(req->hook.hold_ms);
+	free(req);
+	req = parse_ok(
+		SS "\"target\":" TARGET_JSON("vm") ",\"dir\":\"/b\",\"test_delay_first_ms\":0}");
+	assert_null(req->hook.hold_ms);
+	free(req);
+	req = parse_ok(SS "\"target\":" TARGET_JSON(
+		"vm") ",\"dir\":\"/b\",\"test_delay_first_ms\":600000}");
+	assert_int_equal(req->hook.hold_ms(req->hook.arg, 1, 0), 600000);
+	free(req);
+	check_reject_says(
+		SS "\"target\":" TARGET_JSON("vm") ",\"dir\":\"/b\",\"test_delay_first_ms\":-1}",
+		"\"test_delay_first_ms\" must be 0..600000");
+	check_reject(SS "\"target\":" TARGET_JSON(
+		"vm") ",\"dir\":\"/b\",\"test_delay_first_ms\":600001}");
+	check_reject(SS "\"target\":" TARGET_JSON(
+		"vm") ",\"dir\":\"/b\",\"test_delay_first_ms\":4294967296}");
+	check_reject(SS "\"target\":" TARGET_JSON(
+		"vm") ",\"dir\":\"/b\",\"test_delay_first_ms\":\"100\"}");
+	check_reject(
+		SS "\"target\":" TARGET_JSON("vm") ",\"dir\":\"/b\",\"test_delay_first_ms\":1.5}");
+	check_reject(
+		SS "\"target\":" TARGET_JSON("vm") ",\"dir\":\"/b\",\"test_delay_first_ms\":null}");
+	check_reject(
+		SS "\"target\":" TARGET_JSON("vm") ",\"dir\":\"/b\",\"test_delay_first_ms\":true}");
+	/* Other ops do not take it; a typo names it, and the list has it. */
+	check_reject_says("{\"op\":\"target-stop\",\"key\":\"vm\",\"test_delay_first_ms\":1}",
+			  "target-stop: unknown field \"test_delay_first_ms\" (it takes key)");
+	check_reject_says(
+		SS "\"target\":" TARGET_JSON("vm") ",\"dir\":\"/b\",\"test_delay_firstms\":1}",
+		"did you mean \"test_delay_first_ms\"? (it takes key, target, dir, bandwidth, "
+		"convergence, tls, test_delay_first_ms)");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1070,6 +1098,8 @@ int main(void)
 		cmocka_unit_test(test_error_reply),
 		cmocka_unit_test(test_error_reply_exact),
 		cmocka_unit_test(test_kubevirt_fields),
+		/* last: it adds vmigd-test's field to the parser for good */
+		cmocka_unit_test(test_test_build_field),
 	};
 
 	return cmocka_run_group_tests_name("ctl_proto", tests, NULL, NULL);

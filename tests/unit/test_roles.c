@@ -165,20 +165,26 @@ static void target_start(struct t *t, const char *key, uint64_t cap)
 	memcpy(secret, out.secret, PX_SECRET_LEN);
 }
 
+/* The hook vmigd-test's test_delay_first_ms installs (ctrl/ctl_test.c): each port's first
+ * connection held back arg ms. */
+static unsigned int hold_first(uint64_t arg, uint32_t port, uint32_t seq)
+{
+	return seq == 0 ? (unsigned int)arg : 0;
+}
+
 /* Starts a source of key; returns the path QEMU connects to. */
 static const char *source_start(struct t *t, const char *key, unsigned int delay_ms, uint64_t cap)
 {
 	static struct px_port_info out[PX_PORTS_MAX];
 	struct px_portmap pm = { .port = 40000, .nports = 1, .ports = { PORT } };
+	struct px_start opts = { .cap = cap };
 	char err[256];
 
+	if (delay_ms)
+		opts.hook = (struct px_source_hook){ .hold_ms = hold_first, .arg = delay_ms };
 	strcpy(pm.key, key);
 	strcpy(pm.address, "198.18.0.2");
-	assert_int_equal(
-		px_source_start(t->n, &pm, t->dir,
-				&(struct px_start){ .cap = cap, .delay_first_ms = delay_ms }, out,
-				err, sizeof(err)),
-		0);
+	assert_int_equal(px_source_start(t->n, &pm, t->dir, &opts, out, err, sizeof(err)), 0);
 	return out[0].path;
 }
 
@@ -679,8 +685,9 @@ static void test_target_tls_refused(void **state)
 
 /* ---- source role ---- */
 
-/* The first connection held back (--test-delay-first): the others reach the target first, each
- * with the sequence number of its accept, and each QEMU socket is linked to its own node hop. */
+/* The first connection held back (a hook as vmigd-test's --test-delay-first): the others reach the
+ * target first, each with the sequence number of its accept, and each QEMU socket is linked to its
+ * own node hop. */
 static void test_source_delayed_first(void **state)
 {
 	struct t *t = *state;

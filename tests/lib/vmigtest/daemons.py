@@ -41,7 +41,8 @@ def find_binaries(build_dir=None):
 
 
 def find_test_daemon(build_dir=None):
-    """vmigd-test, the daemon with its test machinery (--dpdk-test-impair): from $VMIGD_TEST,
+    """vmigd-test, the daemon with its test machinery (--dpdk-test-impair, source-start's
+    test_delay_first_ms): from $VMIGD_TEST,
     else beside $VMIGD, else from build_dir (default REPO/build); Skip if not built."""
     path = os.environ.get('VMIGD_TEST')
     if not path and os.environ.get('VMIGD'):
@@ -227,7 +228,8 @@ class Daemon:
                      extra=()):
         """Returns the unix socket paths the daemon created, in the order of the target's ports.
         bandwidth: a RATE for --bandwidth (None: no option); extra: more vmigctl arguments
-        (convergence: --qmp PATH, --mode, the policy)."""
+        (convergence: --qmp PATH, --mode, the policy). delay_first_ms: --test-delay-first,
+        which only vmigd-test takes (find_test_daemon()); the product refuses the field."""
         args = ['source', 'start', key, '--target', target_json, '--dir', basedir, *extra]
         if delay_first_ms is not None:
             args += ['--test-delay-first', str(delay_first_ms)]

@@ -26,7 +26,7 @@ class Testbed:
     def __init__(self, vmigd=None, vmigctl=None, loopback=False, daemon_args=(),
                  source_args=(), target_args=(), qemu=None, tls=None,
                  source_tls=None, target_tls=None, tls_layout='files', qemu_src=None,
-                 qemu_dst=None):
+                 qemu_dst=None, source_vmigd=None):
         """tls (or source_tls/target_tls for one side): None for --no-tls; True makes a PKI
         under WORKDIR/pki (tb.pki) and uses it as a PKI does: each daemon gets its own copy of
         the node certificate, key and CA under WORKDIR/tls-source and WORKDIR/tls-target (see
@@ -35,10 +35,13 @@ class Testbed:
         Both daemons get `--digest on` unless the arguments say otherwise.
         qemu (both sides) or qemu_src/qemu_dst: a QEMU version ('7.2', '10.0') or binary; by
         default $VMIG_QEMU_SRC and $VMIG_QEMU_DST (see side_qemu), else the system's 7.2. When
-        the two differ, both run the older one's versioned q35 machine (machine_for)."""
+        the two differ, both run the older one's versioned q35 machine (machine_for).
+        source_vmigd: the source side's daemon, default vmigd; vt.find_test_daemon() where a test
+        sends the test build's request fields (start_migration's delay_first_ms)."""
         if vmigd is None or vmigctl is None:
             vmigd, vmigctl = find_binaries()
         self.vmigd, self.vmigctl = vmigd, vmigctl
+        self.binary = {'source': source_vmigd or vmigd, 'target': vmigd}
         self.qemu_spec = {'source': qemu_src or qemu, 'destination': qemu_dst or qemu}
         self.qemu = self.qemu_dst = self.machine = None
         self.net = NetPair(loopback)
@@ -78,11 +81,11 @@ class Testbed:
                 self.pki = make_pki(self.path('pki'))
             tls = {side: self._daemon_tls(side) for side in ('source', 'target')}
             # Assigned before start(), so that close() stops a daemon whose start-up timed out.
-            self.source = Daemon(self.vmigd, self.vmigctl, 'vmigd-source', self.workdir,
+            self.source = Daemon(self.binary['source'], self.vmigctl, 'vmigd-source', self.workdir,
                                  self.net.source_addr, self.net.prefix('source'),
                                  self.daemon_args['source'], tls=tls['source'])
             self.source.start()
-            self.target = Daemon(self.vmigd, self.vmigctl, 'vmigd-target', self.workdir,
+            self.target = Daemon(self.binary['target'], self.vmigctl, 'vmigd-target', self.workdir,
                                  self.net.target_addr, self.net.prefix('target'),
                                  self.daemon_args['target'], tls=tls['target'])
             self.target.start()
@@ -178,7 +181,7 @@ class Testbed:
         """Start one more vmigd in side's namespace (its own control socket and log, name
         NAME); it is stopped with the testbed."""
         addr = self.net.source_addr if side == 'source' else self.net.target_addr
-        d = Daemon(self.vmigd, self.vmigctl, name, self.workdir, addr, self.net.prefix(side),
+        d = Daemon(self.binary[side], self.vmigctl, name, self.workdir, addr, self.net.prefix(side),
                    list(args), tls=tls)
         self.extra_daemons.append(d)
         return d.start()
@@ -193,7 +196,7 @@ class Testbed:
         if rc != 0 and not killed:
             raise HarnessError(f'{old.name} exited {rc} after SIGTERM:\n{tail(old.log_path)}')
         self._replaced += 1
-        d = Daemon(self.vmigd, self.vmigctl, name or f'vmigd-{side}-{self._replaced + 1}',
+        d = Daemon(self.binary[side], self.vmigctl, name or f'vmigd-{side}-{self._replaced + 1}',
                    self.workdir, old.listen_addr, old.prefix,
                    self.daemon_args[side] if args is None else list(args),
                    tls=old.tls if tls is None else tls)
@@ -212,7 +215,7 @@ class Testbed:
         own (wait_retired())."""
         old = self.source if side == 'source' else self.target
         self._replaced += 1
-        d = Daemon(self.vmigd, self.vmigctl, name or f'vmigd-{side}-{self._replaced + 1}',
+        d = Daemon(self.binary[side], self.vmigctl, name or f'vmigd-{side}-{self._replaced + 1}',
                    self.workdir, old.listen_addr, old.prefix,
                    [*(self.daemon_args[side] if args is None else args), '--takeover'],
                    tls=old.tls if tls is None else (tls or None))
@@ -306,7 +309,8 @@ class Testbed:
 
     def start_route(self, key, dst_path, delay_first_ms=None):
         """A migration KEY with no QEMU: `target start` to the unix socket dst_path and `source
-        start`; the source's socket path (connect to it in the source namespace)."""
+        start`; the source's socket path (connect to it in the source namespace).
+        delay_first_ms: --test-delay-first, which only vmigd-test takes (source_vmigd)."""
         raw, _ = self.target.target_start(key, {DEFAULT_PORT_ID: dst_path})
         return self.source.source_start(key, raw, self.path('src'), delay_first_ms)[0]
 
