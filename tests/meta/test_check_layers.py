@@ -4,32 +4,23 @@
 # copy of it with an upward include or an upper layer's library planted in a lower layer.
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-CHECK = os.path.join(ROOT, "tools", "check-layers")
-failures = []
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from guard import ROOT, copy_layers, expect, finish  # noqa: E402
+from guard import run as run_guard  # noqa: E402
 
 
 def run(root):
-    p = subprocess.run([sys.executable, CHECK, root], capture_output=True, text=True)
-    return p.returncode, p.stderr
-
-
-def expect(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
+    return run_guard("check-layers", root)
 
 
 def planted(layer, name, line):
     """A copy of the four layers with line appended to layer/name; the guard's verdict."""
     with tempfile.TemporaryDirectory() as tmp:
-        for d in ("lib", "transport", "proxy", "ctrl"):
-            shutil.copytree(os.path.join(ROOT, d), os.path.join(tmp, d))
+        copy_layers(tmp)
         with open(os.path.join(tmp, layer, name), "a") as f:
             f.write(line + "\n")
         return run(tmp)
@@ -85,4 +76,4 @@ if build:
 else:
     print("skip the compiler half: VMIG_BUILD_ROOT is not set (meson test sets it)")
 
-sys.exit(1 if failures else 0)
+finish()

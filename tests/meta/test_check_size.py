@@ -3,32 +3,22 @@
 # The size guard (tools/check-size) passes on this tree and fails, naming the file or the function
 # and its line, on a copy of it with a planted long file or long function.
 import os
-import shutil
-import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-CHECK = os.path.join(ROOT, "tools", "check-size")
-failures = []
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from guard import ROOT, copy_layers, expect, finish  # noqa: E402
+from guard import run as run_guard  # noqa: E402
 
 
 def run(root):
-    p = subprocess.run([sys.executable, CHECK, root], capture_output=True, text=True)
-    return p.returncode, p.stderr
-
-
-def expect(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
+    return run_guard("check-size", root)
 
 
 def planted(name, text):
     """A copy of the four layers with text written as proxy/name; the guard's verdict."""
     with tempfile.TemporaryDirectory() as tmp:
-        for d in ("lib", "transport", "proxy", "ctrl"):
-            shutil.copytree(os.path.join(ROOT, d), os.path.join(tmp, d))
+        copy_layers(tmp)
         with open(os.path.join(tmp, "proxy", name), "w") as f:
             f.write(text)
         return run(tmp)
@@ -62,6 +52,4 @@ expect("px_fine.c" not in err, f"a 1,000-line file passes ({err.strip()!r})")
 rc, err = planted("px_table.c", "static const int t[] = {\n" + "\t1,\n" * 300 + "};\n")
 expect("px_table.c" not in err, f"a long table is not a function ({err.strip()!r})")
 
-if failures:
-    print(f"{len(failures)} failed", file=sys.stderr)
-    sys.exit(1)
+finish()
