@@ -119,17 +119,24 @@ static int parse_source(struct json_object *o, struct ctl_request *req, char *er
 	return 0;
 }
 
-/* A policy field: a bool, or a whole number from 0 to max. Absent leaves *v. */
-static int policy_bool(struct json_object *o, const char *name, bool *v, char *err, size_t errlen)
+/* An optional boolean field, its error prefixed by where ("" or "policy: "): absent leaves *v. */
+static int bool_field(struct json_object *o, const char *where, const char *name, bool *v,
+		      char *err, size_t errlen)
 {
 	struct json_object *f;
 
 	if (!json_object_object_get_ex(o, name, &f))
 		return 0;
 	if (!json_object_is_type(f, json_type_boolean))
-		return bad(err, errlen, "policy: \"%s\" must be true or false", name);
+		return bad(err, errlen, "%s\"%s\" must be true or false", where, name);
 	*v = json_object_get_boolean(f);
 	return 0;
+}
+
+/* A policy field: a bool, or a whole number from 0 to max. Absent leaves *v. */
+static int policy_bool(struct json_object *o, const char *name, bool *v, char *err, size_t errlen)
+{
+	return bool_field(o, "policy: ", name, v, err, errlen);
 }
 
 static int policy_u64(struct json_object *o, const char *name, uint64_t max, uint64_t *v,
@@ -432,17 +439,10 @@ static int parse_nothing(struct json_object *o, struct ctl_request *req, char *e
 	return 0;
 }
 
-/* An optional boolean field: absent leaves *v. */
+/* An optional boolean field of a request: absent leaves *v. */
 static int parse_flag(struct json_object *o, const char *name, bool *v, char *err, size_t errlen)
 {
-	struct json_object *f;
-
-	if (!json_object_object_get_ex(o, name, &f))
-		return 0;
-	if (!json_object_is_type(f, json_type_boolean))
-		return bad(err, errlen, "\"%s\" must be true or false", name);
-	*v = json_object_get_boolean(f);
-	return 0;
+	return bool_field(o, "", name, v, err, errlen);
 }
 
 /* "tls": this migration's node hop with or without TLS (KubeVirt's disableTLS, per migration). */
