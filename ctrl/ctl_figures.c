@@ -14,7 +14,7 @@
 /* Each table below sets OBJ to the struct it describes. The macros read as the table does, one
  * entry to a line, which clang-format would take apart. */
 /* clang-format off */
-#define MEMBER(m)		{ .type = CTL_CTYPE(((OBJ *)0)->m), .off = offsetof(OBJ, m) }
+#define MEMBER(m)		CTL_MEMBER(OBJ, m)
 #define FIELD(m)		.get = MEMBER(m)
 #define STR_OR(m, d)		.get = { .type = CTL_C_STR, .off = offsetof(OBJ, m), .dflt = d }
 /* An enum is read as an int: the array size refuses to compile for one of another size. */

@@ -50,6 +50,8 @@ enum ctl_ctype {
 		bool: CTL_C_BOOL,                                                                  \
 		const char *: CTL_C_STR,                                                           \
 		char *: CTL_C_CHARS)
+/* How a row reads member m of struct T: its C type and its offset (.get, .when). */
+#define CTL_MEMBER(T, m) { .type = CTL_CTYPE(((T *)0)->m), .off = offsetof(T, m) }
 
 /* Enums whose value names the daemon's own functions give (ctl_report.c), so that this file
  * does not call them. */

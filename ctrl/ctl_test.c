@@ -43,11 +43,8 @@ static int parse_impair(const char *arg)
 /* clang-format off */
 #define BY_TEST(m) \
 	{ "dpdk." #m, CTL_COUNT, \
-	  .get = { .type = CTL_CTYPE(((struct px_node_info *)0)->dpdk.stats.m), \
-		   .off = offsetof(struct px_node_info, dpdk.stats.m) }, \
-	  .absent = CTL_OMIT, \
-	  .when = { .type = CTL_CTYPE(((struct px_node_info *)0)->dpdk.on), \
-		    .off = offsetof(struct px_node_info, dpdk.on) } }
+	  .get = CTL_MEMBER(struct px_node_info, dpdk.stats.m), \
+	  .absent = CTL_OMIT, .when = CTL_MEMBER(struct px_node_info, dpdk.on) }
 /* clang-format on */
 
 static const struct ctl_fig node_figs[] = {
