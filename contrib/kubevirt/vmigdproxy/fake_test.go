@@ -33,6 +33,7 @@ type fakeSource struct {
 	ports   map[string]int
 	dir     string
 	tls     bool
+	cap     uint64
 	files   []string
 }
 
@@ -253,11 +254,15 @@ func (f *fakeVmigd) answer(req map[string]interface{}) map[string]interface{} {
 		tgt := req["target"].(map[string]interface{})
 		s := &fakeSource{address: tgt["targetNodeAddress"].(string), ports: map[string]int{},
 			dir: req["dir"].(string), tls: tls}
+		if bw, ok := req["bandwidth"].(float64); ok {
+			s.cap = uint64(bw)
+		}
 		for k, v := range tgt["targetDirectMigrationNodePorts"].(map[string]interface{}) {
 			s.ports[k] = int(v.(float64))
 		}
 		if old := f.sources[key]; old != nil && old.address == s.address &&
-			reflect.DeepEqual(old.ports, s.ports) && old.dir == s.dir && old.tls == s.tls {
+			reflect.DeepEqual(old.ports, s.ports) && old.dir == s.dir && old.tls == s.tls &&
+			old.cap == s.cap {
 			return map[string]interface{}{"ok": true, "sockets": old.files}
 		}
 		var logicals []int
@@ -302,7 +307,7 @@ func (f *fakeVmigd) answer(req map[string]interface{}) map[string]interface{} {
 					"socket": SourceUnixFile(s.dir, ConstructProxyKey(k, l)), "peer_port": n})
 			}
 			migs = append(migs, map[string]interface{}{"key": k, "role": "source", "kubevirt": true,
-				"tls": s.tls, "ports": ports, "peer": s.address})
+				"tls": s.tls, "ports": ports, "peer": s.address, "cap": s.cap})
 		}
 		return map[string]interface{}{"ok": true, "version": 2, "migrations": migs}
 	}
@@ -590,6 +595,121 @@ func TestDisableTLSPerMigration(t *testing.T) {
 	}
 }
 
+// migrations.bandwidthPerMigration becomes each source's cap: read when a key's sockets are made,
+// kept by a repeated start with the same arguments, sent again after a vmigd restart and kept by
+// a virt-handler that adopts the key; 0, none given, or more than vmigd takes send no cap.
+func TestBandwidthPerMigration(t *testing.T) {
+	f := newFakeVmigd(t)
+	var mu sync.Mutex
+	bw := uint64(64 << 20) // "64Mi"
+	setBW := func(v uint64) {
+		mu.Lock()
+		bw = v
+		mu.Unlock()
+	}
+	m := newTestManager(t, f, VmigdOptions{BandwidthPerMigration: func() uint64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return bw
+	}})
+	dir := t.TempDir()
+	pm := map[string]int{"40001": 49152, "40002": 0}
+	last := func() map[string]interface{} {
+		reqs := f.requests("source-start")
+		return reqs[len(reqs)-1]
+	}
+	capOf := func(r map[string]interface{}) interface{} {
+		v, ok := r["bandwidth"]
+		if !ok {
+			return "none"
+		}
+		return v
+	}
+
+	if err := m.StartSourceListener(testKey, "198.18.0.2", pm, dir); err != nil {
+		t.Fatal(err)
+	}
+	if c := capOf(last()); c != float64(64<<20) {
+		t.Errorf("first start: bandwidth %v, want %d", c, 64<<20)
+	}
+	files := m.GetSourceListenerFiles(testKey)
+	// the cluster's value changes: the key keeps its cap, so vmigd keeps its sockets
+	setBW(0)
+	if err := m.StartSourceListener(testKey, "198.18.0.2", pm, dir); err != nil {
+		t.Fatal(err)
+	}
+	if c := capOf(last()); c != float64(64<<20) {
+		t.Errorf("repeated start: bandwidth %v, want the key's %d", c, 64<<20)
+	}
+	if !reflect.DeepEqual(m.GetSourceListenerFiles(testKey), files) {
+		t.Error("a repeated start moved the sockets")
+	}
+	// a new key reads the value now: 0 sends no cap
+	if err := m.StartSourceListener("k2", "198.18.0.3", pm, dir); err != nil {
+		t.Fatal(err)
+	}
+	if c := capOf(last()); c != "none" {
+		t.Errorf("bandwidthPerMigration 0: bandwidth %v, want none", c)
+	}
+	setBW(vmigdMaxRate + 1)
+	if err := m.StartSourceListener("k3", "198.18.0.3", pm, dir); err != nil {
+		t.Fatal(err)
+	}
+	if c := capOf(last()); c != "none" {
+		t.Errorf("over vmigd's largest rate: bandwidth %v, want none", c)
+	}
+	setBW(1000)
+	if err := m.StartSourceListener("k3", "198.18.0.4", pm, dir); err != nil {
+		t.Fatal(err)
+	}
+	if c := capOf(last()); c != float64(1000) {
+		t.Errorf("new arguments: bandwidth %v, want 1000 (read again)", c)
+	}
+	for _, r := range f.requests("target-start") {
+		if _, ok := r["bandwidth"]; ok {
+			t.Errorf("target-start carries a cap: %v", r)
+		}
+	}
+
+	// vmigd restarts: the sources are made again with their own caps
+	setBW(5)
+	before := len(f.requests("source-start"))
+	f.restart()
+	if err := m.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]interface{}{}
+	for _, r := range f.requests("source-start")[before:] {
+		got[r["key"].(string)] = capOf(r)
+	}
+	want := map[string]interface{}{testKey: float64(64 << 20), "k2": "none", "k3": float64(1000)}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("after vmigd's restart: caps %v, want %v", got, want)
+	}
+
+	// virt-handler restarts: the adopted key's cap is vmigd's, kept by a repeated start
+	m.Close()
+	m2 := newTestManager(t, f, VmigdOptions{BandwidthPerMigration: func() uint64 { return 7 }})
+	if err := m2.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m2.StartSourceListener(testKey, "198.18.0.2", pm, dir); err != nil {
+		t.Fatal(err)
+	}
+	if c := capOf(last()); c != float64(64<<20) {
+		t.Errorf("repeated start of an adopted key: bandwidth %v, want %d", c, 64<<20)
+	}
+
+	// no option at all: no cap
+	m3 := newTestManager(t, f, VmigdOptions{})
+	if err := m3.StartSourceListener("k4", "198.18.0.2", pm, dir); err != nil {
+		t.Fatal(err)
+	}
+	if c := capOf(last()); c != "none" {
+		t.Errorf("no BandwidthPerMigration: bandwidth %v, want none", c)
+	}
+}
+
 func TestErrorsCarryVmigdMessage(t *testing.T) {
 	f := newFakeVmigd(t)
 	m := newTestManager(t, f, VmigdOptions{})
@@ -812,26 +932,17 @@ func TestAdoptFromRunningVmigd(t *testing.T) {
 	}
 }
 
-// virt-handler.patch carries this package's vmigd.go as KubeVirt's vmigd-proxy.go: the two must
-// not drift apart. After a change here: contrib/kubevirt/make-patch KUBEVIRT_GIT_DIR.
+// Each patch of ../patches carries this package's vmigd.go as KubeVirt's vmigd-proxy.go: they
+// must not drift apart. After a change here: contrib/kubevirt/make-patch --all. (make-patch
+// --check-only, the kubevirt_patch test, compares the whole patches.)
 func TestPatchVendorsThisFile(t *testing.T) {
-	patch, err := os.ReadFile("../virt-handler.patch")
-	if err != nil {
-		t.Fatal(err)
+	patches, err := filepath.Glob("../patches/virt-handler-*.patch")
+	if err != nil || len(patches) == 0 {
+		t.Fatalf("no ../patches/virt-handler-*.patch (%v)", err)
 	}
 	src, err := os.ReadFile("vmigd.go")
 	if err != nil {
 		t.Fatal(err)
-	}
-	var vendored strings.Builder
-	in := false
-	for _, line := range strings.Split(string(patch), "\n") {
-		switch {
-		case strings.HasPrefix(line, "+++ "):
-			in = line == "+++ b/pkg/virt-handler/migration-proxy/vmigd-proxy.go"
-		case in && strings.HasPrefix(line, "+"):
-			vendored.WriteString(line[1:] + "\n")
-		}
 	}
 	afterImports := func(s string) string {
 		i := strings.Index(s, "\nimport (\n")
@@ -842,8 +953,24 @@ func TestPatchVendorsThisFile(t *testing.T) {
 		return s[i+j+3:]
 	}
 	body := afterImports(string(src))
-	if body == "" || !strings.Contains(afterImports(vendored.String()), body) {
-		t.Fatal("virt-handler.patch does not carry this vmigd.go: run contrib/kubevirt/make-patch KUBEVIRT_GIT_DIR")
+	for _, name := range patches {
+		patch, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var vendored strings.Builder
+		in := false
+		for _, line := range strings.Split(string(patch), "\n") {
+			switch {
+			case strings.HasPrefix(line, "+++ "):
+				in = line == "+++ b/pkg/virt-handler/migration-proxy/vmigd-proxy.go"
+			case in && strings.HasPrefix(line, "+"):
+				vendored.WriteString(line[1:] + "\n")
+			}
+		}
+		if body == "" || !strings.Contains(afterImports(vendored.String()), body) {
+			t.Errorf("%s does not carry this vmigd.go: run contrib/kubevirt/make-patch --all", name)
+		}
 	}
 }
 

@@ -41,7 +41,16 @@ const (
 	vmigdMaxReply = 32 << 20
 
 	vmigdShutdownError = "unable to process new migration connections during virt-handler shutdown"
+
+	// vmigd's largest cap, bytes/s (doc/control-protocol.md); a larger one is beyond any link and
+	// is sent as none.
+	vmigdMaxRate = 1000000000000000
 )
+
+// VmigdControlEnv is the environment variable that selects vmigd in the patched virt-handler: set
+// on its container to vmigd's control socket. A stock virt-handler ignores it and keeps its
+// built-in proxy.
+const VmigdControlEnv = "VMIGD_CONTROL"
 
 // VmigdOptions configures a VmigdProxyManager.
 type VmigdOptions struct {
@@ -52,6 +61,12 @@ type VmigdOptions struct {
 	// :297-300). A repeated start with the same arguments keeps the key's setting, as the stock
 	// proxy does. nil: TLS on.
 	DisableTLS func() bool
+	// BandwidthPerMigration is the cap in bytes/s each source migration starts with: KubeVirt's
+	// migrations.bandwidthPerMigration from the live cluster config. Like DisableTLS it is read
+	// when a key's source sockets are made, and a repeated start with the same arguments keeps the
+	// key's cap (vmigd would remake the sockets for another). vmigd holds it on the wire over all
+	// the migration's connections together. nil or 0: no cap.
+	BandwidthPerMigration func() uint64
 	// Timeout bounds one control request: connect, write and reply together. 0: 5 s.
 	Timeout time.Duration
 	// ResyncInterval is how often vmigd's status is read in the background to notice a restart.
@@ -98,12 +113,13 @@ type vmigdTarget struct {
 
 // vmigdSource is what the cache knows of one key's source sockets.
 type vmigdSource struct {
-	address string
-	portMap map[string]int // TCP port on the target -> logical port
-	baseDir string
-	tls     bool
-	files   []string
-	partial bool
+	address   string
+	portMap   map[string]int // TCP port on the target -> logical port
+	baseDir   string
+	tls       bool
+	bandwidth uint64 // bytes/s; 0: no cap
+	files     []string
+	partial   bool
 }
 
 type vmigdKeyLock struct {
@@ -272,14 +288,18 @@ func (m *VmigdProxyManager) StartSourceListener(key string, targetAddress string
 	defer unlock()
 	want := &vmigdSource{address: targetAddress, portMap: vmigdCopyPorts(destSrcPortMap),
 		baseDir: baseDir}
-	want.tls = m.tlsFor(func() (bool, bool) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if s := m.sources[key]; s != nil && s.sameArgs(want) {
-			return s.tls, true
-		}
-		return false, false
-	})
+	m.mu.Lock()
+	known := m.sources[key]
+	if known != nil && known.sameArgs(want) {
+		want.tls, want.bandwidth = known.tls, known.bandwidth
+	} else {
+		known = nil
+	}
+	m.mu.Unlock()
+	if known == nil {
+		want.tls = m.tlsNow()
+		want.bandwidth = m.bandwidthNow()
+	}
 	files, err := m.sourceStart(key, want)
 	if err != nil {
 		m.afterFailedStart("source", key, err)
@@ -650,7 +670,23 @@ func (m *VmigdProxyManager) tlsFor(cached func() (bool, bool)) bool {
 	if tls, known := cached(); known {
 		return tls
 	}
+	return m.tlsNow()
+}
+
+// tlsNow is the cluster's setting now: TLS unless migrations.disableTLS.
+func (m *VmigdProxyManager) tlsNow() bool {
 	return m.opts.DisableTLS == nil || !m.opts.DisableTLS()
+}
+
+// bandwidthNow is the cluster's cap per migration now, bytes/s; 0: none.
+func (m *VmigdProxyManager) bandwidthNow() uint64 {
+	if m.opts.BandwidthPerMigration == nil {
+		return 0
+	}
+	if bw := m.opts.BandwidthPerMigration(); bw <= vmigdMaxRate {
+		return bw
+	}
+	return 0
 }
 
 // touch records a change of a key while the first Sync's list is in flight. Holds mu.
@@ -777,6 +813,9 @@ func (m *VmigdProxyManager) sourceStart(key string, s *vmigdSource) ([]string, e
 			"targetNodeAddress":              s.address,
 			"targetDirectMigrationNodePorts": s.portMap,
 		}}
+	if s.bandwidth > 0 {
+		req["bandwidth"] = s.bandwidth
+	}
 	if err := m.call("source-start", key, req, &r); err != nil {
 		return nil, err
 	}
@@ -791,6 +830,7 @@ type vmigdMigration struct {
 	TLS      *bool  `json:"tls"`
 	Mode     string `json:"mode"`
 	Peer     string `json:"peer"`
+	Cap      uint64 `json:"cap"` // bytes/s, 0: none
 	Ports    []struct {
 		ID       int    `json:"id"`
 		Socket   string `json:"socket"`
@@ -826,7 +866,7 @@ func (mig *vmigdMigration) target() *vmigdTarget {
 }
 
 func (mig *vmigdMigration) source() *vmigdSource {
-	s := &vmigdSource{portMap: make(map[string]int)}
+	s := &vmigdSource{portMap: make(map[string]int), bandwidth: mig.Cap}
 	var known bool
 	s.tls, known = mig.tls()
 	s.partial = !known

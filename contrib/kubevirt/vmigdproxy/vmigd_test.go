@@ -460,6 +460,46 @@ func realScenario(t *testing.T, withTLS bool) {
 		}
 	})
 
+	t.Run("bandwidthPerMigration", func(t *testing.T) {
+		const cap = 48 << 20
+		mb := NewVmigdProxyManager(VmigdOptions{ControlSocket: src.control, DisableTLS: disableTLS,
+			ResyncInterval: -1, BandwidthPerMigration: func() uint64 { return cap }})
+		defer mb.Close()
+		k := "bw-1"
+		if err := mb.StartSourceListener(k, "127.0.0.1", ports, srcBase); err != nil {
+			t.Fatal(err)
+		}
+		defer mb.StopSourceListener(k)
+		capOf := func() (uint64, uint64) {
+			list, err := mb.list()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, mig := range list {
+				if mig.Key == k && mig.Role == "source" {
+					var ino uint64
+					if fi, err := os.Stat(SourceUnixFile(srcBase, k)); err == nil {
+						ino = fi.Sys().(*syscall.Stat_t).Ino
+					}
+					return mig.Cap, ino
+				}
+			}
+			t.Fatalf("vmigd does not list source %s", k)
+			return 0, 0
+		}
+		got, ino := capOf()
+		if got != cap {
+			t.Errorf("vmigd's cap for %s: %d, want %d", k, got, cap)
+		}
+		// the same start again: vmigd keeps the sockets (a different cap would remake them)
+		if err := mb.StartSourceListener(k, "127.0.0.1", ports, srcBase); err != nil {
+			t.Fatal(err)
+		}
+		if got2, ino2 := capOf(); got2 != cap || ino2 != ino || ino == 0 {
+			t.Errorf("after a repeated start: cap %d, socket inode %d, were %d, %d", got2, ino2, cap, ino)
+		}
+	})
+
 	t.Run("errors carry vmigd's message", func(t *testing.T) {
 		gone := filepath.Join(dir, "no-such-launcher")
 		err := mSrc.StartSourceListener("k-gone", "127.0.0.1", map[string]int{"1": 49152}, gone)
