@@ -328,11 +328,18 @@ func realScenario(t *testing.T, withTLS bool) {
 	}
 	src := newRealVmigd(t, "src", bin, dir, args)
 	dst := newRealVmigd(t, "dst", bin, dir, args)
+	managerLog := &lockedBuffer{} // what the managers log, a line each
 	manager := func(d *realVmigd) *VmigdProxyManager {
+		logf := func(prefix string) func(string, ...interface{}) {
+			return func(f string, a ...interface{}) {
+				line := fmt.Sprintf(d.name+": "+prefix+f, a...)
+				t.Log(line)
+				fmt.Fprintln(managerLog, line)
+			}
+		}
 		m := NewVmigdProxyManager(VmigdOptions{ControlSocket: d.control, DisableTLS: disableTLS,
 			ResyncInterval: -1, Timeout: 5 * time.Second,
-			Infof:    func(f string, a ...interface{}) { t.Logf(d.name+": "+f, a...) },
-			Warningf: func(f string, a ...interface{}) { t.Logf(d.name+": WARNING "+f, a...) }})
+			Infof: logf(""), Warningf: logf("WARNING ")})
 		t.Cleanup(m.Close)
 		return m
 	}
@@ -685,28 +692,90 @@ func realScenario(t *testing.T, withTLS bool) {
 		// it against a new target, so its old target listeners are not used again. Between two
 		// vmigd over TLS they would refuse it: the new source numbers connections from 0 again.)
 
-		// the target node's vmigd dies: listeners made again on new ports, which KubeVirt does
-		// not publish again; a retried migration (a new source start) uses them
+		// the target node's vmigd dies (SIGKILL) with a migration prepared on both nodes whose
+		// connections have not come yet: KubeVirt published the target's ports once, so the
+		// listeners are made again on those very ports, and the source, which dials the old
+		// port numbers, reaches the target's unix socket
+		kq := "k-prepared"
+		fq := launcherDirs(t, kubevirtTargetFiles(filepath.Join(dir, "prepared"), kq, false))
+		newEchoServer(t, fq[0], "")
+		preparedQemu := newEchoServer(t, fq[1], "")
+		if err := mDst.StartTargetListener(kq, fq); err != nil {
+			t.Fatal(err)
+		}
+		published := mDst.GetTargetListenerPorts(kq)
+		if err := mSrc.StartSourceListener(kq, "127.0.0.1", published, srcBase); err != nil {
+			t.Fatal(err)
+		}
+		sockPrepared := SourceUnixFile(srcBase, ConstructProxyKey(kq, 49152))
+		// and one whose port another process takes while vmigd is down
+		kz := "k-taken"
+		fz := launcherDirs(t, kubevirtTargetFiles(filepath.Join(dir, "taken"), kz, false))
+		if err := mDst.StartTargetListener(kz, fz); err != nil {
+			t.Fatal(err)
+		}
+		publishedZ := mDst.GetTargetListenerPorts(kz)
+		var takenPort string
+		for tcp, l := range publishedZ {
+			if l == 49152 {
+				takenPort = tcp
+			}
+		}
+		oldPid = dst.pid()
 		dst.kill()
+		squatter, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", takenPort))
+		if err != nil {
+			t.Fatalf("cannot take port %s: %v", takenPort, err)
+		}
+		defer squatter.Close()
 		dst.start()
+		if dst.pid() == oldPid {
+			t.Fatal("same pid")
+		}
 		// noticed by the next start, with no Sync call
 		k3 := "k3"
 		f3 := launcherDirs(t, kubevirtTargetFiles(filepath.Join(dir, "3"), k3, false))
 		if err := mDst.StartTargetListener(k3, f3); err != nil {
 			t.Fatal(err)
 		}
-		ports3 := mDst.GetTargetListenerPorts(key)
-		if !reflect.DeepEqual(logicals(ports3), []int{0, 49152, 49153}) || reflect.DeepEqual(ports3, ports) {
-			t.Fatalf("after restart: ports %v, were %v", ports3, ports)
+		if got := mDst.GetTargetListenerPorts(kq); !reflect.DeepEqual(got, published) {
+			t.Fatalf("after the restart: %s's ports %v, published %v", kq, got, published)
 		}
-		for tcp := range ports3 {
-			c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", tcp), time.Second)
-			if err != nil {
-				t.Errorf("nothing listens on %s after the restart: %v", tcp, err)
-			} else {
-				c.Close()
+		ports3 := mDst.GetTargetListenerPorts(key)
+		if !reflect.DeepEqual(ports3, ports) {
+			t.Fatalf("after the restart: ports %v, were %v", ports3, ports)
+		}
+		for tcp := range published {
+			if !tcpListening(tcp) {
+				t.Errorf("nothing listens on published port %s after the restart", tcp)
 			}
 		}
+		if err := checkEcho(t, sockPrepared, 1<<20, ""); err != nil {
+			t.Errorf("the prepared migration after the target vmigd restarted: %v", err)
+		}
+		if got := atomic.LoadInt64(&preparedQemu.received); got != 1<<20 {
+			t.Errorf("the prepared migration's target socket received %d bytes", got)
+		}
+		if !strings.Contains(dst.log.String(), "migration "+kq+" role=target start") {
+			t.Errorf("the restarted target vmigd does not log %s's start", kq)
+		}
+		// the taken port: an error naming the key, the ports and EADDRINUSE; the key is still
+		// held, on new ports
+		wantErr := "error: vmigd: target " + kz + " cannot listen again on its published ports " +
+			vmigdPortsString(publishedZ)
+		if l := managerLog.String(); !strings.Contains(l, wantErr) ||
+			!strings.Contains(l, "TCP port "+takenPort+": Address already in use (EADDRINUSE)") {
+			t.Errorf("no error line for %s's taken port %s:\n%s", kz, takenPort, l)
+		}
+		if got := mDst.GetTargetListenerPorts(kz); len(got) != len(publishedZ) || reflect.DeepEqual(got, publishedZ) {
+			t.Errorf("%s after its port was taken: ports %v, published %v", kz, got, publishedZ)
+		}
+		mDst.StopTargetListener(kz)
+		mSrc.StopSourceListener(kq)
+		mDst.StopTargetListener(kq)
+		// the migration that was running (its source numbered its connections for the old
+		// target) is retried by KubeVirt: a new source start on the same ports
+		mSrc.StopSourceListener(key)
 		if err := mSrc.StartSourceListener(key, "127.0.0.1", ports3, srcBase); err != nil {
 			t.Fatal(err)
 		}
