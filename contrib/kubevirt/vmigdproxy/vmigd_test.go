@@ -138,6 +138,46 @@ func (d *realVmigd) signal(sig syscall.Signal, wait time.Duration) bool {
 
 func (d *realVmigd) kill() { d.signal(syscall.SIGKILL, 10*time.Second) }
 
+// takeover starts a vmigd --takeover on d's socket and waits until status answers with its pid;
+// d is then the new one. The old one's exit closes the channel returned (killed at cleanup).
+func (d *realVmigd) takeover() (oldPid int, oldExited chan struct{}) {
+	d.t.Helper()
+	oldCmd, oldExited := d.cmd, d.exited
+	d.t.Cleanup(func() {
+		oldCmd.Process.Kill()
+		<-oldExited
+	})
+	fmt.Fprintf(d.log, "---- takeover ----\n")
+	cmd := exec.Command(d.bin, append(append([]string{"--control", d.control}, d.args...), "--takeover")...)
+	cmd.Stdout, cmd.Stderr = d.log, d.log
+	if err := cmd.Start(); err != nil {
+		d.t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(exited)
+	}()
+	d.cmd, d.exited = cmd, exited
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		r, err := rawCall(d.control, map[string]interface{}{"op": "status"})
+		if err == nil {
+			if st, _ := r["status"].(map[string]interface{}); st != nil && st["pid"] == float64(cmd.Process.Pid) {
+				return oldCmd.Process.Pid, oldExited
+			}
+		}
+		select {
+		case <-exited:
+			d.t.Fatalf("vmigd %s --takeover exited:\n%s", d.name, d.log.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			d.t.Fatalf("vmigd %s --takeover did not take over:\n%s", d.name, d.log.String())
+		}
+	}
+}
+
 func (d *realVmigd) pid() int { return d.cmd.Process.Pid }
 
 func rawCall(path string, req map[string]interface{}) (map[string]interface{}, error) {
@@ -842,6 +882,53 @@ func realScenario(t *testing.T, withTLS bool) {
 		})
 		if mSrc.OpenListenerCount()+mDst.OpenListenerCount() != 0 {
 			t.Error("counts not 0")
+		}
+	})
+
+	t.Run("vmigd taken over", func(t *testing.T) {
+		// a migration prepared on both nodes whose connections have not come yet when the
+		// target node's vmigd is taken over (vmigd --takeover): the old vmigd keeps a
+		// KubeVirt-mode target with its listeners, so its ports stay; the manager does not ask
+		// the new vmigd for it, and the source, dialling the published ports, reaches the
+		// target's unix socket through the old one
+		kt := "k-takeover"
+		ft := launcherDirs(t, kubevirtTargetFiles(filepath.Join(dir, "takeover"), kt, false))
+		newEchoServer(t, ft[0], "")
+		tq := newEchoServer(t, ft[1], "")
+		if err := mDst.StartTargetListener(kt, ft); err != nil {
+			t.Fatal(err)
+		}
+		published := mDst.GetTargetListenerPorts(kt)
+		if err := mSrc.StartSourceListener(kt, "127.0.0.1", published, srcBase); err != nil {
+			t.Fatal(err)
+		}
+		oldPid, oldExited := dst.takeover()
+		starts := strings.Count(dst.log.String(), "migration "+kt+" role=target start")
+		if err := mDst.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		if got := mDst.GetTargetListenerPorts(kt); !reflect.DeepEqual(got, published) {
+			t.Errorf("after the takeover: ports %v, published %v", got, published)
+		}
+		if n := strings.Count(dst.log.String(), "migration "+kt+" role=target start"); n != starts {
+			t.Errorf("the target was started again after the takeover (%d start lines, were %d)", n, starts)
+		}
+		if l := managerLog.String(); !strings.Contains(l, "target "+kt+" stays with the vmigd this one took over from") {
+			t.Errorf("the manager does not say %s stayed with the old vmigd:\n%s", kt, l)
+		}
+		if err := checkEcho(t, SourceUnixFile(srcBase, ConstructProxyKey(kt, 49152)), 1<<20, ""); err != nil {
+			t.Errorf("the prepared migration after the takeover: %v", err)
+		}
+		if got := atomic.LoadInt64(&tq.received); got != 1<<20 {
+			t.Errorf("the target socket received %d bytes", got)
+		}
+		// the stops reach the old vmigd (passed on by the new one), which then exits
+		mSrc.StopSourceListener(kt)
+		mDst.StopTargetListener(kt)
+		select {
+		case <-oldExited:
+		case <-time.After(20 * time.Second):
+			t.Errorf("the old vmigd (pid %d) still runs 20 s after its migration was stopped", oldPid)
 		}
 	})
 
