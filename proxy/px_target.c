@@ -758,6 +758,30 @@ static int listen_ports(struct px_migration *m, const unsigned int *want, char *
 	return 0;
 }
 
+/* KubeVirt mode's ports: only KubeVirt's logical ports, and a TCP port of its own (into want[])
+ * only in that mode. */
+static int check_kubevirt(unsigned int nports, const struct px_port_info *ports,
+			  const struct px_start *opts, unsigned int *want, char *err, size_t errlen)
+{
+	for (unsigned int i = 0; i < nports; i++) {
+		if (opts->kubevirt && !px_kubevirt_port(ports[i].id)) {
+			snprintf(err, errlen,
+				 "port %u is not one of KubeVirt's logical ports (0 libvirt, 49152 QEMU, "
+				 "49153 NBD): give vmigd's own ports without --kubevirt",
+				 ports[i].id);
+			return -EINVAL;
+		}
+		if (ports[i].tcp && (!opts->kubevirt || ports[i].tcp > 65535)) {
+			snprintf(err, errlen,
+				 "port %u: a TCP port of its own (%u) needs KubeVirt mode, 1 to 65535",
+				 ports[i].id, ports[i].tcp);
+			return -EINVAL;
+		}
+		want[i] = ports[i].tcp;
+	}
+	return 0;
+}
+
 int px_target_start(struct px_node *n, const char *key, unsigned int nports,
 		    const struct px_port_info *ports, const struct px_start *opts,
 		    struct px_portmap *out, char *err, size_t errlen)
@@ -782,24 +806,9 @@ int px_target_start(struct px_node *n, const char *key, unsigned int nports,
 		if (r < 0)
 			return r;
 	}
-	for (unsigned int i = 0; opts->kubevirt && i < nports; i++) {
-		if (!px_kubevirt_port(ports[i].id)) {
-			snprintf(err, errlen,
-				 "port %u is not one of KubeVirt's logical ports (0 libvirt, 49152 QEMU, "
-				 "49153 NBD): give vmigd's own ports without --kubevirt",
-				 ports[i].id);
-			return -EINVAL;
-		}
-	}
-	for (unsigned int i = 0; i < nports; i++) {
-		if (ports[i].tcp && (!opts->kubevirt || ports[i].tcp > 65535)) {
-			snprintf(err, errlen,
-				 "port %u: a TCP port of its own (%u) needs KubeVirt mode, 1 to 65535",
-				 ports[i].id, ports[i].tcp);
-			return -EINVAL;
-		}
-		want[i] = ports[i].tcp;
-	}
+	r = check_kubevirt(nports, ports, opts, want, err, errlen);
+	if (r < 0)
+		return r;
 	r = px_tls_choose(n, opts->tls, &tls, err, errlen);
 	if (r < 0)
 		return r;
