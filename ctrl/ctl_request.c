@@ -459,6 +459,50 @@ static int parse_tls(struct json_object *o, struct ctl_request *req, char *err, 
 	return r;
 }
 
+/*
+ * "listen": {"PORTID": TCPPORT}, KubeVirt mode only: the TCP port each named logical port's
+ * listener binds (a restarted daemon keeps the ports it published). Ports not named bind any.
+ */
+static int parse_listen(struct json_object *o, struct ctl_request *req, char *err, size_t errlen)
+{
+	struct json_object *l;
+
+	if (!json_object_object_get_ex(o, "listen", &l))
+		return 0;
+	if (!json_object_is_type(l, json_type_object))
+		return bad(err, errlen, "\"listen\" must be an object of \"PORTID\": TCPPORT");
+	if (!req->kubevirt)
+		return bad(err, errlen,
+			   "\"listen\" needs \"kubevirt\": only KubeVirt mode has a listener per "
+			   "port");
+	json_object_object_foreach (l, name, val) {
+		uint32_t id;
+		int64_t tcp;
+		unsigned int i;
+
+		if (px_port_parse(name, &id) < 0)
+			return bad(err, errlen, "listen: bad port id \"%.20s\": use 0 to 65535",
+				   name);
+		for (i = 0; i < req->nports && req->ports[i].id != id; i++)
+			;
+		if (i == req->nports)
+			return bad(err, errlen, "listen: port %u has no socket in \"sockets\"", id);
+		if (!json_object_is_type(val, json_type_int) ||
+		    (tcp = json_object_get_int64(val)) < 1 || tcp > 65535)
+			return bad(err, errlen, "listen: the TCP port for port %u must be 1 to 65535",
+				   id);
+		if (req->ports[i].tcp)
+			return bad(err, errlen, "listen: port %u is listed twice", id);
+		for (unsigned int j = 0; j < req->nports; j++)
+			if (req->ports[j].tcp == tcp)
+				return bad(err, errlen,
+					   "listen: TCP port %u is given to ports %u and %u",
+					   (unsigned int)tcp, req->ports[j].id, id);
+		req->ports[i].tcp = (unsigned int)tcp;
+	}
+	return 0;
+}
+
 static int parse_target_start(struct json_object *o, struct ctl_request *req, char *err,
 			      size_t errlen)
 {
@@ -466,6 +510,7 @@ static int parse_target_start(struct json_object *o, struct ctl_request *req, ch
 
 	r = r ?: parse_sockets(o, req, err, errlen);
 	r = r ?: parse_flag(o, "kubevirt", &req->kubevirt, err, errlen);
+	r = r ?: parse_listen(o, req, err, errlen);
 	r = r ?: parse_tls(o, req, err, errlen);
 	return r ?: parse_bandwidth(o, false, req, err, errlen);
 }
@@ -536,7 +581,7 @@ static const struct ctl_op_def {
 	unsigned int flags;
 } ops[] = {
 	[CTL_TARGET_START] = { "target-start",
-			       FIELDS("key", "sockets", "bandwidth", "kubevirt", "tls"),
+			       FIELDS("key", "sockets", "bandwidth", "kubevirt", "listen", "tls"),
 			       parse_target_start },
 	[CTL_TARGET_STOP] = { "target-stop", FIELDS("key"), parse_stop },
 	[CTL_SOURCE_START] = { "source-start",

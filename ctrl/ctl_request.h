@@ -18,7 +18,8 @@
  */
 #define CTL_PROTOCOL_VERSION 2
 #define CTL_FEATURES                                                                               \
-	"strict-fields", "kubevirt", "convergence", "secret", "takeover", "note", "node-bandwidth"
+	"strict-fields", "kubevirt", "convergence", "secret", "takeover", "note", "node-bandwidth",  \
+		"listen"
 #define CTL_REQUEST_MAX 65536
 #define CTL_DIR_MAX	4096
 

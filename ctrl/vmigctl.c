@@ -46,7 +46,9 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: vmigctl [-c PATH] target start KEY --socket PORTID=UNIXPATH [--socket "
 		"...]\n"
-		"                         [--kubevirt] [--tls | --no-tls] [--bandwidth RATE]\n"
+		"                         [--kubevirt [--listen PORTID=TCPPORT ...]] [--tls | "
+		"--no-tls]\n"
+		"                         [--bandwidth RATE]\n"
 		"       vmigctl [-c PATH] target stop KEY\n"
 		"       vmigctl [-c PATH] source start KEY --target JSON --dir BASEDIR "
 		"[--bandwidth RATE]\n"
@@ -243,16 +245,34 @@ static bool tls_opt(struct json_object *req, const char *arg)
 static void target_start(const char *key, int argc, char **argv)
 {
 	struct json_object *req = request("target-start", key), *socks = json_object_new_object();
-	struct json_object *reply, *t;
+	struct json_object *listen = json_object_new_object(), *reply, *t;
 
 	for (int i = 0; i < argc; i++) {
 		const char *spec = NULL;
-		char copy[4096], *eq;
+		char copy[4096], *eq, *end;
+		unsigned long tcp;
 
 		if (bandwidth_opt(req, argc, argv, &i) || tls_opt(req, argv[i]))
 			continue;
 		if (strcmp(argv[i], "--kubevirt") == 0) {
 			json_object_object_add(req, "kubevirt", json_object_new_boolean(true));
+			continue;
+		}
+		/* --listen PORTID=TCPPORT: vmigd checks the id; the number is ours to read. */
+		if (strcmp(argv[i], "--listen") == 0 && i + 1 < argc) {
+			snprintf(copy, sizeof(copy), "%s", argv[++i]);
+			eq = strchr(copy, '=');
+			if (eq)
+				*eq = '\0';
+			errno = 0;
+			tcp = eq ? strtoul(eq + 1, &end, 10) : 0;
+			if (!eq || eq == copy || !eq[1] || *end || errno || !tcp || tcp > 65535)
+				die(EXIT_FAIL,
+				    "--listen: expected PORTID=TCPPORT (1 to 65535), got \"%s\"",
+				    argv[i]);
+			if (json_object_object_get_ex(listen, copy, NULL))
+				die(EXIT_FAIL, "--listen: port %s given twice", copy);
+			json_object_object_add(listen, copy, json_object_new_int((int)tcp));
 			continue;
 		}
 		if (strcmp(argv[i], "--socket") == 0 && i + 1 < argc)
@@ -271,6 +291,10 @@ static void target_start(const char *key, int argc, char **argv)
 		json_object_object_add(socks, copy, json_object_new_string(eq + 1));
 	}
 	json_object_object_add(req, "sockets", socks);
+	if (json_object_object_length(listen))
+		json_object_object_add(req, "listen", listen);
+	else
+		json_object_put(listen);
 	if (json_object_object_length(socks) == 0)
 		die(EXIT_FAIL, "target start: give at least one --socket PORTID=UNIXPATH");
 	reply = call(req);

@@ -679,7 +679,8 @@ const struct px_role_ops px_target_ops = {
 	.stop_keeps_ports = tgt_stop_keeps_ports,
 };
 
-/* Whether a running target was started with exactly these arguments (ports as a set). */
+/* Whether a running target was started with exactly these arguments (ports as a set), and
+ * listens on the TCP ports asked for, where some are. */
 static bool same_target(const struct px_migration *m, unsigned int nports,
 			const struct px_port_info *ports, const struct px_start *o, bool tls)
 {
@@ -691,7 +692,8 @@ static bool same_target(const struct px_migration *m, unsigned int nports,
 
 		for (j = 0; j < m->nports; j++)
 			if (m->ports[j].id == ports[i].id &&
-			    !strcmp(m->ports[j].path, ports[i].path))
+			    !strcmp(m->ports[j].path, ports[i].path) &&
+			    (!ports[i].tcp || ports[i].tcp == m->ports[j].tcp))
 				break;
 		if (j == m->nports)
 			return false;
@@ -721,8 +723,12 @@ static void target_map(const struct px_migration *m, struct px_portmap *out)
 	}
 }
 
-/* KubeVirt mode: each port gets a listener of its own, on the node hop's address, any port. */
-static int listen_ports(struct px_migration *m, char *err, size_t errlen)
+/*
+ * KubeVirt mode: each port gets a listener of its own, on the node hop's address, on the TCP
+ * port asked for (want[i], a restart keeping what was published) or any. The caller closes
+ * what was opened when one fails.
+ */
+static int listen_ports(struct px_migration *m, const unsigned int *want, char *err, size_t errlen)
 {
 	struct px_node *n = m->n;
 	int r;
@@ -731,8 +737,13 @@ static int listen_ports(struct px_migration *m, char *err, size_t errlen)
 		struct px_port *p = &m->ports[i];
 		struct xp_addr a = n->bound, bound;
 
-		xp_addr_set_port(&a, 0);
+		xp_addr_set_port(&a, want[i]);
 		r = IO(n, listen_tcp, &a, &p->lfd, &bound);
+		if (r < 0 && want[i]) {
+			snprintf(err, errlen, "cannot listen for port %u on TCP port %u: %s (%s)",
+				 p->id, want[i], strerror(-r), strerrorname_np(-r));
+			return r;
+		}
 		if (r < 0) {
 			snprintf(err, errlen, "cannot listen for port %u: %s", p->id, strerror(-r));
 			return r;
@@ -747,12 +758,37 @@ static int listen_ports(struct px_migration *m, char *err, size_t errlen)
 	return 0;
 }
 
+/* KubeVirt mode's ports: only KubeVirt's logical ports, and a TCP port of its own (into want[])
+ * only in that mode. */
+static int check_kubevirt(unsigned int nports, const struct px_port_info *ports,
+			  const struct px_start *opts, unsigned int *want, char *err, size_t errlen)
+{
+	for (unsigned int i = 0; i < nports; i++) {
+		if (opts->kubevirt && !px_kubevirt_port(ports[i].id)) {
+			snprintf(err, errlen,
+				 "port %u is not one of KubeVirt's logical ports (0 libvirt, 49152 QEMU, "
+				 "49153 NBD): give vmigd's own ports without --kubevirt",
+				 ports[i].id);
+			return -EINVAL;
+		}
+		if (ports[i].tcp && (!opts->kubevirt || ports[i].tcp > 65535)) {
+			snprintf(err, errlen,
+				 "port %u: a TCP port of its own (%u) needs KubeVirt mode, 1 to 65535",
+				 ports[i].id, ports[i].tcp);
+			return -EINVAL;
+		}
+		want[i] = ports[i].tcp;
+	}
+	return 0;
+}
+
 int px_target_start(struct px_node *n, const char *key, unsigned int nports,
 		    const struct px_port_info *ports, const struct px_start *opts,
 		    struct px_portmap *out, char *err, size_t errlen)
 {
 	struct px_migration *m, *old;
 	uint32_t ids[PX_PORTS_MAX] = { 0 };
+	unsigned int want[PX_PORTS_MAX] = { 0 };
 	char list[PX_PORTS_MAX * 120] = "", note[64];
 	bool tls;
 	int r;
@@ -770,15 +806,9 @@ int px_target_start(struct px_node *n, const char *key, unsigned int nports,
 		if (r < 0)
 			return r;
 	}
-	for (unsigned int i = 0; opts->kubevirt && i < nports; i++) {
-		if (!px_kubevirt_port(ports[i].id)) {
-			snprintf(err, errlen,
-				 "port %u is not one of KubeVirt's logical ports (0 libvirt, 49152 QEMU, "
-				 "49153 NBD): give vmigd's own ports without --kubevirt",
-				 ports[i].id);
-			return -EINVAL;
-		}
-	}
+	r = check_kubevirt(nports, ports, opts, want, err, errlen);
+	if (r < 0)
+		return r;
 	r = px_tls_choose(n, opts->tls, &tls, err, errlen);
 	if (r < 0)
 		return r;
@@ -830,7 +860,7 @@ int px_target_start(struct px_node *n, const char *key, unsigned int nports,
 		snprintf(list + used, sizeof(list) - used, "%s%u=%s", i ? "," : "", p->id, p->path);
 	}
 	if (m->kubevirt) {
-		r = listen_ports(m, err, errlen);
+		r = listen_ports(m, want, err, errlen);
 		if (r < 0)
 			goto fail_listen;
 	}

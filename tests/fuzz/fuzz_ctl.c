@@ -69,6 +69,12 @@ static void check_accepted(const struct ctl_request *req, size_t size)
 		FUZZ_CHECK(req->nports >= 1 && req->nports <= PX_PORTS_MAX);
 		for (unsigned int i = 0; i < req->nports; i++) {
 			FUZZ_CHECK(req->ports[i].id <= PX_PORT_MAX);
+			/* A TCP port of its own: KubeVirt mode's, 1 to 65535, each port's own. */
+			FUZZ_CHECK(req->ports[i].tcp <= 65535 &&
+				   (!req->ports[i].tcp || req->kubevirt));
+			for (unsigned int j = 0; j < i; j++)
+				FUZZ_CHECK(!req->ports[i].tcp ||
+					   req->ports[i].tcp != req->ports[j].tcp);
 			FUZZ_CHECK(strnlen(req->ports[i].path, sizeof(req->ports[i].path)) <
 				   sizeof(req->ports[i].path));
 		}
@@ -83,7 +89,7 @@ static void check_accepted(const struct ctl_request *req, size_t size)
 
 /* The fields each op takes, as doc/interfaces.md lists them (not read from ctl_request.c). */
 static const char *const fields_of[][8] = {
-	[CTL_TARGET_START] = { "key", "sockets", "bandwidth", "kubevirt", "tls" },
+	[CTL_TARGET_START] = { "key", "sockets", "bandwidth", "kubevirt", "listen", "tls" },
 	[CTL_TARGET_STOP] = { "key" },
 	[CTL_SOURCE_START] = { "key", "target", "dir", "bandwidth", "convergence", "tls" },
 	[CTL_SOURCE_STOP] = { "key" },
@@ -172,6 +178,21 @@ static void check_exact(const uint8_t *data, size_t size, const struct ctl_reque
 			FUZZ_CHECK(strncmp(json_object_get_string(val), req->ports[i].path,
 					   sizeof(req->ports[i].path)) == 0);
 			i++;
+		}
+		/* Each TCP port taken is the one "listen" gives that port; the others none. */
+		for (i = 0; i < req->nports; i++) {
+			struct json_object *l, *v = NULL;
+
+			if (json_object_object_get_ex(o, "listen", &l)) {
+				json_object_object_foreach (l, lname, lval) {
+					uint32_t n;
+
+					if (px_port_parse(lname, &n) == 0 && n == req->ports[i].id)
+						v = lval;
+				}
+			}
+			FUZZ_CHECK(v ? json_object_get_int64(v) == req->ports[i].tcp
+				     : req->ports[i].tcp == 0);
 		}
 	}
 	json_object_put(o);

@@ -3,7 +3,8 @@
 is sent, in the page's order, to one daemon's control socket, and the ```reply block after it is
 checked against the answer: each key the page shows is there, each value equal (arrays: each
 element the page shows matches one of the answer's), except values written "<...>", which must
-only be present. @DIR@ is this test's directory, @TARGET@ the last target-start's "target". Also
+only be present. @DIR@ is this test's directory, @TARGET@ the last target-start's "target",
+@PORT@ a TCP port on 127.0.0.1 that this test holds (a listener of its own). Also
 checks that the page lists every op ctl_request.c has, so that a new op cannot go undocumented."""
 
 import json
@@ -93,14 +94,18 @@ def main():
             d = subprocess.Popen([vmigd, '--control', ctl, '--listen', '127.0.0.1:0', '--no-tls',
                                   *owner],
                                  stdout=logf, stderr=logf, stdin=subprocess.DEVNULL)
+        held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        held.bind(('127.0.0.1', 0))
+        held.listen(1)
+        port = str(held.getsockname()[1])
         try:
             vt.wait_until(lambda: os.path.exists(ctl), 15, 'vmigd to listen')
             target = None
             for req, rep in pairs:
-                text = req.replace('@DIR@', tmp)
+                text = req.replace('@DIR@', tmp).replace('@PORT@', port)
                 if '@TARGET@' in text:
                     text = text.replace('@TARGET@', json.dumps(target))
-                want = json.loads(rep.replace('@DIR@', tmp))
+                want = json.loads(rep.replace('@DIR@', tmp).replace('@PORT@', port))
                 got = call(ctl, ' '.join(text.split('\n')))
                 why = mismatch(want, got)
                 ck.check(why is None, f'{req}: {why}; the daemon answered {got}')
@@ -108,6 +113,7 @@ def main():
                     target = got['target']
                 vt.log(f'  {req[:70]} -> {json.dumps(got)[:90]}')
         finally:
+            held.close()
             rc = vt.stop_process(d)
         ck.check(rc == 0, f'vmigd exited {rc}:\n{vt.tail(os.path.join(tmp, "vmigd.log"))}')
     vt.log(f'{len(pairs)} examples of doc/control-protocol.md answered as written; '

@@ -6,6 +6,10 @@ migration a capped 2-channel multifd one of a running test guest (96 MiB written
 - TLS: a takeover on the target mid-stream; then twice in a row on the target;
 - a target started but not yet connected when its daemon is taken over: it moves to the new
   vmigd with its secret, and the migration that follows goes through it;
+- a KubeVirt-mode target started (its per-port TCP ports published) but not yet connected when
+  its daemon is taken over: it stays with the old vmigd on those ports, which carry the
+  migration that follows (the old one logs the connections and its stop line, the new one's
+  status names it kept and `target stop` through the new one reaches it);
 - a takeover that fails before it took over (the new vmigd runs --no-tls and cannot carry a TLS
   target on): it exits 1 saying why, the old one carries on (its pid answers status) and the
   migration that follows goes through the old one.
@@ -105,6 +109,38 @@ def moved_target(ck, tb, label):
     return f'{label}: a target with no connection yet moved: {result.summary()}, {digest[:12]}'
 
 
+def kubevirt_kept_target(ck, tb, label, tls):
+    """`target start --kubevirt`, then a takeover of the target daemon, then the migration to
+    the TCP ports that target start published."""
+    src, dst = tb.qemu_pair(NEXT_MIB)
+    key = tb.new_key('kv-kept')
+    olds = []
+    # Plain text: a KubeVirt-mode target serves vmigd's source raw (no order): one channel.
+    channels = CHANNELS if tls else 0
+    m = tb.start_migration(src, dst, key, channels, target_args=['--kubevirt'],
+                           between=lambda: olds.append(tb.takeover('target')))
+    published = sorted(int(p) for p in m.target.get('targetDirectMigrationNodePorts', {}))
+    took = tb.target.status_field('takeover') or {}
+    ck.check(any(k.get('key') == key and k.get('role') == 'target'
+                 for k in took.get('kept', [])),
+             f'{label} {key}: the new daemon\'s status does not name the target kept: {took}')
+    result, digest = m.finish_verified(timeout=120)
+    old = olds[0]
+    linked = old.linked(key, 'target')
+    ck.check(len(linked) == channels + 1,
+             f'{label} {key}: the old daemon linked {len(linked)} connections, '
+             f'expected {channels + 1}')
+    ck.check(bool(old.log_matches(rf'migration {key} role=target start ports=\S+ kubevirt')) and
+             not tb.target.log_matches(rf'migration {key} role=target'),
+             f'{label} {key}: the target is not the old daemon\'s alone')
+    ck.check(old.stop_record(key, 'target').get('outcome') == 'ok',
+             f'{label} {key}: the old daemon\'s stop line does not say ok')
+    ck.check(tb.wait_retired(old) == 0, f'{label}: {old.name} did not exit 0')
+    tb.close_qemus(src, dst)
+    return (f'{label}: a KubeVirt-mode target with no connection yet stayed on its ports '
+            f'{published}: {result.summary()}, {digest[:12]}')
+
+
 def failed_takeover(ck, tb, label):
     """The new vmigd cannot carry the pending TLS target (it runs --no-tls): it fails before it
     took over, and the old one carries on."""
@@ -149,6 +185,7 @@ def run(ck, tls):
             vt.log(migrate_with_takeovers(ck, tb, label, side, 2))
             vt.log(next_migration(tb, label))
             vt.log(moved_target(ck, tb, label))
+            vt.log(kubevirt_kept_target(ck, tb, label, tls))
             if tls:
                 vt.log(failed_takeover(ck, tb, label))
             vt.log(next_migration(tb, label))

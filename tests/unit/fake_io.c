@@ -139,7 +139,8 @@ static int f_hop_stats(void *io, struct xp_hop_stats *out)
 }
 
 /* The first listener is the node hop's (FAKE_TCP_LISTEN, port 40000); KubeVirt-mode ports get
- * fds from FAKE_FIRST_PORT_LISTEN and ports from 41000. */
+ * fds from FAKE_FIRST_PORT_LISTEN and the port asked for, else ports from 41000; busy_port is
+ * taken. */
 static int f_listen_tcp(void *io, const struct xp_addr *a, int *ret_fd, struct xp_addr *bound)
 {
 	struct fake_io *f = io;
@@ -152,7 +153,10 @@ static int f_listen_tcp(void *io, const struct xp_addr *a, int *ret_fd, struct x
 		*ret_fd = FAKE_TCP_LISTEN;
 		return 0;
 	}
-	xp_addr_set_port(bound, 41000 + f->nport_listeners);
+	if (xp_addr_port(a) && xp_addr_port(a) == f->busy_port)
+		return -EADDRINUSE;
+	if (!xp_addr_port(a))
+		xp_addr_set_port(bound, 41000 + f->nport_listeners);
 	*ret_fd = FAKE_FIRST_PORT_LISTEN + (int)f->nport_listeners++;
 	return 0;
 }

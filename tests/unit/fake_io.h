@@ -114,6 +114,8 @@ struct fake_io {
 	uint16_t dpdk_port;
 	struct xp_hop_stats hop_stats;
 	unsigned int nport_listeners;
+	/* A TCP port another process holds: listening on it fails with EADDRINUSE. */
+	unsigned int busy_port;
 };
 
 extern const struct xp_io_ops fake_io_ops;

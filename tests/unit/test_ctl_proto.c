@@ -700,7 +700,7 @@ static void test_messages(void **state)
 		/* A misspelt field names the one it may have meant and the fields the op takes. */
 		{ TS "\"sockets\":{\"1\":\"/a\"},\"bandwith\":1000}",
 		  "target-start: unknown field \"bandwith\": did you mean \"bandwidth\"? (it takes "
-		  "key, sockets, bandwidth, kubevirt, tls)" },
+		  "key, sockets, bandwidth, kubevirt, listen, tls)" },
 		{ "{\"op\":\"source-stop\",\"KEY\":\"vm\"}",
 		  "source-stop: unknown field \"KEY\": did you mean \"key\"? (it takes key)" },
 		{ "{\"op\":\"status\",\"bogus\":1}",
@@ -901,6 +901,35 @@ static void test_kubevirt_fields(void **state)
 		     "\"kubevirt\":1}");
 	check_reject("{\"op\":\"target-start\",\"key\":\"k\",\"sockets\":{\"1\":\"/a\"},"
 		     "\"tls\":\"off\"}");
+	/* "listen": the TCP port per logical port, KubeVirt mode only, for ports it has. */
+	req = parse_ok("{\"op\":\"target-start\",\"key\":\"k\",\"kubevirt\":true,"
+		       "\"sockets\":{\"49152\":\"/a\",\"0\":\"/b\"},\"listen\":{\"0\":40002}}");
+	assert_int_equal(req->nports, 2);
+	for (unsigned int i = 0; i < 2; i++)
+		assert_int_equal(req->ports[i].tcp, req->ports[i].id == 0 ? 40002 : 0);
+	free(req);
+#define TSK                                                                                        \
+	"{\"op\":\"target-start\",\"key\":\"k\",\"kubevirt\":true,"                                \
+	"\"sockets\":{\"49152\":\"/a\",\"0\":\"/b\"},"
+	check_reject_says(TSK "\"listen\":[40001]}",
+			  "\"listen\" must be an object of \"PORTID\": TCPPORT");
+	check_reject_says("{\"op\":\"target-start\",\"key\":\"k\",\"sockets\":{\"49152\":"
+			  "\"/a\"},\"listen\":{\"49152\":40001}}",
+			  "\"listen\" needs \"kubevirt\"");
+	check_reject_says(TSK "\"listen\":{\"49153\":40001}}",
+			  "listen: port 49153 has no socket in \"sockets\"");
+	check_reject_says(TSK "\"listen\":{\"x\":40001}}", "listen: bad port id \"x\"");
+	check_reject_says(TSK "\"listen\":{\"0\":0}}",
+			  "listen: the TCP port for port 0 must be 1 to 65535");
+	check_reject_says(TSK "\"listen\":{\"0\":65536}}",
+			  "listen: the TCP port for port 0 must be 1 to 65535");
+	check_reject_says(TSK "\"listen\":{\"0\":\"40001\"}}",
+			  "listen: the TCP port for port 0 must be 1 to 65535");
+	check_reject_says(TSK "\"listen\":{\"0\":40001,\"00\":40002}}",
+			  "listen: port 0 is listed twice");
+	check_reject_says(TSK "\"listen\":{\"0\":40001,\"49152\":40001}}",
+			  "listen: TCP port 40001 is given to ports 0 and 49152");
+#undef TSK
 	/* KubeVirt's map for another key. */
 	check_reject("{\"op\":\"source-start\",\"key\":\"k\",\"dir\":\"/d\",\"target\":{"
 		     "\"targetNodeAddress\":\"198.18.0.2\",\"key\":\"j\","

@@ -1025,6 +1025,56 @@ static void test_kubevirt_target_stop_unbound(void **state)
 	assert_int_equal(px_node_active_conns(t->n), 0);
 }
 
+/* The TCP ports asked for (a restart keeping what was published): bound as given, the same
+ * request again answers the same; one taken fails the start, naming it, and closes the
+ * listeners already opened. */
+static void test_kubevirt_target_listen_ports(void **state)
+{
+	struct t *t = *state;
+	struct px_port_info p[2] = { { .id = PORT, .tcp = 45000 }, { .id = 0, .tcp = 45001 } };
+	struct px_start o = { .kubevirt = true };
+	struct px_portmap map;
+	struct fake_conn *c;
+	char err[256];
+
+	start(t);
+	strcpy(p[0].path, DST_SOCK);
+	strcpy(p[1].path, "/tmp/vmigd-test-roles-virtqemud-sock");
+	assert_int_equal(px_target_start(t->n, KEY, 2, p, &o, &map, err, sizeof(err)), 0);
+	assert_int_equal(map.tcp[0], 45000);
+	assert_int_equal(map.tcp[1], 45001);
+	assert_int_equal(see(t, KEY).mi.ports[0].tcp, 45000);
+	assert_int_equal(px_target_start(t->n, KEY, 2, p, &o, &map, err, sizeof(err)), 0);
+	assert_int_equal(t->f.nport_listeners, 2);
+	c = fake_incoming_on(&t->f, FAKE_FIRST_PORT_LISTEN + 1, "", 0);
+	fake_settle(&t->f);
+	assert_true(c->attached);
+	assert_string_equal(t->f.local_connects[0].path, "/tmp/vmigd-test-roles-virtqemud-sock");
+	assert_int_equal(px_target_stop(t->n, KEY, NULL, 0), 0);
+	fake_end_pass(&t->f);
+
+	/* Port 0's TCP port is taken: 49152's listener, opened first, is closed again. */
+	t->f.busy_port = 45003;
+	p[0].tcp = 45002;
+	p[1].tcp = 45003;
+	t->f.nclosed_fds = 0;
+	assert_int_equal(px_target_start(t->n, "vm-busy", 2, p, &o, &map, err, sizeof(err)),
+			 -EADDRINUSE);
+	assert_string_equal(err, "cannot listen for port 0 on TCP port 45003: Address already in "
+				 "use (EADDRINUSE)");
+	assert_int_equal(t->f.nclosed_fds, 1);
+	assert_int_equal(t->f.closed_fds[0], FAKE_FIRST_PORT_LISTEN + 2);
+	assert_false(fake_watched(&t->f, FAKE_FIRST_PORT_LISTEN + 2));
+	assert_int_equal(see(t, "vm-busy").mi.nports, 0);
+
+	/* A TCP port of its own is KubeVirt mode's only. */
+	assert_int_equal(px_target_start(t->n, "vm-plain", 1, p, &(struct px_start){ 0 }, &map, err,
+					 sizeof(err)),
+			 -EINVAL);
+	assert_string_equal(err, "port 49152: a TCP port of its own (45002) needs KubeVirt mode, "
+				 "1 to 65535");
+}
+
 /* Plain text per migration on a TLS daemon needs the per-port listeners. */
 static void test_kubevirt_tls_per_migration(void **state)
 {
@@ -2036,6 +2086,7 @@ int main(void)
 		T(test_target_binds_first_peer),
 		TT(test_target_binds_first_certificate),
 		TT(test_kubevirt_target_stop_unbound),
+		TT(test_kubevirt_target_listen_ports),
 		TT(test_kubevirt_tls_per_migration),
 		T(test_kubevirt_source_raw),
 		TT(test_kubevirt_source_tls),

@@ -51,13 +51,15 @@ type fakeVmigd struct {
 	reqs     []map[string]interface{}
 	wedged   chan struct{} // non-nil: read the request, answer nothing until closed
 	refuse   map[string][2]string
-	ownForm  bool // answer target-start in vmigd's own form, as a vmigd without KubeVirt mode
+	ownForm  bool                   // answer target-start in vmigd's own form, as a vmigd without KubeVirt mode
+	taken    map[int]bool           // TCP ports another process holds: "listen" on one fails
+	takeover map[string]interface{} // status's "takeover", nil for none
 	wg       sync.WaitGroup
 }
 
 func newFakeVmigd(t *testing.T) *fakeVmigd {
 	f := &fakeVmigd{t: t, path: filepath.Join(t.TempDir(), "control.sock"), pid: 4000,
-		nextPort: 40000, refuse: map[string][2]string{}}
+		nextPort: 40000, refuse: map[string][2]string{}, taken: map[int]bool{}}
 	f.reset()
 	f.listen()
 	t.Cleanup(f.close)
@@ -215,8 +217,11 @@ func (f *fakeVmigd) answer(req map[string]interface{}) map[string]interface{} {
 	}
 	switch op {
 	case "status":
-		return map[string]interface{}{"ok": true, "version": 2,
-			"status": map[string]interface{}{"version": "0.1.0", "pid": f.pid}}
+		st := map[string]interface{}{"version": "0.1.0", "pid": f.pid}
+		if f.takeover != nil {
+			st["takeover"] = f.takeover
+		}
+		return map[string]interface{}{"ok": true, "version": 2, "status": st}
 	case "target-start":
 		if req["kubevirt"] != true {
 			return fakeErr("EINVAL", "fake: kubevirt mode only")
@@ -228,6 +233,15 @@ func (f *fakeVmigd) answer(req map[string]interface{}) map[string]interface{} {
 		if len(sockets) == 0 {
 			return fakeErr("EINVAL", "target-start: no sockets")
 		}
+		listen := map[string]int{}
+		if l, ok := req["listen"].(map[string]interface{}); ok {
+			for id, tcp := range l {
+				if _, ok := sockets[id]; !ok {
+					return fakeErr("EINVAL", "listen: port "+id+" has no socket in \"sockets\"")
+				}
+				listen[id] = int(tcp.(float64))
+			}
+		}
 		t := f.targets[key]
 		if t == nil || !reflect.DeepEqual(t.sockets, sockets) || t.tls != tls {
 			t = &fakeTarget{sockets: sockets, tls: tls, ports: map[string]int{}}
@@ -238,8 +252,15 @@ func (f *fakeVmigd) answer(req map[string]interface{}) map[string]interface{} {
 			sort.Strings(ids)
 			for _, id := range ids {
 				n, _ := strconv.Atoi(id)
-				f.nextPort++
-				t.ports[strconv.Itoa(f.nextPort)] = n
+				tcp := listen[id]
+				if tcp == 0 {
+					f.nextPort++
+					tcp = f.nextPort
+				} else if f.taken[tcp] {
+					return fakeErr("EADDRINUSE", fmt.Sprintf("cannot listen for port %d on TCP port %d: "+
+						"Address already in use (EADDRINUSE)", n, tcp))
+				}
+				t.ports[strconv.Itoa(tcp)] = n
 			}
 			f.targets[key] = t
 		}
@@ -802,7 +823,8 @@ func TestWedgedVmigd(t *testing.T) {
 	}
 }
 
-// vmigd restarted under a running manager: every listener is made again; targets on new ports.
+// vmigd restarted under a running manager: every listener is made again; targets on the ports
+// published for them.
 func TestVmigdRestart(t *testing.T) {
 	f := newFakeVmigd(t)
 	m := newTestManager(t, f, VmigdOptions{})
@@ -827,8 +849,14 @@ func TestVmigdRestart(t *testing.T) {
 		t.Fatalf("after restart vmigd lacks a listener set")
 	}
 	newPorts := m.GetTargetListenerPorts("t1")
-	if !reflect.DeepEqual(logicals(newPorts), []int{0, 49152, 49153}) || reflect.DeepEqual(newPorts, oldPorts) {
+	if !reflect.DeepEqual(logicals(newPorts), []int{0, 49152, 49153}) || !reflect.DeepEqual(newPorts, oldPorts) {
 		t.Errorf("t1 ports %v, were %v", newPorts, oldPorts)
+	}
+	f.mu.Lock()
+	vmigdPorts := f.targets["t1"].ports
+	f.mu.Unlock()
+	if !reflect.DeepEqual(vmigdPorts, oldPorts) {
+		t.Errorf("the new vmigd listens for t1 on %v, published %v", vmigdPorts, oldPorts)
 	}
 	if !reflect.DeepEqual(m.GetSourceListenerFiles("s1"), oldFiles) {
 		t.Errorf("s1 files %v, were %v", m.GetSourceListenerFiles("s1"), oldFiles)
@@ -837,6 +865,123 @@ func TestVmigdRestart(t *testing.T) {
 		t.Errorf("count %d", c)
 	}
 
+}
+
+// logLines collects what a manager logs.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) add(t *testing.T) func(string, ...interface{}) {
+	return func(format string, args ...interface{}) {
+		line := fmt.Sprintf(format, args...)
+		t.Log(line)
+		l.mu.Lock()
+		l.lines = append(l.lines, line)
+		l.mu.Unlock()
+	}
+}
+
+func (l *logLines) find(sub ...string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+next:
+	for _, line := range l.lines {
+		for _, s := range sub {
+			if !strings.Contains(line, s) {
+				continue next
+			}
+		}
+		return line
+	}
+	return ""
+}
+
+// After a restart the target's listeners are asked for on the ports published for it ("listen":
+// logical -> TCP); one taken meanwhile: the error is logged with the key and the ports, and the
+// target is made on new ports, still held.
+func TestVmigdRestartRebindsTargetPorts(t *testing.T) {
+	f := newFakeVmigd(t)
+	var logs logLines
+	m := newTestManager(t, f, VmigdOptions{})
+	m.opts.Infof, m.opts.Warningf = logs.add(t), logs.add(t)
+	dir := t.TempDir()
+	for _, key := range []string{"t1", "t2"} {
+		if err := m.StartTargetListener(key, kubevirtTargetFiles(dir, key, false)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p1, p2 := m.GetTargetListenerPorts("t1"), m.GetTargetListenerPorts("t2")
+	var busy int
+	for tcp := range p2 {
+		busy, _ = strconv.Atoi(tcp)
+	}
+	f.restart()
+	f.mu.Lock()
+	f.taken[busy] = true // another process bound one of t2's ports while vmigd was down
+	f.mu.Unlock()
+	if err := m.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	starts := f.requests("target-start")
+	var asked []interface{}
+	for _, r := range starts[2:] {
+		if r["key"] == "t1" {
+			asked = append(asked, r["listen"])
+		}
+	}
+	want := map[string]interface{}{}
+	for tcp, l := range p1 {
+		n, _ := strconv.Atoi(tcp)
+		want[strconv.Itoa(l)] = float64(n)
+	}
+	if len(asked) != 1 || !reflect.DeepEqual(asked[0], want) {
+		t.Errorf("t1 made again with listen %v, want %v", asked, want)
+	}
+	if got := m.GetTargetListenerPorts("t1"); !reflect.DeepEqual(got, p1) {
+		t.Errorf("t1 ports %v after the restart, were %v", got, p1)
+	}
+	if logs.find("t1", "listens again on its published ports", vmigdPortsString(p1)) == "" {
+		t.Error("no line says t1 listens again on its published ports")
+	}
+	got := m.GetTargetListenerPorts("t2")
+	if !f.has("target", "t2") || len(got) != len(p2) || reflect.DeepEqual(got, p2) {
+		t.Errorf("t2: held %v, ports %v, were %v", f.has("target", "t2"), got, p2)
+	}
+	if logs.find("error:", "t2", vmigdPortsString(p2), "EADDRINUSE") == "" {
+		t.Error("no error line names t2, its published ports and EADDRINUSE")
+	}
+	if c := m.OpenListenerCount(); c != 2 {
+		t.Errorf("count %d", c)
+	}
+}
+
+// A vmigd that took over from a running one: what the older one kept stays there, on its ports,
+// and is not asked of the new one.
+func TestTakeoverKeptTargetStays(t *testing.T) {
+	f := newFakeVmigd(t)
+	m := newTestManager(t, f, VmigdOptions{})
+	dir := t.TempDir()
+	if err := m.StartTargetListener("t1", kubevirtTargetFiles(dir, "t1", false)); err != nil {
+		t.Fatal(err)
+	}
+	p1 := m.GetTargetListenerPorts("t1")
+	f.restart()
+	f.mu.Lock()
+	f.takeover = map[string]interface{}{"from_pid": 4000, "previous": "carrying on",
+		"kept": []interface{}{map[string]interface{}{"key": "t1", "role": "target", "pid": 4000}}}
+	f.mu.Unlock()
+	n := len(f.requests("target-start"))
+	if err := m.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.requests("target-start")) != n {
+		t.Error("a target the older vmigd kept was asked of the new one")
+	}
+	if got := m.GetTargetListenerPorts("t1"); !reflect.DeepEqual(got, p1) {
+		t.Errorf("t1 ports %v, were %v", got, p1)
+	}
 }
 
 // The background resync notices a restart with no call at all.

@@ -95,7 +95,7 @@ func (e *VmigdError) Error() string {
 	if e.Err != nil {
 		return what + ": " + e.Err.Error()
 	}
-	if e.Code != "" {
+	if e.Code != "" && !strings.HasSuffix(e.Msg, "("+e.Code+")") {
 		return what + ": " + e.Msg + " (" + e.Code + ")"
 	}
 	return what + ": " + e.Msg
@@ -241,7 +241,7 @@ func (m *VmigdProxyManager) StartTargetListener(key string, targetUnixFiles []st
 		}
 		return false, false
 	})
-	ports, err := m.targetStart(key, sockets, tls)
+	ports, err := m.targetStart(key, sockets, tls, nil)
 	if err != nil {
 		m.afterFailedStart("target", key, err)
 		return err
@@ -374,7 +374,8 @@ func (m *VmigdProxyManager) Sync() error {
 	id, _ := m.socketID()
 	var st struct {
 		Status struct {
-			Pid int `json:"pid"`
+			Pid      int            `json:"pid"`
+			Takeover *vmigdTakeover `json:"takeover"`
 		} `json:"status"`
 	}
 	if err := m.call("status", "", map[string]interface{}{"op": "status"}, &st); err != nil {
@@ -392,7 +393,7 @@ func (m *VmigdProxyManager) Sync() error {
 	case prev == 0:
 		return m.adopt()
 	case prev != st.Status.Pid:
-		m.restarted(prev, st.Status.Pid)
+		m.restarted(prev, st.Status.Pid, st.Status.Takeover.keptNames())
 		return nil
 	default:
 		m.retryStops()
@@ -531,19 +532,44 @@ func (m *VmigdProxyManager) adopt() error {
 	return nil
 }
 
+// vmigdTakeover is status's "takeover": this vmigd took over from an older one (vmigd
+// --takeover), which still carries the migrations in kept while previous is "carrying on".
+type vmigdTakeover struct {
+	Previous string `json:"previous"`
+	Kept     []struct {
+		Key  string `json:"key"`
+		Role string `json:"role"`
+	} `json:"kept"`
+}
+
+// keptNames: "role/key" of what the previous vmigd still carries; nil without a takeover.
+func (t *vmigdTakeover) keptNames() map[string]bool {
+	if t == nil || t.Previous != "carrying on" {
+		return nil
+	}
+	kept := make(map[string]bool, len(t.Kept))
+	for _, k := range t.Kept {
+		kept[k.Role+"/"+k.Key] = true
+	}
+	return kept
+}
+
 // restarted handles a new vmigd: it carries nothing of what the cache holds. What a KubeVirt
 // operator expects is that the listeners virt-handler believes in exist, so each is made again:
 //   - a source whose migration has not begun (virt-handler calls StartSourceListener until it
 //     does) then proceeds, the target's ports being unchanged; one that was running has failed
 //     already, and virt-handler stops it when it sees that;
-//   - a target gets new TCP ports, but KubeVirt publishes a target's ports once
-//     (migration-target.go:385-413): a source that has not connected dials the old ones and the
-//     migration fails fast (connection refused); KubeVirt retries it, and the retry is published
-//     afresh. GetTargetListenerPorts answers the new ports, which keeps the key "prepared".
+//   - a target is made on the TCP ports published for it, which KubeVirt publishes once
+//     (migration-target.go:385-413), so that a source that has not connected yet still reaches
+//     it. If one of them was taken meanwhile, the target gets new ports and the error is logged:
+//     such a source then fails fast (connection refused), and GetTargetListenerPorts answers
+//     the new ports, which keeps the key "prepared".
 //
-// Entries that cannot be made again (their virt-launcher is gone) are dropped. During shutdown
-// nothing is made again: the cache is emptied, since those listeners are gone.
-func (m *VmigdProxyManager) restarted(oldPid, newPid int) {
+// A new vmigd that took over from a running one (vmigd --takeover) has the listeners it was
+// handed; what the older one kept (kept, "role/key") stays there, with its listeners, and is not
+// made again. Entries that cannot be made again (their virt-launcher is gone) are dropped. During
+// shutdown nothing is made again: the cache is emptied, since those listeners are gone.
+func (m *VmigdProxyManager) restarted(oldPid, newPid int, kept map[string]bool) {
 	m.mu.Lock()
 	m.pendingStops = make(map[string]bool)
 	shutting := m.shuttingDown
@@ -570,9 +596,18 @@ func (m *VmigdProxyManager) restarted(oldPid, newPid int) {
 		newPid, oldPid, len(skeys), len(tkeys))
 
 	for _, key := range skeys {
+		if kept["source/"+key] {
+			m.infof("vmigd: source %s stays with the vmigd this one took over from", key)
+			continue
+		}
 		m.remakeSource(key)
 	}
 	for _, key := range tkeys {
+		if kept["target/"+key] {
+			m.infof("vmigd: target %s stays with the vmigd this one took over from, on its ports %s",
+				key, vmigdPortsString(m.GetTargetListenerPorts(key)))
+			continue
+		}
 		m.remakeTarget(key)
 	}
 }
@@ -609,6 +644,9 @@ func (m *VmigdProxyManager) remakeSource(key string) {
 	m.infof("vmigd: source %s made again: %s", key, strings.Join(files, " "))
 }
 
+// remakeTarget asks the new vmigd for key's listeners on the TCP ports published for it
+// (virt-handler publishes them once). If one cannot be bound (taken meanwhile), the error is
+// logged with the key and ports and the listeners are made on new ports, the key still held.
 func (m *VmigdProxyManager) remakeTarget(key string) {
 	unlock := m.lockKey("target/" + key)
 	defer unlock()
@@ -618,7 +656,16 @@ func (m *VmigdProxyManager) remakeTarget(key string) {
 	if t == nil {
 		return
 	}
-	ports, err := m.targetStart(key, t.sockets, t.tls)
+	listen := vmigdListenPorts(t.ports)
+	ports, err := m.targetStart(key, t.sockets, t.tls, listen)
+	var ve *VmigdError
+	rebound := err == nil
+	if err != nil && listen != nil && errors.As(err, &ve) && ve.Code != "" {
+		m.warningf("error: vmigd: target %s cannot listen again on its published ports %s: %v; "+
+			"making it on new ports: a source that has not connected yet dials the old ones and fails",
+			key, vmigdPortsString(t.ports), err)
+		ports, err = m.targetStart(key, t.sockets, t.tls, nil)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.targets[key] != t {
@@ -630,9 +677,29 @@ func (m *VmigdProxyManager) remakeTarget(key string) {
 		return
 	}
 	m.targets[key] = &vmigdTarget{sockets: t.sockets, tls: t.tls, ports: ports}
-	m.warningf("vmigd: target %s listens again on ports %s (were %s); the ports published for it are stale: "+
-		"a source that has not connected yet fails and KubeVirt retries the migration",
+	if rebound {
+		m.infof("vmigd: target %s listens again on its published ports %s", key, vmigdPortsString(ports))
+		return
+	}
+	m.warningf("vmigd: target %s listens again on new ports %s (were %s); the ports published for it are stale",
 		key, vmigdPortsString(ports), vmigdPortsString(t.ports))
+}
+
+// vmigdListenPorts turns a port map (TCP port -> logical port) into target-start's "listen"
+// (logical port -> TCP port); nil for none or for a map it cannot read.
+func vmigdListenPorts(ports map[string]int) map[string]int {
+	if len(ports) == 0 {
+		return nil
+	}
+	listen := make(map[string]int, len(ports))
+	for tcp, l := range ports {
+		n, err := strconv.Atoi(tcp)
+		if err != nil || n <= 0 || n > 65535 {
+			return nil
+		}
+		listen[strconv.Itoa(l)] = n
+	}
+	return listen
 }
 
 func (m *VmigdProxyManager) retryStops() {
@@ -784,7 +851,10 @@ func (m *VmigdProxyManager) stopKey(role, key string) {
 	}
 }
 
-func (m *VmigdProxyManager) targetStart(key string, sockets map[string]string, tls bool) (map[string]int, error) {
+// targetStart asks for key's listeners; listen (logical port -> TCP port, may be nil) names the
+// TCP ports to bind, which the reply must then have.
+func (m *VmigdProxyManager) targetStart(key string, sockets map[string]string, tls bool,
+	listen map[string]int) (map[string]int, error) {
 	var r struct {
 		Target struct {
 			Ports map[string]int `json:"targetDirectMigrationNodePorts"`
@@ -792,10 +862,19 @@ func (m *VmigdProxyManager) targetStart(key string, sockets map[string]string, t
 	}
 	req := map[string]interface{}{"op": "target-start", "key": key, "sockets": sockets,
 		"kubevirt": true, "tls": tls}
+	if len(listen) > 0 {
+		req["listen"] = listen
+	}
 	if err := m.call("target-start", key, req, &r); err != nil {
 		return nil, err
 	}
-	if why := vmigdCheckPorts(r.Target.Ports, sockets); why != "" {
+	why := vmigdCheckPorts(r.Target.Ports, sockets)
+	for l, tcp := range listen {
+		if got, ok := r.Target.Ports[strconv.Itoa(tcp)]; why == "" && (!ok || strconv.Itoa(got) != l) {
+			why = fmt.Sprintf("logical port %s is not on TCP port %d as asked", l, tcp)
+		}
+	}
+	if why != "" {
 		// whatever it made is of no use to KubeVirt; stopped, so that a retry says this again
 		_ = m.call("target-stop", key, map[string]interface{}{"op": "target-stop", "key": key}, nil)
 		return nil, &VmigdError{Op: "target-start", Key: key, // as Err: no trustworthy answer came

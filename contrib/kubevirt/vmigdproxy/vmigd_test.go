@@ -138,6 +138,46 @@ func (d *realVmigd) signal(sig syscall.Signal, wait time.Duration) bool {
 
 func (d *realVmigd) kill() { d.signal(syscall.SIGKILL, 10*time.Second) }
 
+// takeover starts a vmigd --takeover on d's socket and waits until status answers with its pid;
+// d is then the new one. The old one's exit closes the channel returned (killed at cleanup).
+func (d *realVmigd) takeover() (oldPid int, oldExited chan struct{}) {
+	d.t.Helper()
+	oldCmd, oldExited := d.cmd, d.exited
+	d.t.Cleanup(func() {
+		oldCmd.Process.Kill()
+		<-oldExited
+	})
+	fmt.Fprintf(d.log, "---- takeover ----\n")
+	cmd := exec.Command(d.bin, append(append([]string{"--control", d.control}, d.args...), "--takeover")...)
+	cmd.Stdout, cmd.Stderr = d.log, d.log
+	if err := cmd.Start(); err != nil {
+		d.t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(exited)
+	}()
+	d.cmd, d.exited = cmd, exited
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		r, err := rawCall(d.control, map[string]interface{}{"op": "status"})
+		if err == nil {
+			if st, _ := r["status"].(map[string]interface{}); st != nil && st["pid"] == float64(cmd.Process.Pid) {
+				return oldCmd.Process.Pid, oldExited
+			}
+		}
+		select {
+		case <-exited:
+			d.t.Fatalf("vmigd %s --takeover exited:\n%s", d.name, d.log.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			d.t.Fatalf("vmigd %s --takeover did not take over:\n%s", d.name, d.log.String())
+		}
+	}
+}
+
 func (d *realVmigd) pid() int { return d.cmd.Process.Pid }
 
 func rawCall(path string, req map[string]interface{}) (map[string]interface{}, error) {
@@ -328,11 +368,18 @@ func realScenario(t *testing.T, withTLS bool) {
 	}
 	src := newRealVmigd(t, "src", bin, dir, args)
 	dst := newRealVmigd(t, "dst", bin, dir, args)
+	managerLog := &lockedBuffer{} // what the managers log, a line each
 	manager := func(d *realVmigd) *VmigdProxyManager {
+		logf := func(prefix string) func(string, ...interface{}) {
+			return func(f string, a ...interface{}) {
+				line := fmt.Sprintf(d.name+": "+prefix+f, a...)
+				t.Log(line)
+				fmt.Fprintln(managerLog, line)
+			}
+		}
 		m := NewVmigdProxyManager(VmigdOptions{ControlSocket: d.control, DisableTLS: disableTLS,
 			ResyncInterval: -1, Timeout: 5 * time.Second,
-			Infof:    func(f string, a ...interface{}) { t.Logf(d.name+": "+f, a...) },
-			Warningf: func(f string, a ...interface{}) { t.Logf(d.name+": WARNING "+f, a...) }})
+			Infof: logf(""), Warningf: logf("WARNING ")})
 		t.Cleanup(m.Close)
 		return m
 	}
@@ -725,28 +772,90 @@ func realScenario(t *testing.T, withTLS bool) {
 		// it against a new target, so its old target listeners are not used again. Between two
 		// vmigd over TLS they would refuse it: the new source numbers connections from 0 again.)
 
-		// the target node's vmigd dies: listeners made again on new ports, which KubeVirt does
-		// not publish again; a retried migration (a new source start) uses them
+		// the target node's vmigd dies (SIGKILL) with a migration prepared on both nodes whose
+		// connections have not come yet: KubeVirt published the target's ports once, so the
+		// listeners are made again on those very ports, and the source, which dials the old
+		// port numbers, reaches the target's unix socket
+		kq := "k-prepared"
+		fq := launcherDirs(t, kubevirtTargetFiles(filepath.Join(dir, "prepared"), kq, false))
+		newEchoServer(t, fq[0], "")
+		preparedQemu := newEchoServer(t, fq[1], "")
+		if err := mDst.StartTargetListener(kq, fq); err != nil {
+			t.Fatal(err)
+		}
+		published := mDst.GetTargetListenerPorts(kq)
+		if err := mSrc.StartSourceListener(kq, "127.0.0.1", published, srcBase); err != nil {
+			t.Fatal(err)
+		}
+		sockPrepared := SourceUnixFile(srcBase, ConstructProxyKey(kq, 49152))
+		// and one whose port another process takes while vmigd is down
+		kz := "k-taken"
+		fz := launcherDirs(t, kubevirtTargetFiles(filepath.Join(dir, "taken"), kz, false))
+		if err := mDst.StartTargetListener(kz, fz); err != nil {
+			t.Fatal(err)
+		}
+		publishedZ := mDst.GetTargetListenerPorts(kz)
+		var takenPort string
+		for tcp, l := range publishedZ {
+			if l == 49152 {
+				takenPort = tcp
+			}
+		}
+		oldPid = dst.pid()
 		dst.kill()
+		squatter, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", takenPort))
+		if err != nil {
+			t.Fatalf("cannot take port %s: %v", takenPort, err)
+		}
+		defer squatter.Close()
 		dst.start()
+		if dst.pid() == oldPid {
+			t.Fatal("same pid")
+		}
 		// noticed by the next start, with no Sync call
 		k3 := "k3"
 		f3 := launcherDirs(t, kubevirtTargetFiles(filepath.Join(dir, "3"), k3, false))
 		if err := mDst.StartTargetListener(k3, f3); err != nil {
 			t.Fatal(err)
 		}
-		ports3 := mDst.GetTargetListenerPorts(key)
-		if !reflect.DeepEqual(logicals(ports3), []int{0, 49152, 49153}) || reflect.DeepEqual(ports3, ports) {
-			t.Fatalf("after restart: ports %v, were %v", ports3, ports)
+		if got := mDst.GetTargetListenerPorts(kq); !reflect.DeepEqual(got, published) {
+			t.Fatalf("after the restart: %s's ports %v, published %v", kq, got, published)
 		}
-		for tcp := range ports3 {
-			c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", tcp), time.Second)
-			if err != nil {
-				t.Errorf("nothing listens on %s after the restart: %v", tcp, err)
-			} else {
-				c.Close()
+		ports3 := mDst.GetTargetListenerPorts(key)
+		if !reflect.DeepEqual(ports3, ports) {
+			t.Fatalf("after the restart: ports %v, were %v", ports3, ports)
+		}
+		for tcp := range published {
+			if !tcpListening(tcp) {
+				t.Errorf("nothing listens on published port %s after the restart", tcp)
 			}
 		}
+		if err := checkEcho(t, sockPrepared, 1<<20, ""); err != nil {
+			t.Errorf("the prepared migration after the target vmigd restarted: %v", err)
+		}
+		if got := atomic.LoadInt64(&preparedQemu.received); got != 1<<20 {
+			t.Errorf("the prepared migration's target socket received %d bytes", got)
+		}
+		if !strings.Contains(dst.log.String(), "migration "+kq+" role=target start") {
+			t.Errorf("the restarted target vmigd does not log %s's start", kq)
+		}
+		// the taken port: an error naming the key, the ports and EADDRINUSE; the key is still
+		// held, on new ports
+		wantErr := "error: vmigd: target " + kz + " cannot listen again on its published ports " +
+			vmigdPortsString(publishedZ)
+		if l := managerLog.String(); !strings.Contains(l, wantErr) ||
+			!strings.Contains(l, "TCP port "+takenPort+": Address already in use (EADDRINUSE)") {
+			t.Errorf("no error line for %s's taken port %s:\n%s", kz, takenPort, l)
+		}
+		if got := mDst.GetTargetListenerPorts(kz); len(got) != len(publishedZ) || reflect.DeepEqual(got, publishedZ) {
+			t.Errorf("%s after its port was taken: ports %v, published %v", kz, got, publishedZ)
+		}
+		mDst.StopTargetListener(kz)
+		mSrc.StopSourceListener(kq)
+		mDst.StopTargetListener(kq)
+		// the migration that was running (its source numbered its connections for the old
+		// target) is retried by KubeVirt: a new source start on the same ports
+		mSrc.StopSourceListener(key)
 		if err := mSrc.StartSourceListener(key, "127.0.0.1", ports3, srcBase); err != nil {
 			t.Fatal(err)
 		}
@@ -813,6 +922,53 @@ func realScenario(t *testing.T, withTLS bool) {
 		})
 		if mSrc.OpenListenerCount()+mDst.OpenListenerCount() != 0 {
 			t.Error("counts not 0")
+		}
+	})
+
+	t.Run("vmigd taken over", func(t *testing.T) {
+		// a migration prepared on both nodes whose connections have not come yet when the
+		// target node's vmigd is taken over (vmigd --takeover): the old vmigd keeps a
+		// KubeVirt-mode target with its listeners, so its ports stay; the manager does not ask
+		// the new vmigd for it, and the source, dialling the published ports, reaches the
+		// target's unix socket through the old one
+		kt := "k-takeover"
+		ft := launcherDirs(t, kubevirtTargetFiles(filepath.Join(dir, "takeover"), kt, false))
+		newEchoServer(t, ft[0], "")
+		tq := newEchoServer(t, ft[1], "")
+		if err := mDst.StartTargetListener(kt, ft); err != nil {
+			t.Fatal(err)
+		}
+		published := mDst.GetTargetListenerPorts(kt)
+		if err := mSrc.StartSourceListener(kt, "127.0.0.1", published, srcBase); err != nil {
+			t.Fatal(err)
+		}
+		oldPid, oldExited := dst.takeover()
+		starts := strings.Count(dst.log.String(), "migration "+kt+" role=target start")
+		if err := mDst.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		if got := mDst.GetTargetListenerPorts(kt); !reflect.DeepEqual(got, published) {
+			t.Errorf("after the takeover: ports %v, published %v", got, published)
+		}
+		if n := strings.Count(dst.log.String(), "migration "+kt+" role=target start"); n != starts {
+			t.Errorf("the target was started again after the takeover (%d start lines, were %d)", n, starts)
+		}
+		if l := managerLog.String(); !strings.Contains(l, "target "+kt+" stays with the vmigd this one took over from") {
+			t.Errorf("the manager does not say %s stayed with the old vmigd:\n%s", kt, l)
+		}
+		if err := checkEcho(t, SourceUnixFile(srcBase, ConstructProxyKey(kt, 49152)), 1<<20, ""); err != nil {
+			t.Errorf("the prepared migration after the takeover: %v", err)
+		}
+		if got := atomic.LoadInt64(&tq.received); got != 1<<20 {
+			t.Errorf("the target socket received %d bytes", got)
+		}
+		// the stops reach the old vmigd (passed on by the new one), which then exits
+		mSrc.StopSourceListener(kt)
+		mDst.StopTargetListener(kt)
+		select {
+		case <-oldExited:
+		case <-time.After(20 * time.Second):
+			t.Errorf("the old vmigd (pid %d) still runs 20 s after its migration was stopped", oldPid)
 		}
 	})
 
