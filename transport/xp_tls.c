@@ -173,16 +173,34 @@ static void allow_free(struct allow_list *a)
 	a->n = 0;
 }
 
+/* Whether OpenSSL's cipher string s selects at least one suite of TLS 1.2 or below, tried on
+ * scratch (SSL_CTX_set_cipher_list() refuses a string that selects none). */
+static bool ciphers12_known(SSL_CTX *scratch, const char *s)
+{
+	int ok = SSL_CTX_set_cipher_list(scratch, s);
+
+	ERR_clear_error();
+	return ok == 1;
+}
+
 /*
  * --tls-ciphers: each name as IANA (and Go, and KubeVirt's CR) writes it, or OpenSSL's own,
- * into OpenSSL's list. A name OpenSSL does not know is an error here rather than a suite quietly
- * missing on the wire.
+ * into OpenSSL's list. As KubeVirt drops a name Go does not know, a name OpenSSL does not know
+ * (or one that selects no TLS 1.2 suite) is left out, with a warning naming it; only a list
+ * with no known suite left is refused.
  */
 static int parse_ciphers12(struct xp_tls *t, const char *list, char *err, size_t errlen)
 {
+	SSL_CTX *scratch = SSL_CTX_new(TLS_method());
+	unsigned int unknown = 0;
 	size_t used = 0;
 	const char *p = list;
+	int r = -EINVAL;
 
+	if (!scratch) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
 	t->ciphers12[0] = '\0';
 	while (*p) {
 		char name[128];
@@ -195,28 +213,36 @@ static int parse_ciphers12(struct xp_tls *t, const char *list, char *err, size_t
 			break;
 		if (n >= sizeof(name)) {
 			snprintf(err, errlen, "--tls-ciphers: a name is too long: %.40s...", p);
-			return -EINVAL;
+			goto out;
 		}
 		memcpy(name, p, n);
 		name[n] = '\0';
 		p += n;
 		ossl = strncmp(name, "TLS_", 4) == 0 ? OPENSSL_cipher_name(name) : name;
-		if (!ossl || !strcmp(ossl, "(NONE)")) {
-			snprintf(err, errlen, "--tls-ciphers: unknown TLS 1.2 suite \"%s\"", name);
-			return -EINVAL;
+		if (!ossl || !strcmp(ossl, "(NONE)") || !ciphers12_known(scratch, ossl)) {
+			log_warn("--tls-ciphers: unknown TLS 1.2 suite \"%s\": left out", name);
+			unknown++;
+			continue;
 		}
 		if (used + strlen(ossl) + 2 > sizeof(t->ciphers12)) {
 			snprintf(err, errlen, "--tls-ciphers: too many suites");
-			return -EINVAL;
+			goto out;
 		}
 		used += snprintf(t->ciphers12 + used, sizeof(t->ciphers12) - used, "%s%s",
 				 used ? ":" : "", ossl);
 	}
 	if (!used) {
-		snprintf(err, errlen, "--tls-ciphers: no suites given");
-		return -EINVAL;
+		if (unknown)
+			snprintf(err, errlen, "--tls-ciphers: no known TLS 1.2 suite in \"%s\"",
+				 list);
+		else
+			snprintf(err, errlen, "--tls-ciphers: no suites given");
+		goto out;
 	}
-	return 0;
+	r = 0;
+out:
+	SSL_CTX_free(scratch);
+	return r;
 }
 
 /* ---- verification ---- */

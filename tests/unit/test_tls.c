@@ -737,8 +737,37 @@ static void test_allow_per_role(void **state)
 	xp_tls_free(cli);
 }
 
+/* stderr into a file until stderr_captured(), which gives back what was logged (static). */
+static int stderr_saved = -1;
+static FILE *stderr_file;
+
+static void stderr_capture(void)
+{
+	stderr_file = tmpfile();
+	assert_non_null(stderr_file);
+	fflush(stderr);
+	stderr_saved = dup(STDERR_FILENO);
+	dup2(fileno(stderr_file), STDERR_FILENO);
+}
+
+static const char *stderr_captured(void)
+{
+	static char buf[4096];
+	size_t n;
+
+	fflush(stderr);
+	dup2(stderr_saved, STDERR_FILENO);
+	close(stderr_saved);
+	rewind(stderr_file);
+	n = fread(buf, 1, sizeof(buf) - 1, stderr_file);
+	buf[n] = '\0';
+	fclose(stderr_file);
+	fputs(buf, stderr);
+	return buf;
+}
+
 /* --tls-min-version 1.3 refuses a TLS 1.2 client; --tls-ciphers takes IANA names (as KubeVirt's
- * CR) and OpenSSL's, and names a suite it does not know. */
+ * CR) and OpenSSL's, and leaves out a suite it does not know, naming it. */
 static void test_version_and_suites(void **state)
 {
 	struct xp_tls *srv = ctx_new(&(struct ctx_opt){ .leaf = "node-b", .min_version = 13 });
@@ -746,6 +775,7 @@ static void test_version_and_suites(void **state)
 				    .key = leaf("node-a")->key,
 				    .ca = ca1.path };
 	struct xp_tls *t = NULL;
+	const char *out;
 	struct conn c;
 	char err[256];
 
@@ -764,9 +794,31 @@ static void test_version_and_suites(void **state)
 	assert_int_equal(xp_tls_new(&conf, &t, err, sizeof(err)), 0);
 	xp_tls_free(t);
 	t = NULL;
-	conf.ciphers12 = "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,TLS_NO_SUCH_SUITE";
+	/* As KubeVirt: an unknown name (or a TLS 1.3 suite) is left out, with a warning naming
+	 * it; a list with no known suite left is refused. */
+	conf.ciphers12 = "TLS_NO_SUCH_SUITE,TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,"
+			 "TLS_AES_128_GCM_SHA256,NO-SUCH-SUITE";
+	stderr_capture();
+	assert_int_equal(xp_tls_new(&conf, &t, err, sizeof(err)), 0);
+	out = stderr_captured();
+	assert_non_null(strstr(out, "unknown TLS 1.2 suite \"TLS_NO_SUCH_SUITE\": left out\n"));
+	assert_non_null(strstr(out, "unknown TLS 1.2 suite \"TLS_AES_128_GCM_SHA256\": left out\n"));
+	assert_non_null(strstr(out, "unknown TLS 1.2 suite \"NO-SUCH-SUITE\": left out\n"));
+	assert_null(strstr(out, "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"));
+	xp_tls_free(t);
+	t = NULL;
+	conf.ciphers12 = "TLS_NO_SUCH_SUITE,NO-SUCH-SUITE";
+	stderr_capture();
 	assert_int_equal(xp_tls_new(&conf, &t, err, sizeof(err)), -EINVAL);
-	assert_string_equal(err, "--tls-ciphers: unknown TLS 1.2 suite \"TLS_NO_SUCH_SUITE\"");
+	out = stderr_captured();
+	assert_string_equal(err, "--tls-ciphers: no known TLS 1.2 suite in "
+				 "\"TLS_NO_SUCH_SUITE,NO-SUCH-SUITE\"");
+	assert_non_null(strstr(out, "\"TLS_NO_SUCH_SUITE\": left out"));
+	assert_non_null(strstr(out, "\"NO-SUCH-SUITE\": left out"));
+	assert_null(t);
+	conf.ciphers12 = " , ";
+	assert_int_equal(xp_tls_new(&conf, &t, err, sizeof(err)), -EINVAL);
+	assert_string_equal(err, "--tls-ciphers: no suites given");
 	conf.ciphers12 = NULL;
 	conf.min_version = 11;
 	assert_int_equal(xp_tls_new(&conf, &t, err, sizeof(err)), -EINVAL);

@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// Checks the manifests agree with each other and with what virt-operator renders at kubevirt
-// d923fdb8 (pkg/virt-operator/resource/generate/components/daemonsets.go): the same control
-// socket everywhere, every mount backed by a volume, certificate paths inside their mounts, a
-// drain that ends inside the pod's grace. Standard library only: the YAML file is read as text.
+// Checks the sidecar in kustomize/vmigd/kubevirt-cr-vmigd.yaml against itself, vmigd's settings
+// (kustomize/vmigd/vmigd.conf, each overlay's release.conf) and what virt-operator renders at
+// kubevirt d923fdb8 (pkg/virt-operator/resource/generate/components/daemonsets.go): the same
+// control socket everywhere, every mount backed by a volume, certificate paths inside their
+// mounts, a drain that ends inside the pod's grace; and that vmigd accepts the arguments and
+// the configuration files. Standard library only: the YAML files are read as text.
+// test_kustomize.py renders the overlays themselves.
 
 package deploy
 
@@ -11,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,9 +22,13 @@ import (
 )
 
 type container struct {
-	Name         string   `json:"name"`
-	Command      []string `json:"command"`
-	Args         []string `json:"args"`
+	Name    string   `json:"name"`
+	Command []string `json:"command"`
+	Args    []string `json:"args"`
+	Env     []struct {
+		Name  string `json:"name"`
+		Value string `json:"value"`
+	} `json:"env"`
 	VolumeMounts []struct {
 		Name      string `json:"name"`
 		MountPath string `json:"mountPath"`
@@ -60,16 +66,71 @@ var renderedVolumes = map[string]bool{
 
 const handlerShareDir = "/var/run/kubevirt" // virt-handler's mount of the host's /var/run/kubevirt
 
-func loadPatch(t *testing.T) (patch, []byte) {
-	raw, err := os.ReadFile("virt-handler-vmigd.patch.json")
+const crPatch = "kustomize/vmigd/kubevirt-cr-vmigd.yaml"
+
+// The patch text of the CR's `patch: |` block, and the CR file.
+func patchBlock(t *testing.T) ([]byte, string) {
+	y, err := os.ReadFile(crPatch)
 	if err != nil {
 		t.Fatal(err)
 	}
+	lines := strings.Split(string(y), "\n")
+	var block []string
+	indent := -1
+	for i, l := range lines {
+		if strings.TrimSpace(l) == "patch: |" {
+			for _, b := range lines[i+1:] {
+				if strings.TrimSpace(b) == "" {
+					break
+				}
+				n := len(b) - len(strings.TrimLeft(b, " "))
+				if indent < 0 {
+					indent = n
+				}
+				if n < indent {
+					break
+				}
+				block = append(block, b[indent:])
+			}
+			break
+		}
+	}
+	if len(block) == 0 {
+		t.Fatalf("no `patch: |` block in %s", crPatch)
+	}
+	return []byte(strings.Join(block, "\n")), string(y)
+}
+
+func loadPatch(t *testing.T) (patch, []byte) {
+	raw, y := patchBlock(t)
 	var p patch
 	if err := json.Unmarshal(raw, &p); err != nil {
-		t.Fatal(err)
+		t.Fatalf("the CR's patch is not JSON (virt-operator's strategic merge needs JSON): %v", err)
+	}
+	for _, want := range []string{"resourceType: DaemonSet", "resourceName: virt-handler", "type: strategic"} {
+		if !strings.Contains(y, want) {
+			t.Errorf("%s lacks %q", crPatch, want)
+		}
 	}
 	return p, raw
+}
+
+// A setting of a vmigd configuration file ("name value" lines, # comments).
+func confValue(t *testing.T, path, key string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if i := strings.IndexByte(l, '#'); i >= 0 {
+			l = l[:i]
+		}
+		f := strings.Fields(l)
+		if len(f) == 2 && f[0] == key {
+			return f[1]
+		}
+	}
+	return ""
 }
 
 func argValue(args []string, flag string) (string, bool) {
@@ -96,14 +157,23 @@ func TestSidecarPatch(t *testing.T) {
 	if handler == nil || vmigd == nil {
 		t.Fatal("the patch needs both the virt-handler and the vmigd container")
 	}
-	// virt-operator renders command [virt-handler] and the flags as args; the patch's command
-	// keeps the binary first and adds only the socket flag
-	sock, ok := argValue(handler.Command, "--migration-proxy-socket")
-	if !ok || handler.Command[0] != "virt-handler" || len(handler.Command) != 3 {
-		t.Fatalf("virt-handler command %v", handler.Command)
+	// virt-operator renders command [virt-handler] and the flags as args, appends --max-devices
+	// to the first container's command and --migration-cn-types to its args: the patch keeps
+	// virt-handler first and gives it only VMIGD_CONTROL, which a stock virt-handler ignores
+	if spec.Containers[0].Name != "virt-handler" {
+		t.Errorf("the first container is %s, not virt-handler", spec.Containers[0].Name)
+	}
+	if handler.Command != nil || handler.Args != nil {
+		t.Errorf("the patch changes virt-handler's command %v or args %v", handler.Command, handler.Args)
+	}
+	var sock string
+	for _, e := range handler.Env {
+		if e.Name == "VMIGD_CONTROL" {
+			sock = e.Value
+		}
 	}
 	if !strings.HasPrefix(sock, handlerShareDir+"/") {
-		t.Errorf("%s is not under virt-handler's %s mount", sock, handlerShareDir)
+		t.Errorf("VMIGD_CONTROL %q is not under virt-handler's %s mount", sock, handlerShareDir)
 	}
 	if c, _ := argValue(vmigd.Args, "--control"); c != sock {
 		t.Errorf("vmigd --control %q, virt-handler uses %q", c, sock)
@@ -145,9 +215,13 @@ func TestSidecarPatch(t *testing.T) {
 	if n, err := strconv.Atoi(d); err != nil || n <= 0 || n > 300 {
 		t.Errorf("--drain-timeout %q", d)
 	}
-	if m, _ := argValue(vmigd.Args, "--metrics"); !strings.HasPrefix(m, "127.0.0.1:") {
-		t.Errorf("--metrics %q: the default serves localhost only (vmigd-metrics.yaml says how to widen it)", m)
+	if _, ok := argValue(vmigd.Args, "--metrics"); ok {
+		t.Error("--metrics on the command line would win over vmigd.conf's")
 	}
+	if m := confValue(t, "kustomize/vmigd/vmigd.conf", "metrics"); !strings.HasPrefix(m, "127.0.0.1:") {
+		t.Errorf("metrics %q: the default serves localhost only (vmigd.conf says how to widen it)", m)
+	}
+	inMount("--config", "vmigd-config")
 	if vmigd.SecurityContext.Privileged == nil || !*vmigd.SecurityContext.Privileged {
 		t.Error("vmigd must be privileged, as virt-handler is, to reach /proc/PID/root of launchers")
 	}
@@ -158,75 +232,23 @@ func TestSidecarPatch(t *testing.T) {
 	}
 }
 
-// The KubeVirt CR customization carries the same patch, as a block scalar.
-func TestCRCarriesThePatch(t *testing.T) {
-	_, raw := loadPatch(t)
-	y, err := os.ReadFile("kubevirt-cr-vmigd.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(string(y), "\n")
-	var block []string
-	indent := -1
-	for i, l := range lines {
-		if strings.TrimSpace(l) == "patch: |" {
-			for _, b := range lines[i+1:] {
-				if strings.TrimSpace(b) == "" {
-					break
-				}
-				n := len(b) - len(strings.TrimLeft(b, " "))
-				if indent < 0 {
-					indent = n
-				}
-				if n < indent {
-					break
-				}
-				block = append(block, b[indent:])
-			}
-			break
-		}
-	}
-	if len(block) == 0 {
-		t.Fatal("no `patch: |` block in kubevirt-cr-vmigd.yaml")
-	}
-	var a, b interface{}
-	if err := json.Unmarshal([]byte(strings.Join(block, "\n")), &a); err != nil {
-		t.Fatalf("the CR's patch is not JSON (virt-operator's strategic merge needs JSON): %v", err)
-	}
-	if err := json.Unmarshal(raw, &b); err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(a, b) {
-		t.Error("kubevirt-cr-vmigd.yaml's patch differs from virt-handler-vmigd.patch.json")
-	}
-	for _, want := range []string{"resourceType: DaemonSet", "resourceName: virt-handler", "type: strategic"} {
-		if !strings.Contains(string(y), want) {
-			t.Errorf("kubevirt-cr-vmigd.yaml lacks %q", want)
-		}
-	}
-}
-
 func TestMetricsPort(t *testing.T) {
-	p, _ := loadPatch(t)
-	var m string
-	for _, c := range p.Spec.Template.Spec.Containers {
-		if c.Name == "vmigd" {
-			m, _ = argValue(c.Args, "--metrics")
-		}
-	}
+	m := confValue(t, "kustomize/vmigd/vmigd.conf", "metrics")
 	port := m[strings.LastIndexByte(m, ':')+1:]
-	y, err := os.ReadFile("vmigd-metrics.yaml")
+	y, err := os.ReadFile("kustomize/vmigd/vmigd-metrics.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(y), "port: "+port) || !strings.Contains(string(y), "targetPort: "+port) {
-		t.Errorf("vmigd-metrics.yaml does not use the sidecar's metrics port %s", port)
+		t.Errorf("vmigd-metrics.yaml does not use vmigd's metrics port %s", port)
 	}
 }
 
-// The sidecar's arguments, with its paths moved under a temporary root and KubeVirt-like
-// certificates there, pass `vmigd -n` (check the configuration and exit) of the vmigd in $VMIGD
-// (else ../../../build/vmigd): no option the manifest uses is unknown to the daemon it ships.
+// The sidecar's arguments, with its paths moved under a temporary root, KubeVirt-like
+// certificates there and the configuration files of each overlay (vmigd.conf, and release.conf
+// of main, v1.8 or v1.9), pass `vmigd -n` (check the configuration and exit) of the vmigd in
+// $VMIGD (else ../../../build/vmigd): no option the manifest or the files use is unknown to the
+// daemon it ships.
 func TestSidecarArgsAcceptedByVmigd(t *testing.T) {
 	bin := os.Getenv("VMIGD")
 	if bin == "" {
@@ -242,36 +264,50 @@ func TestSidecarArgsAcceptedByVmigd(t *testing.T) {
 			args = c.Args
 		}
 	}
-	root := t.TempDir()
-	pki := testpki.Make(t, filepath.Join(root, "pki"))
-	place := map[string]string{
-		"--tls-cert": pki.ServerCert, "--tls-key": pki.ServerKey, "--tls-ca": pki.CA,
-		"--tls-client-cert": pki.ClientCert, "--tls-client-key": pki.ClientKey,
-	}
-	moved := append([]string{"-n"}, args...)
-	for i := 1; i+1 < len(moved); i++ {
-		v := moved[i+1]
-		if !strings.HasPrefix(v, "/") {
-			continue
+	// main's release.conf is the shared one
+	for release, dir := range map[string]string{"main": "vmigd", "v1.8": "v1.8", "v1.9": "v1.9"} {
+		root := t.TempDir()
+		pki := testpki.Make(t, filepath.Join(root, "pki"))
+		place := map[string]string{
+			"--tls-cert": pki.ServerCert, "--tls-key": pki.ServerKey, "--tls-ca": pki.CA,
+			"--tls-client-cert": pki.ClientCert, "--tls-client-key": pki.ClientKey,
 		}
-		dst := filepath.Join(root, v)
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if src, ok := place[moved[i]]; ok {
-			b, err := os.ReadFile(src)
-			if err != nil {
+		moved := append([]string{"-n"}, args...)
+		for i := 1; i+1 < len(moved); i++ {
+			v := moved[i+1]
+			if !strings.HasPrefix(v, "/") {
+				continue
+			}
+			dst := filepath.Join(root, v)
+			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 				t.Fatal(err)
 			}
-			if err := os.WriteFile(dst, b, 0o600); err != nil {
-				t.Fatal(err)
+			src, ok := place[moved[i]]
+			switch {
+			case moved[i] == "--config" && filepath.Base(v) == "release.conf":
+				src, ok = filepath.Join("kustomize", dir, "release.conf"), true
+			case moved[i] == "--config":
+				src, ok = filepath.Join("kustomize/vmigd", filepath.Base(v)), true
 			}
+			if ok {
+				b, err := os.ReadFile(src)
+				if err != nil {
+					t.Fatal(err)
+				}
+				mode := os.FileMode(0o600)
+				if moved[i] == "--config" {
+					mode = 0o644 // a ConfigMap's files are root's, mode 0644
+				}
+				if err := os.WriteFile(dst, b, mode); err != nil {
+					t.Fatal(err)
+				}
+			}
+			moved[i+1] = dst
 		}
-		moved[i+1] = dst
+		out, err := exec.Command(bin, moved...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: vmigd %s: %v\n%s", release, strings.Join(moved, " "), err, out)
+		}
+		t.Logf("%s: %s", release, out)
 	}
-	out, err := exec.Command(bin, moved...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("vmigd %s: %v\n%s", strings.Join(moved, " "), err, out)
-	}
-	t.Logf("%s", out)
 }
