@@ -26,7 +26,7 @@ class Testbed:
     def __init__(self, vmigd=None, vmigctl=None, loopback=False, daemon_args=(),
                  source_args=(), target_args=(), qemu=None, tls=None,
                  source_tls=None, target_tls=None, tls_layout='files', qemu_src=None,
-                 qemu_dst=None, source_vmigd=None):
+                 qemu_dst=None, source_vmigd=None, daemon_wrapper=None):
         """tls (or source_tls/target_tls for one side): None for --no-tls; True makes a PKI
         under WORKDIR/pki (tb.pki) and uses it as a PKI does: each daemon gets its own copy of
         the node certificate, key and CA under WORKDIR/tls-source and WORKDIR/tls-target (see
@@ -37,7 +37,10 @@ class Testbed:
         default $VMIG_QEMU_SRC and $VMIG_QEMU_DST (see side_qemu), else the system's 7.2. When
         the two differ, both run the older one's versioned q35 machine (machine_for).
         source_vmigd: the source side's daemon, default vmigd; vt.find_test_daemon() where a test
-        sends the test build's request fields (start_migration's delay_first_ms)."""
+        sends the test build's request fields (start_migration's delay_first_ms).
+        daemon_wrapper: a function (testbed, side, name) -> the command that starts daemon NAME
+        in side's namespace, in place of `ip netns exec NS` (a container, say: vmigd is then
+        the path it sees there). It runs once the work directory and the namespaces exist."""
         if vmigd is None or vmigctl is None:
             vmigd, vmigctl = find_binaries()
         self.vmigd, self.vmigctl = vmigd, vmigctl
@@ -63,6 +66,7 @@ class Testbed:
         self.source = self.target = None
         self.extra_daemons, self.retired = [], []
         self.qemus = []
+        self.daemon_wrapper = daemon_wrapper
         self._keys = self._pairs = self._replaced = 0
 
     def __enter__(self):
@@ -82,11 +86,11 @@ class Testbed:
             tls = {side: self._daemon_tls(side) for side in ('source', 'target')}
             # Assigned before start(), so that close() stops a daemon whose start-up timed out.
             self.source = Daemon(self.binary['source'], self.vmigctl, 'vmigd-source', self.workdir,
-                                 self.net.source_addr, self.net.prefix('source'),
+                                 self.net.source_addr, self.daemon_prefix('source', 'vmigd-source'),
                                  self.daemon_args['source'], tls=tls['source'])
             self.source.start()
             self.target = Daemon(self.binary['target'], self.vmigctl, 'vmigd-target', self.workdir,
-                                 self.net.target_addr, self.net.prefix('target'),
+                                 self.net.target_addr, self.daemon_prefix('target', 'vmigd-target'),
                                  self.daemon_args['target'], tls=tls['target'])
             self.target.start()
         except BaseException:
@@ -132,6 +136,13 @@ class Testbed:
             elif self.workdir:
                 log(f'kept {self.workdir}')
             self.workdir = None
+
+    def daemon_prefix(self, side, name):
+        """The command that starts daemon NAME in side's namespace: `ip netns exec NS`, or what
+        daemon_wrapper makes of it."""
+        if self.daemon_wrapper:
+            return list(self.daemon_wrapper(self, side, name))
+        return self.net.prefix(side)
 
     def path(self, *names):
         return os.path.join(self.workdir, *names)
@@ -181,8 +192,8 @@ class Testbed:
         """Start one more vmigd in side's namespace (its own control socket and log, name
         NAME); it is stopped with the testbed."""
         addr = self.net.source_addr if side == 'source' else self.net.target_addr
-        d = Daemon(self.binary[side], self.vmigctl, name, self.workdir, addr, self.net.prefix(side),
-                   list(args), tls=tls)
+        d = Daemon(self.binary[side], self.vmigctl, name, self.workdir, addr,
+                   self.daemon_prefix(side, name), list(args), tls=tls)
         self.extra_daemons.append(d)
         return d.start()
 
