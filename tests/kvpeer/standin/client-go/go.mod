@@ -1,0 +1,3 @@
+module kubevirt.io/client-go
+
+go 1.19
