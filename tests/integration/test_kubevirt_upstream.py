@@ -11,7 +11,13 @@ TLS under KubeVirt's names: vmigd source -> KubeVirt target plain on QEMU 7.2 wi
 and with TLS on QEMU 10.0 with 8 multifd channels; KubeVirt source -> vmigd target plain on
 QEMU 10.0 with 8 channels and with TLS on QEMU 7.2 without multifd (without QEMU 10.0,
 tools/setup's build/qemu10, those run on 7.2 without multifd and say so). Then KubeVirt v1.9.0
-as source and main as target, TLS, QEMU 7.2: the real code on both ends. Each: guest memory
+as source and main as target, TLS, QEMU 7.2: the real code on both ends. Then, for each release,
+three refused client identities, each with a running guest (QEMU 7.2): a vmigd source
+(client:migration) at a KubeVirt target that accepts only client:virt-handler (KubeVirt v1.6
+and older: `--migration-cn-types virt-handler`), a KubeVirt source presenting the node
+certificate to a vmigd target, and the same to a KubeVirt target; QEMU's migration fails, the
+guest runs on, the refusing side says why ("common name is invalid, got ..." in KubeVirt's
+log, TLS refused in vmigd's) and the destination got no byte. Each migration: guest memory
 compared; vmigd's `linked ... wire=raw` lines (TLS with KubeVirt's names) and its stop line
 (outcome ok, the bytes QEMU sent at least); on KubeVirt's side, one "N bytes copied from inbound
 to outbound" line of its log per QEMU connection, no error logged, the bytes QEMU sent at least,
@@ -25,7 +31,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
 import vmigtest as vt  # noqa: E402
 from vmigtest import stockpeer as sp  # noqa: E402
-import test_kubevirt_mixed as mx  # noqa: E402  (finish() and the per-end checks)
+import test_kubevirt_mixed as mx  # noqa: E402  (finish(), the per-end checks, refusals)
+import test_stock_peers as st  # noqa: E402  (a refusal between two stock peers)
 
 GUEST_MIB = 128
 MULTIFD_CHANNELS = 8
@@ -71,10 +78,10 @@ def main():
         qemu10, why10 = None, str(e)
     notes = []
 
-    def case(name, *args):
+    def case(name, *args, fn=migrate):
         vt.log(f'[{name}]')
         started = time.monotonic()
-        checks.run(name, migrate, tb, checks.check, *args)
+        checks.run(name, fn, tb, checks.check, *args)
         vt.log(f'  ({time.monotonic() - started:.1f}s)')
 
     with sp.StockTestbed(tls=True, qemu=qemu72, daemon_args=mx.KUBEVIRT_TLS_ARGS,
@@ -101,6 +108,16 @@ def main():
         case('KubeVirt v1.9.0 source -> KubeVirt main target, mutual TLS, QEMU 7.2, multifd off',
              {'source': binaries['v1.9.0'], 'target': binaries['main']}, 'stock', 'stock', True,
              0, qemu72)
+        for v in sp.KUBEVIRT_VERSIONS:
+            tb.stockpeer = binaries[v]      # the peer of the stock ends below
+            case(f'refused: vmigd source (client:migration) at a KubeVirt {v} target taking only '
+                 'client:virt-handler', fn=mx.client_name_refused_by_stock)
+            case(f'refused: KubeVirt {v} source presenting the node certificate to a vmigd '
+                 'target', fn=mx.node_cert_as_client)
+            case(f'refused: KubeVirt {v} source presenting the node certificate to a KubeVirt '
+                 f'{v} target', 'node', None, 'common name is invalid, got '
+                 'kubevirt.io:system:node:virt-handler',
+                 fn=lambda tb, _check, *a: st.refused(tb, *a))
         tb.stop_daemons()
     for line in notes:
         vt.log(f'NOTE: {line}')
