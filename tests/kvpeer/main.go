@@ -1,9 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// kvpeer: KubeVirt's own migration proxy (pkg/virt-handler/migration-proxy/migration-proxy.go of
-// one pinned release, contrib/kubevirt/upstream/VERSION, compiled in by build-kvpeer) run for one
-// migration, with tests/stockpeer's command line and standard output (its args.go and kubevirt.go
-// are compiled in too), so that the tests and the bench can put KubeVirt's real code on either
-// end of a migration.
+// kvpeer: KubeVirt's own migration-proxy.go of one pinned release (compiled in by build-kvpeer)
+// run for one migration behind tests/stockpeer's command line and output (its args.go and
+// kubevirt.go are compiled in too): KubeVirt's real code on either end of a test migration.
 
 package main
 
@@ -21,8 +19,8 @@ import (
 	"kubevirt.io/client-go/log"
 	diskutils "kubevirt.io/kubevirt/pkg/ephemeral-disk-utils"
 	"kubevirt.io/kubevirt/pkg/util/net/ip"
-	migrationproxy "kubevirt.io/kubevirt/pkg/virt-handler/migration-proxy"
 	virtconfig "kubevirt.io/kubevirt/pkg/virt-config"
+	migrationproxy "kubevirt.io/kubevirt/pkg/virt-handler/migration-proxy"
 )
 
 // kubevirtVersion: the folder of contrib/kubevirt/upstream this binary was built from (set by

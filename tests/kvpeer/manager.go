@@ -9,8 +9,8 @@ package main
 import (
 	"crypto/tls"
 
-	migrationproxy "kubevirt.io/kubevirt/pkg/virt-handler/migration-proxy"
 	virtconfig "kubevirt.io/kubevirt/pkg/virt-config"
+	migrationproxy "kubevirt.io/kubevirt/pkg/virt-handler/migration-proxy"
 )
 
 const oldClientFallback = false

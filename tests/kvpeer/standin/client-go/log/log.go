@@ -47,12 +47,18 @@ func (l FilteredLogger) V(level int) *FilteredVerbosityLogger {
 	return &FilteredVerbosityLogger{l: l, on: level <= Verbosity}
 }
 
-func (l FilteredLogger) Info(msg string)                          { l.write("info", msg) }
-func (l FilteredLogger) Infof(msg string, args ...interface{})    { l.write("info", fmt.Sprintf(msg, args...)) }
-func (l FilteredLogger) Warning(msg string)                       { l.write("warning", msg) }
-func (l FilteredLogger) Warningf(msg string, args ...interface{}) { l.write("warning", fmt.Sprintf(msg, args...)) }
-func (l FilteredLogger) Error(msg string)                         { l.write("error", msg) }
-func (l FilteredLogger) Errorf(msg string, args ...interface{})   { l.write("error", fmt.Sprintf(msg, args...)) }
+func (l FilteredLogger) Info(msg string) { l.write("info", msg) }
+func (l FilteredLogger) Infof(msg string, args ...interface{}) {
+	l.write("info", fmt.Sprintf(msg, args...))
+}
+func (l FilteredLogger) Warning(msg string) { l.write("warning", msg) }
+func (l FilteredLogger) Warningf(msg string, args ...interface{}) {
+	l.write("warning", fmt.Sprintf(msg, args...))
+}
+func (l FilteredLogger) Error(msg string) { l.write("error", msg) }
+func (l FilteredLogger) Errorf(msg string, args ...interface{}) {
+	l.write("error", fmt.Sprintf(msg, args...))
+}
 
 // write puts one line out; pos is the caller of Info, Errorf, ....
 func (l FilteredLogger) write(level, msg string) {
