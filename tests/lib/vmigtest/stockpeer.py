@@ -1,6 +1,9 @@
-"""Stock KubeVirt peers for the tests and the bench: tests/stockpeer (Go), virt-handler's
-migration proxy as KubeVirt ships it, on either end of a migration in a namespace of a NetPair,
-beside vmigd or instead of it. StockPeer runs one peer (one migration per process);
+"""Stock KubeVirt peers for the tests and the bench, on either end of a migration in a namespace
+of a NetPair, beside vmigd or instead of it: tests/stockpeer (Go), a re-implementation of
+virt-handler's migration proxy with one line per connection (kind 'stockpeer'), or tests/kvpeer,
+KubeVirt's own migration-proxy.go of a pinned release behind the same command line, whose
+connections are read from KubeVirt's log lines (kind 'kubevirt', see parse_kubevirt_log()).
+StockPeer runs one peer (one migration per process);
 StockTestbed is a Testbed whose vmigd daemons are optional and that stops its peers with it;
 start_migration() runs KubeVirt's flow with each end a stock peer or vmigd in KubeVirt mode.
 Stdlib only."""
@@ -44,6 +47,36 @@ def stockpeer_binary(build_dir=None):
     return path
 
 
+# The KubeVirt releases tests/kvpeer is built for (contrib/kubevirt/upstream), and the default.
+KUBEVIRT_VERSIONS = ('v1.8.4', 'v1.9.0', 'main')
+DEFAULT_KUBEVIRT = 'v1.9.0'
+
+
+def kvpeer_binary(version=DEFAULT_KUBEVIRT, build_dir=None):
+    """KubeVirt's own proxy of release version (tests/kvpeer): from $KVPEER (meson sets it to
+    VERSION=PATH,...; empty when go was not found at configure time), else
+    BUILD/tests/kvpeer/kvpeer-VERSION. Skip when there is none."""
+    if version not in KUBEVIRT_VERSIONS:
+        raise HarnessError(f'KubeVirt {version!r}: one of {", ".join(KUBEVIRT_VERSIONS)}')
+    env = os.environ.get('KVPEER')
+    if env == '':
+        raise Skip('KubeVirt\'s own proxy (tests/kvpeer) was not built: `go` was not found when '
+                   'the build was configured (Debian: apt-get install golang-go, then meson '
+                   'setup --reconfigure)')
+    paths = dict(item.split('=', 1) for item in (env or '').split(',') if '=' in item)
+    path = paths.get(version) or os.path.join(build_dir or os.path.join(REPO_ROOT, 'build'),
+                                              'tests', 'kvpeer', f'kvpeer-{version}')
+    if not os.access(path, os.X_OK):
+        raise Skip(f'{path} not built (needs go, Debian golang-go; ninja -C build, or set '
+                   'KVPEER)')
+    return path
+
+
+def peer_kind(binary):
+    """'kubevirt' for a tests/kvpeer binary (kvpeer-VERSION), else 'stockpeer'."""
+    return 'kubevirt' if os.path.basename(binary).startswith('kvpeer') else 'stockpeer'
+
+
 _CONN_RE = re.compile(r'conn (\d+) (role=\S+ .*)$')
 _FIELD_RE = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S+)')
 
@@ -70,6 +103,120 @@ def parse_conn_line(line):
     return rec
 
 
+_BYTES_RE = re.compile(r'^(\d+) bytes copied (from inbound to outbound|outbound to inbound)$')
+
+
+def _logical_of(key, name):
+    """KubeVirt's rule (GetTargetListenerPorts; the source socket names follow it)."""
+    for port in (49152, 49153):
+        if f'{key}-{port}' in name:
+            return port
+    return 0
+
+
+def _port_of(addr):
+    """The port of 'HOST:PORT' (KubeVirt writes ':::PORT' for the IPv6 wildcard), or None."""
+    try:
+        return int(str(addr).rsplit(':', 1)[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def parse_kubevirt_log(text, role):
+    """Connection records, in the form of parse_conn_line()'s, from a kvpeer log: KubeVirt's
+    migration-proxy.go logs no connection identity, only per proxy (its With() fields uid,
+    listening, outbound) "N bytes copied from inbound to outbound" and "N bytes copied outbound
+    to inbound" as each copy of a pair ends, and its errors. One record per inbound-to-outbound
+    line (the copy that carries QEMU's stream on both roles: a source's unix side to TCP, a
+    target's TCP to the destination's socket; it ends once the pair has ended) and per "unable
+    to create outbound leg" (dial_error); within a proxy the other direction's lines, the error
+    lines and kvpeer's "tls handshake" lines (a target's matched by its listening port) are
+    given to the records in log order, which with several connections on one proxy is an
+    approximation (the sums and the names are exact). Fields: id, port (logical), key,
+    local_to_peer, peer_to_local (-1: not logged yet), error or dial_error, tls, cipher, peer,
+    tls_config (migration or old-client), fallback (KubeVirt's "fallback to old tls config"),
+    line (a summary), raw (the log lines)."""
+    proxies, order, handshakes = {}, [], []
+    for line in text.splitlines():
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(e, dict):
+            continue
+        msg = str(e.get('msg', ''))
+        if e.get('component') == 'kvpeer':
+            if msg == 'tls handshake':
+                handshakes.append(e)
+            continue
+        if 'listening' not in e or 'outbound' not in e:
+            continue
+        ident = (e['listening'], e['outbound'])
+        if ident not in proxies:
+            proxies[ident] = {'records': [], 'out_in': [], 'pending': [], 'fallback': 0}
+            order.append(ident)
+        p = proxies[ident]
+        key = e.get('uid', '')
+        name = e['listening'] if role == 'source' else e['outbound']
+        m = _BYTES_RE.match(msg)
+        if m and m.group(2) == 'from inbound to outbound':
+            rec = {'port': _logical_of(key, name), 'key': key, 'raw': [line],
+                   'local_to_peer' if role == 'source' else 'peer_to_local': int(m.group(1))}
+            if p['pending']:
+                rec['error'] = p['pending'].pop(0)
+            if p['fallback']:
+                rec['fallback'], p['fallback'] = True, p['fallback'] - 1
+            p['records'].append(rec)
+        elif m:
+            p['out_in'].append(int(m.group(1)))
+        elif msg == 'unable to create outbound leg of proxy to host':
+            p['records'].append({'port': _logical_of(key, name), 'key': key, 'raw': [line],
+                                 'dial_error': e.get('reason', msg)})
+        elif msg.startswith('error encountered copying data'):
+            reason = e.get('reason', msg)
+            target = next((r for r in reversed(p['records'])
+                           if 'error' not in r and 'dial_error' not in r), None)
+            if target is not None:
+                target['error'] = reason
+                target['raw'].append(line)
+            else:
+                p['pending'].append(reason)
+        elif msg.startswith('fallback to old tls config') or msg.startswith('handshake failed'):
+            p['fallback'] += 1
+    out = []
+    for ident in order:
+        p = proxies[ident]
+        if role == 'target':
+            port = _port_of(ident[0])
+            mine = [h for h in handshakes if _port_of(h.get('local')) == port]
+        else:
+            mine = handshakes
+        other = 'peer_to_local' if role == 'source' else 'local_to_peer'
+        carried = [r for r in p['records'] if 'dial_error' not in r]
+        for i, rec in enumerate(carried):
+            rec[other] = p['out_in'][i] if i < len(p['out_in']) else -1
+            if i < len(mine):
+                h = mine[i]
+                rec.update(tls=h.get('tls'), cipher=h.get('cipher'), peer=h.get('peer'),
+                           tls_config=h.get('config'))
+        for rec in p['records']:
+            rec['id'] = len(out) + 1
+            rec.setdefault(other, -1)
+            parts = [f'conn {rec["id"]} role={role} key={rec["key"]} port={rec["port"]} '
+                     f'listening={ident[0]} outbound={ident[1]}']
+            if 'tls' in rec:
+                parts.append(f'tls={rec["tls"]} cipher={rec["cipher"]} '
+                             f'peer={json.dumps(rec["peer"])}')
+            parts.append(f'local_to_peer={rec.get("local_to_peer", -1)} '
+                         f'peer_to_local={rec.get("peer_to_local", -1)}')
+            for f in ('error', 'dial_error'):
+                if f in rec:
+                    parts.append(f'{f}={json.dumps(rec[f])}')
+            rec['line'] = ' '.join(parts)
+            out.append(rec)
+    return out
+
+
 def stock_tls(pki, role, which=None):
     """{'cert', 'key', 'ca'} for a stock peer from a PKI (make_pki()): a target serves with the
     node certificate, a source presents the migration client certificate (CN
@@ -81,15 +228,21 @@ def stock_tls(pki, role, which=None):
 
 
 class StockPeer:
-    """One stock peer (tests/stockpeer) in a namespace (prefix), log WORKDIR/NAME.log. tls: None
+    """One stock peer in a namespace (prefix), log WORKDIR/NAME.log: binary is tests/stockpeer
+    or a tests/kvpeer (KubeVirt's own code; kind says which, from the binary's name unless
+    given: 'stockpeer' or 'kubevirt'), with the same command line and output; conn_lines()
+    reads either's log into the same records. tls: None
     for plain TCP (KubeVirt's disableTLS), else what tls_paths() takes ({'cert', 'key', 'ca'}):
     the target's server pair or the source's client pair (see stock_tls()). Start it with
     start_target() or start_source(); stop() ends it (SIGTERM: the listeners close and the pairs
     in flight end as at their first EOF). It also answers source_stop(key) and target_stop(key),
     so that a DaemonMigration can finish a migration with a peer on either end."""
 
-    def __init__(self, binary, name, workdir, prefix=(), tls=None, extra_args=()):
+    def __init__(self, binary, name, workdir, prefix=(), tls=None, extra_args=(), kind=None):
         self.binary, self.name = binary, name
+        self.kind = kind or peer_kind(binary)
+        if self.kind not in ('stockpeer', 'kubevirt'):
+            raise HarnessError(f'{name}: unknown peer kind {self.kind!r}')
         self.log_path = os.path.join(workdir, f'{name}.log')
         self.prefix, self.extra_args = list(prefix), list(extra_args)
         self.tls = tls
@@ -214,11 +367,15 @@ class StockPeer:
             return ''
 
     def conn_lines(self):
-        """Every connection's line so far, parsed (parse_conn_line()), in log order."""
+        """Every connection's record so far, in log order: parse_conn_line() of each line of a
+        stockpeer, parse_kubevirt_log() of a kvpeer's log."""
+        if self.kind == 'kubevirt':
+            return parse_kubevirt_log(self.log_text(), self.role)
         return [r for r in map(parse_conn_line, self.log_text().splitlines()) if r]
 
     def wait_conns(self, count, timeout=10):
-        """Wait until count connections have their line (both copies ended); the lines."""
+        """Wait until count connections have their line (a stockpeer: both copies ended; a
+        kvpeer: the inbound-to-outbound copy ended, or the dial failed); the records."""
         deadline = time.monotonic() + timeout
         while True:
             recs = self.conn_lines()
@@ -242,14 +399,19 @@ class StockTestbed(Testbed):
     TLS daemons. Everything else as Testbed (daemons=True takes its TLS arguments); a daemon
     whose TLS comes from tb.pki (tls=True) also gets the PKI's migration client pair
     (--tls-client-cert, CN kubevirt.io:system:client:migration), as KubeVirt issues one per
-    node, unless client_pair=False: a stock target refuses the node certificate as a client's."""
+    node, unless client_pair=False: a stock target refuses the node certificate as a client's.
+    kubevirt: a release of KUBEVIRT_VERSIONS: the peers are KubeVirt's own code of that release
+    (tests/kvpeer), else tests/stockpeer; peer: a peer binary's path instead (its kind from its
+    name)."""
 
-    def __init__(self, daemons=True, pki=False, client_pair=True, **kw):
+    def __init__(self, daemons=True, pki=False, client_pair=True, kubevirt=None, peer=None,
+                 **kw):
         if not daemons:
             kw.setdefault('vmigd', '')
             kw.setdefault('vmigctl', '')
         super().__init__(**kw)
         self.with_daemons, self.want_pki, self.client_pair = daemons, pki, client_pair
+        self.kubevirt, self.peer_binary = kubevirt, peer
         self.stockpeer = None
         self.peers = []
 
@@ -260,7 +422,12 @@ class StockTestbed(Testbed):
         return tls
 
     def __enter__(self):
-        self.stockpeer = stockpeer_binary()
+        if self.peer_binary:
+            self.stockpeer = self.peer_binary
+        elif self.kubevirt:
+            self.stockpeer = kvpeer_binary(self.kubevirt)
+        else:
+            self.stockpeer = stockpeer_binary()
         if self.with_daemons:
             super().__enter__()
             try:
@@ -305,26 +472,28 @@ class StockTestbed(Testbed):
             pass
         super().dump_logs(lines)
 
-    def _peer(self, side, name, tls, extra_args):
-        peer = StockPeer(self.stockpeer, name, self.workdir, self.net.prefix(side), tls,
-                         extra_args)
+    def _peer(self, side, name, tls, extra_args, binary=None):
+        peer = StockPeer(binary or self.stockpeer, name, self.workdir, self.net.prefix(side),
+                         tls, extra_args)
         self.peers.append(peer)
         return peer
 
-    def stock_target(self, key, sockets, tls=None, name=None, extra_args=(), **kw):
+    def stock_target(self, key, sockets, tls=None, name=None, extra_args=(), binary=None, **kw):
         """A stock target peer in the target namespace for migration KEY (see
         StockPeer.start_target(); it listens on the wildcard and advertises the target
-        namespace's address); the StockPeer, started."""
-        peer = self._peer('target', name or f'stock-target-{key}', tls, extra_args)
+        namespace's address); the StockPeer, started. binary: another peer than the
+        testbed's (stockpeer_binary() or kvpeer_binary())."""
+        peer = self._peer('target', name or f'stock-target-{key}', tls, extra_args, binary)
         kw.setdefault('advertise', self.net.target_addr)
         peer.start_target(key, sockets, **kw)
         return peer
 
     def stock_source(self, key, target_json, tls=None, name=None, basedir=None, extra_args=(),
-                     **kw):
+                     binary=None, **kw):
         """A stock source peer in the source namespace (see StockPeer.start_source(); sockets
-        under basedir, default WORKDIR/src, owned by us); the StockPeer, started."""
-        peer = self._peer('source', name or f'stock-source-{key}', tls, extra_args)
+        under basedir, default WORKDIR/src, owned by us); the StockPeer, started. binary: as
+        stock_target()'s."""
+        peer = self._peer('source', name or f'stock-source-{key}', tls, extra_args, binary)
         kw.setdefault('socket_owner', f'{os.getuid()}:{os.getgid()}')
         peer.start_source(key, target_json, basedir or self.path('src'), **kw)
         return peer
@@ -346,7 +515,7 @@ def vmigd_tls_flag(tls):
 def start_migration(tb, src, dst, source='stock', target='stock', key=None, channels=0,
                     tls=False, max_bandwidth=DEFAULT_MAX_BANDWIDTH, source_cert=None,
                     target_cert=None, client_cns=None, server_cn=None, source_args=(),
-                    target_args=()):
+                    target_args=(), peers=None):
     """KubeVirt's flow through tb (a StockTestbed) with each end a stock peer ('stock') or
     tb's vmigd in KubeVirt mode ('vmigd': `target start --kubevirt`, `source start` given the
     target's KubeVirt JSON): the destination listens on KubeVirt's socket name, the target
@@ -355,7 +524,8 @@ def start_migration(tb, src, dst, source='stock', target='stock', key=None, chan
     tls=False); a stock peer then uses tb.pki's node pair as target and its client pair as
     source, unless target_cert/source_cert name another (a PKI certificate's name or a
     CertFiles); client_cns: the stock target's --client-cn; server_cn: the stock source's
-    --server-cn; source_args/target_args: more vmigctl arguments. Returns a DaemonMigration
+    --server-cn; source_args/target_args: more vmigctl arguments; peers: {'source': binary,
+    'target': binary} for stock ends whose peer is not the testbed's. Returns a DaemonMigration
     (source_daemon/target_daemon are the peers or the daemons) once `migrate` is issued, with
     .peers: {'source': StockPeer or None, 'target': ...}."""
     for end in (source, target):
@@ -367,12 +537,13 @@ def start_migration(tb, src, dst, source='stock', target='stock', key=None, chan
     dst_sock = kubevirt_dst_socket(tb, key)
     configure_migration(src, dst, channels, max_bandwidth)
     dst.execute('migrate-incoming', {'uri': f'unix:{dst_sock}'})
+    binaries = peers or {}
     peers = {'source': None, 'target': None}
     if target == 'stock':
         peers['target'] = tb.stock_target(
             key, {DEFAULT_PORT_ID: dst_sock},
             tls=stock_tls(tb.pki, 'target', target_cert) if tls else None,
-            client_cns=client_cns)
+            client_cns=client_cns, binary=binaries.get('target'))
         target_end, raw = peers['target'], peers['target'].target_raw
     else:
         raw = tb.target.ctl_ok('target', 'start', key, '--socket', f'{DEFAULT_PORT_ID}={dst_sock}',
@@ -381,7 +552,7 @@ def start_migration(tb, src, dst, source='stock', target='stock', key=None, chan
     if source == 'stock':
         peers['source'] = tb.stock_source(
             key, raw, tls=stock_tls(tb.pki, 'source', source_cert) if tls else None,
-            server_cn=server_cn)
+            server_cn=server_cn, binary=binaries.get('source'))
         source_end, sockets = peers['source'], peers['source'].sockets
     else:
         source_end = tb.source
