@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -76,6 +77,9 @@ type realVmigd struct {
 	exited  chan struct{}
 }
 
+// vmigd's start line names its node listener: "started: listen=127.0.0.1:PORT".
+var startedListenRE = regexp.MustCompile(`started: listen=(\S+)`)
+
 func newRealVmigd(t *testing.T, name, bin, dir string, args []string) *realVmigd {
 	d := &realVmigd{t: t, name: name, bin: bin, control: filepath.Join(dir, name+".sock"),
 		args: args, log: &lockedBuffer{}}
@@ -105,6 +109,7 @@ func (d *realVmigd) start() {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if _, err := rawCall(d.control, map[string]interface{}{"op": "status"}); err == nil {
+			d.keepListenAddress()
 			return
 		}
 		select {
@@ -114,6 +119,23 @@ func (d *realVmigd) start() {
 		}
 		if time.Now().After(deadline) {
 			d.t.Fatalf("vmigd %s does not answer on %s:\n%s", d.name, d.control, d.log.String())
+		}
+	}
+}
+
+// keepListenAddress makes later starts bind the node listener the first start got, as a
+// deployment with a configured port does: a restart asked for port 0 again could be given,
+// by chance, a port just freed that a target had published, and the test would then see the
+// fallback to new ports where it checks that they were kept.
+func (d *realVmigd) keepListenAddress() {
+	m := startedListenRE.FindStringSubmatch(d.log.String())
+	if m == nil {
+		return
+	}
+	for i := 0; i+1 < len(d.args); i++ {
+		if d.args[i] == "--listen" && strings.HasSuffix(d.args[i+1], ":0") {
+			d.args = append(append([]string{}, d.args...)[:i+1], append([]string{m[1]}, d.args[i+2:]...)...)
+			return
 		}
 	}
 }
