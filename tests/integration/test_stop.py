@@ -46,12 +46,23 @@ def main():
             problems.append(f'the migration ended {took:.1f}s after stop, inside the grace')
         if src.run_state() == 'postmigrate':
             problems.append('the source guest was handed over although the migration was cut')
-        # The key's short second life logs its own stop line, with no connections.
-        line = [x for x in tb.source.migration_lines(key)
-                if f'role=source stop conns={CHANNELS + 1}' in x]
+        # The key's short second life logs its own stop line, with no connections. The first
+        # life's line comes when its last connection is closed, which on a slow (sanitized) build
+        # can be a moment after QEMU already reports the migration failed: wait for it.
         want = f'outcome=stopped with {CHANNELS + 1} connections in flight'
+
+        def stop_lines():
+            return [x for x in tb.source.migration_lines(key) if 'role=source stop ' in x]
+
+        def first_life():
+            found = [x for x in stop_lines() if f'role=source stop conns={CHANNELS + 1}' in x]
+            return found or None
+        try:
+            line = vt.wait_until(first_life, 15, 'the source stop line of the cut connections')
+        except vt.HarnessError:
+            line = []
         if len(line) != 1 or want not in line[0]:
-            problems.append(f'source stop line {line}, expected "{want}"')
+            problems.append(f'source stop line {line} (all: {stop_lines()}), expected "{want}"')
         tb.target.target_stop(key)
         rec = tb.target.stop_record(key, 'target')
         if int(rec.get('conns', -1)) != CHANNELS + 1:
