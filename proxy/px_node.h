@@ -104,6 +104,17 @@ struct px_insp_summary {
 	uint64_t dirty_pages_per_pass; /* pages of the last completed pass, all channels */
 	uint64_t dirty_rate;	       /* bytes/s: those pages over that pass's duration */
 	bool switchover;
+	uint64_t ram_total; /* RAM bytes the main channel's setup announced; 0 until seen */
+	/*
+	 * px_insp_estimate(): RAM still to send, as the stream tells it. In the first pass, the
+	 * total less the pages sent so far (remaining_from "first-pass"); once a pass after the
+	 * first completed, that pass's pages (a pass resends what the last one let the guest dirty:
+	 * "last-pass"). Unknown (remaining_known false, remaining_from NULL) before the total, in
+	 * the second pass, after switchover and where a channel stopped parsing.
+	 */
+	bool remaining_known;
+	uint64_t remaining;
+	const char *remaining_from;
 };
 
 enum px_role { PX_ROLE_SOURCE, PX_ROLE_TARGET };

@@ -212,6 +212,7 @@ void px_node_foreach(struct px_node *n, px_migration_fn fn, void *arg)
 				  ci && mi.nconns < m->conns_active ? &ci[mi.nconns++] : NULL,
 				  &shaped_ns);
 		mi.shaped_ms = shaped_ns / 1000000;
+		px_insp_estimate(&mi.insp);
 		mi.conns = ci;
 		fn(&mi, arg);
 		free(ci);

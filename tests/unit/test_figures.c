@@ -749,13 +749,14 @@ static void test_schema_v2(void **state)
 	check_keys(
 		json_object_object_get(o, "inspect"),
 		"bytes_only,channels,dirty_known,dirty_pages_per_pass,dirty_rate,machine,packets,"
-		"page_size,pages,passes,reason,stream_version,switchover,syncs,zero_pages");
+		"page_size,pages,passes,ram_total,reason,remaining,remaining_from,stream_version,"
+		"switchover,syncs,zero_pages");
 	check_keys(json_object_object_get(
 			   json_object_array_get_idx(json_object_object_get(o, "connections"), 0),
 			   "inspect"),
 		   "bytes,bytes_only,channel_id,kind,machine,packets,page_size,pages,pass_ms_last,"
-		   "pass_pages_last,passes,reason,stream_version,switchover,sync_bytes_last,syncs,"
-		   "zero_pages");
+		   "pass_pages_last,passes,ram_total,reason,stream_version,switchover,sync_bytes_last,"
+		   "syncs,zero_pages");
 	check_keys(json_object_object_get(o, "convergence"),
 		   "action_counts,actions,backend,dirty_rate,dirty_rate_from,elapsed_ms,"
 		   "irrecoverable,job,link_rate,mode,policy,query_errors,state");
