@@ -708,8 +708,9 @@ static void metrics(int argc, char **argv)
 #define BAR_WIDTH 20
 
 /*
- * There is no total to measure progress against yet, so the bar shows activity: the rate against
- * the migration's limit, or without one, its share of the node's rate in the same direction.
+ * Progress, where a total is known (the hypervisor's, else the stream's): done against total.
+ * Without one the bar shows activity: the rate against the migration's limit, or without one,
+ * its share of the node's rate in the same direction.
  */
 static void bar(char *buf, uint64_t rate, uint64_t limit, uint64_t node_rate)
 {
@@ -732,6 +733,36 @@ static const char *fig(const struct ctl_table *t, struct json_object *o, const c
 	bool found;
 
 	return vc_value_text(ctl_fig_find(t, key), vc_at(o, key, &found), buf, len);
+}
+
+/*
+ * Without the hypervisor's figures: progress from the stream's RAM total and its estimate of
+ * what remains (the inspector's "remaining"; absent where the stream cannot tell). The ETA is
+ * what remains over the 10-s rate, less the dirty rate once a dirty pass was measured. Returns
+ * whether the stream gave the bar.
+ */
+static bool stream_progress(struct json_object *m, struct json_object *in, bool src, char *bars,
+			    char *eta, size_t eta_len)
+{
+	uint64_t total = vc_u64_at(in, "ram_total"), left, rate, dirty = 0;
+	bool found;
+
+	if (!in || !total || !vc_at(in, "remaining", &found))
+		return false;
+	left = vc_u64_at(in, "remaining");
+	bar(bars, total - (left < total ? left : total), total, 0);
+	if (strcmp(vc_str_field(m, "state"), "failed") == 0)
+		return true;
+	rate = vc_u64_at(m, src ? "rates.tx_10s" : "rates.rx_10s");
+	if (vc_bool_field(in, "dirty_known"))
+		dirty = vc_u64_at(in, "dirty_rate");
+	if (rate > dirty)
+		snprintf(eta, eta_len, "%.0f s (stream)", (double)left / (rate - dirty));
+	else if (rate && dirty)
+		snprintf(eta, eta_len, "never (stream)");
+	else
+		snprintf(eta, eta_len, "- (stream)");
+	return true;
 }
 
 static void top_frame(struct json_object *reply, double interval)
@@ -771,7 +802,9 @@ static void top_frame(struct json_object *reply, double interval)
 		job = vc_obj_field(cv, "job");
 		snprintf(eta, sizeof(eta), "%s",
 			 strcmp(vc_str_field(m, "state"), "failed") == 0 ? "failed" : "-");
-		if (job) {
+		if (!job) {
+			stream_progress(m, in, src, bars, eta, sizeof(eta));
+		} else {
 			/* The hypervisor knows the total: bar, dirty rate, pass and ETA from it. */
 			uint64_t total = vc_u64_at(job, "total"),
 				 left = vc_u64_at(job, "remaining");
@@ -788,10 +821,10 @@ static void top_frame(struct json_object *reply, double interval)
 			else if (rate > dirty_rate)
 				/* Each pass resends what the last one's time let the guest dirty.
 				 */
-				snprintf(eta, sizeof(eta), "%.0f s",
+				snprintf(eta, sizeof(eta), "%.0f s (qemu)",
 					 (double)left / (rate - dirty_rate));
 			else if (rate)
-				snprintf(eta, sizeof(eta), "never");
+				snprintf(eta, sizeof(eta), "never (qemu)");
 		}
 		printf("%-20.20s %-6s %s %-11s %-12s %-25s %-12s %4s %s\n", vc_str_field(m, "key"),
 		       vc_str_field(m, "role"), bars,

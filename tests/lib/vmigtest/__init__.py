@@ -17,7 +17,8 @@ from .checks import Checks, answers, run_main, still_in_flight, within
 from .daemons import (Daemon, VmigctlError, digest_problems, find_binaries, find_test_daemon,
                       migration_connections, parse_linked, stop_lines,
                       run_vmigd, status_connections, status_field, status_migration,
-                      status_migration_count, status_migrations, stop_quietly)
+                      status_inspect, status_migration_count, status_migrations,
+                      stop_quietly)
 from .migrate import (DEFAULT_MAX_BANDWIDTH, DaemonMigration, MigrationResult,
                       configure_migration, migrate_direct, migrate_via_daemons,
                       start_via_daemons, verify_memory, wait_failed_at_home,
