@@ -49,14 +49,16 @@ EXPECTED_FAMILIES = (
     'vmigd_migration_inspect_channels', 'vmigd_migration_inspect_bytes_only_channels',
     'vmigd_migration_pages_total', 'vmigd_migration_zero_pages_total',
     'vmigd_migration_multifd_packets_total', 'vmigd_migration_sync_points_total',
-    'vmigd_migration_passes', 'vmigd_migration_switchover', 'vmigd_port_sent_bytes_total',
+    'vmigd_migration_passes', 'vmigd_migration_switchover', 'vmigd_migration_ram_total_bytes',
+    'vmigd_port_sent_bytes_total',
     'vmigd_port_received_bytes_total', 'vmigd_port_rate_bytes_per_second',
     'vmigd_port_connections', 'vmigd_port_connections_total',
     'vmigd_connection_sent_bytes_total', 'vmigd_connection_received_bytes_total',
     'vmigd_connection_shaped_seconds_total', 'vmigd_connection_pacing_bytes_per_second')
 INSPECT_FAMILIES = ('vmigd_migration_inspect_channels', 'vmigd_migration_pages_total',
                     'vmigd_migration_zero_pages_total', 'vmigd_migration_switchover',
-                    'vmigd_migration_inspect_bytes_only_channels')
+                    'vmigd_migration_inspect_bytes_only_channels',
+                    'vmigd_migration_ram_total_bytes')
 
 
 def scrape(tb, daemon):
