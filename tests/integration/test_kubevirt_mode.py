@@ -131,7 +131,8 @@ def stream_progress(tb, check):
     result = m.finish(timeout=120)
     tb.close_qemus(src, dst)
     return (f'{result.summary()}; mid-pass remaining {insp["remaining"] >> 20} MiB of '
-            f'{insp["ram_total"] >> 20} MiB (QEMU {seen["qemu_left"] >> 20} MiB); top: {seen["top"].split("]", 1)[-1].strip()}')
+            f'{insp["ram_total"] >> 20} MiB (QEMU {seen["qemu_left"] >> 20} MiB); '
+            f'top: {seen["top"].split("]", 1)[-1].strip()}')
 
 
 def raw_teardown(tb, check):
