@@ -962,7 +962,7 @@ static const struct vc_opt target_start_opts[] = {
 	{ .name = "socket",
 	  .id = O_SOCKET,
 	  .arg = "PORTID=UNIXPATH",
-	  .help = "carry logical port PORTID to this QEMU socket",
+	  .help = "carry logical port PORTID to this socket",
 	  .flags = VC_OPT_REQUIRED | VC_OPT_REPEAT },
 	{ .name = "kubevirt",
 	  .id = O_KUBEVIRT,

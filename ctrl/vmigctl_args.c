@@ -377,7 +377,7 @@ static const struct vc_cmd *find_cmd(const struct vc_cmd *cmds, size_t n, int ar
 	}
 	if (!seconds[0])
 		vc_usage_error(NULL, "unknown command \"%s\"", w);
-	if (argc < 2)
+	if (argc < 2 || argv[1][0] == '-')
 		vc_usage_error(NULL, "\"%s\" needs %s", w, seconds);
 	vc_usage_error(NULL, "unknown command \"%s %s\" (%s takes %s)", w, argv[1], w, seconds);
 }
