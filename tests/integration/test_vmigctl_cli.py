@@ -258,6 +258,22 @@ def help_and_version(r, vmigd):
     return helps
 
 
+def man_page(r, helps):
+    """doc/vmigctl.8 and the help agree: every option a command's --help lists is in the man
+    page, and every option in the man page's SYNOPSIS is one a command takes."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'doc',
+                        'vmigctl.8')
+    with open(path) as f:
+        text = f.read().replace('\\-', '-')
+    synopsis = text[text.index('.SH SYNOPSIS'):text.index('.SH DESCRIPTION')]
+    known = {o for opts in helps.values() for o in opts}
+    in_man = set(re.findall(r'--[a-z][a-z-]*', text))
+    r.check(known <= in_man, f'vmigctl.8 lacks {sorted(known - in_man)}')
+    listed = set(re.findall(r'--[a-z][a-z-]*', synopsis))
+    r.check(listed <= known | {'--help', '--version'},
+            f'vmigctl.8 SYNOPSIS has options no command takes: {sorted(listed - known)}')
+
+
 def no_daemon(r, tmp, daemon_sock):
     absent = os.path.join(tmp, 'absent.sock')
     stale = os.path.join(tmp, 'stale.sock')
@@ -446,6 +462,7 @@ def main():
         n = usage_errors(r, tmp)
         vt.log(f'{n} bad command lines tried, each with and without --json')
         helps = help_and_version(r, vmigd)
+        man_page(r, helps)
         d = vt.Daemon(vmigd, vmigctl, 'cli', tmp, '127.0.0.1').start()
         try:
             no_daemon(r, tmp, d.control)
