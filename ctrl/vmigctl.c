@@ -5,262 +5,42 @@
  * repeats the metrics request to draw a live view. The command line: vmigctl_args.c. */
 #include <errno.h>
 #include <inttypes.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "ctl_figures.h"
 #include "vmigctl_args.h"
+#include "vmigctl_call.h"
 #include "vmigctl_reply.h"
 #include "units.h"
 #include "util.h"
 #include "vmigd-config.h"
 
-#define REPLY_MAX (4 << 20)
-
 /* A failure after the command line was read: vmigd refused, or sent nothing valid. */
 #define EXIT_FAIL VC_EXIT_REFUSED
 
-/* What vmigd says when it has as many control clients as it serves at once (ctl_server.c). */
-#define BUSY_ERROR "too many control clients"
-
-/* This run's command line, and its request and reply, released at exit on every path. */
-static const struct vc_call *cl;
-static struct json_object *request_obj, *reply_obj;
-
-static void release(void)
-{
-	json_object_put(request_obj);
-	json_object_put(reply_obj);
-}
-
-/* One object on one line of stdout: what --json prints, replies and errors alike. */
-static void print_json(struct json_object *o)
-{
-	printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
-								 JSON_C_TO_STRING_NOSLASHESCAPE));
-	fflush(stdout);
-}
-
-/* The errno whose name is code ("EEXIST"), 0 if none is. */
-static int errno_of(const char *code)
-{
-	for (int e = 1; code && e < 4096; e++) {
-		const char *name = strerrorname_np(e);
-
-		if (name && strcmp(name, code) == 0)
-			return e;
-	}
-	return 0;
-}
-
-/*
- * Ends the run with exit status code: one line on stderr; with --json also, on stdout, the error
- * as vmigd writes one, {"ok":false,"error":MSG,"code":"ENAME","errno":N} (code and errno when
- * err names one; reply: vmigd's own error reply, printed with errno added).
- */
-static void __attribute__((noreturn))
-fail_with(int code, int err, struct json_object *reply, const char *msg)
-{
-	fprintf(stderr, "vmigctl: %s\n", msg);
-	if (cl && cl->json) {
-		struct json_object *o = reply ? json_object_get(reply) : json_object_new_object(),
-				   *c;
-
-		if (!reply) {
-			json_object_object_add(o, "ok", json_object_new_boolean(false));
-			json_object_object_add(o, "error", json_object_new_string(msg));
-			if (err && strerrorname_np(err))
-				json_object_object_add(
-					o, "code", json_object_new_string(strerrorname_np(err)));
-		} else if (json_object_object_get_ex(o, "code", &c)) {
-			err = errno_of(json_object_get_string(c));
-		}
-		if (err)
-			json_object_object_add(o, "errno", json_object_new_int(err));
-		print_json(o);
-		json_object_put(o);
-	}
-	exit(code);
-}
-
-static void __attribute__((noreturn, format(printf, 3, 4)))
-fail(int code, int err, const char *fmt, ...)
-{
-	char msg[1024];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	fail_with(code, err, NULL, msg);
-}
-
 /* A failure of no particular errno. */
-#define die(code, ...) fail(code, 0, __VA_ARGS__)
+#define die(code, ...) vc_fail(code, 0, __VA_ARGS__)
+
+/* This run's command line. */
+static const struct vc_call *cl;
 
 /* A wrong argument of this run's command: a usage error (exit 2), nothing was sent. */
 #define bad_arg(...) vc_usage_error(cl->cmd, __VA_ARGS__)
 
-/* Writes all of p; 0 or -errno (EPIPE, not SIGPIPE, when vmigd has closed). */
-static int send_all(int fd, const char *p, size_t len)
-{
-	while (len > 0) {
-		ssize_t k = send(fd, p, len, MSG_NOSIGNAL);
-
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0)
-			return -errno;
-		p += k;
-		len -= (size_t)k;
-	}
-	return 0;
-}
-
-/* Nothing to talk to at the control socket: say why, and where the path came from. */
-static void __attribute__((noreturn)) no_daemon(int err)
-{
-	const char *why = err == ENOENT		? "no such socket: vmigd is not running there"
-			  : err == ECONNREFUSED ? "nothing listens on it: vmigd is not running"
-			  : err == EACCES	? "permission denied: it is for vmigd's user only"
-						: strerror(err);
-
-	fail(VC_EXIT_NO_DAEMON, err, "cannot connect to vmigd at %s (%s): %s (%s)", cl->control,
-	     cl->control_from, why, strerrorname_np(err) ? strerrorname_np(err) : "?");
-}
-
-/* vmigd's error reply: its line (and the test build's hint), exit 1, or 4 when it is busy. */
-static void __attribute__((noreturn)) refused(struct json_object *reply)
-{
-	struct json_object *err;
-	const char *msg = json_object_object_get_ex(reply, "error", &err)
-				  ? json_object_get_string(err)
-				  : NULL;
-	char line[1024];
-
-	if (!msg) {
-		/* {"ok":false,"code":"ENOENT"}: the code is all there is */
-		msg = json_object_object_get_ex(reply, "code", &err) ? json_object_get_string(err)
-								     : "request failed";
-		snprintf(line, sizeof(line), "request failed: %s", msg);
-		fail_with(EXIT_FAIL, 0, reply, line);
-	}
-	if (strstr(msg, BUSY_ERROR)) {
-		snprintf(line, sizeof(line), "vmigd is busy: %s", msg);
-		fail_with(VC_EXIT_BUSY, 0, reply, line);
-	}
-	/* The product refuses the test build's field as any unknown one: say which. */
-	if (strstr(msg, "unknown field \"test_delay_first_ms\"")) {
-		snprintf(line, sizeof(line),
-			 "%s; --test-delay-first needs the test build, vmigd-test", msg);
-		fail_with(EXIT_FAIL, 0, reply, line);
-	}
-	fail_with(EXIT_FAIL, 0, reply, msg);
-}
-
-/* Sends the request, returns the parsed reply after checking "ok". */
-static struct json_object *call(struct json_object *req)
-{
-	struct sockaddr_un sun = { .sun_family = AF_UNIX };
-	const char *text = json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN);
-	struct json_object *reply, *ok, *note;
-	size_t len = 0, cap = 65536;
-	char *buf;
-	int fd, sent;
-
-	if (strlen(cl->control) >= sizeof(sun.sun_path))
-		vc_usage_error(cl->cmd, "control socket path too long (%zu bytes, at most %zu): %s",
-			       strlen(cl->control), sizeof(sun.sun_path) - 1, cl->control);
-	strcpy(sun.sun_path, cl->control);
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		fail(EXIT_FAIL, errno, "socket: %s", strerror(errno));
-	if (connect(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0)
-		no_daemon(errno);
-	/* vmigd may have said why and closed before the request is written (its client cap):
-	 * then what it said is still there to read. */
-	sent = send_all(fd, text, strlen(text));
-	if (sent == 0)
-		sent = send_all(fd, "\n", 1);
-	if (sent < 0 && sent != -EPIPE && sent != -ECONNRESET)
-		fail(EXIT_FAIL, -sent, "sending the request: %s", strerror(-sent));
-	buf = malloc(cap);
-	if (!buf)
-		fail(EXIT_FAIL, ENOMEM, "out of memory");
-	for (;;) {
-		ssize_t k;
-
-		if (len + 1 >= cap) {
-			if (cap >= REPLY_MAX)
-				die(EXIT_FAIL, "reply from vmigd too large");
-			cap *= 2;
-			buf = realloc(buf, cap);
-			if (!buf)
-				fail(EXIT_FAIL, ENOMEM, "out of memory");
-		}
-		k = read(fd, buf + len, cap - len);
-		if (k < 0 && errno == EINTR)
-			continue;
-		/* vmigd closed with our request unread (its client cap): keep what it wrote. */
-		if (k < 0 && errno == ECONNRESET) {
-			sent = -ECONNRESET;
-			break;
-		}
-		if (k < 0)
-			fail(EXIT_FAIL, errno, "reading the reply: %s", strerror(errno));
-		if (k == 0)
-			break;
-		len += k;
-	}
-	close(fd);
-	buf[len] = '\0';
-	reply = json_tokener_parse(buf);
-	free(buf);
-	json_object_put(reply_obj); /* top calls again and again */
-	reply_obj = reply;
-	if (!reply && sent < 0)
-		fail(VC_EXIT_BUSY, -sent,
-		     "vmigd is busy: it closed the connection without reading the request "
-		     "(%s); try again",
-		     strerror(-sent));
-	if (!reply || !json_object_object_get_ex(reply, "ok", &ok))
-		die(EXIT_FAIL, "vmigd sent no valid reply");
-	if (!json_object_get_boolean(ok))
-		refused(reply);
-	/* What the daemon did other than asked (a takeover's migration carried elsewhere). */
-	if (json_object_object_get_ex(reply, "note", &note))
-		fprintf(stderr, "vmigctl: %s\n", json_object_get_string(note));
-	return reply;
-}
-
-static struct json_object *request(const char *op, const char *key)
-{
-	struct json_object *o = json_object_new_object();
-
-	json_object_put(request_obj);
-	request_obj = o;
-	json_object_object_add(o, "op", json_object_new_string(op));
-	if (key)
-		json_object_object_add(o, "key", json_object_new_string(key));
-	return o;
-}
-
 /* A command whose text is nothing on success: with --json, the reply. */
 static void call_quiet(struct json_object *req)
 {
-	struct json_object *reply = call(req);
+	struct json_object *reply = vc_call(req);
 
 	if (cl->json)
-		print_json(reply);
+		vc_print_json(reply);
 }
 
 /* RATE as vmigd takes it: an integer of bytes/s, from what the operator wrote. */
@@ -331,7 +111,7 @@ static void common_start_opts(struct json_object *req)
 
 static void target_start(const struct vc_call *c)
 {
-	struct json_object *req = request("target-start", c->args[0]);
+	struct json_object *req = vc_request("target-start", c->args[0]);
 	struct json_object *socks = json_object_new_object(), *listen = json_object_new_object();
 	struct json_object *reply, *t;
 
@@ -378,9 +158,9 @@ static void target_start(const struct vc_call *c)
 		json_object_object_add(req, "listen", listen);
 	else
 		json_object_put(listen);
-	reply = call(req);
+	reply = vc_call(req);
 	if (c->json) {
-		print_json(reply);
+		vc_print_json(reply);
 		return;
 	}
 	if (!json_object_object_get_ex(reply, "target", &t))
@@ -402,7 +182,7 @@ static struct json_object *policy_arg(const char *v)
 			bad_arg("--policy: cannot read %s: %s", v + 1, strerror(errno));
 		text = calloc(1, 65536);
 		if (!text)
-			fail(EXIT_FAIL, ENOMEM, "out of memory");
+			vc_fail(EXIT_FAIL, ENOMEM, "out of memory");
 		n = fread(text, 1, 65535, f);
 		fclose(f);
 		text[n] = '\0';
@@ -434,7 +214,7 @@ static const struct {
 
 static void source_start(const struct vc_call *c)
 {
-	struct json_object *req = request("source-start", c->args[0]), *reply, *socks, *t;
+	struct json_object *req = vc_request("source-start", c->args[0]), *reply, *socks, *t;
 	struct json_object *over = json_object_new_object(), *pol = NULL;
 	const char *qmp = vc_opt_val(c, O_QMP), *dom = vc_opt_val(c, O_LIBVIRT_DOMAIN);
 	const char *uri = vc_opt_val(c, O_LIBVIRT_URI), *mode = vc_opt_val(c, O_MODE);
@@ -497,9 +277,9 @@ static void source_start(const struct vc_call *c)
 		json_object_object_add(
 			req, "test_delay_first_ms",
 			json_object_new_int64(count_arg("--test-delay-first", delay)));
-	reply = call(req);
+	reply = vc_call(req);
 	if (c->json) {
-		print_json(reply);
+		vc_print_json(reply);
 		return;
 	}
 	if (!json_object_object_get_ex(reply, "sockets", &socks) ||
@@ -511,22 +291,22 @@ static void source_start(const struct vc_call *c)
 
 static void target_stop(const struct vc_call *c)
 {
-	call_quiet(request("target-stop", c->args[0]));
+	call_quiet(vc_request("target-stop", c->args[0]));
 }
 
 static void source_stop(const struct vc_call *c)
 {
-	call_quiet(request("source-stop", c->args[0]));
+	call_quiet(vc_request("source-stop", c->args[0]));
 }
 
 /* ---- list, status ---- */
 
 static void list(const struct vc_call *c)
 {
-	struct json_object *reply = call(request("list", NULL)), *migs;
+	struct json_object *reply = vc_call(vc_request("list", NULL)), *migs;
 
 	if (c->json) {
-		print_json(reply);
+		vc_print_json(reply);
 		return;
 	}
 	vc_reply_v2(reply);
@@ -639,7 +419,7 @@ static void print_nics(struct json_object *migs)
 
 static void status(const struct vc_call *c)
 {
-	struct json_object *reply = call(request("status", NULL)), *s, *node, *migs;
+	struct json_object *reply = vc_call(vc_request("status", NULL)), *s, *node, *migs;
 	static const char *const fields[] = { "version",   "pid",	"control",
 					      "listen",	   "advertise", "tls",
 					      "data_path", "threads",	"uptime" };
@@ -658,7 +438,7 @@ static void status(const struct vc_call *c)
 		die(EXIT_FAIL, "vmigd sent no status");
 	/* the status object alone, as it came: what probes and scripts read */
 	if (c->json) {
-		print_json(s);
+		vc_print_json(s);
 		return;
 	}
 	vc_reply_v2(reply);
@@ -697,7 +477,7 @@ static void status(const struct vc_call *c)
 
 static void set_bandwidth(const char *key, const char *rate)
 {
-	struct json_object *req = request(key ? "bandwidth" : "node-bandwidth", key);
+	struct json_object *req = vc_request(key ? "bandwidth" : "node-bandwidth", key);
 
 	json_object_object_add(req, "bandwidth", json_object_new_uint64(rate_arg("RATE", rate)));
 	call_quiet(req);
@@ -758,10 +538,10 @@ static void print_migration(struct json_object *m)
 
 static void metrics(const struct vc_call *c)
 {
-	struct json_object *reply = call(request("metrics", NULL)), *node, *migs;
+	struct json_object *reply = vc_call(vc_request("metrics", NULL)), *node, *migs;
 
 	if (c->json) {
-		print_json(reply);
+		vc_print_json(reply);
 		return;
 	}
 	vc_reply_v2(reply);
@@ -920,10 +700,10 @@ static void top(const struct vc_call *c)
 		if (n > 0)
 			while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
 				;
-		reply = call(request("metrics", NULL));
+		reply = vc_call(vc_request("metrics", NULL));
 		/* --json: each frame's reply on a line of its own */
 		if (c->json) {
-			print_json(reply);
+			vc_print_json(reply);
 			continue;
 		}
 		vc_reply_v2(reply);
@@ -1110,11 +890,9 @@ int main(int argc, char **argv)
 {
 	static struct vc_call call_line;
 
-	atexit(release);
-	/* A write to a daemon that has closed is an error to report, not a silent death. */
-	signal(SIGPIPE, SIG_IGN);
 	vc_parse(commands, ARRAY_SIZE(commands), argc, argv, &call_line);
 	cl = &call_line;
+	vc_call_setup(cl);
 	cl->cmd->run(cl);
 	return VC_EXIT_OK;
 }

@@ -546,22 +546,10 @@ static void print_valued(const struct vc_cmd *cmds, size_t n, const char *comple
 		printf("--");
 }
 
-void vc_print_bash_completion(const struct vc_cmd *cmds, size_t n)
+/* _vmigctl's first half: the words before the cursor, read as vmigctl reads them (the command,
+ * its arguments counted, option values skipped, -c PATH kept). */
+static void print_scan(const struct vc_cmd *cmds, size_t n)
 {
-	const struct vc_opt *all[MAX_ALL], *list[MAX_OPTS];
-	size_t nall, nl;
-
-	printf("# bash completion for vmigctl(8), made by `vmigctl completion bash` from its "
-	       "command table.\n\n"
-	       "# The keys of `vmigctl list` in role $1 (empty: any); then vmigctl's -c PATH. "
-	       "$prog is\n"
-	       "# the vmigctl being completed (_vmigctl's).\n"
-	       "_vmigctl_keys()\n{\n"
-	       "\tlocal role=$1 key r rest\n"
-	       "\tshift\n"
-	       "\t\"$prog\" \"$@\" list 2>/dev/null | while read -r key r rest; do\n"
-	       "\t\t[[ -z $role || $r == \"$role\" ]] && printf '%%s\\n' \"$key\"\n"
-	       "\tdone\n}\n\n");
 	printf("_vmigctl()\n{\n"
 	       "\tlocal cur prev words cword\n"
 	       "\tif declare -F _get_comp_words_by_ref >/dev/null; then\n"
@@ -609,8 +597,16 @@ void vc_print_bash_completion(const struct vc_cmd *cmds, size_t n)
 	printf("\t\t\tesac\n"
 	       "\t\t\tnargs=$((nargs + 1))\n"
 	       "\t\tfi\n"
-	       "\tdone\n"
-	       "\tif [[ -n $value ]]; then\n"
+	       "\tdone\n");
+}
+
+/* _vmigctl's second half: the words that fit at the cursor. */
+static void print_complete(const struct vc_cmd *cmds, size_t n)
+{
+	const struct vc_opt *all[MAX_ALL], *list[MAX_OPTS];
+	size_t nall, nl;
+
+	printf("\tif [[ -n $value ]]; then\n"
 	       "\t\tcase $value in\n"
 	       "\t\t");
 	print_valued(cmds, n, "@file");
@@ -671,6 +667,23 @@ void vc_print_bash_completion(const struct vc_cmd *cmds, size_t n)
 	       "\t\t\t;;\n"
 	       "\t\tesac\n"
 	       "\tfi\n"
-	       "}\n\n"
-	       "complete -F _vmigctl vmigctl\n");
+	       "}\n");
+}
+
+void vc_print_bash_completion(const struct vc_cmd *cmds, size_t n)
+{
+	printf("# bash completion for vmigctl(8), made by `vmigctl completion bash` from its "
+	       "command table.\n\n"
+	       "# The keys of `vmigctl list` in role $1 (empty: any); then vmigctl's -c PATH. "
+	       "$prog is\n"
+	       "# the vmigctl being completed (_vmigctl's).\n"
+	       "_vmigctl_keys()\n{\n"
+	       "\tlocal role=$1 key r rest\n"
+	       "\tshift\n"
+	       "\t\"$prog\" \"$@\" list 2>/dev/null | while read -r key r rest; do\n"
+	       "\t\t[[ -z $role || $r == \"$role\" ]] && printf '%%s\\n' \"$key\"\n"
+	       "\tdone\n}\n\n");
+	print_scan(cmds, n);
+	print_complete(cmds, n);
+	printf("\ncomplete -F _vmigctl vmigctl\n");
 }
