@@ -72,11 +72,11 @@ static void opt_set_init(struct opt_set *s, const struct vc_cmd *cmd)
 	s->n = cmd_opts(cmd, s->opt);
 	for (const struct vc_opt *o = common_opts; o->name; o++)
 		s->opt[s->n++] = o;
-	/* ':' first: a missing value is told from an unknown option; '+' stops at the first
-	 * word outside a command (its words), getopt permutes the rest. */
-	s->shorts[k++] = cmd ? ':' : '+';
-	if (!cmd)
-		s->shorts[k++] = ':';
+	/* Before the command, '+' stops at its first word; after it, '-' hands each argument
+	 * over in order, wherever the options are (and whatever POSIXLY_CORRECT says). ':' tells
+	 * a missing value from an unknown option. */
+	s->shorts[k++] = cmd ? '-' : '+';
+	s->shorts[k++] = ':';
 	for (size_t i = 0; i < ARRAY_SIZE(letters); i++) {
 		s->shorts[k++] = letters[i].letter;
 		if (letters[i].id == VC_OPT_CONTROL)
@@ -277,21 +277,27 @@ static void __attribute__((noreturn)) print_version(void)
 	exit(VC_EXIT_OK);
 }
 
-/* Parses the options of argv (argv[0] is the command's last word, or the program) into c;
- * returns where the arguments start. */
+/* Parses the options of argv (argv[0] is the command's last word, or the program) into c, and
+ * the command's arguments into c->args; returns where the command starts (before it). */
 static int parse_opts(const struct vc_cmd *cmd, int argc, char **argv, struct vc_call *c,
 		      const struct vc_cmd *cmds, size_t ncmds)
 {
 	static struct vc_given given[MAX_GIVEN];
+	static char *args[MAX_GIVEN];
 	struct opt_set s;
 	int r;
 
 	opt_set_init(&s, cmd);
 	optind = 0; /* glibc: start afresh, this argv */
 	opterr = 0;
+	c->args = args;
 	while ((r = getopt_long(argc, argv, s.shorts, s.lo, NULL)) != -1) {
 		const struct vc_opt *o = (r == '?' || r == ':') ? NULL : opt_set_find(&s, r);
 
+		if (r == 1 && c->nargs < MAX_GIVEN) { /* an argument */
+			args[c->nargs++] = optarg;
+			continue;
+		}
 		if (!o)
 			option_error(&s, cmd, r, argv);
 		switch (o->id) {
@@ -319,6 +325,9 @@ static int parse_opts(const struct vc_cmd *cmd, int argc, char **argv, struct vc
 			c->given = given;
 		}
 	}
+	/* after "--" */
+	for (; cmd && optind < argc && c->nargs < MAX_GIVEN; optind++)
+		args[c->nargs++] = argv[optind];
 	return optind;
 }
 
@@ -446,9 +455,7 @@ void vc_parse(const struct vc_cmd *cmds, size_t n, int argc, char **argv, struct
 	i += words - 1;
 	argc -= i;
 	argv += i;
-	i = parse_opts(c->cmd, argc, argv, c, cmds, n);
-	c->args = argv + i;
-	c->nargs = argc - i;
+	parse_opts(c->cmd, argc, argv, c, cmds, n);
 	want = count_words(c->cmd->args);
 	if ((size_t)c->nargs < want)
 		vc_usage_error(c->cmd, "\"%s\" needs %s", c->cmd->name,

@@ -137,6 +137,8 @@ def usage_errors(r, tmp):
         (['status', 'extra', '--json'],
          usage_line(q('unexpected argument "extra" for "status"'), 'status')),
         (['list', 'extra'], usage_line(q('unexpected argument "extra" for "list"'), 'list')),
+        (['status', '--', '--json'],
+         usage_line(q('unexpected argument "--json" for "status"'), 'status')),
         (['metrics', 'x'], usage_line(q('unexpected argument "x" for "metrics"'), 'metrics')),
         (['status', '--json=yes'],
          usage_line(q('option "--json" for "status" takes no value'), 'status')),
@@ -289,6 +291,12 @@ def no_daemon(r, tmp, daemon_sock):
             r.expect(['-c', path] + cmd, NO_DAEMON, line)
             r.expect(['-c', path, '--json'] + cmd, NO_DAEMON, line,
                      lambda o, code=code, num=num: json_line(o, ok=False, code=code, errno=num))
+        # parsed alike wherever the options are, POSIXLY_CORRECT or not; "--" ends them
+        for args, env in ((['target', 'start', 'k', '--socket', '1=/x'], {'POSIXLY_CORRECT': '1'}),
+                          (['--json', 'target', 'stop', '--', '-x'], None),
+                          (['bandwidth', '--json', 'k', '1G'], None)):
+            r.expect(['-c', path] + args, NO_DAEMON, line, env=env,
+                     out=(lambda o: json_line(o, ok=False)) if '--json' in args else None)
         env_line = line.replace('\\(-c\\)', '\\(\\$VMIGD_CONTROL\\)')
         r.expect(['status'], NO_DAEMON, env_line, env={'VMIGD_CONTROL': path})
     # The default path, where none is given (a vmigd may run on this machine: only the path's
