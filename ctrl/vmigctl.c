@@ -67,7 +67,7 @@ static int64_t count_arg(const char *what, const char *v)
 	return n;
 }
 
-/* ---- target start, source start: their options, by the ids of the command table ---- */
+/* ---- target start, source start (and the options of every command, by their ids) ---- */
 
 enum {
 	O_SOCKET = 1,
