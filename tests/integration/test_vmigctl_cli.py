@@ -6,9 +6,9 @@ a bare -c, options that exclude each other, a value given to a flag) exits 2 wit
 stderr that names the offending word, and nothing on stdout, --json or not; --help and
 --version exit 0. Without a daemon: exit 3, the line naming ENOENT, ECONNREFUSED or EACCES and
 where the path came from (-c, $VMIGD_CONTROL). Against a real vmigd (the build's, plain text on
-loopback, no root, no QEMU): every command with --json prints one JSON object; a refusal exits 1
-with vmigd's error and its errno (name and number) as JSON; VMIGD_CONTROL is honoured and -c wins
-over it. Then the bash completion script: the one the build installs is what `vmigctl completion
+loopback, no root, no QEMU): every command with --json prints one JSON object; a refusal
+(ENOENT, EINVAL, EEXIST) exits 1 with vmigd's error and its errno (name and number) as JSON;
+VMIGD_CONTROL is honoured and -c wins over it; doc/vmigctl.8 names every option. Then the bash completion script: the one the build installs is what `vmigctl completion
 bash` prints, bash -n accepts it, and completing words (COMP_WORDS, with bash-completion's helpers
 where that package is installed and without) offers the commands, each command's options as its
 --help lists them, option values, and the KEYs of `vmigctl list`."""
@@ -371,6 +371,10 @@ def with_daemon(r, d, tmp):
              [f'{tmp}/migrationproxy/cli-1-49152-source.sock'], env=env)
 
     # Refusals: vmigd's line, exit 1; with --json its reply with the errno's number added
+    target4 = json.dumps({**json.loads(target), 'key': 'cli-4'})
+    in_way = os.path.join(tmp, 'in-the-way')
+    os.makedirs(os.path.join(in_way, 'migrationproxy'))
+    open(os.path.join(in_way, 'migrationproxy', 'cli-4-49152-source.sock'), 'w').close()
     refusals = [
         (['target', 'stop', 'nosuch'], 'ENOENT', 2,
          'unknown migration nosuch: no target listener with that key'),
@@ -383,6 +387,9 @@ def with_daemon(r, d, tmp):
          'socket path must be absolute: "relative.sock"'),
         (['source', 'start', 'cli-3', '--target', target, '--dir', tmp,
           '--test-delay-first', '5'], 'EINVAL', 22, None),
+        (['source', 'start', 'cli-4', '--target', target4, '--dir', in_way], 'EEXIST', 17,
+         f'cannot listen on {in_way}/migrationproxy/cli-4-49152-source.sock: a file that is '
+         'not a socket is in the way'),
     ]
     for args, code, num, msg in refusals:
         line = f'vmigctl: {q(msg)}' if msg else 'vmigctl: .+'
