@@ -8,10 +8,11 @@ stderr that names the offending word, and nothing on stdout, --json or not; --he
 where the path came from (-c, $VMIGD_CONTROL). Against a real vmigd (the build's, plain text on
 loopback, no root, no QEMU): every command with --json prints one JSON object; a refusal
 (ENOENT, EINVAL, EEXIST) exits 1 with vmigd's error and its errno (name and number) as JSON;
-VMIGD_CONTROL is honoured and -c wins over it; doc/vmigctl.8 names every option. Then the bash completion script: the one the build installs is what `vmigctl completion
-bash` prints, bash -n accepts it, and completing words (COMP_WORDS, with bash-completion's helpers
-where that package is installed and without) offers the commands, each command's options as its
---help lists them, option values, and the KEYs of `vmigctl list`."""
+VMIGD_CONTROL is honoured and -c wins over it; doc/vmigctl.8 names every option. Then the bash
+completion script: the one the build installs is what `vmigctl completion bash` prints, bash -n
+accepts it, and completing words (COMP_WORDS, with bash-completion's helpers where that package is
+installed and without) offers the commands, each command's options as its --help lists them,
+option values, and the KEYs of `vmigctl list`."""
 
 import json
 import os
