@@ -106,7 +106,7 @@ static bool conv_state(const void *obj, const struct ctl_env *env, struct ctl_va
 /* ---- the tables ---- */
 
 #define MIGRATIONS_HELP                                                                            \
-	"Migrations ended since start, by role and by the outcome of their stop line: completed, "  \
+	"Migrations ended since start, by role and by the outcome of their stop line: completed, " \
 	"cancelled, failed, cut-short, stopped, corrupt, connection-errors, aborted-by-vmigd."
 #define EXPIRY_HELP                                                                                \
 	"When the certificate expires (notAfter), Unix time: the node's (cert=node) and the "      \
@@ -234,8 +234,7 @@ static const struct ctl_fig node_figs[] = {
 	  PROM_L("vmigd_certificate_expiry_timestamp_seconds", GAUGE, EXPIRY_HELP,
 		 "cert=\"node\"") },
 	{ "certificate_expiry.ca", CTL_COUNT, FIELD(tls.ca_expiry), OMIT_UNLESS(tls.on),
-	  PROM_L("vmigd_certificate_expiry_timestamp_seconds", GAUGE, EXPIRY_HELP,
-		 "cert=\"ca\"") },
+	  PROM_L("vmigd_certificate_expiry_timestamp_seconds", GAUGE, EXPIRY_HELP, "cert=\"ca\"") },
 	{ "time_unix", CTL_SECONDS, CALC(node_time) },
 };
 struct ctl_table ctl_node_table = { "node", node_figs, ARRAY_SIZE(node_figs) };

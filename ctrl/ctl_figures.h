@@ -57,13 +57,13 @@ enum ctl_ctype {
  * does not call them. */
 enum ctl_names {
 	CTL_N_NONE,
-	CTL_N_ROLE,	 /* enum px_role: "source", "target" */
-	CTL_N_SHAPER,	 /* px_shaper_str() */
-	CTL_N_INSP_KIND, /* px_insp_kind_str() */
-	CTL_N_CV_MODE,	 /* cv_mode_str() */
-	CTL_N_CV_STATUS, /* cv_status_str() */
-	CTL_N_CV_ACT,	 /* cv_act_str() */
-	CTL_N_OUTCOME,	 /* px_outcome_str() */
+	CTL_N_ROLE,	   /* enum px_role: "source", "target" */
+	CTL_N_SHAPER,	   /* px_shaper_str() */
+	CTL_N_INSP_KIND,   /* px_insp_kind_str() */
+	CTL_N_CV_MODE,	   /* cv_mode_str() */
+	CTL_N_CV_STATUS,   /* cv_status_str() */
+	CTL_N_CV_ACT,	   /* cv_act_str() */
+	CTL_N_OUTCOME,	   /* px_outcome_str() */
 	CTL_N_TLS_REFUSAL, /* xp_tls_refusal_token() */
 };
 

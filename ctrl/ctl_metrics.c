@@ -195,7 +195,16 @@ struct prom {
 };
 
 /* Which objects a table's samples are about, each with its own labels. */
-enum objs { OBJS_NODE, OBJS_PROCESS, OBJS_MIGRATION, OBJS_INSPECT, OBJS_PORT, OBJS_CONN, OBJS_CONV, OBJS_NIC };
+enum objs {
+	OBJS_NODE,
+	OBJS_PROCESS,
+	OBJS_MIGRATION,
+	OBJS_INSPECT,
+	OBJS_PORT,
+	OBJS_CONN,
+	OBJS_CONV,
+	OBJS_NIC
+};
 
 /*
  * Appends name="value" to buf, escaped as the format wants (\\, \", \n). Anything else outside
@@ -465,7 +474,8 @@ static void render_migration_info(struct prom *p, const struct ctl_metrics_snaps
 		const struct px_migration_info *mi = &s->migs[i];
 
 		mig_labels(mi, labels, sizeof(labels));
-		info_sample(p, "vmigd_migration_info", MIGRATION_INFO_HELP, labels, migration_info_labels, ARRAY_SIZE(migration_info_labels), mi,
+		info_sample(p, "vmigd_migration_info", MIGRATION_INFO_HELP, labels,
+			    migration_info_labels, ARRAY_SIZE(migration_info_labels), mi,
 			    MIG_INFO_OWN, mi->inspected ? &mi->insp : NULL);
 	}
 }
@@ -479,8 +489,9 @@ static void render_nic_info(struct prom *p, const struct ctl_metrics_snapshot *s
 		if (!s->nics[i].nic.ifindex)
 			continue;
 		mig_labels(&s->migs[i], labels, sizeof(labels));
-		info_sample(p, "vmigd_migration_nic_info", NIC_INFO_HELP, labels, nic_info_labels, ARRAY_SIZE(nic_info_labels), &s->nics[i],
-			    ARRAY_SIZE(nic_info_labels), NULL);
+		info_sample(p, "vmigd_migration_nic_info", NIC_INFO_HELP, labels, nic_info_labels,
+			    ARRAY_SIZE(nic_info_labels), &s->nics[i], ARRAY_SIZE(nic_info_labels),
+			    NULL);
 	}
 }
 
@@ -493,8 +504,9 @@ static void render_convergence_info(struct prom *p, const struct ctl_metrics_sna
 		if (!s->conv[i].backend)
 			continue;
 		mig_labels(&s->migs[i], labels, sizeof(labels));
-		info_sample(p, "vmigd_convergence_info", CONV_INFO_HELP, labels, conv_info_labels, ARRAY_SIZE(conv_info_labels), &s->conv[i],
-			    ARRAY_SIZE(conv_info_labels), NULL);
+		info_sample(p, "vmigd_convergence_info", CONV_INFO_HELP, labels, conv_info_labels,
+			    ARRAY_SIZE(conv_info_labels), &s->conv[i], ARRAY_SIZE(conv_info_labels),
+			    NULL);
 	}
 }
 
@@ -752,8 +764,8 @@ static enum MHD_Result reply_ready(struct ctl_metrics_server *s, struct MHD_Conn
 
 	clock_gettime(CLOCK_REALTIME, &ts);
 	px_node_info(s->node, &ni);
-	n = ctl_metrics_ready(&ni, px_node_listening(s->node), s->want_dpdk, (double)ts.tv_sec,
-			      why, sizeof(why));
+	n = ctl_metrics_ready(&ni, px_node_listening(s->node), s->want_dpdk, (double)ts.tv_sec, why,
+			      sizeof(why));
 	if (!n)
 		return reply_static(c, MHD_HTTP_OK, "ready\n");
 	r = MHD_create_response_from_buffer(strlen(why), why, MHD_RESPMEM_MUST_COPY);

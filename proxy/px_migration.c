@@ -193,8 +193,7 @@ int px_migration_abandon(struct px_node *n, const char *key, enum px_role role, 
 	return 0;
 }
 
-int px_migration_note_end(struct px_node *n, const char *key, enum px_role role,
-			  enum px_outcome o)
+int px_migration_note_end(struct px_node *n, const char *key, enum px_role role, enum px_outcome o)
 {
 	/* The live one, else the newest stopped one: a stop may come first. */
 	for (struct px_migration *m = px_next_any(n, NULL); m; m = px_next_any(n, m))

@@ -269,8 +269,7 @@ int px_source_stop(struct px_node *n, const char *key, char *err, size_t errlen)
 int px_migration_abandon(struct px_node *n, const char *key, enum px_role role, const char *why);
 /* What the caller knows of how the migration ended (PX_OUT_CANCELLED, PX_OUT_ABORTED), before
  * or right after its stop: its stop line counts it so unless corrupt. 0, or -ENOENT. */
-int px_migration_note_end(struct px_node *n, const char *key, enum px_role role,
-			  enum px_outcome o);
+int px_migration_note_end(struct px_node *n, const char *key, enum px_role role, enum px_outcome o);
 /* Whether the node-hop listener is open (false after a drain or retire). */
 bool px_node_listening(const struct px_node *n);
 

@@ -392,19 +392,18 @@ static void check_family(const char *text, const char *name, const char *type)
 static void test_families_from_start(void **state)
 {
 	const struct ctl_table *tables[] = {
-		&ctl_node_table,	 &ctl_migration_table, &ctl_insp_summary_table,
-		&ctl_port_table,	 &ctl_conn_table,      &ctl_conv_table,
-		&ctl_nic_table,		 &ctl_process_table,
+		&ctl_node_table, &ctl_migration_table, &ctl_insp_summary_table, &ctl_port_table,
+		&ctl_conn_table, &ctl_conv_table,      &ctl_nic_table,		&ctl_process_table,
 	};
 	static const char *const info[] = { "vmigd_node_info", "vmigd_migration_info",
 					    "vmigd_migration_nic_info", "vmigd_convergence_info",
 					    "vmigd_build_info" };
-	static const char *const outcomes[] = { "completed", "cancelled",	  "failed",
-						"cut-short", "stopped",		  "corrupt",
+	static const char *const outcomes[] = { "completed",	     "cancelled",	"failed",
+						"cut-short",	     "stopped",		"corrupt",
 						"connection-errors", "aborted-by-vmigd" };
-	static const char *const reasons[] = { "no-certificate",   "untrusted-ca", "expired",
-					       "not-yet-valid",	   "bad-purpose",  "name-not-allowed",
-					       "peer-refused",	   "protocol",	   "closed" };
+	static const char *const reasons[] = { "no-certificate", "untrusted-ca", "expired",
+					       "not-yet-valid",	 "bad-purpose",	 "name-not-allowed",
+					       "peer-refused",	 "protocol",	 "closed" };
 	struct ctl_metrics_snapshot s;
 	char line[256], *text;
 
@@ -426,15 +425,16 @@ static void test_families_from_start(void **state)
 	check_family(text, "process_resident_memory_bytes", "gauge");
 	check_family(text, "process_open_fds", "gauge");
 	for (size_t i = 0; i < ARRAY_SIZE(outcomes); i++) {
-		snprintf(line, sizeof(line), "vmigd_migrations_total{role=\"source\",outcome=\"%s\"} 0",
-			 outcomes[i]);
+		snprintf(line, sizeof(line),
+			 "vmigd_migrations_total{role=\"source\",outcome=\"%s\"} 0", outcomes[i]);
 		check_line(text, line);
-		snprintf(line, sizeof(line), "vmigd_migrations_total{role=\"target\",outcome=\"%s\"} 0",
-			 outcomes[i]);
+		snprintf(line, sizeof(line),
+			 "vmigd_migrations_total{role=\"target\",outcome=\"%s\"} 0", outcomes[i]);
 		check_line(text, line);
 	}
 	for (size_t i = 0; i < ARRAY_SIZE(reasons); i++) {
-		snprintf(line, sizeof(line), "vmigd_tls_refusals_total{reason=\"%s\"} 0", reasons[i]);
+		snprintf(line, sizeof(line), "vmigd_tls_refusals_total{reason=\"%s\"} 0",
+			 reasons[i]);
 		check_line(text, line);
 	}
 	check_line(text, "vmigd_build_info{version=\"9.9.9\",features=\"tls,inspect\"} 1");
@@ -463,8 +463,11 @@ static void test_counts_and_renames(void **state)
 	s.node.dpdk.on = true;
 	s.node.dpdk.stats.tx_frames = 11;
 	s.node.dpdk.stats.rx_frames = 12;
-	s.proc = (struct ctl_process){ .cpu_ms = 1500, .rss = 4096, .start_ms = 1699999000250,
-				       .open_fds = 9, .max_fds = 1024 };
+	s.proc = (struct ctl_process){ .cpu_ms = 1500,
+				       .rss = 4096,
+				       .start_ms = 1699999000250,
+				       .open_fds = 9,
+				       .max_fds = 1024 };
 	memset(conv, 0, sizeof(conv));
 	conv[0].backend = "qmp";
 	conv[0].have_job = true;
