@@ -14,8 +14,17 @@ the QEMU stream inspector, with real QEMU migrations through two daemons.
   counts, switchover, no bytes-only channel.
 - Streams that are not QEMU's (random bytes; a QEVM header of another version) pass unchanged and
   show up as kind other / bytes only, with a reason.
-- `vmigd --no-inspect`: no inspector figures anywhere, and the migration completes."""
+- `vmigd --no-inspect`: no inspector figures anywhere, and the migration completes.
+- Idle daemons, before any migration: every family doc/interfaces.md lists has its HELP and TYPE
+  lines; vmigd_migrations_total (every role and outcome) and vmigd_tls_refusals_total (every
+  reason) at 0, vmigd_build_info, process_*; /healthz 200 ok, /readyz 200 ready (GET and HEAD).
+- vmigd_migrations_total after the real migrations: completed counted once per migration on each
+  side; a route stopped with its connection still open counts stopped on the source.
+- A third vmigd with TLS and a node certificate that expires a few seconds after its start:
+  vmigd_certificate_expiry_timestamp_seconds{cert="node"} is the certificate's notAfter and
+  /readyz goes from 200 to 503 with the reason once it has passed."""
 
+import calendar
 import hashlib
 import os
 import re
@@ -49,11 +58,19 @@ EXPECTED_FAMILIES = (
     'vmigd_migration_inspect_channels', 'vmigd_migration_inspect_bytes_only_channels',
     'vmigd_migration_pages_total', 'vmigd_migration_zero_pages_total',
     'vmigd_migration_multifd_packets_total', 'vmigd_migration_sync_points_total',
-    'vmigd_migration_passes', 'vmigd_migration_switchover', 'vmigd_port_sent_bytes_total',
+    'vmigd_migration_passes_total', 'vmigd_migration_switchover', 'vmigd_port_sent_bytes_total',
     'vmigd_port_received_bytes_total', 'vmigd_port_rate_bytes_per_second',
     'vmigd_port_connections', 'vmigd_port_connections_total',
     'vmigd_connection_sent_bytes_total', 'vmigd_connection_received_bytes_total',
     'vmigd_connection_shaped_seconds_total', 'vmigd_connection_pacing_bytes_per_second')
+OUTCOMES = ('completed', 'cancelled', 'failed', 'cut-short', 'stopped', 'corrupt',
+            'connection-errors', 'aborted-by-vmigd')
+TLS_REASONS = ('no-certificate', 'untrusted-ca', 'expired', 'not-yet-valid', 'bad-purpose',
+               'name-not-allowed', 'peer-refused', 'protocol', 'closed')
+PROCESS_FAMILIES = ('process_cpu_seconds_total', 'process_resident_memory_bytes',
+                    'process_virtual_memory_bytes', 'process_start_time_seconds',
+                    'process_open_fds', 'process_max_fds')
+EXPIRING_IN = 6                    # seconds the short-lived certificate is valid after start
 INSPECT_FAMILIES = ('vmigd_migration_inspect_channels', 'vmigd_migration_pages_total',
                     'vmigd_migration_zero_pages_total', 'vmigd_migration_switchover',
                     'vmigd_migration_inspect_bytes_only_channels')
@@ -112,7 +129,7 @@ def check_scrape(tb, daemon, key, previous):
     if headers.get('content-type') != CONTENT_TYPE:
         problems.append(f'content-type {headers.get("content-type")!r}')
     problems += [f'name {n} without the vmigd_ prefix' for n in families
-                 if not n.startswith('vmigd_')]
+                 if not n.startswith('vmigd_') and n not in PROCESS_FAMILIES]
     problems += [f'family {n} missing' for n in EXPECTED_FAMILIES if n not in families]
     problems += [f'{n}: {fam["type"]} whose name does not end in _total' for n, fam
                  in families.items() if fam['type'] == 'counter' and not n.endswith('_total')]
@@ -352,6 +369,179 @@ def during_capped(tb, checks):
     return run
 
 
+# ---- families from start-up, outcomes, health --------------------------------------------------
+
+def documented_families():
+    """Every family name the "Prometheus metrics" section of doc/interfaces.md lists."""
+    with open(os.path.join(vt.REPO_ROOT, 'doc', 'interfaces.md')) as f:
+        doc = f.read()
+    section = doc.split('\n## Prometheus metrics', 1)[1].split('\n## ', 1)[0]
+    rows = [line.split('|')[1] for line in section.splitlines() if line.startswith('| `')]
+    names = {n for row in rows for n in re.findall(r'`((?:vmigd|process)_[a-z0-9_]+)', row)}
+    if len(names) < 60:
+        raise vt.HarnessError(f'only {len(names)} families found in doc/interfaces.md')
+    return names
+
+
+def outcome_counts(tb, daemon):
+    """{(role, outcome): count} of vmigd_migrations_total."""
+    families, problems, _ = scrape(tb, daemon)
+    if problems:
+        raise vt.HarnessError(f'{daemon.name}: {problems}')
+    return {(lab['role'], lab['outcome']): v for lab, v in
+            families.get('vmigd_migrations_total', {}).get('samples', [])}
+
+
+def check_health(tb, daemon, want_ready=True):
+    """/healthz 200 ok; /readyz 200 ready (or 503); HEAD of both."""
+    ns, url = tb.ns_of(daemon), daemon.metrics_url().replace('/metrics', '')
+    got = {path: vt.http_get(ns, url + path) for path in ('/healthz', '/readyz')}
+    heads = tuple(vt.http_get(ns, url + path, method='HEAD')[0] for path in got)
+    want = {'/healthz': (200, 'ok\n'), '/readyz': (200, 'ready\n')}
+    problems = [f'GET {path} answered {st} {body!r}, expected {want[path][0]} '
+                f'{want[path][1]!r}' for path, (st, _, body) in got.items()
+                if (st, body) != want[path]]
+    if heads != (200, 200):
+        problems.append(f'HEAD /healthz, /readyz answered {heads}')
+    if problems:
+        raise vt.HarnessError('; '.join(problems))
+    return 'healthz 200 ok, readyz 200 ready, HEAD 200 200'
+
+
+def check_idle(tb, daemon, documented):
+    """An idle daemon: every documented family with HELP and TYPE, the node's counters by label
+    at 0 for every label set, build_info and process_*."""
+    families, problems, _ = scrape(tb, daemon)
+    problems += [f'family {n}: no HELP or TYPE' for n in sorted(documented)
+                 if n not in families or not families[n]['help'] or not families[n]['type']]
+    problems += [f'family {n} not documented in doc/interfaces.md' for n in families
+                 if n not in documented]
+    counts = {(lab.get('role'), lab.get('outcome')): v for lab, v in
+              families.get('vmigd_migrations_total', {}).get('samples', [])}
+    want = {(r, o): 0 for r in ('source', 'target') for o in OUTCOMES}
+    if counts != want:
+        problems.append(f'vmigd_migrations_total {counts}, expected every role and outcome at 0')
+    refusals = {lab.get('reason'): v for lab, v in
+                families.get('vmigd_tls_refusals_total', {}).get('samples', [])}
+    if refusals != {r: 0 for r in TLS_REASONS}:
+        problems.append(f'vmigd_tls_refusals_total {refusals}')
+    build = families.get('vmigd_build_info', {}).get('samples', [])
+    version = daemon.status_field('version')
+    if len(build) != 1 or build[0][1] != 1 or build[0][0].get('version') != version or \
+            not re.fullmatch(r'tls(,dpdk)?(,libvirt)?,inspect', build[0][0].get('features', '')):
+        problems.append(f'vmigd_build_info {build}, version {version}')
+    proc = {n: vt.prom_value(families, n) for n in PROCESS_FAMILIES if n in families and
+            families[n]['samples']}
+    if not (proc.get('process_open_fds', 0) > 5 and proc.get('process_resident_memory_bytes', 0)
+            > MIB and abs(proc.get('process_start_time_seconds', 0) - time.time()) < 600 and
+            proc.get('process_cpu_seconds_total', -1) >= 0 and
+            proc.get('process_virtual_memory_bytes', 0) > proc['process_resident_memory_bytes']):
+        problems.append(f'process figures {proc}')
+    if families.get('vmigd_certificate_expiry_timestamp_seconds', {}).get('samples'):
+        problems.append('a certificate expiry sample on a --no-tls daemon')
+    if problems:
+        raise vt.HarnessError('; '.join(problems))
+    return (f'{len(families)} families ({len(documented)} documented), all with HELP/TYPE; '
+            f'{len(counts)} outcome and {len(refusals)} refusal series at 0; '
+            f'features {build[0][0]["features"]}; {proc["process_open_fds"]:.0f} fds, '
+            f'{proc["process_resident_memory_bytes"] / MIB:.1f} MiB resident')
+
+
+def check_counted(tb, before, want, timeout=20):
+    """Waits until each daemon's vmigd_migrations_total moved from before[name] by exactly
+    want[name] ({(role, outcome): n}; an outcome of None: any one of them)."""
+    def moved(daemon):
+        now = outcome_counts(tb, daemon)
+        delta = {k: v - before[daemon.name].get(k, 0) for k, v in now.items()
+                 if v != before[daemon.name].get(k, 0)}
+        return delta
+    details = []
+    for daemon in (tb.source, tb.target):
+        role, outcome = want[daemon.name]
+        def done(daemon=daemon):
+            d = moved(daemon)
+            return d if sum(d.values()) >= 1 else None
+        delta = vt.wait_until(done, timeout, f'{daemon.name}: a migration counted')
+        time.sleep(0.2)
+        delta = moved(daemon)
+        keys = list(delta)
+        if sum(delta.values()) != 1 or keys[0][0] != role or \
+                (outcome is not None and keys[0][1] != outcome):
+            raise vt.HarnessError(f'{daemon.name}: vmigd_migrations_total moved by {delta}, '
+                                  f'expected {role} {outcome or "any outcome"} +1')
+        details.append(f'{daemon.name} {keys[0][0]} {keys[0][1]} +1')
+    return ', '.join(details)
+
+
+def stopped_route(tb, before):
+    """A route whose connection is still open at stop: the grace runs out, the source cuts it
+    and counts it stopped."""
+    key = tb.new_key('stopped')
+    sink = tb.unix_server(f'{key}.sock', vt.digest_all)
+    entry = tb.start_route(key, sink.path)
+    with tb.net.socket('source', socket.AF_UNIX) as s:
+        s.settimeout(30)
+        s.connect(entry)
+        s.sendall(os.urandom(1 << 20))
+        vt.wait_until(lambda: (tb.target.migration_metrics(key) or {}).get('bytes_rx', 0)
+                      >= 1 << 20, 30, f'{key}: 1 MiB through')
+        tb.source.source_stop(key)
+        tb.target.target_stop(key)
+        detail = check_counted(tb, before, {tb.source.name: ('source', 'stopped'),
+                                            tb.target.name: ('target', None)}, timeout=30)
+    sink.join(60)
+    return detail
+
+
+def expiring_certificate(tb, checks):
+    """A vmigd with TLS whose node certificate expires EXPIRING_IN s after it starts."""
+    pki = vt.make_pki(tb.path('pki-expiring'))
+    not_after = int(time.time()) + EXPIRING_IN + 2
+    leaf = vt.leaf_until(pki, 'short', not_after)
+    tls = vt.install_tls(tb.path('tls-expiring'), leaf, pki.ca)
+    d = tb.extra_daemon('vmigd-expiring', 'source', args=['--metrics', '127.0.0.1:0'], tls=tls)
+    ns, base = tb.ns_of(tb.source), d.metrics_url().replace('/metrics', '')
+    ca_after = calendar.timegm(time.strptime(vt.tls.cert_info(pki.ca)['not_after'],
+                                             '%b %d %H:%M:%S %Y %Z'))
+
+    def before():
+        families, problems, _ = scrape_url(ns, d.metrics_url())
+        got = {lab.get('cert'): v for lab, v in families.get(
+            'vmigd_certificate_expiry_timestamp_seconds', {}).get('samples', [])}
+        ready = vt.http_get(ns, base + '/readyz')
+        if got != {'node': not_after, 'ca': ca_after} or problems or \
+                ready[::2] != (200, 'ready\n'):
+            raise vt.HarnessError(f'expiry {got}, expected node {not_after} ca {ca_after}; '
+                                  f'readyz {ready[::2]}; {problems}')
+        return f'expiry node {not_after}, ca {ca_after}; readyz 200 ready'
+    checks.run('expiring certificate: before', before)
+
+    def after():
+        left = not_after - time.time()
+        if left > -1:
+            time.sleep(left + 1)
+        ready = vt.http_get(ns, base + '/readyz')
+        head = vt.http_get(ns, base + '/readyz', method='HEAD')[0]
+        health = vt.http_get(ns, base + '/healthz')
+        want = f'tls: the node certificate expired at {not_after} (Unix time)\n'
+        if ready[::2] != (503, want) or head != 503 or health[::2] != (200, 'ok\n'):
+            raise vt.HarnessError(f'readyz {ready[::2]}, HEAD {head}, expected 503 {want!r}; '
+                                  f'healthz {health[::2]}')
+        return f'readyz 503 {ready[2].strip()!r}, HEAD 503, healthz still 200'
+    checks.run('expiring certificate: after', after)
+    rc = d.stop()
+    if rc != 0:
+        raise vt.HarnessError(f'vmigd-expiring exited {rc}')
+
+
+def scrape_url(ns, url):
+    status, headers, body = vt.http_get(ns, url)
+    if status != 200:
+        raise vt.HarnessError(f'GET {url} answered {status}')
+    families, problems = vt.parse_prometheus(body)
+    return families, problems, headers
+
+
 # ---- streams that are not QEMU's -----------------------------------------------------------------
 
 def raw_stream(tb, label, payload, kind, reason_rx):
@@ -479,9 +669,23 @@ def main():
     checks = vt.Checks('metrics checks')
     with vt.Testbed(daemon_args=['--metrics', '127.0.0.1:0']) as tb:
         vt.log(f'{tb.describe()}; metrics on 127.0.0.1 in each')
+        vt.log('[idle] families from start-up, health')
+        documented = documented_families()
+        for daemon in (tb.source, tb.target):
+            checks.run(f'{daemon.name}: idle families', check_idle, tb, daemon, documented)
+            checks.run(f'{daemon.name}: health', check_health, tb, daemon)
+        counts = {d.name: outcome_counts(tb, d) for d in (tb.source, tb.target)}
         vt.log('[multifd] 512 MiB, 4 channels, capped at 50Mi')
         inspected_migration(tb, checks, 'multifd4', 512, 4, bandwidth='50Mi',
                             during=during_capped(tb, checks))
+        checks.run('multifd4: counted completed', check_counted, tb, counts,
+                   {tb.source.name: ('source', 'completed'),
+                    tb.target.name: ('target', 'completed')})
+        vt.log('[stopped] a route stopped with its connection open')
+        counts = {d.name: outcome_counts(tb, d) for d in (tb.source, tb.target)}
+        checks.run('stopped route: counted', stopped_route, tb, counts)
+        vt.log(f'[readyz] a TLS vmigd whose certificate expires {EXPIRING_IN} s after start')
+        expiring_certificate(tb, checks)
         vt.log('[multifd off] 256 MiB')
         inspected_migration(tb, checks, 'mfdoff', 256, 0)
         zero_pages(tb, checks)
