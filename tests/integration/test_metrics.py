@@ -70,7 +70,8 @@ TLS_REASONS = ('no-certificate', 'untrusted-ca', 'expired', 'not-yet-valid', 'ba
 PROCESS_FAMILIES = ('process_cpu_seconds_total', 'process_resident_memory_bytes',
                     'process_virtual_memory_bytes', 'process_start_time_seconds',
                     'process_open_fds', 'process_max_fds')
-EXPIRING_IN = 6                    # seconds the short-lived certificate is valid after start
+EXPIRING_IN = 10                   # seconds the short-lived certificate is valid (the migrations
+                                   # run meanwhile: checked at the end, it has expired)
 INSPECT_FAMILIES = ('vmigd_migration_inspect_channels', 'vmigd_migration_pages_total',
                     'vmigd_migration_zero_pages_total', 'vmigd_migration_switchover',
                     'vmigd_migration_inspect_bytes_only_channels')
@@ -447,91 +448,102 @@ def check_idle(tb, daemon, documented):
             f'{proc["process_resident_memory_bytes"] / MIB:.1f} MiB resident')
 
 
-def check_counted(tb, before, want, timeout=20):
-    """Waits until each daemon's vmigd_migrations_total moved from before[name] by exactly
-    want[name] ({(role, outcome): n}; an outcome of None: any one of them)."""
+def check_counted(tb, before, want, timeout=30):
+    """Waits until each daemon's vmigd_migrations_total moved from before[name] by want[name]
+    ({(role, outcome): n}; outcome '*': any outcome of that role) and by nothing else."""
     def moved(daemon):
         now = outcome_counts(tb, daemon)
-        delta = {k: v - before[daemon.name].get(k, 0) for k, v in now.items()
-                 if v != before[daemon.name].get(k, 0)}
-        return delta
+        return {k: v - before[daemon.name].get(k, 0) for k, v in now.items()
+                if v != before[daemon.name].get(k, 0)}
     details = []
     for daemon in (tb.source, tb.target):
-        role, outcome = want[daemon.name]
-        def done(daemon=daemon):
-            d = moved(daemon)
-            return d if sum(d.values()) >= 1 else None
-        delta = vt.wait_until(done, timeout, f'{daemon.name}: a migration counted')
+        w = want[daemon.name]
+        vt.wait_until(lambda d=daemon: sum(moved(d).values()) >= sum(w.values()) or None,
+                      timeout, f'{daemon.name}: {sum(w.values())} migrations counted')
         time.sleep(0.2)
         delta = moved(daemon)
-        keys = list(delta)
-        if sum(delta.values()) != 1 or keys[0][0] != role or \
-                (outcome is not None and keys[0][1] != outcome):
+        rest = dict(delta)
+        for (role, outcome), n in w.items():
+            if outcome != '*':
+                rest[(role, outcome)] = rest.get((role, outcome), 0) - n
+        rest = {k: v for k, v in rest.items() if v}
+        wild = {role: n for (role, outcome), n in w.items() if outcome == '*'}
+        if any(v < 0 for v in rest.values()) or \
+                {r: sum(v for (r2, _), v in rest.items() if r2 == r) for r in wild} != wild or \
+                any(r not in wild for r, _ in rest):
             raise vt.HarnessError(f'{daemon.name}: vmigd_migrations_total moved by {delta}, '
-                                  f'expected {role} {outcome or "any outcome"} +1')
-        details.append(f'{daemon.name} {keys[0][0]} {keys[0][1]} +1')
-    return ', '.join(details)
+                                  f'expected {w}')
+        details.append(f'{daemon.name} ' + ', '.join(f'{r} {o} +{n:.0f}'
+                                                     for (r, o), n in sorted(delta.items())))
+    return '; '.join(details)
 
 
-def stopped_route(tb, before):
-    """A route whose connection is still open at stop: the grace runs out, the source cuts it
-    and counts it stopped."""
-    key = tb.new_key('stopped')
-    sink = tb.unix_server(f'{key}.sock', vt.digest_all)
-    entry = tb.start_route(key, sink.path)
-    with tb.net.socket('source', socket.AF_UNIX) as s:
-        s.settimeout(30)
-        s.connect(entry)
-        s.sendall(os.urandom(1 << 20))
+class StoppedRoute:
+    """A route whose connection is still open at its stop: the grace runs out, the source cuts
+    it and counts it stopped (5 s later: a migration runs meanwhile)."""
+
+    def __init__(self, tb):
+        key = tb.new_key('stopped')
+        self.sink = tb.unix_server(f'{key}.sock', vt.digest_all)
+        entry = tb.start_route(key, self.sink.path)
+        self.sock = tb.net.socket('source', socket.AF_UNIX)
+        self.sock.settimeout(30)
+        self.sock.connect(entry)
+        self.sock.sendall(os.urandom(1 << 20))
         vt.wait_until(lambda: (tb.target.migration_metrics(key) or {}).get('bytes_rx', 0)
                       >= 1 << 20, 30, f'{key}: 1 MiB through')
         tb.source.source_stop(key)
         tb.target.target_stop(key)
-        detail = check_counted(tb, before, {tb.source.name: ('source', 'stopped'),
-                                            tb.target.name: ('target', None)}, timeout=30)
-    sink.join(60)
-    return detail
+
+    def close(self):
+        self.sock.close()
+        self.sink.join(60)
 
 
-def expiring_certificate(tb, checks):
-    """A vmigd with TLS whose node certificate expires EXPIRING_IN s after it starts."""
-    pki = vt.make_pki(tb.path('pki-expiring'))
-    not_after = int(time.time()) + EXPIRING_IN + 2
-    leaf = vt.leaf_until(pki, 'short', not_after)
-    tls = vt.install_tls(tb.path('tls-expiring'), leaf, pki.ca)
-    d = tb.extra_daemon('vmigd-expiring', 'source', args=['--metrics', '127.0.0.1:0'], tls=tls)
-    ns, base = tb.ns_of(tb.source), d.metrics_url().replace('/metrics', '')
-    ca_after = calendar.timegm(time.strptime(vt.tls.cert_info(pki.ca)['not_after'],
-                                             '%b %d %H:%M:%S %Y %Z'))
+class ExpiringCertificate:
+    """A third vmigd, with TLS, whose node certificate expires EXPIRING_IN s after its start:
+    ready before, 503 with the reason after."""
 
-    def before():
-        families, problems, _ = scrape_url(ns, d.metrics_url())
+    def __init__(self, tb):
+        pki = vt.make_pki(tb.path('pki-expiring'))
+        self.not_after = int(time.time()) + EXPIRING_IN
+        leaf = vt.leaf_until(pki, 'short', self.not_after)
+        tls = vt.install_tls(tb.path('tls-expiring'), leaf, pki.ca)
+        self.d = tb.extra_daemon('vmigd-expiring', 'source', args=['--metrics', '127.0.0.1:0'],
+                                 tls=tls)
+        self.ns = tb.ns_of(tb.source)
+        self.base = self.d.metrics_url().replace('/metrics', '')
+        self.ca_after = calendar.timegm(time.strptime(
+            vt.tls.cert_info(pki.ca)['not_after'], '%b %d %H:%M:%S %Y %Z'))
+
+    def before(self):
+        families, problems, _ = scrape_url(self.ns, self.d.metrics_url())
         got = {lab.get('cert'): v for lab, v in families.get(
             'vmigd_certificate_expiry_timestamp_seconds', {}).get('samples', [])}
-        ready = vt.http_get(ns, base + '/readyz')
-        if got != {'node': not_after, 'ca': ca_after} or problems or \
+        ready = vt.http_get(self.ns, self.base + '/readyz')
+        if self.not_after - time.time() < 1:
+            raise vt.HarnessError('the daemon took too long to start: its certificate expired')
+        if got != {'node': self.not_after, 'ca': self.ca_after} or problems or \
                 ready[::2] != (200, 'ready\n'):
-            raise vt.HarnessError(f'expiry {got}, expected node {not_after} ca {ca_after}; '
-                                  f'readyz {ready[::2]}; {problems}')
-        return f'expiry node {not_after}, ca {ca_after}; readyz 200 ready'
-    checks.run('expiring certificate: before', before)
+            raise vt.HarnessError(f'expiry {got}, expected node {self.not_after} ca '
+                                  f'{self.ca_after}; readyz {ready[::2]}; {problems}')
+        return f'expiry node {self.not_after}, ca {self.ca_after}; readyz 200 ready'
 
-    def after():
-        left = not_after - time.time()
+    def after(self):
+        left = self.not_after - time.time()
         if left > -1:
             time.sleep(left + 1)
-        ready = vt.http_get(ns, base + '/readyz')
-        head = vt.http_get(ns, base + '/readyz', method='HEAD')[0]
-        health = vt.http_get(ns, base + '/healthz')
-        want = f'tls: the node certificate expired at {not_after} (Unix time)\n'
+        ready = vt.http_get(self.ns, self.base + '/readyz')
+        head = vt.http_get(self.ns, self.base + '/readyz', method='HEAD')[0]
+        health = vt.http_get(self.ns, self.base + '/healthz')
+        want = f'tls: the node certificate expired at {self.not_after} (Unix time)\n'
         if ready[::2] != (503, want) or head != 503 or health[::2] != (200, 'ok\n'):
             raise vt.HarnessError(f'readyz {ready[::2]}, HEAD {head}, expected 503 {want!r}; '
                                   f'healthz {health[::2]}')
+        rc = self.d.stop()
+        if rc != 0:
+            raise vt.HarnessError(f'vmigd-expiring exited {rc}')
         return f'readyz 503 {ready[2].strip()!r}, HEAD 503, healthz still 200'
-    checks.run('expiring certificate: after', after)
-    rc = d.stop()
-    if rc != 0:
-        raise vt.HarnessError(f'vmigd-expiring exited {rc}')
 
 
 def scrape_url(ns, url):
@@ -674,20 +686,26 @@ def main():
         for daemon in (tb.source, tb.target):
             checks.run(f'{daemon.name}: idle families', check_idle, tb, daemon, documented)
             checks.run(f'{daemon.name}: health', check_health, tb, daemon)
+        vt.log(f'[readyz] a TLS vmigd whose certificate expires {EXPIRING_IN} s after start')
+        expiring = ExpiringCertificate(tb)
+        checks.run('expiring certificate: before', expiring.before)
         counts = {d.name: outcome_counts(tb, d) for d in (tb.source, tb.target)}
         vt.log('[multifd] 512 MiB, 4 channels, capped at 50Mi')
         inspected_migration(tb, checks, 'multifd4', 512, 4, bandwidth='50Mi',
                             during=during_capped(tb, checks))
         checks.run('multifd4: counted completed', check_counted, tb, counts,
-                   {tb.source.name: ('source', 'completed'),
-                    tb.target.name: ('target', 'completed')})
-        vt.log('[stopped] a route stopped with its connection open')
+                   {tb.source.name: {('source', 'completed'): 1},
+                    tb.target.name: {('target', 'completed'): 1}})
+        vt.log('[stopped] a route stopped with its connection open; its grace runs out during '
+               'the next migration')
         counts = {d.name: outcome_counts(tb, d) for d in (tb.source, tb.target)}
-        checks.run('stopped route: counted', stopped_route, tb, counts)
-        vt.log(f'[readyz] a TLS vmigd whose certificate expires {EXPIRING_IN} s after start')
-        expiring_certificate(tb, checks)
+        stopped = StoppedRoute(tb)
         vt.log('[multifd off] 256 MiB')
         inspected_migration(tb, checks, 'mfdoff', 256, 0)
+        checks.run('mfdoff and the stopped route: counted', check_counted, tb, counts,
+                   {tb.source.name: {('source', 'completed'): 1, ('source', 'stopped'): 1},
+                    tb.target.name: {('target', 'completed'): 1, ('target', '*'): 1}})
+        stopped.close()
         zero_pages(tb, checks)
         vt.log('[not QEMU] raw byte streams')
         noise = b'\x00RAW' + os.urandom(RAW_PAYLOAD - 4)
@@ -698,6 +716,7 @@ def main():
                    r'^main: stream version 2')
         vt.log('[--no-inspect] 256 MiB, 4 channels, capped at 100Mi')
         no_inspect(tb, checks)
+        checks.run('expiring certificate: after', expiring.after)
         tb.stop_daemons()
     vt.log(f'{checks.count} checks in {time.monotonic() - started:.1f}s')
     checks.finish()
