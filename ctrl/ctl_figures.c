@@ -224,11 +224,12 @@ static const struct ctl_fig node_figs[] = {
 	  PROM_LV("vmigd_migrations_total", COUNTER, MIGRATIONS_HELP, "role=\"target\"",
 		  "outcome") },
 	{ "tls_refusals", CTL_COUNT,
-	  COUNTS(tls_refusals, CTL_N_TLS_REFUSAL, XP_TLS_NO_CERT, XP_TLS_REFUSALS - 1),
+	  COUNTS(tls_refusals, CTL_N_TLS_REFUSAL, XP_TLS_NO_CERT, PX_TLS_REFUSALS - 1),
 	  PROM_V("vmigd_tls_refusals_total", COUNTER,
 		 "Node-hop connections whose TLS handshake failed since start, by reason (as the "
 		 "log line's token: no-certificate, untrusted-ca, expired, not-yet-valid, "
-		 "bad-purpose, name-not-allowed, peer-refused, protocol, closed).",
+		 "bad-purpose, name-not-allowed, peer-refused, protocol, closed, "
+		 "handshake-timeout, silent).",
 		 "reason") },
 	{ "certificate_expiry.node", CTL_COUNT, FIELD(tls.node_expiry), OMIT_UNLESS(tls.on),
 	  PROM_L("vmigd_certificate_expiry_timestamp_seconds", GAUGE, EXPIRY_HELP,

@@ -64,7 +64,7 @@ enum ctl_names {
 	CTL_N_CV_STATUS,   /* cv_status_str() */
 	CTL_N_CV_ACT,	   /* cv_act_str() */
 	CTL_N_OUTCOME,	   /* px_outcome_str() */
-	CTL_N_TLS_REFUSAL, /* xp_tls_refusal_token() */
+	CTL_N_TLS_REFUSAL, /* px_tls_refusal_str() */
 };
 
 /* The moment a report is taken: what durations and Unix times count from. */

@@ -36,7 +36,7 @@ static const char *enum_name(enum ctl_names names, int v)
 	case CTL_N_OUTCOME:
 		return px_outcome_str(v);
 	case CTL_N_TLS_REFUSAL:
-		return xp_tls_refusal_token(v);
+		return px_tls_refusal_str(v);
 	case CTL_N_NONE:
 		break;
 	}

@@ -204,6 +204,15 @@ int px_migration_note_end(struct px_node *n, const char *key, enum px_role role,
 	return -ENOENT;
 }
 
+const char *px_tls_refusal_str(unsigned int r)
+{
+	if (r == PX_REFUSAL_HANDSHAKE_TIMEOUT)
+		return "handshake-timeout";
+	if (r == PX_REFUSAL_SILENT)
+		return "silent";
+	return xp_tls_refusal_token(r);
+}
+
 const char *px_outcome_str(enum px_outcome o)
 {
 	static const char *const names[] = {

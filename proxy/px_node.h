@@ -131,6 +131,13 @@ enum px_outcome {
 /* "completed", "cancelled", ..., "aborted-by-vmigd": the label values. */
 const char *px_outcome_str(enum px_outcome o);
 
+/* TLS refusals by reason: enum xp_tls_refusal's, and two of the node's own timers. */
+#define PX_REFUSAL_HANDSHAKE_TIMEOUT XP_TLS_REFUSALS	   /* no complete handshake in time */
+#define PX_REFUSAL_SILENT	     (XP_TLS_REFUSALS + 1) /* not a byte in time (target) */
+#define PX_TLS_REFUSALS		     (XP_TLS_REFUSALS + 2)
+/* The log line's token: xp_tls_refusal_token(), "handshake-timeout", "silent". */
+const char *px_tls_refusal_str(unsigned int r);
+
 struct px_port_info {
 	uint32_t id;
 	char path[108];
@@ -214,8 +221,8 @@ struct px_node_info {
 	} dpdk;
 	/* migrations ended since start, by role and outcome */
 	unsigned int ended_source[PX_OUT_N], ended_target[PX_OUT_N];
-	/* node-hop connections TLS refused since start, by enum xp_tls_refusal */
-	unsigned int tls_refusals[XP_TLS_REFUSALS];
+	/* node-hop connections TLS refused since start, by reason (px_tls_refusal_str()) */
+	unsigned int tls_refusals[PX_TLS_REFUSALS];
 	/* with TLS: when the node's certificate and the CA bundle's first one expire (notAfter,
 	 * Unix seconds; 0: not known) */
 	struct {

@@ -235,7 +235,7 @@ struct px_node {
 	uint64_t conns_total;
 	uint64_t verified[PX_VERIFIED_N]; /* connections with digests, by what the check found */
 	unsigned int ended[2][PX_OUT_N];  /* migrations by role and outcome */
-	unsigned int tls_refusals[XP_TLS_REFUSALS];
+	unsigned int tls_refusals[PX_TLS_REFUSALS];
 	struct vm_rate rate[2];
 	struct xp_timer *drain_timer;
 	void (*drain_done)(void *arg);
@@ -265,6 +265,12 @@ static inline void px_count_refusal(struct px_node *n, const struct xp_conn_why 
 {
 	if (why->token && why->refusal < XP_TLS_REFUSALS)
 		n->tls_refusals[why->refusal]++;
+}
+
+/* Counts a refusal of the node's own (PX_REFUSAL_HANDSHAKE_TIMEOUT, PX_REFUSAL_SILENT). */
+static inline void px_count_refusal_of(struct px_node *n, unsigned int r)
+{
+	n->tls_refusals[r]++;
 }
 
 /* The transport's clock, which a test's fake transport sets. */

@@ -53,11 +53,12 @@ static void src_timeout(void *arg)
 			  "within %d ms of the handshake; relaying",
 			  c->m->key, c->port->id, c->seq, c->peer, RAW_AWAIT_MS);
 		src_link(c);
-	} else if (c->st == C_SRC_HANDSHAKE)
+	} else if (c->st == C_SRC_HANDSHAKE) {
+		px_count_refusal_of(c->n, PX_REFUSAL_HANDSHAKE_TIMEOUT);
 		src_error(c,
 			  "TLS refused (handshake-timeout): no complete handshake within %llu ms",
 			  (unsigned long long)c->n->conf.handshake_timeout_ms);
-	else
+	} else
 		src_error(c, c->st == C_SRC_CONNECT ? "connect timed out"
 			     : c->st == C_SRC_SEND  ? "sending the preamble timed out"
 						    : "no reply from the target in time");

@@ -66,7 +66,8 @@ EXPECTED_FAMILIES = (
 OUTCOMES = ('completed', 'cancelled', 'failed', 'cut-short', 'stopped', 'corrupt',
             'connection-errors', 'aborted-by-vmigd')
 TLS_REASONS = ('no-certificate', 'untrusted-ca', 'expired', 'not-yet-valid', 'bad-purpose',
-               'name-not-allowed', 'peer-refused', 'protocol', 'closed')
+               'name-not-allowed', 'peer-refused', 'protocol', 'closed', 'handshake-timeout',
+               'silent')
 PROCESS_FAMILIES = ('process_cpu_seconds_total', 'process_resident_memory_bytes',
                     'process_virtual_memory_bytes', 'process_start_time_seconds',
                     'process_open_fds', 'process_max_fds')

@@ -401,9 +401,11 @@ static void test_families_from_start(void **state)
 	static const char *const outcomes[] = { "completed",	     "cancelled",	"failed",
 						"cut-short",	     "stopped",		"corrupt",
 						"connection-errors", "aborted-by-vmigd" };
-	static const char *const reasons[] = { "no-certificate", "untrusted-ca", "expired",
-					       "not-yet-valid",	 "bad-purpose",	 "name-not-allowed",
-					       "peer-refused",	 "protocol",	 "closed" };
+	static const char *const reasons[] = {
+		"no-certificate", "untrusted-ca",      "expired",      "not-yet-valid",
+		"bad-purpose",	  "name-not-allowed",  "peer-refused", "protocol",
+		"closed",	  "handshake-timeout", "silent"
+	};
 	struct ctl_metrics_snapshot s;
 	char line[256], *text;
 

@@ -720,8 +720,8 @@ static void test_schema_v2(void **state)
 		   "aborted-by-vmigd,cancelled,completed,connection-errors,corrupt,cut-short,"
 		   "failed,stopped");
 	check_keys(json_object_object_get(o, "tls_refusals"),
-		   "bad-purpose,closed,expired,name-not-allowed,no-certificate,not-yet-valid,"
-		   "peer-refused,protocol,untrusted-ca");
+		   "bad-purpose,closed,expired,handshake-timeout,name-not-allowed,no-certificate,"
+		   "not-yet-valid,peer-refused,protocol,silent,untrusted-ca");
 	json_object_put(o);
 	/* the DPDK node hop's figures, only on a node that has one */
 	snap.node.dpdk.on = true;
