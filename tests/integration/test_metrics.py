@@ -19,7 +19,9 @@ the QEMU stream inspector, with real QEMU migrations through two daemons.
   lines; vmigd_migrations_total (every role and outcome) and vmigd_tls_refusals_total (every
   reason) at 0, vmigd_build_info, process_*; /healthz 200 ok, /readyz 200 ready (GET and HEAD).
 - vmigd_migrations_total after the real migrations: completed counted once per migration on each
-  side; a route stopped with its connection still open counts stopped on the source.
+  side; a route stopped with its connection still open counts stopped on the source; a
+  migration under convergence control (`source start --qmp`) that QEMU cancels (migrate_cancel)
+  counts cancelled on the source.
 - A third vmigd with TLS and a node certificate that expires a few seconds after its start:
   vmigd_certificate_expiry_timestamp_seconds{cert="node"} is the certificate's notAfter and
   /readyz goes from 200 to 503 with the reason once it has passed."""
@@ -479,6 +481,33 @@ def check_counted(tb, before, want, timeout=30):
     return '; '.join(details)
 
 
+def cancelled_migration(tb, before):
+    """A migration under convergence control (`source start --qmp`, predictive) that the test
+    cancels on QEMU (migrate_cancel): the source counts it cancelled."""
+    key = tb.new_key('cancel')
+    vqmp = tb.path(f'{key}-vmigd.qmp')
+    src, dst = tb.qemu_pair(256, src_args=['-qmp', f'unix:{vqmp},server=on,wait=off'])
+    try:
+        tb.start_migration(src, dst, key, 0, bandwidth='8Mi', max_bandwidth=1 << 40,
+                           source_args=['--qmp', vqmp, '--mode', 'predictive'])
+        vt.wait_until(lambda: (tb.source.migration_metrics(key) or {}).get('bytes_tx', 0)
+                      > 4 * MIB, 30, f'{key} to flow')
+        src.execute('migrate_cancel')
+        vt.wait_until(lambda: src.migration_info().get('status') == 'cancelled' or None, 30,
+                      f'{key}: QEMU to say cancelled')
+        vt.wait_until(lambda: tb.source.convergence(key).get('state') == 'finished' or None,
+                      15, f'{key}: the convergence outcome')
+        conv = tb.source.convergence(key).get('outcome')
+        tb.source.source_stop(key)
+        tb.target.target_stop(key)
+        detail = check_counted(tb, before, {tb.source.name: {('source', 'cancelled'): 1},
+                                            tb.target.name: {('target', '*'): 1}})
+    finally:
+        vt.stop_quietly(key, tb.source, tb.target)
+        tb.close_qemus(src, dst)
+    return f'{detail}; convergence: {conv}'
+
+
 class StoppedRoute:
     """A route whose connection is still open at its stop: the grace runs out, the source cuts
     it and counts it stopped (5 s later: a migration runs meanwhile)."""
@@ -707,6 +736,9 @@ def main():
                    {tb.source.name: {('source', 'completed'): 1, ('source', 'stopped'): 1},
                     tb.target.name: {('target', 'completed'): 1, ('target', '*'): 1}})
         stopped.close()
+        vt.log('[cancelled] a migration under convergence control, cancelled on QEMU')
+        counts = {d.name: outcome_counts(tb, d) for d in (tb.source, tb.target)}
+        checks.run('cancelled: counted', cancelled_migration, tb, counts)
         zero_pages(tb, checks)
         vt.log('[not QEMU] raw byte streams')
         noise = b'\x00RAW' + os.urandom(RAW_PAYLOAD - 4)
