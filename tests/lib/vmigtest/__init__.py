@@ -39,8 +39,8 @@ from .rates import (RateSample, RateWatch, backlogged, cpu_idle_between, flow_sp
 from .stockpeer import StockPeer, StockTestbed, stockpeer_binary
 from .testbed import Testbed
 from .tls import (CLIENT_CN, CRYPTO_MODES, DEFAULT_TLS_ALLOW, NODE_CN, PKI, CertFiles,
-                  atomic_write, install_tls, make_pki, normalize_serial, rotate_tls,
-                  shows_serial, tls_paths)
+                  atomic_write, install_tls, leaf_until, make_pki, normalize_serial,
+                  rotate_tls, shows_serial, tls_paths)
 
 __all__ = [  # what `from vmigtest import *` gives; the same names as above
     'converge', 'stockpeer', 'virt',
@@ -68,6 +68,6 @@ __all__ = [  # what `from vmigtest import *` gives; the same names as above
     'StockPeer', 'StockTestbed', 'stockpeer_binary',
     'Testbed',
     'CLIENT_CN', 'CRYPTO_MODES', 'DEFAULT_TLS_ALLOW', 'NODE_CN', 'PKI', 'CertFiles',
-    'atomic_write', 'install_tls', 'make_pki', 'normalize_serial', 'rotate_tls', 'shows_serial',
-    'tls_paths',
+    'atomic_write', 'install_tls', 'leaf_until', 'make_pki', 'normalize_serial', 'rotate_tls',
+    'shows_serial', 'tls_paths',
 ]
