@@ -169,14 +169,19 @@ def main():
             info = m.wait(120)
             ram = info['ram']['transferred']
             vt.log(f'{key}: QEMU completed, {ram} bytes of RAM in {info["_elapsed"]:.1f} s')
-            sent = vt.prom_value(scrape(tb, tb.source), 'vmigd_migration_sent_bytes_total',
-                                 key=key, role='source')
-            received = vt.prom_value(scrape(tb, tb.target), 'vmigd_migration_received_bytes_total',
-                                     key=key, role='target')
 
             def final_bytes():
+                # what the daemon serves now, and Prometheus's latest sample of it: equal once
+                # a scrape after the last byte came in
+                def served():
+                    return vt.prom_value(scrape(tb, tb.source), 'vmigd_migration_sent_bytes_total',
+                                         key=key, role='source')
                 got = prom.wait_value(f'vmigd_migration_sent_bytes_total{{{sel}}}',
-                                      lambda v: v == sent, 'the last sample', timeout=10)
+                                      lambda v: v == served(), 'the last sample', timeout=10)
+                sent = served()
+                received = vt.prom_value(scrape(tb, tb.target),
+                                         'vmigd_migration_received_bytes_total', key=key,
+                                         role='target')
                 if received != sent or not 0.98 * ram <= sent <= 1.1 * ram:
                     raise vt.HarnessError(f'source sent {sent}, target received {received}, '
                                           f'QEMU ram.transferred {ram}')
