@@ -16,6 +16,7 @@
 #include "xp_io.h"
 #include "xp_loop.h"
 #include "xp_sock.h"
+#include "xp_tls.h"
 
 struct px_node;
 struct xp_tls;
@@ -110,6 +111,26 @@ enum px_role { PX_ROLE_SOURCE, PX_ROLE_TARGET };
 /* "source" or "target": the one name of a role, in logs, JSON, Prometheus labels and the CLI. */
 const char *px_role_str(enum px_role r);
 
+/*
+ * How a migration ended, as its stop line's outcome says (px_migration_finish()), for
+ * vmigd_migrations_total. The first that holds, in this order: corrupt, aborted-by-vmigd and
+ * cancelled (told by the caller, px_migration_note_end(): the convergence watch saw the job end
+ * so), failed, stopped (connections in flight cut), connection-errors, cut-short, completed.
+ */
+enum px_outcome {
+	PX_OUT_COMPLETED,
+	PX_OUT_CANCELLED,
+	PX_OUT_FAILED,
+	PX_OUT_CUT_SHORT,
+	PX_OUT_STOPPED,
+	PX_OUT_CORRUPT,
+	PX_OUT_CONN_ERRORS,
+	PX_OUT_ABORTED,
+	PX_OUT_N,
+};
+/* "completed", "cancelled", ..., "aborted-by-vmigd": the label values. */
+const char *px_outcome_str(enum px_outcome o);
+
 struct px_port_info {
 	uint32_t id;
 	char path[108];
@@ -191,6 +212,16 @@ struct px_node_info {
 		char address[24]; /* "ADDR:UDP" */
 		struct xp_hop_stats stats;
 	} dpdk;
+	/* migrations ended since start, by role and outcome */
+	unsigned int ended_source[PX_OUT_N], ended_target[PX_OUT_N];
+	/* node-hop connections TLS refused since start, by enum xp_tls_refusal */
+	unsigned int tls_refusals[XP_TLS_REFUSALS];
+	/* with TLS: when the node's certificate and the CA bundle's first one expire (notAfter,
+	 * Unix seconds; 0: not known) */
+	struct {
+		bool on;
+		int64_t node_expiry, ca_expiry;
+	} tls;
 };
 
 /* On the real transport (xp_io_new(): sockets, OpenSSL, the io_uring pool, maybe a DPDK hop),
@@ -236,6 +267,11 @@ int px_source_stop(struct px_node *n, const char *key, char *err, size_t errlen)
  * every connection is cut (QEMU sees its migration fail). 0, or -ENOENT; one that failed
  * already is left as it is. */
 int px_migration_abandon(struct px_node *n, const char *key, enum px_role role, const char *why);
+/* What the caller knows of how the migration ended (PX_OUT_CANCELLED, PX_OUT_ABORTED), before
+ * or right after its stop: its stop line counts it so unless corrupt. 0, or -ENOENT. */
+int px_migration_note_end(struct px_node *n, const char *key, enum px_role role, enum px_outcome o);
+/* Whether the node-hop listener is open (false after a drain or retire). */
+bool px_node_listening(const struct px_node *n);
 
 typedef void (*px_migration_fn)(const struct px_migration_info *mi, void *arg);
 void px_node_foreach(struct px_node *n, px_migration_fn fn, void *arg);

@@ -69,6 +69,7 @@ static void src_io_error(struct px_conn *c, const char *what, ssize_t k)
 	struct xp_conn_why why;
 
 	IO(c->n, why, c->hop, (int)k, &why);
+	px_count_refusal(c->n, &why);
 	if (why.token)
 		src_error(c, "TLS refused (%s) %s: %s", why.token, what, why.detail);
 	else if (why.detail)
@@ -176,6 +177,7 @@ static void src_await(struct px_conn *c)
 	}
 	if (r < 0) {
 		IO(c->n, why, c->hop, r, &why);
+		px_count_refusal(c->n, &why);
 		if (why.token)
 			src_error(c, "TLS refused (%s): %s", why.token, why.detail);
 		else
@@ -202,6 +204,7 @@ static void src_handshake(struct px_conn *c)
 	}
 	if (r < 0) {
 		IO(c->n, why, c->hop, r, &why);
+		px_count_refusal(c->n, &why);
 		if (!why.token) {
 			src_error(c, "TLS: %s", strerror(-r));
 			return;

@@ -316,6 +316,7 @@ static void tgt_read(struct px_conn *c)
 		}
 		if (k < 0) {
 			IO(c->n, why, c->hop, (int)k, &why);
+			px_count_refusal(c->n, &why);
 			px_refusal(c->n,
 				   "node hop from %s: %s before the preamble was complete%s%s",
 				   c->peer, k == -EPROTO ? "TLS error" : strerror((int)-k),
@@ -495,6 +496,7 @@ static void tgt_handshake(struct px_conn *c)
 	}
 	if (r < 0) {
 		IO(c->n, why, c->hop, r, &why);
+		px_count_refusal(c->n, &why);
 		if (why.token)
 			px_refusal(c->n, "node hop from %s: TLS refused (%s): %s", c->peer,
 				   why.token, why.detail);
