@@ -13,7 +13,8 @@ and evaluated every second; everything asserted through Prometheus's HTTP API.
   vmigd:migration_sent_bytes:rate1m and vmigd:node_sent_bytes:rate1m are above 0.
 - Every rule of the file loaded, evaluated, health ok; VmigdDown and VmigdMigrationFailureRate
   inactive. Where vmigd exports vmigd_migrations_total: after `source stop` and `target stop`,
-  one completed migration on each daemon (role source, role target) and a failure share of 0.
+  one completed migration on each daemon (role source, role target) and a failure share of 0;
+  vmigd_build_info 1 and a resident size (process_resident_memory_bytes) for both.
 - The target vmigd stopped: its `up` turns 0 and VmigdDown is pending for it, not the source.
 
 Needs root, QEMU and prometheus; skips (77) without."""
@@ -228,9 +229,13 @@ def main():
                 checks.run('failure share', lambda: prom.wait_value(
                     f'vmigd:migrations_failed:ratio_rate1h{{instance="{inst["source"]}", '
                     'role="source"}', lambda v: v == 0, 'the failure share'))
+                checks.run('build info and process figures', lambda: '%d daemons' %
+                           prom.wait_value('count(vmigd_build_info == 1) and on () '
+                                           'count(process_resident_memory_bytes > 1e6) == 2',
+                                           lambda v: v == 2, 'both daemons\' build_info, RSS'))
             else:
-                vt.log('vmigd_migrations_total is not exported by this vmigd: its checks '
-                       'left out')
+                vt.log('vmigd_migrations_total is not exported by this vmigd: its checks, and '
+                       'those of vmigd_build_info and process_*, left out')
             rc = tb.target.stop()
             checks.check(rc == 0, f'target vmigd exited {rc} after SIGTERM')
             checks.run('target down', lambda: prom.wait_value(
