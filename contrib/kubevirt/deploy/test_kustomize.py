@@ -9,8 +9,9 @@ virt-handler first in every container list and its command untouched, VMIGD_CONT
 and equal to vmigd's --control, every volume vmigd mounts defined, VIRT_HANDLER_IMAGE on
 virt-operator, the images and the ConfigMap's generated name substituted, each release's allowed
 client names, the metrics Service on vmigd's metrics port, no NetworkPolicy and no
-ServiceMonitor in the default render, and the opt-ins rendering theirs. Skips (77) without
-kubectl."""
+ServiceMonitor in the default render, and the opt-ins rendering theirs (prometheus/: the
+ServiceMonitor and a PrometheusRule with the rules of contrib/prometheus/vmigd-rules.yaml).
+Skips (77) without kubectl."""
 
 import json
 import os
@@ -23,6 +24,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 KUSTOMIZE = os.path.join(HERE, 'kustomize')
 TESTDATA = os.path.join(HERE, 'testdata')
+RULES = os.path.join(HERE, '..', '..', 'prometheus', 'vmigd-rules.yaml')
 SOCK = '/var/run/kubevirt/daemons/vmigd/control.sock'
 HANDLER_SHARE_DIR = '/var/run/kubevirt'  # virt-handler's mount of the host's /var/run/kubevirt
 CLIENT_MIGRATION = 'kubevirt.io:system:client:migration'
@@ -246,7 +248,16 @@ def check_opt_ins(kubectl, work):
                ports == [9479], 'metrics-networkpolicy: adds port 9479 to virt-handler\'s pods')
     objs = objects(kubectl, run(kubectl, 'kustomize',
                                 os.path.join(work, 'kustomize', 'prometheus')), work)
-    expect([o['kind'] for o in objs] == ['ServiceMonitor'], 'prometheus: its ServiceMonitor')
+    expect(sorted(o['kind'] for o in objs) == ['PrometheusRule', 'ServiceMonitor'],
+           'prometheus: its ServiceMonitor and PrometheusRule')
+    # the PrometheusRule's rules are those of contrib/prometheus/vmigd-rules.yaml (the prometheus
+    # test checks the text is what make-prometheusrule makes of it)
+    with open(RULES) as f:
+        want = re.findall(r'^\s*- (?:alert|record): (\S+)$', f.read(), re.M)
+    got = [r.get('alert') or r.get('record') for o in objs if o['kind'] == 'PrometheusRule'
+           for g in o['spec']['groups'] for r in g['rules']]
+    expect(got == want and len(want) > 8,
+           'prometheus: the PrometheusRule has the %d rules of vmigd-rules.yaml' % len(want))
 
 
 def main():
