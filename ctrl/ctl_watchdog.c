@@ -86,7 +86,9 @@ int ctl_watchdog_new(struct xp_loop *loop, int other_pid, struct ctl_watchdog **
 	w->loop = loop;
 	w->usec = usec;
 	w->every_ms = usec / 2000 ?: 1;
-	r = xp_timer_add(loop, vm_now_ms() + w->every_ms, ping, w, &w->timer);
+	/* The first ping at once, as the loop starts to run; a takeover's new vmigd is not the
+	 * main process yet, and systemd would refuse it, so it waits one period. */
+	r = xp_timer_add(loop, vm_now_ms() + (other_pid > 0 ? w->every_ms : 0), ping, w, &w->timer);
 	if (r < 0) {
 		log_err("systemd watchdog: cannot arm a timer: %s", strerror(-r));
 		free(w);
