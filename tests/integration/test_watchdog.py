@@ -8,11 +8,17 @@ so the loop is wedged from inside: vmigd-test's --test-wedge 1500,1500 makes one
 loop's timer callbacks sleep 1.5 s, 1.5 s after start. The pings must stop for longer than
 WATCHDOG_USEC (systemd would have killed it) and come back once the loop turns again. Then a
 WATCHDOG_PID that is not vmigd's (the environment inherited by some other process) and no
-WATCHDOG_USEC: READY=1 and no ping. Needs no root."""
+WATCHDOG_USEC: READY=1 and no ping. Last, an upgrade as under systemd: SIGUSR2 starts a new
+vmigd with --takeover, whose WATCHDOG_PID is the old one's; the stand-in reads each datagram's
+sender (SO_PASSCRED) and takes pings only from the main process, which MAINPID= changes, as
+systemd does. The old one's hand-over carries a ping, it pings no more after it, the new one
+takes over the pings, and the main process's pings never leave a gap over WATCHDOG_USEC. Needs
+no root."""
 
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -67,6 +73,79 @@ def pings(said):
     return [t for t, m in said if 'WATCHDOG=1' in m.split('\n')]
 
 
+def takeover(ck, exe, tmp):
+    """SIGUSR2 1 s after start; the datagrams for 3 s more, each with its sender's pid."""
+    path, ctl = os.path.join(tmp, 'notify-usr2.sock'), os.path.join(tmp, 'ctl-usr2.sock')
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(path)
+    notify.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+    notify.settimeout(0.05)
+    env = dict(os.environ, NOTIFY_SOCKET=path, WATCHDOG_USEC=str(USEC))
+    cmd = ['/bin/sh', '-c', 'WATCHDOG_PID=$$ exec "$@"', 'sh', exe, '--no-tls', '--listen',
+           '127.0.0.1:0', '--control', ctl, '--threads', '1']
+    said, new_pid = [], None
+    with open(os.path.join(tmp, 'usr2.log'), 'wb') as log:
+        old = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        t0, signalled = time.monotonic(), False
+        try:
+            while time.monotonic() - t0 < 4.0:
+                if not signalled and time.monotonic() - t0 > 1.0:
+                    old.send_signal(signal.SIGUSR2)
+                    signalled = True
+                try:
+                    msg, anc, _, _ = notify.recvmsg(4096, socket.CMSG_SPACE(12))
+                except socket.timeout:
+                    continue
+                pid = next((struct.unpack('3i', d[:12])[0] for lv, ty, d in anc
+                            if lv == socket.SOL_SOCKET and ty == socket.SCM_CREDENTIALS), None)
+                said.append((time.monotonic() - t0, pid, msg.decode()))
+                for line in msg.decode().split('\n'):
+                    if line.startswith('MAINPID='):
+                        new_pid = int(line[8:])
+            old_rc = old.wait(20)
+        finally:
+            if old.poll() is None:
+                old.kill()
+                old.wait()
+            if new_pid:
+                try:
+                    os.kill(new_pid, signal.SIGTERM)
+                    vt.wait_until(lambda: not os.path.exists(f'/proc/{new_pid}'), 20,
+                                  'the vmigd started by SIGUSR2 to exit')
+                except ProcessLookupError:
+                    pass
+            notify.close()
+    with open(os.path.join(tmp, 'usr2.log'), errors='replace') as f:
+        text = f.read()
+    ck.check(old_rc == 0, f'takeover: the old vmigd exited {old_rc}:\n{text}')
+    if not ck.check(new_pid, f'takeover: no MAINPID= on the notify socket: {said}\n{text}'):
+        return
+    # systemd's side: a message counts only from the main process at its arrival; MAINPID=
+    # in it changes the main process, WATCHDOG=1 in it resets the timer.
+    main, accepted, refused, handover = old.pid, [], [], None
+    for t, pid, m in said:
+        lines = m.split('\n')
+        if pid != main:
+            refused.append((round(t, 3), pid, lines))
+            continue
+        if f'MAINPID={new_pid}' in lines:
+            main, handover = new_pid, (t, 'WATCHDOG=1' in lines)
+        if 'WATCHDOG=1' in lines:
+            accepted.append(t)
+    gaps = [round(b - a, 3) for a, b in zip(accepted, accepted[1:]) if b - a > USEC / 1e6]
+    after = [t for t in accepted if handover and t > handover[0]]
+    old_after = [t for t, pid, m in said if pid == old.pid and handover and t > handover[0]
+                 and 'WATCHDOG=1' in m.split('\n')]
+    vt.log(f'takeover: old pid {old.pid}, new {new_pid}; hand-over at {handover}; '
+           f'{len(accepted)} pings taken, {len(refused)} datagrams refused; gaps {gaps}')
+    ck.check(handover and handover[1], f'takeover: the MAINPID= datagram has no WATCHDOG=1: '
+             f'{said}')
+    ck.check(not gaps, f'takeover: the main process left gaps over {USEC} us: {gaps}')
+    ck.check(len(after) >= 5, f'takeover: {len(after)} pings from the new vmigd after the '
+             f'hand-over, expected >= 5 in 3 s')
+    ck.check(not old_after, f'takeover: the old vmigd pinged after its hand-over: {old_after}')
+
+
 def main():
     exe = vt.find_test_daemon()
     ck = vt.Checks('watchdog checks')
@@ -104,9 +183,10 @@ def main():
             ck.check(any('READY=1' in m for _, m in said), f'{label}: no READY=1: {said}')
             ck.check(not pings(said), f'{label}: WATCHDOG=1 sent: {said}')
             ck.check('systemd watchdog' not in text, f'{label}: a watchdog in the log:\n{text}')
+        takeover(ck, exe, tmp)
     ck.finish()
     vt.log('pings every 200 ms, none while the loop was held 1.5 s, then again; none for '
-           'another pid or without WATCHDOG_USEC')
+           'another pid or without WATCHDOG_USEC; a takeover hands the pings over')
 
 
 if __name__ == '__main__':
