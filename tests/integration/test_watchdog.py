@@ -4,8 +4,8 @@ AF_UNIX datagram socket $NOTIFY_SOCKET names and starts vmigd-test (the daemon w
 with WATCHDOG_USEC=400000 and WATCHDOG_PID set to its pid, as systemd does for WatchdogSec=. It
 judges the pings as systemd's watchdog does: READY=1, then WATCHDOG=1 with no gap longer than
 WATCHDOG_USEC while the loop turns. A stopped thread cannot be had (SIGSTOP stops the process),
-so the loop is wedged from inside: vmigd-test's --test-wedge 1500,1500 makes one of the control
-loop's timer callbacks sleep 1.5 s, 1.5 s after start. The pings must stop for longer than
+so the loop is wedged from inside: vmigd-test's --test-wedge 1000,1000 makes one of the control
+loop's timer callbacks sleep 1 s, 1 s after start. The pings must stop for longer than
 WATCHDOG_USEC (systemd would have killed it) and come back once the loop turns again. Then a
 WATCHDOG_PID that is not vmigd's (the environment inherited by some other process) and no
 WATCHDOG_USEC: READY=1 and no ping. Last, an upgrade as under systemd: SIGUSR2 starts a new
@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'
 import vmigtest as vt  # noqa: E402
 
 USEC = 400000
-WEDGE_AFTER_MS, WEDGE_FOR_MS = 1500, 1500
+WEDGE_AFTER_MS, WEDGE_FOR_MS = 1000, 1000
 
 
 def run(ck, exe, tmp, label, watchdog_env, seconds, extra=()):
@@ -74,7 +74,7 @@ def pings(said):
 
 
 def takeover(ck, exe, tmp):
-    """SIGUSR2 1 s after start; the datagrams for 3 s more, each with its sender's pid."""
+    """SIGUSR2 0.8 s after start; the datagrams for 2.2 s more, each with its sender's pid."""
     path, ctl = os.path.join(tmp, 'notify-usr2.sock'), os.path.join(tmp, 'ctl-usr2.sock')
     notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     notify.bind(path)
@@ -88,8 +88,8 @@ def takeover(ck, exe, tmp):
         old = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
         t0, signalled = time.monotonic(), False
         try:
-            while time.monotonic() - t0 < 4.0:
-                if not signalled and time.monotonic() - t0 > 1.0:
+            while time.monotonic() - t0 < 3.0:
+                if not signalled and time.monotonic() - t0 > 0.8:
                     old.send_signal(signal.SIGUSR2)
                     signalled = True
                 try:
@@ -142,7 +142,7 @@ def takeover(ck, exe, tmp):
              f'{said}')
     ck.check(not gaps, f'takeover: the main process left gaps over {USEC} us: {gaps}')
     ck.check(len(after) >= 5, f'takeover: {len(after)} pings from the new vmigd after the '
-             f'hand-over, expected >= 5 in 3 s')
+             f'hand-over, expected >= 5 in 2.2 s')
     ck.check(not old_after, f'takeover: the old vmigd pinged after its hand-over: {old_after}')
 
 
@@ -151,7 +151,7 @@ def main():
     ck = vt.Checks('watchdog checks')
     limit = USEC / 1e6
     with vt.work_directory('vmig-watchdog-') as tmp:
-        said, text = run(ck, exe, tmp, 'wedged', 'own', 5.0,
+        said, text = run(ck, exe, tmp, 'wedged', 'own', 4.0,
                          ('--test-wedge', f'{WEDGE_AFTER_MS},{WEDGE_FOR_MS}'))
         ready = [t for t, m in said if 'READY=1' in m.split('\n')]
         ts = pings(said)
@@ -163,8 +163,9 @@ def main():
             marks = [ready[0]] + ts
             gaps = [(b - a, a) for a, b in zip(marks, marks[1:])]
             late = [(round(g, 3), round(a, 3)) for g, a in gaps if g > limit]
-            before = [t for t in ts if t < WEDGE_AFTER_MS / 1000 - 0.1]
-            after = [t for t in ts if t > (WEDGE_AFTER_MS + WEDGE_FOR_MS) / 1000 + 0.2]
+            # The wedge's timer starts just before READY=1.
+            before = [t for t in ts if t < ready[0] + WEDGE_AFTER_MS / 1000 - 0.1]
+            after = [t for t in ts if t > ready[0] + (WEDGE_AFTER_MS + WEDGE_FOR_MS) / 1000 + 0.2]
             vt.log(f'READY=1 at {ready[0]:.3f} s; {len(ts)} pings; gaps over {limit} s '
                    f'(gap, from): {late}')
             ck.check(len(before) >= 4, f'{len(before)} pings before the wedge, expected >= 4 '
@@ -179,13 +180,13 @@ def main():
                  'the log does not say the wedge ended')
 
         for label, env in (('other-pid', 'other'), ('no-watchdog', None)):
-            said, text = run(ck, exe, tmp, label, env, 1.5)
+            said, text = run(ck, exe, tmp, label, env, 1.0)
             ck.check(any('READY=1' in m for _, m in said), f'{label}: no READY=1: {said}')
             ck.check(not pings(said), f'{label}: WATCHDOG=1 sent: {said}')
             ck.check('systemd watchdog' not in text, f'{label}: a watchdog in the log:\n{text}')
         takeover(ck, exe, tmp)
     ck.finish()
-    vt.log('pings every 200 ms, none while the loop was held 1.5 s, then again; none for '
+    vt.log('pings every 200 ms, none while the loop was held 1 s, then again; none for '
            'another pid or without WATCHDOG_USEC; a takeover hands the pings over')
 
 
