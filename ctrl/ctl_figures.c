@@ -37,6 +37,8 @@
 #define PROM(n, t, h)		.prom = { .name = n, .type = t, .help = h }
 #define PROM_L(n, t, h, l)	.prom = { .name = n, .type = t, .help = h, .labels = l }
 #define PROM_V(n, t, h, l)	.prom = { .name = n, .type = t, .help = h, .label = l }
+#define PROM_LV(n, t, h, l, v)	.prom = { .name = n, .type = t, .help = h, .labels = l, .label = v }
+#define PROM_RATIO(n, t, h)	.prom = { .name = n, .type = t, .help = h, .percent = true }
 #define TEXT(l, f)		.line = l, .text = f
 #define NONZERO			.flags = CTL_TXT_NONZERO
 #define V1(k)			.v1 = k
@@ -103,6 +105,13 @@ static bool conv_state(const void *obj, const struct ctl_env *env, struct ctl_va
 
 /* ---- the tables ---- */
 
+#define MIGRATIONS_HELP                                                                            \
+	"Migrations ended since start, by role and by the outcome of their stop line: completed, " \
+	"cancelled, failed, cut-short, stopped, corrupt, connection-errors, aborted-by-vmigd."
+#define EXPIRY_HELP                                                                                \
+	"When the certificate expires (notAfter), Unix time: the node's (cert=node) and the "      \
+	"earliest in the CA bundle (cert=ca), read at load and at each reload."
+
 #define OBJ struct px_node_info
 static const struct ctl_fig node_figs[] = {
 	{ "bandwidth", CTL_CAP, FIELD(bandwidth), TEXT("head", "cap %s"),
@@ -154,10 +163,12 @@ static const struct ctl_fig node_figs[] = {
 	  TEXT("dpdk", ", sealed|, plain") },
 	{ "dpdk.tx_frames", CTL_COUNT, DPDK(tx_frames), TEXT("dpdk", ", frames out %s"),
 	  PROM_L("vmigd_dpdk_frames_total", COUNTER,
-		 "Frames the DPDK node hop's port sent (tx) and took in (rx).", "dir=\"tx\"") },
+		 "Frames the DPDK node hop's port sent (tx) and took in (rx).",
+		 "direction=\"tx\"") },
 	{ "dpdk.rx_frames", CTL_COUNT, DPDK(rx_frames), TEXT("dpdk", " in %s"),
 	  PROM_L("vmigd_dpdk_frames_total", COUNTER,
-		 "Frames the DPDK node hop's port sent (tx) and took in (rx).", "dir=\"rx\"") },
+		 "Frames the DPDK node hop's port sent (tx) and took in (rx).",
+		 "direction=\"rx\"") },
 	{ "dpdk.tx_bursts", CTL_COUNT, DPDK(tx_bursts),
 	  PROM("vmigd_dpdk_tx_bursts_total", COUNTER,
 	       "Bursts the DPDK port sent: frames per burst is frames out over this.") },
@@ -204,6 +215,27 @@ static const struct ctl_fig node_figs[] = {
 	{ "dpdk.sleeps", CTL_COUNT, DPDK(sleeps),
 	  PROM("vmigd_dpdk_sleeps_total", COUNTER,
 	       "Rounds of the DPDK node hop's thread that ended in a sleep (nothing to do).") },
+	{ "migrations_ended.source", CTL_COUNT,
+	  COUNTS(ended_source, CTL_N_OUTCOME, PX_OUT_COMPLETED, PX_OUT_N - 1),
+	  PROM_LV("vmigd_migrations_total", COUNTER, MIGRATIONS_HELP, "role=\"source\"",
+		  "outcome") },
+	{ "migrations_ended.target", CTL_COUNT,
+	  COUNTS(ended_target, CTL_N_OUTCOME, PX_OUT_COMPLETED, PX_OUT_N - 1),
+	  PROM_LV("vmigd_migrations_total", COUNTER, MIGRATIONS_HELP, "role=\"target\"",
+		  "outcome") },
+	{ "tls_refusals", CTL_COUNT,
+	  COUNTS(tls_refusals, CTL_N_TLS_REFUSAL, XP_TLS_NO_CERT, PX_TLS_REFUSALS - 1),
+	  PROM_V("vmigd_tls_refusals_total", COUNTER,
+		 "Node-hop connections whose TLS handshake failed since start, by reason (as the "
+		 "log line's token: no-certificate, untrusted-ca, expired, not-yet-valid, "
+		 "bad-purpose, name-not-allowed, peer-refused, protocol, closed, "
+		 "handshake-timeout, silent).",
+		 "reason") },
+	{ "certificate_expiry.node", CTL_COUNT, FIELD(tls.node_expiry), OMIT_UNLESS(tls.on),
+	  PROM_L("vmigd_certificate_expiry_timestamp_seconds", GAUGE, EXPIRY_HELP,
+		 "cert=\"node\"") },
+	{ "certificate_expiry.ca", CTL_COUNT, FIELD(tls.ca_expiry), OMIT_UNLESS(tls.on),
+	  PROM_L("vmigd_certificate_expiry_timestamp_seconds", GAUGE, EXPIRY_HELP, "cert=\"ca\"") },
 	{ "time_unix", CTL_SECONDS, CALC(node_time) },
 };
 struct ctl_table ctl_node_table = { "node", node_figs, ARRAY_SIZE(node_figs) };
@@ -296,6 +328,17 @@ static const struct ctl_fig insp_summary_figs[] = {
 	       "Connections where the inspector stopped parsing and only counts bytes.") },
 	{ "reason", CTL_STR, FIELD(reason), NULL_EMPTY, TEXT("bytes_only", ": %s"), NONZERO },
 	{ "page_size", CTL_BYTES, FIELD(page_size), TEXT("head", ", page size %s"), NONZERO },
+	{ "ram_total", CTL_BYTES, FIELD(ram_total), NULL_EMPTY, TEXT("head", ", RAM %s"), NONZERO,
+	  PROM("vmigd_migration_ram_total_bytes", GAUGE,
+	       "RAM the stream's setup announced: all RAM blocks of the guest, ROMs and video "
+	       "RAM included.") },
+	{ "remaining", CTL_BYTES, FIELD(remaining), NULL_UNLESS(remaining_known),
+	  TEXT("progress", "stream: remaining %s"),
+	  PROM("vmigd_migration_stream_remaining_bytes", GAUGE,
+	       "RAM still to send as the stream tells it: in the first pass the total less the "
+	       "pages sent, later the last completed pass's pages; no sample where unknown.") },
+	{ "remaining_from", CTL_STR, FIELD(remaining_from), NULL_EMPTY, TEXT("progress", " (%s)"),
+	  NONZERO },
 	{ "pages", CTL_COUNT, FIELD(pages), TEXT("pages", "pages: %s"),
 	  PROM("vmigd_migration_pages_total", COUNTER, "RAM pages sent with their data.") },
 	{ "zero_pages", CTL_COUNT, FIELD(zero_pages), TEXT("pages", " (zero %s)"),
@@ -307,7 +350,7 @@ static const struct ctl_fig insp_summary_figs[] = {
 	  PROM("vmigd_migration_sync_points_total", COUNTER,
 	       "Sync points seen: multifd SYNC flags, main-channel EOS and multifd flushes.") },
 	{ "passes", CTL_COUNT, FIELD(passes), TEXT("pages", ", pass %s"),
-	  PROM("vmigd_migration_passes", GAUGE,
+	  PROM("vmigd_migration_passes_total", COUNTER,
 	       "RAM scan passes begun (the most any channel began).") },
 	{ "dirty_known", CTL_BOOL, FIELD(dirty_known) },
 	{ "dirty_pages_per_pass", CTL_COUNT, FIELD(dirty_pages_per_pass), NULL_UNLESS(dirty_known),
@@ -389,6 +432,7 @@ static const struct ctl_fig insp_stats_figs[] = {
 	{ "machine", CTL_STR, FIELD(machine), TEXT("head", ", machine %s"), NONZERO },
 	{ "channel_id", CTL_COUNT, FIELD(channel_id), TEXT("head", ", channel %s"), NONZERO },
 	{ "page_size", CTL_BYTES, FIELD(page_size), TEXT("head", ", page size %s"), NONZERO },
+	{ "ram_total", CTL_BYTES, FIELD(ram_total), TEXT("head", ", RAM %s"), NONZERO },
 	{ "bytes", CTL_BYTES, FIELD(bytes), TEXT("pages", "seen %s") },
 	{ "pages", CTL_COUNT, FIELD(pages), TEXT("pages", ", pages %s") },
 	{ "zero_pages", CTL_COUNT, FIELD(zero_pages), TEXT("pages", " (zero %s)") },
@@ -457,10 +501,10 @@ static const struct ctl_fig conv_figs[] = {
 	{ "evidence", CTL_STR, FIELD(evidence), OMIT_EMPTY, TEXT("judged", "; %s") },
 	{ "job.dirty_rate", CTL_RATE, JOB(dirty_rate), TEXT("head", ", dirty %s") },
 	{ "job.throttle_pct", CTL_COUNT, JOB(throttle_pct), TEXT("head", ", throttle %s%%"),
-	  PROM("vmigd_convergence_throttle_percent", GAUGE,
-	       "The guest's CPU throttle from auto-converge.") },
+	  PROM_RATIO("vmigd_convergence_throttle_ratio", GAUGE,
+		     "The guest's CPU throttle from auto-converge, 0 to 1.") },
 	{ "job.dirty_syncs", CTL_COUNT, JOB(dirty_syncs), TEXT("head", ", pass %s"),
-	  PROM("vmigd_convergence_dirty_syncs", GAUGE,
+	  PROM("vmigd_convergence_dirty_syncs_total", COUNTER,
 	       "The hypervisor's dirty-bitmap syncs so far (QEMU's passes over RAM).") },
 	{ "job.rate", CTL_RATE, JOB(rate), TEXT("job", ", at %s") },
 	{ "job.expected_downtime_ms", CTL_MS, JOB(expected_downtime_ms),
@@ -533,6 +577,26 @@ static const struct ctl_fig action_figs[] = {
 	{ "error", CTL_STR, FIELD(error), OMIT_IF(ok), TEXT("head", " (%s)") },
 };
 TABLE(ctl_action_table, "action", action_figs);
+#undef OBJ
+
+#define OBJ struct ctl_process
+static const struct ctl_fig process_figs[] = {
+	{ "version", CTL_STR, FIELD(version) },
+	{ "features", CTL_STR, FIELD(features) },
+	{ "cpu_s", CTL_SECONDS, FIELD(cpu_ms),
+	  PROM("process_cpu_seconds_total", COUNTER, "Total user and system CPU time spent.") },
+	{ "resident_bytes", CTL_BYTES, FIELD(rss),
+	  PROM("process_resident_memory_bytes", GAUGE, "Resident memory size.") },
+	{ "virtual_bytes", CTL_BYTES, FIELD(vsize),
+	  PROM("process_virtual_memory_bytes", GAUGE, "Virtual memory size.") },
+	{ "start_unix", CTL_SECONDS, FIELD(start_ms),
+	  PROM("process_start_time_seconds", GAUGE, "Start time of the process, Unix time.") },
+	{ "open_fds", CTL_COUNT, FIELD(open_fds),
+	  PROM("process_open_fds", GAUGE, "Open file descriptors.") },
+	{ "max_fds", CTL_COUNT, FIELD(max_fds), SAMPLE_UNLESS(max_fds),
+	  PROM("process_max_fds", GAUGE, "The limit on open file descriptors (RLIMIT_NOFILE).") },
+};
+TABLE(ctl_process_table, "process", process_figs);
 #undef OBJ
 
 int ctl_table_extend(struct ctl_table *t, const struct ctl_fig *figs, size_t n)

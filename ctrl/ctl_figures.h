@@ -57,12 +57,14 @@ enum ctl_ctype {
  * does not call them. */
 enum ctl_names {
 	CTL_N_NONE,
-	CTL_N_ROLE,	 /* enum px_role: "source", "target" */
-	CTL_N_SHAPER,	 /* px_shaper_str() */
-	CTL_N_INSP_KIND, /* px_insp_kind_str() */
-	CTL_N_CV_MODE,	 /* cv_mode_str() */
-	CTL_N_CV_STATUS, /* cv_status_str() */
-	CTL_N_CV_ACT,	 /* cv_act_str() */
+	CTL_N_ROLE,	   /* enum px_role: "source", "target" */
+	CTL_N_SHAPER,	   /* px_shaper_str() */
+	CTL_N_INSP_KIND,   /* px_insp_kind_str() */
+	CTL_N_CV_MODE,	   /* cv_mode_str() */
+	CTL_N_CV_STATUS,   /* cv_status_str() */
+	CTL_N_CV_ACT,	   /* cv_act_str() */
+	CTL_N_OUTCOME,	   /* px_outcome_str() */
+	CTL_N_TLS_REFUSAL, /* px_tls_refusal_str() */
 };
 
 /* The moment a report is taken: what durations and Unix times count from. */
@@ -106,7 +108,8 @@ struct ctl_prom {
 	const char *type; /* "gauge" or "counter" */
 	const char *help;
 	const char *labels; /* fixed labels after the object's own: direction="tx",window="1s" */
-	const char *label;  /* CTL_C_COUNTS: the label naming each element */
+	const char *label;  /* CTL_C_COUNTS: the label naming each element, after .labels */
+	bool percent;	    /* the figure is a percent; Prometheus has it as a 0-1 ratio */
 };
 
 /* Text flags (vmigctl). */
@@ -142,6 +145,17 @@ struct ctl_table {
 	size_t n;
 };
 
+/* The daemon process (ctl_process.c): its build, and its figures as Prometheus clients show them */
+struct ctl_process {
+	const char *version, *features; /* VMIGD_VERSION, "tls,dpdk,libvirt,inspect" as built */
+	uint64_t cpu_ms;		/* user and system CPU time */
+	uint64_t rss, vsize;		/* bytes */
+	uint64_t start_ms;		/* when it started, Unix time in ms */
+	uint64_t open_fds, max_fds;	/* max_fds 0: no limit */
+};
+
+/* struct ctl_process: process_* (the families' names are the Prometheus client convention) */
+extern const struct ctl_table ctl_process_table;
 /* struct px_node_info; a test build adds its own figures (ctl_table_extend) */
 extern struct ctl_table ctl_node_table;
 /* struct px_migration_info; with "inspect", "ports", "connections" and "convergence" beside */

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /* Prometheus metrics: snapshot, text rendering of the figure tables (ctl_figures.c; doc/
  * interfaces.md lists the names) and the libmicrohttpd endpoint, run without a thread of its own
- * from the control loop, where px_node may be read. Not a general HTTP server: GET /metrics. */
+ * from the control loop, where px_node may be read. Not a general HTTP server: GET /metrics, and
+ * /healthz and /readyz for probes. */
 #include <errno.h>
 #include <inttypes.h>
 #include <microhttpd.h>
@@ -16,6 +17,7 @@
 #include <unistd.h>
 
 #include "ctl_metrics.h"
+#include "ctl_process.h"
 #include "ctl_report.h"
 #include "log.h"
 #include "util.h"
@@ -160,6 +162,7 @@ int ctl_metrics_snapshot_take(struct px_node *n, struct cv_set *conv, struct ctl
 	 */
 	px_node_foreach(n, take_one, &t);
 	px_node_info(n, &t.s->node);
+	ctl_process_read(&t.s->proc);
 	if (!t.err && conv && t.s->nmigs) {
 		t.s->conv = calloc(t.s->nmigs, sizeof(*t.s->conv));
 		if (!t.s->conv)
@@ -192,7 +195,16 @@ struct prom {
 };
 
 /* Which objects a table's samples are about, each with its own labels. */
-enum objs { OBJS_NODE, OBJS_MIGRATION, OBJS_INSPECT, OBJS_PORT, OBJS_CONN, OBJS_CONV, OBJS_NIC };
+enum objs {
+	OBJS_NODE,
+	OBJS_PROCESS,
+	OBJS_MIGRATION,
+	OBJS_INSPECT,
+	OBJS_PORT,
+	OBJS_CONN,
+	OBJS_CONV,
+	OBJS_NIC
+};
 
 /*
  * Appends name="value" to buf, escaped as the format wants (\\, \", \n). Anything else outside
@@ -242,7 +254,7 @@ static void sample(struct prom *p, const struct ctl_fig *fig, const char *labels
 
 	if (m->labels)
 		snprintf(fixed, sizeof(fixed), "%s", m->labels);
-	else if (m->label && v->name)
+	if (m->label && v->name)
 		label(fixed, sizeof(fixed), m->label, v->name);
 	head(p, m->name, m->type, m->help);
 	fputs(m->name, p->f);
@@ -251,6 +263,9 @@ static void sample(struct prom *p, const struct ctl_fig *fig, const char *labels
 	fputc(' ', p->f);
 	if (v->kind == CTL_V_BOOL)
 		fprintf(p->f, "%d\n", v->b);
+	else if (m->percent)
+		fprintf(p->f, "%.2f\n",
+			(v->kind == CTL_V_I64 ? (double)v->i : (double)v->u) / 100.0);
 	else if (v->kind == CTL_V_I64 && v->i < 0)
 		fprintf(p->f, "%" PRId64 "\n", v->i); /* no exported figure is negative yet */
 	else if (ms)
@@ -285,8 +300,8 @@ static void walk(struct prom *p, const struct ctl_metrics_snapshot *s, enum objs
 {
 	char labels[LABELS_MAX], plabels[LABELS_MAX], port[16], conn[32];
 
-	if (k == OBJS_NODE) {
-		emit(p, f, &s->node, "");
+	if (k == OBJS_NODE || k == OBJS_PROCESS) {
+		emit(p, f, k == OBJS_NODE ? (const void *)&s->node : &s->proc, "");
 		return;
 	}
 	for (unsigned int i = 0; i < s->nmigs; i++) {
@@ -331,6 +346,7 @@ static void walk(struct prom *p, const struct ctl_metrics_snapshot *s, enum objs
 			}
 			break;
 		case OBJS_NODE:
+		case OBJS_PROCESS:
 			break;
 		}
 	}
@@ -340,9 +356,15 @@ static void walk(struct prom *p, const struct ctl_metrics_snapshot *s, enum objs
 static void render_table(struct prom *p, const struct ctl_metrics_snapshot *s,
 			 const struct ctl_table *t, enum objs k)
 {
-	for (size_t n = 0; n < t->n; n++)
-		if (t->figs[n].prom.name)
-			walk(p, s, k, &t->figs[n]);
+	for (size_t n = 0; n < t->n; n++) {
+		const struct ctl_prom *m = &t->figs[n].prom;
+
+		if (!m->name)
+			continue;
+		/* Every family from start-up, with or without samples. */
+		head(p, m->name, m->type, m->help);
+		walk(p, s, k, &t->figs[n]);
+	}
 }
 
 /*
@@ -426,6 +448,15 @@ static void info_sample(struct prom *p, const char *family, const char *help, co
 	fprintf(p->f, "%s{%s} 1\n", family, labels);
 }
 
+#define MIGRATION_INFO_HELP                                                                        \
+	"Always 1; the labels describe the migration (stream: QEMU stream version)."
+#define NIC_INFO_HELP                                                                              \
+	"Always 1; the labels describe the interface that carries the migration's node hop "       \
+	"(device: its bus address; numa_node -1: none)."
+#define CONV_INFO_HELP                                                                             \
+	"Always 1; the labels give the mode, backend and state (waiting, watching, finished, "     \
+	"stopped, irrecoverable)."
+
 static void render_node_info(struct prom *p, const struct ctl_metrics_snapshot *s)
 {
 	info_sample(p, "vmigd_node_info",
@@ -438,14 +469,13 @@ static void render_migration_info(struct prom *p, const struct ctl_metrics_snaps
 {
 	char labels[LABELS_MAX];
 
+	head(p, "vmigd_migration_info", "gauge", MIGRATION_INFO_HELP);
 	for (unsigned int i = 0; i < s->nmigs; i++) {
 		const struct px_migration_info *mi = &s->migs[i];
 
 		mig_labels(mi, labels, sizeof(labels));
-		info_sample(p, "vmigd_migration_info",
-			    "Always 1; the labels describe the migration (stream: QEMU stream "
-			    "version).",
-			    labels, migration_info_labels, ARRAY_SIZE(migration_info_labels), mi,
+		info_sample(p, "vmigd_migration_info", MIGRATION_INFO_HELP, labels,
+			    migration_info_labels, ARRAY_SIZE(migration_info_labels), mi,
 			    MIG_INFO_OWN, mi->inspected ? &mi->insp : NULL);
 	}
 }
@@ -454,15 +484,14 @@ static void render_nic_info(struct prom *p, const struct ctl_metrics_snapshot *s
 {
 	char labels[LABELS_MAX];
 
+	head(p, "vmigd_migration_nic_info", "gauge", NIC_INFO_HELP);
 	for (unsigned int i = 0; s->nics && i < s->nmigs; i++) {
 		if (!s->nics[i].nic.ifindex)
 			continue;
 		mig_labels(&s->migs[i], labels, sizeof(labels));
-		info_sample(p, "vmigd_migration_nic_info",
-			    "Always 1; the labels describe the interface that carries the "
-			    "migration's node hop (device: its bus address; numa_node -1: none).",
-			    labels, nic_info_labels, ARRAY_SIZE(nic_info_labels), &s->nics[i],
-			    ARRAY_SIZE(nic_info_labels), NULL);
+		info_sample(p, "vmigd_migration_nic_info", NIC_INFO_HELP, labels, nic_info_labels,
+			    ARRAY_SIZE(nic_info_labels), &s->nics[i], ARRAY_SIZE(nic_info_labels),
+			    NULL);
 	}
 }
 
@@ -470,16 +499,28 @@ static void render_convergence_info(struct prom *p, const struct ctl_metrics_sna
 {
 	char labels[LABELS_MAX];
 
+	head(p, "vmigd_convergence_info", "gauge", CONV_INFO_HELP);
 	for (unsigned int i = 0; s->conv && i < s->nmigs; i++) {
 		if (!s->conv[i].backend)
 			continue;
 		mig_labels(&s->migs[i], labels, sizeof(labels));
-		info_sample(p, "vmigd_convergence_info",
-			    "Always 1; the labels give the mode, backend and state (waiting, "
-			    "watching, finished, stopped, irrecoverable).",
-			    labels, conv_info_labels, ARRAY_SIZE(conv_info_labels), &s->conv[i],
-			    ARRAY_SIZE(conv_info_labels), NULL);
+		info_sample(p, "vmigd_convergence_info", CONV_INFO_HELP, labels, conv_info_labels,
+			    ARRAY_SIZE(conv_info_labels), &s->conv[i], ARRAY_SIZE(conv_info_labels),
+			    NULL);
 	}
+}
+
+static const struct info_label build_info_labels[] = {
+	{ .label = "version", .t = &ctl_process_table, .key = "version" },
+	{ .label = "features", .t = &ctl_process_table, .key = "features" },
+};
+
+static void render_build_info(struct prom *p, const struct ctl_metrics_snapshot *s)
+{
+	info_sample(p, "vmigd_build_info",
+		    "Always 1; the labels give vmigd's version and the features it was built with.",
+		    "", build_info_labels, ARRAY_SIZE(build_info_labels), &s->proc,
+		    ARRAY_SIZE(build_info_labels), NULL);
 }
 
 int ctl_metrics_render(const struct ctl_metrics_snapshot *s, char **ret, size_t *len)
@@ -503,6 +544,8 @@ int ctl_metrics_render(const struct ctl_metrics_snapshot *s, char **ret, size_t 
 	render_convergence_info(&p, s);
 	render_nic_info(&p, s);
 	render_table(&p, s, &ctl_nic_table, OBJS_NIC);
+	render_build_info(&p, s);
+	render_table(&p, s, &ctl_process_table, OBJS_PROCESS);
 	bad = ferror(p.f);
 	if (fclose(p.f) != 0 || bad) {
 		free(buf);
@@ -528,6 +571,7 @@ struct ctl_metrics_server {
 	size_t errlen;
 	struct http_conn *conns; /* every connection MHD holds, oldest last */
 	struct vm_log_limit refusals;
+	bool want_dpdk; /* --dpdk: not ready without the DPDK node hop */
 };
 
 /*
@@ -709,6 +753,30 @@ static enum MHD_Result reply_static(struct MHD_Connection *c, unsigned int statu
 	return ret;
 }
 
+static enum MHD_Result reply_ready(struct ctl_metrics_server *s, struct MHD_Connection *c)
+{
+	struct px_node_info ni;
+	struct timespec ts;
+	char why[1024];
+	struct MHD_Response *r;
+	enum MHD_Result ret;
+	int n;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	px_node_info(s->node, &ni);
+	n = ctl_metrics_ready(&ni, px_node_listening(s->node), s->want_dpdk, (double)ts.tv_sec, why,
+			      sizeof(why));
+	if (!n)
+		return reply_static(c, MHD_HTTP_OK, "ready\n");
+	r = MHD_create_response_from_buffer(strlen(why), why, MHD_RESPMEM_MUST_COPY);
+	if (!r)
+		return MHD_NO;
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; charset=utf-8");
+	ret = MHD_queue_response(c, MHD_HTTP_SERVICE_UNAVAILABLE, r);
+	MHD_destroy_response(r);
+	return ret;
+}
+
 /* Called from MHD_run(), so on the control loop's thread: px_node may be read. */
 static enum MHD_Result on_request(void *arg, struct MHD_Connection *c, const char *url,
 				  const char *method, const char *version, const char *upload,
@@ -737,8 +805,15 @@ static enum MHD_Result on_request(void *arg, struct MHD_Connection *c, const cha
 	/* HEAD is GET without the body (MHD drops it), as HTTP requires of a server. */
 	if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
 		return reply_static(c, MHD_HTTP_METHOD_NOT_ALLOWED, "use GET /metrics\n");
+	/* Answering at all is the health: this runs on the control loop's thread. */
+	if (strcmp(url, "/healthz") == 0)
+		return reply_static(c, MHD_HTTP_OK, "ok\n");
+	if (strcmp(url, "/readyz") == 0)
+		return reply_ready(s, c);
 	if (strcmp(url, "/metrics") != 0)
-		return reply_static(c, MHD_HTTP_NOT_FOUND, "not found; metrics are at /metrics\n");
+		return reply_static(c, MHD_HTTP_NOT_FOUND,
+				    "not found; metrics are at /metrics, health at /healthz and "
+				    "/readyz\n");
 	e = ctl_metrics_snapshot_take(s->node, s->conv, s->nic, &snap);
 	if (e == 0) {
 		e = ctl_metrics_render(snap, &body, &len);
@@ -912,6 +987,11 @@ void ctl_metrics_server_free(struct ctl_metrics_server *s)
 	xp_timer_del(s->t);
 	MHD_stop_daemon(s->d);
 	free(s);
+}
+
+void ctl_metrics_server_want_dpdk(struct ctl_metrics_server *s, bool on)
+{
+	s->want_dpdk = on;
 }
 
 const char *ctl_metrics_server_addr(const struct ctl_metrics_server *s)

@@ -5,9 +5,11 @@
 #ifndef CTL_METRICS_H
 #define CTL_METRICS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ctl_figures.h"
 #include "ctl_nic.h"
 #include "cv_watch.h"
 #include "px_node.h"
@@ -19,6 +21,7 @@
 /* The node's figures at one moment, owning copies of what px_node_foreach() only lends. */
 struct ctl_metrics_snapshot {
 	struct px_node_info node;
+	struct ctl_process proc; /* the daemon process, vmigd_build_info's labels */
 	unsigned int nmigs;
 	struct px_migration_info *migs; /* strings and conns[] belong to the snapshot */
 	struct cv_report *conv;		/* one per migs[], or NULL; .backend NULL: not watched */
@@ -57,6 +60,16 @@ int ctl_metrics_server_adopt(struct xp_loop *loop, struct px_node *n, struct cv_
 int ctl_metrics_server_fd(const struct ctl_metrics_server *s);
 /* Takes NULL. */
 void ctl_metrics_server_free(struct ctl_metrics_server *s);
+/* With --dpdk: /readyz answers 503 while the node has no DPDK node hop. */
+void ctl_metrics_server_want_dpdk(struct ctl_metrics_server *s, bool on);
+/*
+ * /readyz's judgement, pure: the number of reasons the node is not ready (0: ready), each a line
+ * in buf: the node-hop listener closed (listening false), with TLS a certificate not loaded or
+ * expired at now_unix (the node's, or the earliest of the CA bundle), with want_dpdk no DPDK
+ * node hop.
+ */
+int ctl_metrics_ready(const struct px_node_info *ni, bool listening, bool want_dpdk,
+		      double now_unix, char *buf, size_t len);
 /* The address bound, "ADDR:PORT" ("[ADDR]:PORT" for IPv6). */
 const char *ctl_metrics_server_addr(const struct ctl_metrics_server *s);
 

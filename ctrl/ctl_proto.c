@@ -226,7 +226,7 @@ static int run_source_start(struct px_node *n, const struct ctl_daemon_info *d,
 	r = px_source_start(n, &req->target, req->dir, &opts, socks, err, errlen);
 	if (r < 0) {
 		if (req->converge)
-			cv_watch_stop(d->conv, req->key);
+			cv_watch_stop(d->conv, req->key, NULL);
 		return r;
 	}
 	*reply = ok_reply();
@@ -258,6 +258,30 @@ static int run_target_stop(struct px_node *n, const struct ctl_daemon_info *d,
 	return 0;
 }
 
+/*
+ * Ends the convergence watch of a source just stopped; where it saw the hypervisor's job end
+ * cancelled, the migration's stop line (and vmigd_migrations_total) says so: aborted-by-vmigd
+ * where its own abort did it, else cancelled.
+ */
+static void conv_stop(struct px_node *n, struct cv_set *conv, const char *key)
+{
+	struct cv_report *last = malloc(sizeof(*last));
+	bool aborted;
+
+	if (!last) {
+		cv_watch_stop(conv, key, NULL);
+		return;
+	}
+	if (cv_watch_stop(conv, key, last) && last->have_job &&
+	    (last->job.status == CV_ST_CANCELLED || last->job.status == CV_ST_FAILED)) {
+		aborted = !last->policy.shadow && last->counts[CV_ACT_ABORT] > 0;
+		if (aborted || last->job.status == CV_ST_CANCELLED)
+			px_migration_note_end(n, key, PX_ROLE_SOURCE,
+					      aborted ? PX_OUT_ABORTED : PX_OUT_CANCELLED);
+	}
+	free(last);
+}
+
 static int run_source_stop(struct px_node *n, const struct ctl_daemon_info *d,
 			   const struct ctl_request *req, struct json_object **reply, char *err,
 			   size_t errlen)
@@ -269,7 +293,7 @@ static int run_source_stop(struct px_node *n, const struct ctl_daemon_info *d,
 	if (r < 0)
 		return r;
 	if (d->conv)
-		cv_watch_stop(d->conv, req->key);
+		conv_stop(n, d->conv, req->key);
 	*reply = ok_reply();
 	return 0;
 }

@@ -33,6 +33,10 @@ static const char *enum_name(enum ctl_names names, int v)
 		return cv_status_str(v);
 	case CTL_N_CV_ACT:
 		return cv_act_str(v);
+	case CTL_N_OUTCOME:
+		return px_outcome_str(v);
+	case CTL_N_TLS_REFUSAL:
+		return px_tls_refusal_str(v);
 	case CTL_N_NONE:
 		break;
 	}

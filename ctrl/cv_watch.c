@@ -463,7 +463,8 @@ int cv_set_new(struct xp_loop *loop, struct px_node *n, struct cv_set **ret)
 	return 0;
 }
 
-static void watch_free(struct cv_watch *w)
+/* Ends the monitor's thread (its last sample and outcome first); again: nothing. */
+static void watch_join(struct cv_watch *w)
 {
 	if (w->started) {
 		pthread_mutex_lock(&w->lock);
@@ -471,7 +472,13 @@ static void watch_free(struct cv_watch *w)
 		pthread_cond_signal(&w->wake);
 		pthread_mutex_unlock(&w->lock);
 		pthread_join(w->thread, NULL);
+		w->started = false;
 	}
+}
+
+static void watch_free(struct cv_watch *w)
+{
+	watch_join(w);
 	if (w->b)
 		w->b->ops->free(w->b);
 	pthread_cond_destroy(&w->wake);
@@ -591,7 +598,7 @@ fail:
 	return r;
 }
 
-void cv_watch_stop(struct cv_set *set, const char *key)
+bool cv_watch_stop(struct cv_set *set, const char *key, struct cv_report *last)
 {
 	struct cv_watch **pp = &set->watches, *w;
 
@@ -599,11 +606,15 @@ void cv_watch_stop(struct cv_set *set, const char *key)
 		pp = &(*pp)->next;
 	w = *pp;
 	if (!w)
-		return;
+		return false;
 	pthread_mutex_lock(&set->lock);
 	*pp = w->next;
 	pthread_mutex_unlock(&set->lock);
+	watch_join(w);
+	if (last)
+		*last = w->rep; /* the thread is gone: no lock to take */
 	watch_free(w);
+	return true;
 }
 
 void cv_watch_hold(struct cv_set *set, const char *key, bool hold, const char *why)

@@ -68,8 +68,9 @@ void cv_set_free(struct cv_set *set);
  */
 int cv_watch_start(struct cv_set *set, const char *key, const struct cv_spec *spec, char *err,
 		   size_t errlen);
-/* At source stop: a last sample, the outcome logged, the monitor gone. No-op when not watched. */
-void cv_watch_stop(struct cv_set *set, const char *key);
+/* At source stop: a last sample, the outcome logged, the monitor gone. No-op when not watched.
+ * last (may be NULL): the final report, written when watched; returns whether it was. */
+bool cv_watch_stop(struct cv_set *set, const char *key, struct cv_report *last);
 /* false when key is not watched. */
 bool cv_watch_report(struct cv_set *set, const char *key, struct cv_report *out);
 /*

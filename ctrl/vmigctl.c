@@ -1,206 +1,46 @@
 // SPDX-License-Identifier: Apache-2.0
 /* vmigctl(8): a thin client of vmigd's control socket. It builds one JSON request, prints the
  * reply in the form the command promises (figures by the tables of ctl_figures.c, replies of
- * version 1 daemons too), and turns errors into one line on stderr; `top` repeats the metrics
- * request to draw a live view. */
+ * version 1 daemons too, or the reply as JSON), and turns errors into one line on stderr; `top`
+ * repeats the metrics request to draw a live view. The command line: vmigctl_args.c. */
 #include <errno.h>
 #include <inttypes.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "ctl_figures.h"
+#include "vmigctl_args.h"
+#include "vmigctl_call.h"
 #include "vmigctl_reply.h"
 #include "units.h"
 #include "util.h"
 #include "vmigd-config.h"
 
-#define REPLY_MAX (4 << 20)
+/* A failure after the command line was read: vmigd refused, or sent nothing valid. */
+#define EXIT_FAIL VC_EXIT_REFUSED
 
-/* EXIT_BUSY: vmigd turned the connection away (its control-client cap) before serving it. */
-enum { EXIT_FAIL = 1, EXIT_NO_DAEMON = 2, EXIT_BUSY = 3 };
+/* A failure of no particular errno. */
+#define die(code, ...) vc_fail(code, 0, __VA_ARGS__)
 
-/* What vmigd says when it has as many control clients as it serves at once (ctl_server.c). */
-#define BUSY_ERROR "too many control clients"
+/* This run's command line. */
+static const struct vc_call *cl;
 
-static const char *control_path = VMIGD_DEFAULT_CONTROL;
-/* The request and reply of this run, released at exit on every path, errors included. */
-static struct json_object *request_obj, *reply_obj;
+/* A wrong argument of this run's command: a usage error (exit 2), nothing was sent. */
+#define bad_arg(...) vc_usage_error(cl->cmd, __VA_ARGS__)
 
-static void release(void)
+/* A command whose text is nothing on success: with --json, the reply. */
+static void call_quiet(struct json_object *req)
 {
-	json_object_put(request_obj);
-	json_object_put(reply_obj);
-}
+	struct json_object *reply = vc_call(req);
 
-static void usage(FILE *f)
-{
-	fprintf(f,
-		"usage: vmigctl [-c PATH] target start KEY --socket PORTID=UNIXPATH [--socket "
-		"...]\n"
-		"                         [--kubevirt [--listen PORTID=TCPPORT ...]] [--tls | "
-		"--no-tls]\n"
-		"                         [--bandwidth RATE]\n"
-		"       vmigctl [-c PATH] target stop KEY\n"
-		"       vmigctl [-c PATH] source start KEY --target JSON --dir BASEDIR "
-		"[--bandwidth RATE]\n"
-		"                         [--tls | --no-tls]\n"
-		"                         [--qmp PATH | --libvirt-domain NAME [--libvirt-uri "
-		"URI]]\n"
-		"                         [--mode predictive|stall|kubevirt] [--shadow]\n"
-		"                         [--policy JSON|@FILE]\n"
-		"                         [--allow-auto-converge] [--allow-post-copy]\n"
-		"                         [--allow-workload-disruption | "
-		"--no-workload-disruption]\n"
-		"                         [--completion-timeout-per-gib S] [--progress-timeout S]\n"
-		"                         [--max-downtime MS] [--evidence-window MS]\n"
-		"       vmigctl [-c PATH] source stop KEY\n"
-		"       vmigctl [-c PATH] bandwidth KEY RATE\n"
-		"       vmigctl [-c PATH] node-bandwidth RATE\n"
-		"       vmigctl [-c PATH] list\n"
-		"       vmigctl [-c PATH] status [--json]\n"
-		"       vmigctl [-c PATH] metrics [--json]\n"
-		"       vmigctl [-c PATH] top [--interval SECONDS] [--count N]\n"
-		"RATE: bytes/s with K, M, G, T (powers of 1000) or Ki, Mi, Gi, Ti (of 1024), bits\n"
-		"with a unit ending in bit or bps (1Gbit), or none.\n"
-		"The control socket defaults to $VMIGD_CONTROL or %s. See vmigctl(8).\n",
-		VMIGD_DEFAULT_CONTROL);
-}
-
-static void __attribute__((noreturn, format(printf, 2, 3))) die(int code, const char *fmt, ...)
-{
-	va_list ap;
-
-	fputs("vmigctl: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	exit(code);
-}
-
-/* Writes all of p; 0 or -errno (EPIPE, not SIGPIPE, when vmigd has closed). */
-static int send_all(int fd, const char *p, size_t len)
-{
-	while (len > 0) {
-		ssize_t k = send(fd, p, len, MSG_NOSIGNAL);
-
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0)
-			return -errno;
-		p += k;
-		len -= (size_t)k;
-	}
-	return 0;
-}
-
-/* Sends the request, returns the parsed reply after checking "ok". */
-static struct json_object *call(struct json_object *req)
-{
-	struct sockaddr_un sun = { .sun_family = AF_UNIX };
-	const char *text = json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN);
-	struct json_object *reply, *ok, *err;
-	size_t len = 0, cap = 65536;
-	char *buf;
-	int fd, sent;
-
-	if (strlen(control_path) >= sizeof(sun.sun_path))
-		die(EXIT_FAIL, "control socket path too long: %s", control_path);
-	strcpy(sun.sun_path, control_path);
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		die(EXIT_FAIL, "socket: %s", strerror(errno));
-	if (connect(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0) {
-		if (errno == ENOENT || errno == ECONNREFUSED)
-			die(EXIT_NO_DAEMON, "vmigd is not running (no daemon at %s)", control_path);
-		die(EXIT_NO_DAEMON, "cannot reach vmigd at %s: %s", control_path, strerror(errno));
-	}
-	/* vmigd may have said why and closed before the request is written (its client cap):
-	 * then what it said is still there to read. */
-	sent = send_all(fd, text, strlen(text));
-	if (sent == 0)
-		sent = send_all(fd, "\n", 1);
-	if (sent < 0 && sent != -EPIPE && sent != -ECONNRESET)
-		die(EXIT_FAIL, "sending the request: %s", strerror(-sent));
-	buf = malloc(cap);
-	if (!buf)
-		die(EXIT_FAIL, "out of memory");
-	for (;;) {
-		ssize_t k;
-
-		if (len + 1 >= cap) {
-			if (cap >= REPLY_MAX)
-				die(EXIT_FAIL, "reply from vmigd too large");
-			cap *= 2;
-			buf = realloc(buf, cap);
-			if (!buf)
-				die(EXIT_FAIL, "out of memory");
-		}
-		k = read(fd, buf + len, cap - len);
-		if (k < 0 && errno == EINTR)
-			continue;
-		/* vmigd closed with our request unread (its client cap): keep what it wrote. */
-		if (k < 0 && errno == ECONNRESET) {
-			sent = -ECONNRESET;
-			break;
-		}
-		if (k < 0)
-			die(EXIT_FAIL, "reading the reply: %s", strerror(errno));
-		if (k == 0)
-			break;
-		len += k;
-	}
-	close(fd);
-	buf[len] = '\0';
-	reply = json_tokener_parse(buf);
-	free(buf);
-	json_object_put(reply_obj); /* top calls again and again */
-	reply_obj = reply;
-	if (!reply && sent < 0)
-		die(EXIT_BUSY,
-		    "vmigd is busy: it closed the connection without reading the request "
-		    "(%s); try again",
-		    strerror(-sent));
-	if (!reply || !json_object_object_get_ex(reply, "ok", &ok))
-		die(EXIT_FAIL, "vmigd sent no valid reply");
-	if (!json_object_get_boolean(ok)) {
-		const char *msg = json_object_object_get_ex(reply, "error", &err)
-					  ? json_object_get_string(err)
-					  : "request failed";
-
-		if (strstr(msg, BUSY_ERROR))
-			die(EXIT_BUSY, "vmigd is busy: %s", msg);
-		/* The product refuses the test build's field as any unknown one: say which. */
-		if (strstr(msg, "unknown field \"test_delay_first_ms\""))
-			die(EXIT_FAIL, "%s; --test-delay-first needs the test build, vmigd-test",
-			    msg);
-		die(EXIT_FAIL, "%s", msg);
-	}
-	/* What the daemon did other than asked (a takeover's migration carried elsewhere). */
-	if (json_object_object_get_ex(reply, "note", &err))
-		fprintf(stderr, "vmigctl: %s\n", json_object_get_string(err));
-	return reply;
-}
-
-static struct json_object *request(const char *op, const char *key)
-{
-	struct json_object *o = json_object_new_object();
-
-	json_object_put(request_obj);
-	request_obj = o;
-	json_object_object_add(o, "op", json_object_new_string(op));
-	if (key)
-		json_object_object_add(o, "key", json_object_new_string(key));
-	return o;
+	if (cl->json)
+		vc_print_json(reply);
 }
 
 /* RATE as vmigd takes it: an integer of bytes/s, from what the operator wrote. */
@@ -209,95 +49,120 @@ static uint64_t rate_arg(const char *what, const char *s)
 	uint64_t v;
 
 	if (vm_parse_rate(s, &v) < 0)
-		die(EXIT_FAIL,
-		    "%s: expected a rate such as 1Gbit, 500MB, 64Mi or none (vmigctl(8): RATE "
-		    "UNITS), got \"%s\"",
-		    what, s);
+		bad_arg("%s: expected a rate such as 1Gbit, 500MB, 64Mi or none, got \"%s\"", what,
+			s);
 	return v;
 }
 
-/* --bandwidth RATE or --bandwidth=RATE at argv[*i]: true when it was one (and adds it). */
-static bool bandwidth_opt(struct json_object *req, int argc, char **argv, int *i)
+/* Whole seconds or milliseconds for a policy field. */
+static int64_t count_arg(const char *what, const char *v)
 {
-	const char *v = NULL;
+	char *end;
+	long long n;
 
-	if (strcmp(argv[*i], "--bandwidth") == 0 && *i + 1 < argc)
-		v = argv[++*i];
-	else if (strncmp(argv[*i], "--bandwidth=", 12) == 0)
-		v = argv[*i] + 12;
-	else
-		return false;
-	json_object_object_add(req, "bandwidth",
-			       json_object_new_uint64(rate_arg("--bandwidth", v)));
-	return true;
+	errno = 0;
+	n = strtoll(v, &end, 10);
+	if (errno || end == v || *end || n < 0)
+		bad_arg("%s: expected a whole number from 0, got \"%s\"", what, v);
+	return n;
 }
 
-/* --tls or --no-tls at argv[i]: this migration's TLS (KubeVirt's disableTLS); true when it
- * was one (and adds it). */
-static bool tls_opt(struct json_object *req, const char *arg)
+/* ---- target start, source start (and the options of every command, by their ids) ---- */
+
+enum {
+	O_SOCKET = 1,
+	O_KUBEVIRT,
+	O_LISTEN,
+	O_TLS,
+	O_NO_TLS,
+	O_BANDWIDTH,
+	O_TARGET,
+	O_DIR,
+	O_QMP,
+	O_LIBVIRT_DOMAIN,
+	O_LIBVIRT_URI,
+	O_MODE,
+	O_SHADOW,
+	O_POLICY,
+	O_ALLOW_AUTO_CONVERGE,
+	O_ALLOW_POST_COPY,
+	O_ALLOW_DISRUPTION,
+	O_NO_DISRUPTION,
+	O_COMPLETION_TIMEOUT,
+	O_PROGRESS_TIMEOUT,
+	O_MAX_DOWNTIME,
+	O_EVIDENCE_WINDOW,
+	O_TEST_DELAY_FIRST,
+	O_INTERVAL,
+	O_COUNT,
+};
+
+/* Options both starts take: --tls/--no-tls, --bandwidth. */
+static void common_start_opts(struct json_object *req)
 {
-	if (strcmp(arg, "--tls") && strcmp(arg, "--no-tls"))
-		return false;
-	json_object_object_add(req, "tls", json_object_new_boolean(strcmp(arg, "--tls") == 0));
-	return true;
+	const char *bw = vc_opt_val(cl, O_BANDWIDTH);
+
+	if (vc_opt_has(cl, O_TLS) || vc_opt_has(cl, O_NO_TLS))
+		json_object_object_add(req, "tls", json_object_new_boolean(vc_opt_has(cl, O_TLS)));
+	if (bw)
+		json_object_object_add(req, "bandwidth",
+				       json_object_new_uint64(rate_arg("--bandwidth", bw)));
 }
 
-static void target_start(const char *key, int argc, char **argv)
+static void target_start(const struct vc_call *c)
 {
-	struct json_object *req = request("target-start", key), *socks = json_object_new_object();
-	struct json_object *listen = json_object_new_object(), *reply, *t;
+	struct json_object *req = vc_request("target-start", c->args[0]);
+	struct json_object *socks = json_object_new_object(), *listen = json_object_new_object();
+	struct json_object *reply, *t;
 
-	for (int i = 0; i < argc; i++) {
-		const char *spec = NULL;
+	json_object_object_add(req, "sockets", socks);
+	common_start_opts(req);
+	for (int i = 0; i < c->ngiven; i++) {
+		const char *v = c->given[i].val;
 		char copy[4096], *eq, *end;
 		unsigned long tcp;
 
-		if (bandwidth_opt(req, argc, argv, &i) || tls_opt(req, argv[i]))
-			continue;
-		if (strcmp(argv[i], "--kubevirt") == 0) {
+		switch (c->given[i].opt->id) {
+		case O_KUBEVIRT:
 			json_object_object_add(req, "kubevirt", json_object_new_boolean(true));
-			continue;
-		}
-		/* --listen PORTID=TCPPORT: vmigd checks the id; the number is ours to read. */
-		if (strcmp(argv[i], "--listen") == 0 && i + 1 < argc) {
-			snprintf(copy, sizeof(copy), "%s", argv[++i]);
+			break;
+		case O_LISTEN:
+			/* PORTID=TCPPORT: vmigd checks the id; the number is ours to read. */
+			snprintf(copy, sizeof(copy), "%s", v);
 			eq = strchr(copy, '=');
 			if (eq)
 				*eq = '\0';
 			errno = 0;
 			tcp = eq ? strtoul(eq + 1, &end, 10) : 0;
 			if (!eq || eq == copy || !eq[1] || *end || errno || !tcp || tcp > 65535)
-				die(EXIT_FAIL,
-				    "--listen: expected PORTID=TCPPORT (1 to 65535), got \"%s\"",
-				    argv[i]);
+				bad_arg("--listen: expected PORTID=TCPPORT (1 to 65535), got "
+					"\"%s\"",
+					v);
 			if (json_object_object_get_ex(listen, copy, NULL))
-				die(EXIT_FAIL, "--listen: port %s given twice", copy);
+				bad_arg("--listen: port %s given twice", copy);
 			json_object_object_add(listen, copy, json_object_new_int((int)tcp));
-			continue;
+			break;
+		case O_SOCKET:
+			snprintf(copy, sizeof(copy), "%s", v);
+			eq = strchr(copy, '=');
+			if (!eq || eq == copy || !eq[1])
+				bad_arg("--socket: expected PORTID=UNIXPATH, got \"%s\"", v);
+			*eq = '\0';
+			if (json_object_object_get_ex(socks, copy, NULL))
+				bad_arg("--socket: port %s given twice", copy);
+			json_object_object_add(socks, copy, json_object_new_string(eq + 1));
+			break;
 		}
-		if (strcmp(argv[i], "--socket") == 0 && i + 1 < argc)
-			spec = argv[++i];
-		else if (strncmp(argv[i], "--socket=", 9) == 0)
-			spec = argv[i] + 9;
-		else
-			die(EXIT_FAIL, "target start: unexpected argument \"%s\"", argv[i]);
-		snprintf(copy, sizeof(copy), "%s", spec);
-		eq = strchr(copy, '=');
-		if (!eq || eq == copy || !eq[1])
-			die(EXIT_FAIL, "--socket: expected PORTID=UNIXPATH, got \"%s\"", spec);
-		*eq = '\0';
-		if (json_object_object_get_ex(socks, copy, NULL))
-			die(EXIT_FAIL, "--socket: port %s given twice", copy);
-		json_object_object_add(socks, copy, json_object_new_string(eq + 1));
 	}
-	json_object_object_add(req, "sockets", socks);
 	if (json_object_object_length(listen))
 		json_object_object_add(req, "listen", listen);
 	else
 		json_object_put(listen);
-	if (json_object_object_length(socks) == 0)
-		die(EXIT_FAIL, "target start: give at least one --socket PORTID=UNIXPATH");
-	reply = call(req);
+	reply = vc_call(req);
+	if (c->json) {
+		vc_print_json(reply);
+		return;
+	}
 	if (!json_object_object_get_ex(reply, "target", &t))
 		die(EXIT_FAIL, "vmigd sent no target description");
 	printf("%s\n", json_object_to_json_string_ext(t, JSON_C_TO_STRING_PLAIN));
@@ -314,10 +179,10 @@ static struct json_object *policy_arg(const char *v)
 		size_t n = 0;
 
 		if (!f)
-			die(EXIT_FAIL, "--policy: cannot read %s: %s", v + 1, strerror(errno));
+			bad_arg("--policy: cannot read %s: %s", v + 1, strerror(errno));
 		text = calloc(1, 65536);
 		if (!text)
-			die(EXIT_FAIL, "out of memory");
+			vc_fail(EXIT_FAIL, ENOMEM, "out of memory");
 		n = fread(text, 1, 65535, f);
 		fclose(f);
 		text[n] = '\0';
@@ -326,94 +191,68 @@ static struct json_object *policy_arg(const char *v)
 	p = json_tokener_parse(v);
 	free(text);
 	if (!p || !json_object_is_type(p, json_type_object))
-		die(EXIT_FAIL, "--policy: expected a JSON object such as "
-			       "'{\"allowAutoConverge\":true}' or @FILE");
+		bad_arg("--policy: expected a JSON object such as '{\"allowAutoConverge\":true}' "
+			"or @FILE");
 	return p;
 }
 
-/* Whole seconds or milliseconds for a policy field. */
-static int64_t count_arg(const char *what, const char *v)
+/* The policy fields the flags set: KubeVirt's names. */
+static const struct {
+	int id;
+	const char *field;
+	bool count; /* a whole number, else true */
+} policy_flags[] = {
+	{ O_ALLOW_AUTO_CONVERGE, "allowAutoConverge", false },
+	{ O_ALLOW_POST_COPY, "allowPostCopy", false },
+	{ O_ALLOW_DISRUPTION, "allowWorkloadDisruption", false },
+	{ O_SHADOW, "shadow", false },
+	{ O_COMPLETION_TIMEOUT, "completionTimeoutPerGiB", true },
+	{ O_PROGRESS_TIMEOUT, "progressTimeout", true },
+	{ O_MAX_DOWNTIME, "maxDowntimeMs", true },
+	{ O_EVIDENCE_WINDOW, "evidenceWindowMs", true },
+};
+
+static void source_start(const struct vc_call *c)
 {
-	char *end;
-	long long n;
+	struct json_object *req = vc_request("source-start", c->args[0]), *reply, *socks, *t;
+	struct json_object *over = json_object_new_object(), *pol = NULL;
+	const char *qmp = vc_opt_val(c, O_QMP), *dom = vc_opt_val(c, O_LIBVIRT_DOMAIN);
+	const char *uri = vc_opt_val(c, O_LIBVIRT_URI), *mode = vc_opt_val(c, O_MODE);
+	const char *target = vc_opt_val(c, O_TARGET), *delay = vc_opt_val(c, O_TEST_DELAY_FIRST);
 
-	errno = 0;
-	n = strtoll(v, &end, 10);
-	if (errno || end == v || *end || n < 0)
-		die(EXIT_FAIL, "%s: expected a whole number from 0, got \"%s\"", what, v);
-	return n;
-}
+	for (int i = 0; i < c->ngiven; i++) {
+		const struct vc_opt *o = c->given[i].opt;
 
-static void source_start(const char *key, int argc, char **argv)
-{
-	struct json_object *req = request("source-start", key), *reply, *socks, *t;
-	struct json_object *conv = json_object_new_object(), *pol = NULL;
-	const char *target = NULL, *dir = NULL, *qmp = NULL, *dom = NULL, *uri = NULL;
-	const char *mode = NULL;
-	long delay = -1;
-	static const struct {
-		const char *opt, *field;
-	} flags[] = {
-		{ "--allow-auto-converge", "allowAutoConverge" },
-		{ "--allow-post-copy", "allowPostCopy" },
-		{ "--allow-workload-disruption", "allowWorkloadDisruption" },
-		{ "--shadow", "shadow" },
-	}, counts[] = {
-		{ "--completion-timeout-per-gib", "completionTimeoutPerGiB" },
-		{ "--progress-timeout", "progressTimeout" },
-		{ "--max-downtime", "maxDowntimeMs" },
-		{ "--evidence-window", "evidenceWindowMs" },
-	};
-	struct json_object *over = json_object_new_object();
+		char what[64];
 
-	for (int i = 0; i < argc; i++) {
-		bool done = false;
-
-		for (size_t k = 0; k < ARRAY_SIZE(flags) && !done; k++)
-			if (strcmp(argv[i], flags[k].opt) == 0) {
-				json_object_object_add(over, flags[k].field,
-						       json_object_new_boolean(true));
-				done = true;
-			}
-		for (size_t k = 0; k < ARRAY_SIZE(counts) && !done; k++)
-			if (strcmp(argv[i], counts[k].opt) == 0 && i + 1 < argc) {
-				json_object_object_add(
-					over, counts[k].field,
-					json_object_new_int64(count_arg(counts[k].opt, argv[++i])));
-				done = true;
-			}
-		if (done)
-			continue;
-		if (strcmp(argv[i], "--target") == 0 && i + 1 < argc)
-			target = argv[++i];
-		else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc)
-			dir = argv[++i];
-		else if (strcmp(argv[i], "--test-delay-first") == 0 && i + 1 < argc)
-			delay = strtol(argv[++i], NULL, 10);
-		else if (strcmp(argv[i], "--qmp") == 0 && i + 1 < argc)
-			qmp = argv[++i];
-		else if (strcmp(argv[i], "--libvirt-domain") == 0 && i + 1 < argc)
-			dom = argv[++i];
-		else if (strcmp(argv[i], "--libvirt-uri") == 0 && i + 1 < argc)
-			uri = argv[++i];
-		else if (strcmp(argv[i], "--mode") == 0 && i + 1 < argc)
-			mode = argv[++i];
-		else if (strcmp(argv[i], "--policy") == 0 && i + 1 < argc) {
-			json_object_put(pol);
-			pol = policy_arg(argv[++i]);
-		} else if (strcmp(argv[i], "--no-workload-disruption") == 0)
+		snprintf(what, sizeof(what), "--%s", o->name);
+		for (size_t k = 0; k < ARRAY_SIZE(policy_flags); k++)
+			if (policy_flags[k].id == o->id)
+				json_object_object_add(over, policy_flags[k].field,
+						       policy_flags[k].count
+							       ? json_object_new_int64(count_arg(
+									 what, c->given[i].val))
+							       : json_object_new_boolean(true));
+		if (o->id == O_NO_DISRUPTION)
 			json_object_object_add(over, "allowWorkloadDisruption",
 					       json_object_new_boolean(false));
-		else if (!bandwidth_opt(req, argc, argv, &i) && !tls_opt(req, argv[i]))
-			die(EXIT_FAIL, "source start: unexpected argument \"%s\"", argv[i]);
 	}
-	if (qmp && dom)
-		die(EXIT_FAIL, "source start: give --qmp or --libvirt-domain, not both");
+	if (vc_opt_has(c, O_POLICY))
+		pol = policy_arg(vc_opt_val(c, O_POLICY));
 	if (!qmp && !dom && (pol || mode || uri || json_object_object_length(over)))
-		die(EXIT_FAIL,
-		    "source start: a convergence policy needs a backend: --qmp PATH (the "
-		    "source QEMU's QMP socket) or --libvirt-domain NAME");
+		bad_arg("a convergence policy needs a backend: --qmp PATH (the source QEMU's QMP "
+			"socket) or --libvirt-domain NAME");
+	if (uri && !dom)
+		bad_arg("--libvirt-uri goes with --libvirt-domain");
+	t = json_tokener_parse(target);
+	if (!t || !json_object_is_type(t, json_type_object))
+		bad_arg("--target: not a JSON object (pass what target start printed)");
+	json_object_object_add(req, "target", t);
+	json_object_object_add(req, "dir", json_object_new_string(vc_opt_val(c, O_DIR)));
+	common_start_opts(req);
 	if (qmp || dom) {
+		struct json_object *conv = json_object_new_object();
+
 		if (!pol)
 			pol = json_object_new_object();
 		json_object_object_foreach (over, name, val)
@@ -432,37 +271,49 @@ static void source_start(const char *key, int argc, char **argv)
 			json_object_object_add(conv, "mode", json_object_new_string(mode));
 		json_object_object_add(conv, "policy", pol);
 		json_object_object_add(req, "convergence", conv);
-	} else {
-		json_object_put(conv);
 	}
 	json_object_put(over);
-	if (!target || !dir)
-		die(EXIT_FAIL, "source start: --target JSON and --dir BASEDIR are required");
-	t = json_tokener_parse(target);
-	if (t)
-		json_object_object_add(req, "target", t);
-	if (!t || !json_object_is_type(t, json_type_object))
-		die(EXIT_FAIL, "--target: not a JSON object (pass what target start printed)");
-	json_object_object_add(req, "dir", json_object_new_string(dir));
-	if (delay >= 0)
-		json_object_object_add(req, "test_delay_first_ms", json_object_new_int64(delay));
-	reply = call(req);
-	if (!json_object_object_get_ex(reply, "sockets", &socks))
+	if (delay)
+		json_object_object_add(
+			req, "test_delay_first_ms",
+			json_object_new_int64(count_arg("--test-delay-first", delay)));
+	reply = vc_call(req);
+	if (c->json) {
+		vc_print_json(reply);
+		return;
+	}
+	if (!json_object_object_get_ex(reply, "sockets", &socks) ||
+	    !json_object_is_type(socks, json_type_array))
 		die(EXIT_FAIL, "vmigd sent no socket list");
 	for (size_t i = 0; i < json_object_array_length(socks); i++)
 		printf("%s\n", json_object_get_string(json_object_array_get_idx(socks, i)));
 }
 
+static void target_stop(const struct vc_call *c)
+{
+	call_quiet(vc_request("target-stop", c->args[0]));
+}
+
+static void source_stop(const struct vc_call *c)
+{
+	call_quiet(vc_request("source-stop", c->args[0]));
+}
+
 /* ---- list, status ---- */
 
-static void list(void)
+static void list(const struct vc_call *c)
 {
-	struct json_object *reply = vc_reply_v2(call(request("list", NULL))), *migs;
+	struct json_object *reply = vc_call(vc_request("list", NULL)), *migs;
 
+	if (c->json) {
+		vc_print_json(reply);
+		return;
+	}
+	vc_reply_v2(reply);
 	if (!json_object_object_get_ex(reply, "migrations", &migs))
 		die(EXIT_FAIL, "vmigd sent no migration list");
 	for (size_t i = 0; i < json_object_array_length(migs); i++) {
-		struct json_object *m = json_object_array_get_idx(migs, i), *ports, *c;
+		struct json_object *m = json_object_array_get_idx(migs, i), *ports, *conns;
 		char plist[256] = "";
 
 		json_object_object_get_ex(m, "ports", &ports);
@@ -472,10 +323,10 @@ static void list(void)
 			snprintf(plist + used, sizeof(plist) - used, "%s%s", j ? "," : "",
 				 vc_str_field(json_object_array_get_idx(ports, j), "id"));
 		}
-		c = vc_obj_field(m, "conns");
+		conns = vc_obj_field(m, "conns");
 		printf("%s %s ports=%s conns=%s active=%s bytes_tx=%s bytes_rx=%s state=%s\n",
 		       vc_str_field(m, "key"), vc_str_field(m, "role"), plist,
-		       vc_str_field(c, "total"), vc_str_field(c, "active"),
+		       vc_str_field(conns, "total"), vc_str_field(conns, "active"),
 		       vc_str_field(m, "bytes_tx"), vc_str_field(m, "bytes_rx"),
 		       vc_str_field(m, "state"));
 	}
@@ -566,9 +417,9 @@ static void print_nics(struct json_object *migs)
 	}
 }
 
-static void status(int argc, char **argv)
+static void status(const struct vc_call *c)
 {
-	struct json_object *reply = call(request("status", NULL)), *s, *node, *migs;
+	struct json_object *reply = vc_call(vc_request("status", NULL)), *s, *node, *migs;
 	static const char *const fields[] = { "version",   "pid",	"control",
 					      "listen",	   "advertise", "tls",
 					      "data_path", "threads",	"uptime" };
@@ -585,12 +436,11 @@ static void status(int argc, char **argv)
 
 	if (!json_object_object_get_ex(reply, "status", &s))
 		die(EXIT_FAIL, "vmigd sent no status");
-	if (argc > 0 && strcmp(argv[0], "--json") == 0) {
-		printf("%s\n", json_object_to_json_string_ext(s, JSON_C_TO_STRING_PLAIN));
+	/* the status object alone, as it came: what probes and scripts read */
+	if (c->json) {
+		vc_print_json(s);
 		return;
 	}
-	if (argc > 0)
-		die(EXIT_FAIL, "status: unexpected argument \"%s\"", argv[0]);
 	vc_reply_v2(reply);
 	node = vc_obj_field(s, "node");
 	for (size_t i = 0; i < ARRAY_SIZE(fields); i++) {
@@ -627,10 +477,20 @@ static void status(int argc, char **argv)
 
 static void set_bandwidth(const char *key, const char *rate)
 {
-	struct json_object *req = request(key ? "bandwidth" : "node-bandwidth", key);
+	struct json_object *req = vc_request(key ? "bandwidth" : "node-bandwidth", key);
 
 	json_object_object_add(req, "bandwidth", json_object_new_uint64(rate_arg("RATE", rate)));
-	call(req);
+	call_quiet(req);
+}
+
+static void bandwidth(const struct vc_call *c)
+{
+	set_bandwidth(c->args[0], c->args[1]);
+}
+
+static void node_bandwidth(const struct vc_call *c)
+{
+	set_bandwidth(NULL, c->args[0]);
 }
 
 /* ---- metrics ---- */
@@ -676,17 +536,12 @@ static void print_migration(struct json_object *m)
 		vc_print_figures(&ctl_nic_table, vc_obj_field(m, "nic"), "  ", "nic: ", NULL);
 }
 
-static void metrics(int argc, char **argv)
+static void metrics(const struct vc_call *c)
 {
-	struct json_object *reply, *node, *migs;
-	bool json = argc == 1 && strcmp(argv[0], "--json") == 0;
+	struct json_object *reply = vc_call(vc_request("metrics", NULL)), *node, *migs;
 
-	if (argc > 0 && !json)
-		die(EXIT_FAIL, "metrics: unexpected argument \"%s\"", argv[0]);
-	reply = call(request("metrics", NULL));
-	if (json) {
-		printf("%s\n", json_object_to_json_string_ext(
-				       reply, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED));
+	if (c->json) {
+		vc_print_json(reply);
 		return;
 	}
 	vc_reply_v2(reply);
@@ -708,8 +563,9 @@ static void metrics(int argc, char **argv)
 #define BAR_WIDTH 20
 
 /*
- * There is no total to measure progress against yet, so the bar shows activity: the rate against
- * the migration's limit, or without one, its share of the node's rate in the same direction.
+ * Progress, where a total is known (the hypervisor's, else the stream's): done against total.
+ * Without one the bar shows activity: the rate against the migration's limit, or without one,
+ * its share of the node's rate in the same direction.
  */
 static void bar(char *buf, uint64_t rate, uint64_t limit, uint64_t node_rate)
 {
@@ -732,6 +588,36 @@ static const char *fig(const struct ctl_table *t, struct json_object *o, const c
 	bool found;
 
 	return vc_value_text(ctl_fig_find(t, key), vc_at(o, key, &found), buf, len);
+}
+
+/*
+ * Without the hypervisor's figures: progress from the stream's RAM total and its estimate of
+ * what remains (the inspector's "remaining"; absent where the stream cannot tell). The ETA is
+ * what remains over the 10-s rate, less the dirty rate once a dirty pass was measured. Returns
+ * whether the stream gave the bar.
+ */
+static bool stream_progress(struct json_object *m, struct json_object *in, bool src, char *bars,
+			    char *eta, size_t eta_len)
+{
+	uint64_t total = vc_u64_at(in, "ram_total"), left, rate, dirty = 0;
+	bool found;
+
+	if (!in || !total || !vc_at(in, "remaining", &found))
+		return false;
+	left = vc_u64_at(in, "remaining");
+	bar(bars, total - (left < total ? left : total), total, 0);
+	if (strcmp(vc_str_field(m, "state"), "failed") == 0)
+		return true;
+	rate = vc_u64_at(m, src ? "rates.tx_10s" : "rates.rx_10s");
+	if (vc_bool_field(in, "dirty_known"))
+		dirty = vc_u64_at(in, "dirty_rate");
+	if (rate > dirty)
+		snprintf(eta, eta_len, "%.0f s (stream)", (double)left / (rate - dirty));
+	else if (rate && dirty)
+		snprintf(eta, eta_len, "never (stream)");
+	else
+		snprintf(eta, eta_len, "- (stream)");
+	return true;
 }
 
 static void top_frame(struct json_object *reply, double interval)
@@ -771,7 +657,9 @@ static void top_frame(struct json_object *reply, double interval)
 		job = vc_obj_field(cv, "job");
 		snprintf(eta, sizeof(eta), "%s",
 			 strcmp(vc_str_field(m, "state"), "failed") == 0 ? "failed" : "-");
-		if (job) {
+		if (!job) {
+			stream_progress(m, in, src, bars, eta, sizeof(eta));
+		} else {
 			/* The hypervisor knows the total: bar, dirty rate, pass and ETA from it. */
 			uint64_t total = vc_u64_at(job, "total"),
 				 left = vc_u64_at(job, "remaining");
@@ -788,10 +676,10 @@ static void top_frame(struct json_object *reply, double interval)
 			else if (rate > dirty_rate)
 				/* Each pass resends what the last one's time let the guest dirty.
 				 */
-				snprintf(eta, sizeof(eta), "%.0f s",
+				snprintf(eta, sizeof(eta), "%.0f s (qemu)",
 					 (double)left / (rate - dirty_rate));
 			else if (rate)
-				snprintf(eta, sizeof(eta), "never");
+				snprintf(eta, sizeof(eta), "never (qemu)");
 		}
 		printf("%-20.20s %-6s %s %-11s %-12s %-25s %-12s %4s %s\n", vc_str_field(m, "key"),
 		       vc_str_field(m, "role"), bars,
@@ -818,31 +706,24 @@ static void top_frame(struct json_object *reply, double interval)
 	fflush(stdout);
 }
 
-static void top(int argc, char **argv)
+static void top(const struct vc_call *c)
 {
 	bool tty = isatty(STDOUT_FILENO);
+	const char *iv = vc_opt_val(c, O_INTERVAL), *cv = vc_opt_val(c, O_COUNT);
 	double interval = 1;
 	unsigned long count = 0; /* 0: until interrupted */
 	char *end;
 
-	for (int i = 0; i < argc; i++) {
-		if (strcmp(argv[i], "--interval") == 0 && i + 1 < argc) {
-			interval = strtod(argv[++i], &end);
-			if (*end || !(interval >= 0.1 && interval <= 3600))
-				die(EXIT_FAIL,
-				    "--interval: expected seconds from 0.1 to 3600, got "
-				    "\"%s\"",
-				    argv[i]);
-		} else if (strcmp(argv[i], "--count") == 0 && i + 1 < argc) {
-			count = strtoul(argv[++i], &end, 10);
-			if (*end || argv[i][0] == '-' || count < 1)
-				die(EXIT_FAIL,
-				    "--count: expected a number of frames from 1, got "
-				    "\"%s\"",
-				    argv[i]);
-		} else {
-			die(EXIT_FAIL, "top: unexpected argument \"%s\"", argv[i]);
-		}
+	if (iv) {
+		interval = strtod(iv, &end);
+		if (end == iv || *end || !(interval >= 0.1 && interval <= 3600))
+			bad_arg("--interval: expected seconds from 0.1 to 3600, got \"%s\"", iv);
+	}
+	if (cv) {
+		errno = 0;
+		count = strtoul(cv, &end, 10);
+		if (end == cv || *end || errno || cv[0] == '-' || count < 1)
+			bad_arg("--count: expected a number of frames from 1, got \"%s\"", cv);
 	}
 	for (unsigned long n = 0; count == 0 || n < count; n++) {
 		struct timespec ts = { (time_t)interval,
@@ -852,7 +733,13 @@ static void top(int argc, char **argv)
 		if (n > 0)
 			while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
 				;
-		reply = vc_reply_v2(call(request("metrics", NULL)));
+		reply = vc_call(vc_request("metrics", NULL));
+		/* --json: each frame's reply on a line of its own */
+		if (c->json) {
+			vc_print_json(reply);
+			continue;
+		}
+		vc_reply_v2(reply);
 		/* On a terminal each frame replaces the last; piped, frames follow each other. */
 		if (tty)
 			printf("\033[H\033[2J");
@@ -862,61 +749,183 @@ static void top(int argc, char **argv)
 	}
 }
 
+/* The completion script, for a shell that vmigctl's package does not equip. */
+static void completion(const struct vc_call *c);
+
+/* ---- the command table: the help, the parsing and the completion come from it ---- */
+
+/* The options both starts take. */
+static const struct vc_opt start_opts[] = {
+	{ .name = "tls",
+	  .id = O_TLS,
+	  .help = "this migration's node hop with TLS (default: the daemon's)",
+	  .group = 1 },
+	{ .name = "no-tls",
+	  .id = O_NO_TLS,
+	  .help = "this migration's node hop without TLS",
+	  .group = 1 },
+	{ .name = "bandwidth",
+	  .id = O_BANDWIDTH,
+	  .arg = "RATE",
+	  .help = "cap what this migration sends in this role" },
+	{ 0 },
+};
+
+static const struct vc_opt target_start_opts[] = {
+	{ .name = "socket",
+	  .id = O_SOCKET,
+	  .arg = "PORTID=UNIXPATH",
+	  .help = "carry logical port PORTID to this socket",
+	  .flags = VC_OPT_REQUIRED | VC_OPT_REPEAT },
+	{ .name = "kubevirt",
+	  .id = O_KUBEVIRT,
+	  .help = "one TCP listener per logical port, and KubeVirt's reply" },
+	{ .name = "listen",
+	  .id = O_LISTEN,
+	  .arg = "PORTID=TCPPORT",
+	  .help = "with --kubevirt: the TCP port for logical port PORTID",
+	  .flags = VC_OPT_REPEAT },
+	{ 0 },
+};
+
+static const struct vc_opt source_start_opts[] = {
+	{ .name = "target",
+	  .id = O_TARGET,
+	  .arg = "JSON",
+	  .help = "what target start printed, or KubeVirt's fields",
+	  .flags = VC_OPT_REQUIRED },
+	{ .name = "dir",
+	  .id = O_DIR,
+	  .arg = "BASEDIR",
+	  .help = "make the sockets in BASEDIR/migrationproxy/",
+	  .flags = VC_OPT_REQUIRED,
+	  .complete = "@dir" },
+	{ .name = "qmp",
+	  .id = O_QMP,
+	  .arg = "PATH",
+	  .help = "convergence control through this QMP socket of the source QEMU",
+	  .group = 2,
+	  .complete = "@file" },
+	{ .name = "libvirt-domain",
+	  .id = O_LIBVIRT_DOMAIN,
+	  .arg = "NAME",
+	  .help = "convergence control through libvirt, of this domain",
+	  .group = 2 },
+	{ .name = "libvirt-uri",
+	  .id = O_LIBVIRT_URI,
+	  .arg = "URI",
+	  .help = "libvirt's URI (default qemu:///system)" },
+	{ .name = "mode",
+	  .id = O_MODE,
+	  .arg = "MODE",
+	  .help = "predictive (default), stall or kubevirt",
+	  .complete = "predictive stall kubevirt" },
+	{ .name = "shadow", .id = O_SHADOW, .help = "decide and log, never act" },
+	{ .name = "policy",
+	  .id = O_POLICY,
+	  .arg = "JSON|@FILE",
+	  .help = "the policy, KubeVirt's field names" },
+	{ .name = "allow-auto-converge",
+	  .id = O_ALLOW_AUTO_CONVERGE,
+	  .help = "allow throttling the guest's vCPUs" },
+	{ .name = "allow-post-copy", .id = O_ALLOW_POST_COPY, .help = "allow post-copy" },
+	{ .name = "allow-workload-disruption",
+	  .id = O_ALLOW_DISRUPTION,
+	  .help = "allow pausing the guest and post-copy",
+	  .group = 3 },
+	{ .name = "no-workload-disruption",
+	  .id = O_NO_DISRUPTION,
+	  .help = "forbid pausing the guest and post-copy",
+	  .group = 3 },
+	{ .name = "completion-timeout-per-gib",
+	  .id = O_COMPLETION_TIMEOUT,
+	  .arg = "S",
+	  .help = "seconds per GB of guest memory before it is late (150)" },
+	{ .name = "progress-timeout",
+	  .id = O_PROGRESS_TIMEOUT,
+	  .arg = "S",
+	  .help = "abort after S seconds without progress (150)" },
+	{ .name = "max-downtime",
+	  .id = O_MAX_DOWNTIME,
+	  .arg = "MS",
+	  .help = "QEMU's downtime limit" },
+	{ .name = "evidence-window",
+	  .id = O_EVIDENCE_WINDOW,
+	  .arg = "MS",
+	  .help = "predictive: how long evidence must hold (2000)" },
+	{ .name = "test-delay-first",
+	  .id = O_TEST_DELAY_FIRST,
+	  .arg = "MS",
+	  .help = "hold back each port's first connection (vmigd-test only)" },
+	{ 0 },
+};
+
+static const struct vc_opt top_opts[] = {
+	{ .name = "interval",
+	  .id = O_INTERVAL,
+	  .arg = "SECONDS",
+	  .help = "redraw every SECONDS, 0.1 to 3600 (default 1)" },
+	{ .name = "count", .id = O_COUNT, .arg = "N", .help = "stop after N frames" },
+	{ 0 },
+};
+
+static const struct vc_cmd commands[] = {
+	{ .name = "target start",
+	  .args = "KEY",
+	  .help = "carry KEY's node hop to this node's QEMU; prints the target JSON",
+	  .opts = target_start_opts,
+	  .also = start_opts,
+	  .run = target_start },
+	{ .name = "target stop",
+	  .args = "KEY",
+	  .help = "stop the target role of migration KEY",
+	  .run = target_stop,
+	  .keys = "target" },
+	{ .name = "source start",
+	  .args = "KEY",
+	  .help = "make migration KEY's source sockets; prints their paths",
+	  .opts = source_start_opts,
+	  .also = start_opts,
+	  .run = source_start },
+	{ .name = "source stop",
+	  .args = "KEY",
+	  .help = "stop the source role of migration KEY",
+	  .run = source_stop,
+	  .keys = "source" },
+	{ .name = "bandwidth",
+	  .args = "KEY RATE",
+	  .help = "change the cap of migration KEY now (none: no cap)",
+	  .run = bandwidth,
+	  .keys = "" },
+	{ .name = "node-bandwidth",
+	  .args = "RATE",
+	  .help = "change the node's cap now (none: no cap)",
+	  .run = node_bandwidth },
+	{ .name = "list", .help = "one line per migration", .run = list },
+	{ .name = "status", .help = "the daemon, the node and each connection", .run = status },
+	{ .name = "metrics", .help = "every figure the daemon has", .run = metrics },
+	{ .name = "top", .help = "a live view of the migrations", .opts = top_opts, .run = top },
+	{ .name = "completion",
+	  .args = "SHELL",
+	  .help = "print the completion script for SHELL (bash)",
+	  .run = completion,
+	  .hidden = true },
+};
+
+static void completion(const struct vc_call *c)
+{
+	if (strcmp(c->args[0], "bash") != 0)
+		bad_arg("completion: only bash is known, not \"%s\"", c->args[0]);
+	vc_print_bash_completion(commands, ARRAY_SIZE(commands));
+}
+
 int main(int argc, char **argv)
 {
-	const char *env = getenv("VMIGD_CONTROL");
-	int i = 1;
+	static struct vc_call call_line;
 
-	atexit(release);
-	/* A write to a daemon that has closed is an error to report, not a silent death. */
-	signal(SIGPIPE, SIG_IGN);
-	if (env && *env)
-		control_path = env;
-	while (i < argc && argv[i][0] == '-') {
-		if ((strcmp(argv[i], "-c") == 0 || strcmp(argv[i], "--control") == 0) &&
-		    i + 1 < argc) {
-			control_path = argv[i + 1];
-			i += 2;
-		} else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-			usage(stdout);
-			return 0;
-		} else {
-			usage(stderr);
-			return EXIT_FAIL;
-		}
-	}
-	argc -= i;
-	argv += i;
-	if (argc >= 3 && (strcmp(argv[0], "target") == 0 || strcmp(argv[0], "source") == 0)) {
-		bool is_target = strcmp(argv[0], "target") == 0;
-
-		if (strcmp(argv[1], "start") == 0) {
-			(is_target ? target_start : source_start)(argv[2], argc - 3, argv + 3);
-			return 0;
-		}
-		if (strcmp(argv[1], "stop") == 0 && argc == 3) {
-			call(request(is_target ? "target-stop" : "source-stop", argv[2]));
-			return 0;
-		}
-	} else if (argc == 1 && strcmp(argv[0], "list") == 0) {
-		list();
-		return 0;
-	} else if (argc >= 1 && strcmp(argv[0], "status") == 0) {
-		status(argc - 1, argv + 1);
-		return 0;
-	} else if (argc == 3 && strcmp(argv[0], "bandwidth") == 0) {
-		set_bandwidth(argv[1], argv[2]);
-		return 0;
-	} else if (argc == 2 && strcmp(argv[0], "node-bandwidth") == 0) {
-		set_bandwidth(NULL, argv[1]);
-		return 0;
-	} else if (argc >= 1 && strcmp(argv[0], "metrics") == 0) {
-		metrics(argc - 1, argv + 1);
-		return 0;
-	} else if (argc >= 1 && strcmp(argv[0], "top") == 0) {
-		top(argc - 1, argv + 1);
-		return 0;
-	}
-	usage(stderr);
-	return EXIT_FAIL;
+	vc_parse(commands, ARRAY_SIZE(commands), argc, argv, &call_line);
+	cl = &call_line;
+	vc_call_setup(cl);
+	cl->cmd->run(cl);
+	return VC_EXIT_OK;
 }

@@ -492,7 +492,8 @@ static int start_metrics(struct daemon *d, const struct ctl_options *o)
 		return r;
 	}
 	d->info.metrics = ctl_metrics_server_addr(d->metrics);
-	log_info("metrics: serving http://%s/metrics", d->info.metrics);
+	ctl_metrics_server_want_dpdk(d->metrics, o->dpdk_eal != NULL);
+	log_info("metrics: serving http://%s/metrics (health: /healthz, /readyz)", d->info.metrics);
 	return 0;
 }
 

@@ -104,6 +104,7 @@ struct insp_count {
 	uint64_t pages, zero_pages, packets, syncs, sync_bytes_last;
 	uint64_t passes, pass_pages_last, pass_ms_last, pass_pages_cur;
 	uint32_t stream_version, page_size;
+	uint64_t ram_total;
 	int channel_id;
 };
 
@@ -115,6 +116,7 @@ struct px_insp {
 	_Atomic uint64_t p_bytes, p_pages, p_zero_pages, p_packets, p_syncs, p_sync_bytes_last;
 	_Atomic uint64_t p_passes, p_pass_pages_last, p_pass_ms_last, p_pass_pages_cur;
 	_Atomic uint32_t p_stream_version, p_page_size;
+	_Atomic uint64_t p_ram_total;
 	_Atomic int p_channel_id;
 	uint64_t switchover_ms;		   /* before PUB_SWITCHOVER */
 	char machine[PX_INSP_MACHINE_MAX]; /* once, before PUB_MACHINE */
@@ -137,6 +139,7 @@ struct px_insp {
 	uint64_t rec_off;
 	uint8_t sect_type; /* PART or END */
 	uint32_t scan_n;
+	uint64_t mem_word; /* the ram setup payload's first 8 bytes: total | MEM_SIZE */
 	uint8_t win[WIN_RING]; /* the last bytes scanned, a ring */
 	uint32_t win_at;
 	uint8_t win_len;
@@ -452,6 +455,7 @@ static void enter_scan(struct px_insp *in, enum insp_state st)
 	in->win_len = 0;
 	in->win_at = 0;
 	in->scan_n = 0;
+	in->mem_word = 0;
 }
 
 static void scan_byte(struct px_insp *in, uint8_t b)
@@ -466,6 +470,12 @@ static void scan_byte(struct px_insp *in, uint8_t b)
 		stop(in, "main: no ram %s in %u bytes, parsing stopped",
 		     in->st == S_SCAN_START ? "section start" : "setup end", SCAN_LIMIT);
 		return;
+	}
+	/* The ram setup payload opens with be64 (RAM total | MEM_SIZE); anything else: unknown. */
+	if (in->st == S_SCAN_EOS && in->scan_n <= 8) {
+		in->mem_word = in->mem_word << 8 | b;
+		if (in->scan_n == 8 && (in->mem_word & (MAIN_PAGE_SIZE - 1)) == RAM_MEM_SIZE)
+			in->c.ram_total = in->mem_word & ~(uint64_t)(MAIN_PAGE_SIZE - 1);
 	}
 	/* Both patterns end in a known byte; only then is the window worth a look. */
 	if (b != last)
@@ -813,6 +823,7 @@ static void publish(struct px_insp *in)
 	atomic_store_explicit(&in->p_pass_pages_cur, c->pass_pages_cur, memory_order_relaxed);
 	atomic_store_explicit(&in->p_stream_version, c->stream_version, memory_order_relaxed);
 	atomic_store_explicit(&in->p_page_size, c->page_size, memory_order_relaxed);
+	atomic_store_explicit(&in->p_ram_total, c->ram_total, memory_order_relaxed);
 	atomic_store_explicit(&in->p_channel_id, c->channel_id, memory_order_relaxed);
 }
 
@@ -914,6 +925,7 @@ void px_insp_read(const struct px_insp *in, struct px_insp_stats *out)
 	out->stream_version = atomic_load_explicit(&in->p_stream_version, memory_order_relaxed);
 	out->channel_id = atomic_load_explicit(&in->p_channel_id, memory_order_relaxed);
 	out->page_size = atomic_load_explicit(&in->p_page_size, memory_order_relaxed);
+	out->ram_total = atomic_load_explicit(&in->p_ram_total, memory_order_relaxed);
 	out->bytes = atomic_load_explicit(&in->p_bytes, memory_order_relaxed);
 	out->pages = atomic_load_explicit(&in->p_pages, memory_order_relaxed);
 	out->zero_pages = atomic_load_explicit(&in->p_zero_pages, memory_order_relaxed);

@@ -33,6 +33,7 @@ struct px_insp_stats {
 	char machine[PX_INSP_MACHINE_MAX]; /* main: machine type from the configuration section */
 	int channel_id;			   /* multifd: id from MultiFDInit_t; else -1 */
 	uint32_t page_size;		   /* 0 until known */
+	uint64_t ram_total;		   /* main: RAM bytes the setup section announced; else 0 */
 	uint64_t bytes;			   /* stream bytes seen (parsed or not) */
 	uint64_t pages;			   /* pages sent with their data */
 	uint64_t zero_pages;		   /* pages sent as "zero" (no data) */
@@ -74,6 +75,11 @@ struct px_insp_summary; /* px_node.h */
  * still carried, so its pass figures count towards the dirty-rate estimate.
  */
 void px_insp_fold(struct px_insp_summary *sum, const struct px_insp_stats *st, bool live);
+/*
+ * After the last fold: how much RAM the stream still has to carry, where the stream can tell
+ * (sum->remaining_known, remaining, remaining_from; px_node.h says when).
+ */
+void px_insp_estimate(struct px_insp_summary *sum);
 
 /* The tap the data path calls (ctx is a struct px_insp). */
 extern const struct xp_tap_ops px_insp_tap_ops;

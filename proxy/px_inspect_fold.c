@@ -35,6 +35,8 @@ void px_insp_fold(struct px_insp_summary *sum, const struct px_insp_stats *st, b
 	}
 	if (st->page_size)
 		sum->page_size = st->page_size;
+	if (st->ram_total)
+		sum->ram_total = st->ram_total;
 	sum->pages += st->pages;
 	sum->zero_pages += st->zero_pages;
 	sum->packets += st->packets;
@@ -50,4 +52,30 @@ void px_insp_fold(struct px_insp_summary *sum, const struct px_insp_stats *st, b
 		sum->dirty_pages_per_pass += st->pass_pages_last;
 		sum->dirty_rate += bytes * 1000 / st->pass_ms_last;
 	}
+}
+
+void px_insp_estimate(struct px_insp_summary *sum)
+{
+	uint64_t page = sum->page_size ? sum->page_size : 4096, sent;
+
+	sum->remaining_known = false;
+	sum->remaining = 0;
+	sum->remaining_from = NULL;
+	/* A channel that stopped parsing no longer counts its pages: the sums fall short. */
+	if (!sum->ram_total || sum->switchover || sum->bytes_only)
+		return;
+	if (sum->passes <= 1) {
+		/* The first pass sends every page once, with its data or as a zero page. */
+		sent = (sum->pages + sum->zero_pages) * page;
+		sum->remaining = sent < sum->ram_total ? sum->ram_total - sent : 0;
+		sum->remaining_from = "first-pass";
+	} else if (sum->dirty_known) {
+		sent = sum->dirty_pages_per_pass * page;
+		sum->remaining = sent < sum->ram_total ? sent : sum->ram_total;
+		sum->remaining_from = "last-pass";
+	} else {
+		/* The second pass: what the first let the guest dirty is not on the wire yet. */
+		return;
+	}
+	sum->remaining_known = true;
 }

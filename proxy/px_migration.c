@@ -193,6 +193,42 @@ int px_migration_abandon(struct px_node *n, const char *key, enum px_role role, 
 	return 0;
 }
 
+int px_migration_note_end(struct px_node *n, const char *key, enum px_role role, enum px_outcome o)
+{
+	/* The live one, else the newest stopped one: a stop may come first. */
+	for (struct px_migration *m = px_next_any(n, NULL); m; m = px_next_any(n, m))
+		if (m->role == role && strcmp(m->key, key) == 0) {
+			m->end_note = o;
+			return 0;
+		}
+	return -ENOENT;
+}
+
+const char *px_tls_refusal_str(unsigned int r)
+{
+	if (r == PX_REFUSAL_HANDSHAKE_TIMEOUT)
+		return "handshake-timeout";
+	if (r == PX_REFUSAL_SILENT)
+		return "silent";
+	return xp_tls_refusal_token(r);
+}
+
+const char *px_outcome_str(enum px_outcome o)
+{
+	static const char *const names[] = {
+		[PX_OUT_COMPLETED] = "completed",
+		[PX_OUT_CANCELLED] = "cancelled",
+		[PX_OUT_FAILED] = "failed",
+		[PX_OUT_CUT_SHORT] = "cut-short",
+		[PX_OUT_STOPPED] = "stopped",
+		[PX_OUT_CORRUPT] = "corrupt",
+		[PX_OUT_CONN_ERRORS] = "connection-errors",
+		[PX_OUT_ABORTED] = "aborted-by-vmigd",
+	};
+
+	return (unsigned int)o < ARRAY_SIZE(names) ? names[o] : "?";
+}
+
 void px_port_close(struct px_port *p)
 {
 	struct px_node *n = p->m->n;
@@ -228,21 +264,33 @@ void px_migration_finish(struct px_migration *m)
 	struct px_node *n = m->n;
 	double secs = (px_now(n) - m->started_ms) / 1000.0;
 	char outcome[300], undelivered[48] = "", verified[64];
+	enum px_outcome o;
 
 	px_verify_note(m, verified, sizeof(verified));
-	if (m->v.corrupt)
+	if (m->v.corrupt) {
+		o = PX_OUT_CORRUPT;
 		snprintf(outcome, sizeof(outcome), "corrupt (%s)", m->v.corrupt_why);
-	else if (m->failed)
+	} else if (m->end_note != PX_OUT_COMPLETED) {
+		o = m->end_note;
+		snprintf(outcome, sizeof(outcome), "%s", px_outcome_str(o));
+	} else if (m->failed) {
+		o = PX_OUT_FAILED;
 		snprintf(outcome, sizeof(outcome), "failed (%s)", m->error);
-	else if (m->conns_cut)
+	} else if (m->conns_cut) {
+		o = PX_OUT_STOPPED;
 		snprintf(outcome, sizeof(outcome), "stopped with %u connections in flight",
 			 m->conns_cut);
-	else if (m->conns_failed)
+	} else if (m->conns_failed) {
+		o = PX_OUT_CONN_ERRORS;
 		snprintf(outcome, sizeof(outcome), "errors on %u connections", m->conns_failed);
-	else if (m->conns_short)
+	} else if (m->conns_short) {
+		o = PX_OUT_CUT_SHORT;
 		snprintf(outcome, sizeof(outcome), "cut-short (%s)", m->short_why);
-	else
+	} else {
+		o = PX_OUT_COMPLETED;
 		snprintf(outcome, sizeof(outcome), "ok");
+	}
+	n->ended[m->role][o]++;
 	if (m->undelivered)
 		snprintf(undelivered, sizeof(undelivered), " undelivered=%llu",
 			 (unsigned long long)m->undelivered);

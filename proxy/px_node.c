@@ -147,6 +147,11 @@ int px_node_listen_fd(const struct px_node *n)
 	return n->lfd;
 }
 
+bool px_node_listening(const struct px_node *n)
+{
+	return n->lfd >= 0 && !n->draining && !n->retiring;
+}
+
 unsigned int px_node_unbound_shared(const struct px_node *n)
 {
 	unsigned int k = 0;

@@ -16,6 +16,7 @@
 #include "xp_io.h"
 #include "xp_loop.h"
 #include "xp_sock.h"
+#include "xp_tls.h"
 
 struct px_node;
 struct xp_tls;
@@ -104,11 +105,49 @@ struct px_insp_summary {
 	uint64_t dirty_pages_per_pass; /* pages of the last completed pass, all channels */
 	uint64_t dirty_rate;	       /* bytes/s: those pages over that pass's duration */
 	bool switchover;
+	uint64_t ram_total; /* RAM bytes the main channel's setup announced; 0 until seen */
+	/*
+	 * px_insp_estimate(): RAM still to send, as the stream tells it. In the first pass, the
+	 * total less the pages sent so far (remaining_from "first-pass"); once a pass after the
+	 * first completed, that pass's pages (a pass resends what the last one let the guest dirty:
+	 * "last-pass"). Unknown (remaining_known false, remaining_from NULL) before the total, in
+	 * the second pass, after switchover and where a channel stopped parsing.
+	 */
+	bool remaining_known;
+	uint64_t remaining;
+	const char *remaining_from;
 };
 
 enum px_role { PX_ROLE_SOURCE, PX_ROLE_TARGET };
 /* "source" or "target": the one name of a role, in logs, JSON, Prometheus labels and the CLI. */
 const char *px_role_str(enum px_role r);
+
+/*
+ * How a migration ended, as its stop line's outcome says (px_migration_finish()), for
+ * vmigd_migrations_total. The first that holds, in this order: corrupt, aborted-by-vmigd and
+ * cancelled (told by the caller, px_migration_note_end(): the convergence watch saw the job end
+ * so), failed, stopped (connections in flight cut), connection-errors, cut-short, completed.
+ */
+enum px_outcome {
+	PX_OUT_COMPLETED,
+	PX_OUT_CANCELLED,
+	PX_OUT_FAILED,
+	PX_OUT_CUT_SHORT,
+	PX_OUT_STOPPED,
+	PX_OUT_CORRUPT,
+	PX_OUT_CONN_ERRORS,
+	PX_OUT_ABORTED,
+	PX_OUT_N,
+};
+/* "completed", "cancelled", ..., "aborted-by-vmigd": the label values. */
+const char *px_outcome_str(enum px_outcome o);
+
+/* TLS refusals by reason: enum xp_tls_refusal's, and two of the node's own timers. */
+#define PX_REFUSAL_HANDSHAKE_TIMEOUT XP_TLS_REFUSALS	   /* no complete handshake in time */
+#define PX_REFUSAL_SILENT	     (XP_TLS_REFUSALS + 1) /* not a byte in time (target) */
+#define PX_TLS_REFUSALS		     (XP_TLS_REFUSALS + 2)
+/* The log line's token: xp_tls_refusal_token(), "handshake-timeout", "silent". */
+const char *px_tls_refusal_str(unsigned int r);
 
 struct px_port_info {
 	uint32_t id;
@@ -191,6 +230,16 @@ struct px_node_info {
 		char address[24]; /* "ADDR:UDP" */
 		struct xp_hop_stats stats;
 	} dpdk;
+	/* migrations ended since start, by role and outcome */
+	unsigned int ended_source[PX_OUT_N], ended_target[PX_OUT_N];
+	/* node-hop connections TLS refused since start, by reason (px_tls_refusal_str()) */
+	unsigned int tls_refusals[PX_TLS_REFUSALS];
+	/* with TLS: when the node's certificate and the CA bundle's first one expire (notAfter,
+	 * Unix seconds; 0: not known) */
+	struct {
+		bool on;
+		int64_t node_expiry, ca_expiry;
+	} tls;
 };
 
 /* On the real transport (xp_io_new(): sockets, OpenSSL, the io_uring pool, maybe a DPDK hop),
@@ -236,6 +285,11 @@ int px_source_stop(struct px_node *n, const char *key, char *err, size_t errlen)
  * every connection is cut (QEMU sees its migration fail). 0, or -ENOENT; one that failed
  * already is left as it is. */
 int px_migration_abandon(struct px_node *n, const char *key, enum px_role role, const char *why);
+/* What the caller knows of how the migration ended (PX_OUT_CANCELLED, PX_OUT_ABORTED), before
+ * or right after its stop: its stop line counts it so unless corrupt. 0, or -ENOENT. */
+int px_migration_note_end(struct px_node *n, const char *key, enum px_role role, enum px_outcome o);
+/* Whether the node-hop listener is open (false after a drain or retire). */
+bool px_node_listening(const struct px_node *n);
 
 typedef void (*px_migration_fn)(const struct px_migration_info *mi, void *arg);
 void px_node_foreach(struct px_node *n, px_migration_fn fn, void *arg);

@@ -183,6 +183,7 @@ struct px_migration {
 	unsigned int conns_short; /* main channels that ended before QEMU's switchover */
 	char short_why[240];	  /* the first one's story */
 	bool failed, stopping;
+	enum px_outcome end_note; /* px_migration_note_end(); PX_OUT_COMPLETED: none */
 	char error[200];
 	uint64_t cap;		  /* bytes/s; 0: none */
 	uint64_t limit;		  /* what the bucket (or pacing) holds it to now; 0: none */
@@ -233,6 +234,8 @@ struct px_node {
 	uint64_t bytes_done[2]; /* of ended connections */
 	uint64_t conns_total;
 	uint64_t verified[PX_VERIFIED_N]; /* connections with digests, by what the check found */
+	unsigned int ended[2][PX_OUT_N];  /* migrations by role and outcome */
+	unsigned int tls_refusals[PX_TLS_REFUSALS];
 	struct vm_rate rate[2];
 	struct xp_timer *drain_timer;
 	void (*drain_done)(void *arg);
@@ -255,6 +258,19 @@ static inline struct px_migration *px_next_any(const struct px_node *n,
 	if (at == &n->migrations)
 		at = n->stopped.next;
 	return at == &n->stopped ? NULL : vm_list_entry(at, struct px_migration, node);
+}
+
+/* Counts a TLS refusal of a node-hop connection (why: the transport's xp_conn_why). */
+static inline void px_count_refusal(struct px_node *n, const struct xp_conn_why *why)
+{
+	if (why->token && why->refusal < XP_TLS_REFUSALS)
+		n->tls_refusals[why->refusal]++;
+}
+
+/* Counts a refusal of the node's own (PX_REFUSAL_HANDSHAKE_TIMEOUT, PX_REFUSAL_SILENT). */
+static inline void px_count_refusal_of(struct px_node *n, unsigned int r)
+{
+	n->tls_refusals[r]++;
 }
 
 /* The transport's clock, which a test's fake transport sets. */

@@ -212,6 +212,7 @@ void px_node_foreach(struct px_node *n, px_migration_fn fn, void *arg)
 				  ci && mi.nconns < m->conns_active ? &ci[mi.nconns++] : NULL,
 				  &shaped_ns);
 		mi.shaped_ms = shaped_ns / 1000000;
+		px_insp_estimate(&mi.insp);
 		mi.conns = ci;
 		fn(&mi, arg);
 		free(ci);
@@ -257,5 +258,12 @@ void px_node_info(struct px_node *n, struct px_node_info *out)
 	}
 	rates_of(n->rate, &ni.rate);
 	dpdk_info(n, &ni);
+	memcpy(ni.ended_source, n->ended[PX_ROLE_SOURCE], sizeof(ni.ended_source));
+	memcpy(ni.ended_target, n->ended[PX_ROLE_TARGET], sizeof(ni.ended_target));
+	memcpy(ni.tls_refusals, n->tls_refusals, sizeof(ni.tls_refusals));
+	if (n->conf.tls) {
+		ni.tls.on = true;
+		xp_tls_expiry(n->conf.tls, &ni.tls.node_expiry, &ni.tls.ca_expiry);
+	}
 	*out = ni;
 }

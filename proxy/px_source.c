@@ -53,11 +53,12 @@ static void src_timeout(void *arg)
 			  "within %d ms of the handshake; relaying",
 			  c->m->key, c->port->id, c->seq, c->peer, RAW_AWAIT_MS);
 		src_link(c);
-	} else if (c->st == C_SRC_HANDSHAKE)
+	} else if (c->st == C_SRC_HANDSHAKE) {
+		px_count_refusal_of(c->n, PX_REFUSAL_HANDSHAKE_TIMEOUT);
 		src_error(c,
 			  "TLS refused (handshake-timeout): no complete handshake within %llu ms",
 			  (unsigned long long)c->n->conf.handshake_timeout_ms);
-	else
+	} else
 		src_error(c, c->st == C_SRC_CONNECT ? "connect timed out"
 			     : c->st == C_SRC_SEND  ? "sending the preamble timed out"
 						    : "no reply from the target in time");
@@ -69,6 +70,7 @@ static void src_io_error(struct px_conn *c, const char *what, ssize_t k)
 	struct xp_conn_why why;
 
 	IO(c->n, why, c->hop, (int)k, &why);
+	px_count_refusal(c->n, &why);
 	if (why.token)
 		src_error(c, "TLS refused (%s) %s: %s", why.token, what, why.detail);
 	else if (why.detail)
@@ -176,6 +178,7 @@ static void src_await(struct px_conn *c)
 	}
 	if (r < 0) {
 		IO(c->n, why, c->hop, r, &why);
+		px_count_refusal(c->n, &why);
 		if (why.token)
 			src_error(c, "TLS refused (%s): %s", why.token, why.detail);
 		else
@@ -202,6 +205,7 @@ static void src_handshake(struct px_conn *c)
 	}
 	if (r < 0) {
 		IO(c->n, why, c->hop, r, &why);
+		px_count_refusal(c->n, &why);
 		if (!why.token) {
 			src_error(c, "TLS: %s", strerror(-r));
 			return;

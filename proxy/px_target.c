@@ -316,6 +316,7 @@ static void tgt_read(struct px_conn *c)
 		}
 		if (k < 0) {
 			IO(c->n, why, c->hop, (int)k, &why);
+			px_count_refusal(c->n, &why);
 			px_refusal(c->n,
 				   "node hop from %s: %s before the preamble was complete%s%s",
 				   c->peer, k == -EPROTO ? "TLS error" : strerror((int)-k),
@@ -351,13 +352,14 @@ static void tgt_timeout(void *arg)
 	struct px_conn *c = arg;
 
 	c->t = NULL;
-	if (c->st == C_TGT_HANDSHAKE)
+	if (c->st == C_TGT_HANDSHAKE) {
+		px_count_refusal_of(c->n, PX_REFUSAL_HANDSHAKE_TIMEOUT);
 		px_refusal(
 			c->n,
 			"node hop from %s: TLS refused (handshake-timeout): no complete handshake "
 			"within %llu ms; dropped",
 			c->peer, (unsigned long long)c->n->conf.handshake_timeout_ms);
-	else
+	} else
 		px_refusal(c->n,
 			   "node hop from %s: no complete preamble within %llu ms (%zu bytes); "
 			   "dropped",
@@ -381,6 +383,7 @@ static void tgt_silent(void *arg)
 
 	c->t = NULL;
 	if (!c->heard && silence_ms(n) < n->conf.handshake_timeout_ms) {
+		px_count_refusal_of(n, PX_REFUSAL_SILENT);
 		px_refusal(n,
 			   "node hop from %s: TLS refused (silent): not a byte within %llu ms; "
 			   "dropped",
@@ -495,6 +498,7 @@ static void tgt_handshake(struct px_conn *c)
 	}
 	if (r < 0) {
 		IO(c->n, why, c->hop, r, &why);
+		px_count_refusal(c->n, &why);
 		if (why.token)
 			px_refusal(c->n, "node hop from %s: TLS refused (%s): %s", c->peer,
 				   why.token, why.detail);

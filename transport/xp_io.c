@@ -293,6 +293,7 @@ static void io_why(void *io, const struct xp_conn *c, int err, struct xp_conn_wh
 	memset(out, 0, sizeof(*out));
 	if (why != XP_TLS_OK) {
 		out->token = xp_tls_refusal_token(why);
+		out->refusal = why;
 		out->closed = why == XP_TLS_CLOSED;
 		out->detail = xp_tls_sess_error(ic->tls);
 	} else if (ic->tls && err == -EPROTO) {

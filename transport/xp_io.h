@@ -42,6 +42,7 @@ struct xp_conn_info {
 /* Why an operation on a set-up connection failed, in the operator's words. */
 struct xp_conn_why {
 	const char *token;  /* a TLS refusal ("untrusted-ca", ...), else NULL */
+	unsigned int refusal; /* the same as an enum xp_tls_refusal; 0 (XP_TLS_OK): none */
 	bool closed;	    /* that refusal is "closed": the peer hung up during the handshake */
 	const char *detail; /* OpenSSL's reason; NULL when the -errno says it all */
 };

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "file.h"
@@ -670,6 +671,32 @@ fail:
 	return r;
 }
 
+/* An ASN1 time as Unix seconds; 0 if it cannot be read. */
+static int64_t unix_time(const ASN1_TIME *tm)
+{
+	struct tm t;
+
+	if (!tm || ASN1_TIME_to_tm(tm, &t) != 1)
+		return 0;
+	return (int64_t)timegm(&t);
+}
+
+/* The node certificate's notAfter and the earliest one in the CA store. */
+static void note_expiry(struct xp_tls *t)
+{
+	STACK_OF(X509_OBJECT) *objs = X509_STORE_get0_objects(SSL_CTX_get_cert_store(t->srv));
+
+	t->node_not_after = unix_time(X509_get0_notAfter(SSL_CTX_get0_certificate(t->srv)));
+	t->ca_not_after = 0;
+	for (int i = 0; objs && i < sk_X509_OBJECT_num(objs); i++) {
+		X509 *x = X509_OBJECT_get0_X509(sk_X509_OBJECT_value(objs, i));
+		int64_t at = x ? unix_time(X509_get0_notAfter(x)) : 0;
+
+		if (at && (!t->ca_not_after || at < t->ca_not_after))
+			t->ca_not_after = at;
+	}
+}
+
 static void describe_cert(struct xp_tls *t)
 {
 	X509 *x = SSL_CTX_get0_certificate(t->srv);
@@ -685,6 +712,7 @@ static void describe_cert(struct xp_tls *t)
 		 subj, serial, when);
 	OPENSSL_free(hex);
 	BN_free(bn);
+	note_expiry(t);
 }
 
 int xp_tls_reload(struct xp_tls *t, char *err, size_t errlen)
@@ -822,6 +850,12 @@ const char *xp_tls_allow_list(const struct xp_tls *t, bool servers, unsigned int
 		return "*";
 	i -= a->any;
 	return i < a->n ? a->names[i] : NULL;
+}
+
+void xp_tls_expiry(const struct xp_tls *t, int64_t *node, int64_t *ca)
+{
+	*node = t->node_not_after;
+	*ca = t->ca_not_after;
 }
 
 const char *xp_tls_warnings(const struct xp_tls *t)

@@ -56,6 +56,7 @@ enum xp_tls_refusal {
 	XP_TLS_PROTOCOL,      /* no common version/cipher, not TLS at all, truncated */
 	XP_TLS_CLOSED,	      /* the peer closed the connection during the handshake */
 };
+#define XP_TLS_REFUSALS (XP_TLS_CLOSED + 1)
 
 /* "no-certificate", "untrusted-ca", "expired", ...: stable tokens for logs and tests. */
 const char *xp_tls_refusal_token(enum xp_tls_refusal r);
@@ -90,6 +91,9 @@ bool xp_tls_ktls_enabled(const struct xp_tls *t);
 /* What the current generation's files were forgiven (a key readable by others on a read-only
  * mount, as Kubernetes secret volumes are), one line each, for the caller to log; "" if nothing. */
 const char *xp_tls_warnings(const struct xp_tls *t);
+/* The current generation's notAfter, Unix seconds: the node's certificate, and the earliest of
+ * the CA bundle's certificates (0 where there is none). */
+void xp_tls_expiry(const struct xp_tls *t, int64_t *node, int64_t *ca);
 /* Files to watch for rotation (the ones given in the configuration, duplicates included). */
 unsigned int xp_tls_files(const struct xp_tls *t, const char *out[5]);
 /* Whether the running kernel offers kTLS (TCP_ULP "tls"); probed once. */

@@ -37,6 +37,7 @@ struct xp_tls {
 	unsigned int generation;
 	unsigned char digest[32]; /* of the files' bytes, to tell a real change from a touch */
 	char desc[320];
+	int64_t node_not_after, ca_not_after; /* Unix seconds (xp_tls_expiry()) */
 	char warnings[1200]; /* the generation's files' forgiven mode problems, one a line */
 	pthread_mutex_t cache_lock; /* tickets may arrive on a worker */
 	struct cache_entry cache[CACHE_PEERS];

@@ -115,6 +115,7 @@ static void check_equal(const struct px_insp_stats *a, const struct px_insp_stat
 	FUZZ_CHECK(strcmp(a->machine, b->machine) == 0);
 	FUZZ_CHECK(a->channel_id == b->channel_id);
 	FUZZ_CHECK(a->page_size == b->page_size);
+	FUZZ_CHECK(a->ram_total == b->ram_total);
 	FUZZ_CHECK(a->bytes == b->bytes);
 	FUZZ_CHECK(a->pages == b->pages);
 	FUZZ_CHECK(a->zero_pages == b->zero_pages);
@@ -154,11 +155,14 @@ static void check_sane(const struct px_insp_stats *st, const uint8_t *data, size
 	case PX_INSP_MAIN:
 		FUZZ_CHECK(memcmp(data, "QEVM", 4) == 0);
 		FUZZ_CHECK(st->packets == 0 && st->channel_id == -1);
+		/* A RAM total is whole pages, and needs its 8-byte word after the header. */
+		FUZZ_CHECK((st->ram_total & 4095) == 0);
+		FUZZ_CHECK(st->ram_total == 0 || size >= 8 + 17 + 8);
 		break;
 	case PX_INSP_MULTIFD:
 		FUZZ_CHECK(memcmp(data, "\x11\x22\x33\x44", 4) == 0);
 		FUZZ_CHECK(st->packets * 276 <= size);
-		FUZZ_CHECK(!st->switchover && st->machine[0] == '\0');
+		FUZZ_CHECK(!st->switchover && st->machine[0] == '\0' && st->ram_total == 0);
 		FUZZ_CHECK(st->channel_id == -1 || (size >= 64 && st->channel_id == data[24]));
 		break;
 	case PX_INSP_OTHER:

@@ -223,19 +223,20 @@ def vmigctl_probes(checks, tb, live):
         ('source start, --dir missing', src,
          ['source', 'start', 'ctl-nodir', '--target', target_for['ctl-nodir'],
           '--dir', tb.path('no', 'such', 'dir')]),
-        ('source start, unparsable --target', src,
-         ['source', 'start', 'ctl-badjson', '--target', target_for['ctl-badjson'][:-5],
-          '--dir', tb.path('src')]),
         ('target start, invalid KEY', tgt,
          ['target', 'start', 'bad/key', '--socket', f'{vt.DEFAULT_PORT_ID}={sock}']),
     ]
     for name, daemon, args in cases:
         checks.run(f'vmigctl: {name}', ctl_fails, daemon, args)
+    # vmigctl's own refusal, before anything is sent: a usage error (exit 2)
+    checks.run('vmigctl: source start, unparsable --target', ctl_fails, src,
+               ['source', 'start', 'ctl-badjson', '--target', target_for['ctl-badjson'][:-5],
+                '--dir', tb.path('src')], 2)
     checks.run('vmigctl: the live KEY started again with the same arguments', same_start_again,
                tb, live)
-    checks.run('vmigctl: daemon not running (no socket)', ctl_fails, src, ['status'], 2,
+    checks.run('vmigctl: daemon not running (no socket)', ctl_fails, src, ['status'], 3,
                tb.path('absent.ctl'))
-    checks.run('vmigctl: daemon not running (stale socket)', ctl_fails, src, ['status'], 2, stale)
+    checks.run('vmigctl: daemon not running (stale socket)', ctl_fails, src, ['status'], 3, stale)
     for key in ('ctl-dup', *target_for):
         tgt.target_stop(key)
 

@@ -4,7 +4,7 @@ exit 1, -n checks a configuration (a key it does not know is an error naming FIL
 others can write, or a FIFO, is refused), a config file is read and the command line overrides it, port 0 binds a free port that status reports, a
 second daemon on the same control socket refuses to start and names the first, a lock file that is
 a symlink or a FIFO is refused (the link's target untouched), a takeover request naming a pid
-that is not the connection's is refused, vmigctl says "vmigd is busy" (exit 3) while 64 clients
+that is not the connection's is refused, vmigctl says "vmigd is busy" (exit 4) while 64 clients
 hold the control socket, and SIGTERM exits 0 and removes the
 control socket."""
 
@@ -36,7 +36,7 @@ BAD = [
 
 def busy_clients(vmigctl, ctl, problems):
     """64 silent raw clients hold every control slot: vmigctl is turned away, and says so
-    ("vmigd is busy: ...", exit 3) instead of dying of SIGPIPE; once they go, status answers."""
+    ("vmigd is busy: ...", exit 4) instead of dying of SIGPIPE; once they go, status answers."""
     held = []
     try:
         deadline = time.monotonic() + 5
@@ -55,9 +55,9 @@ def busy_clients(vmigctl, ctl, problems):
         # The listen queue is FIFO: connected, the 64 are accepted before vmigctl is.
         p = subprocess.run([vmigctl, '-c', ctl, 'status'], capture_output=True, text=True,
                            timeout=10)
-        if p.returncode != 3 or not p.stderr.startswith('vmigctl: vmigd is busy: '):
+        if p.returncode != 4 or not p.stderr.startswith('vmigctl: vmigd is busy: '):
             problems.append(f'vmigctl with 64 control clients held: rc={p.returncode} '
-                            f'stderr={p.stderr!r}, expected rc 3 and "vmigd is busy: ..."')
+                            f'stderr={p.stderr!r}, expected rc 4 and "vmigd is busy: ..."')
         vt.log(f'64 control clients held: vmigctl exit {p.returncode}: {p.stderr.strip()}')
     finally:
         for s in held:

@@ -10,7 +10,8 @@ post-copy), downtime limit 300 ms.
 - predictive, each of the six: QEMU's final status and the actions it must take, and no other:
   throttle (3x the cap, responsive, auto-converge only) completes within 2 x memory / cap;
   service (2x the cap, keeps its pace, nothing allowed) is aborted with "no action left" in the
-  reason, the guest still running on the source; service-postcopy switches to post-copy and
+  reason, the guest still running on the source, the source's stop line outcome=aborted-by-vmigd
+  (shadow mode's: ok); service-postcopy switches to post-copy and
   completes; overlap (page writes at 2x the cap, remaining falling), bursty and low complete
   with no action. A first action comes before the stall mode could act at all (40 s).
 - stall mode (VEP 248) with stallProgressTimeout 10 s: service is aborted (abort_low_bandwidth),
@@ -74,6 +75,8 @@ def predictive(tb, name):
         else None
     r = run(tb, name, check=check, timeout=150)
     expect_actions(r, scen.acts)
+    if scen.expect == 'cancelled':
+        stop_outcome(tb, r, 'aborted-by-vmigd')
     if r['first'] and r['first'][1] >= STALL_DEFAULT_S:
         raise vt.HarnessError(f'{r["key"]}: first action at {r["first"][1]:.1f}s, not before '
                               f'the stall mode could act ({STALL_DEFAULT_S}s)')
@@ -116,6 +119,14 @@ def guest_lives(tb, r, phrase):
     src.wait_serial(r'vmig-guest: t=', timeout=5, since=n)
 
 
+def stop_outcome(tb, r, want):
+    """The source's stop line (the outcome vmigd_migrations_total counts): want."""
+    rec = tb.source.stop_record(r['key'], 'source')
+    if rec.get('outcome') != want:
+        raise vt.HarnessError(f'{r["key"]}: source stop line outcome={rec.get("outcome")}, '
+                              f'expected {want}')
+
+
 def stall(tb, name):
     policy = ['--policy', f'{{"stallDetector": {{"stallProgressTimeout": {STALL_WINDOW_S}}}}}']
     scen = SCENARIOS[name]
@@ -151,6 +162,7 @@ def shadow(tb):
     if 'cancelling' in r['seen'] or 'cancelled' in r['seen']:
         raise vt.HarnessError(f'{r["key"]}: shadow mode cancelled the migration: {r["seen"]}')
     out = r['conv'].get('outcome', '')
+    stop_outcome(tb, r, 'ok')
     if 'shadow: 1 decisions not acted on, the first abort' not in out:
         raise vt.HarnessError(f'{r["key"]}: outcome "{out}"')
     tb.source.wait_log(rf'migration {r["key"]} role=source: convergence \(predictive, shadow: '

@@ -3,10 +3,12 @@
 as KubeVirt's map (targetNodeAddress, targetDirectMigrationNodePorts), the source given that
 map, ALPN keeping the preamble and the order between two vmigd over TLS, raw relaying in plain
 text, idempotent starts, the socket owner and modes, a socket another migration serves, and the
-error codes a shim reads. Real daemons, real QEMU 7.2, two network namespaces."""
+error codes a shim reads, and the progress the stream alone gives a migration started the shim's
+way (no convergence control). Real daemons, real QEMU 7.2, two network namespaces."""
 
 import json
 import os
+import re
 import socket
 import stat
 import subprocess
@@ -16,6 +18,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'
 import vmigtest as vt  # noqa: E402
 
 QEMU_UID = 107
+PROGRESS_MIB = 128              # the guest of the progress check
+PROGRESS_RATE = 48 << 20        # its QEMU max-bandwidth: under 3 s for its one pass
+RAM_EXTRA_MAX = 16 << 20        # the stream's total beyond -m: ROMs, firmware, video RAM
+REMAINING_SLACK = 8 << 20       # the stream's remaining against QEMU's, mid-pass
 
 
 def kubevirt_map_ok(target):
@@ -56,6 +62,12 @@ def plain_raw(tb, check):
     m = tb.start_migration(src, dst, key, 0, target_args=['--kubevirt', '--no-tls'],
                            source_args=['--no-tls'])
     check(m.target.get('tls') is False, f'the map says tls false: {m.target_raw}')
+    info = m.wait(timeout=120)
+    # Raw links are inspected too: the RAM total from the stream, QEMU's ram.total.
+    totals = [(vt.status_inspect(vt.status_migration(d.status(), key, role) or {}) or {})
+              .get('ram_total') for d, role in tb.sides()]
+    check(totals == [info['ram']['total']] * 2,
+          f'RAM total {totals} on raw links, QEMU ram.total {info["ram"]["total"]}')
     result, digest = m.finish_verified(timeout=120)
     for daemon, role in tb.sides():
         linked = daemon.linked(key, role)
@@ -65,6 +77,62 @@ def plain_raw(tb, check):
               f'{daemon.name}: outcome ok')
     tb.close_qemus(src, dst)
     return f'{result.summary()}, memory sha256 {digest[:12]}'
+
+
+def stream_progress(tb, check):
+    """The shim's way, which never asks for convergence control: `target start --kubevirt`, then
+    `source start` with its map. The inspector reads the RAM total from the stream's setup on both
+    sides (QEMU's own ram.total, a little above -m), the source's status has a first-pass
+    estimate of what remains (QEMU's ram.remaining, less what is in flight), and `top` draws its
+    bar and ETA from it, saying "(stream)"."""
+    src, dst = tb.qemu_pair(PROGRESS_MIB)
+    key = tb.new_key('kv-progress')
+    m = tb.start_migration(src, dst, key, 0, target_args=['--kubevirt'],
+                           max_bandwidth=PROGRESS_RATE)
+    top_rx = re.compile(rf'^{re.escape(key)}\s+source\s+\[(#+)\.*\]\s.*\s(\d+) s \(stream\)$')
+    seen = {}
+
+    def mid_pass():
+        qemu_left = (src.migration_info().get('ram') or {}).get('remaining')
+        entry = vt.status_migration(tb.source.status(), key, 'source') or {}
+        insp = vt.status_inspect(entry)
+        if not insp or insp.get('remaining_from') != 'first-pass':
+            return None
+        total, left = insp.get('ram_total') or 0, insp.get('remaining')
+        if not (0 < total and left is not None and 0 < left < total * 3 // 4):
+            return None
+        seen['insp'], seen['convergence'] = insp, entry.get('convergence')
+        seen['qemu_left'] = qemu_left
+        out = tb.source.ctl_ok('top', '--count', '1')
+        line = next((x for x in out.splitlines() if x.startswith(key)), '')
+        seen['top'] = line
+        return top_rx.match(line)
+
+    vt.wait_until(mid_pass, 30, 'the first pass a quarter done in status and top', 0.2)
+    insp = seen['insp']
+    info = m.wait(timeout=120)
+    qemu_total = (info.get('ram') or {}).get('total')
+    sides = {}
+    for daemon, role in tb.sides():
+        entry = vt.status_migration(daemon.status(), key, role) or {}
+        sides[role] = (vt.status_inspect(entry) or {}).get('ram_total')
+    check(sides['source'] == sides['target'] == qemu_total,
+          f'RAM total on both sides {sides}, QEMU ram.total {qemu_total}')
+    check(PROGRESS_MIB << 20 <= insp['ram_total'] <= (PROGRESS_MIB << 20) + RAM_EXTRA_MAX,
+          f'RAM total {insp["ram_total"]} for -m {PROGRESS_MIB}M')
+    # The stream's count trails QEMU's by what is in flight (socket buffers, the time between
+    # the two questions): a few MiB at this rate.
+    check(seen['qemu_left'] is not None and
+          abs(insp['remaining'] - seen['qemu_left']) <= REMAINING_SLACK,
+          f'mid-pass remaining {insp["remaining"]} from the stream, QEMU said '
+          f'{seen["qemu_left"]} just before')
+    check(seen['convergence'] is None,
+          f'no convergence control, as the shim asks: {seen["convergence"]}')
+    result = m.finish(timeout=120)
+    tb.close_qemus(src, dst)
+    return (f'{result.summary()}; mid-pass remaining {insp["remaining"] >> 20} MiB of '
+            f'{insp["ram_total"] >> 20} MiB (QEMU {seen["qemu_left"] >> 20} MiB); '
+            f'top: {seen["top"].split("]", 1)[-1].strip()}')
 
 
 def raw_teardown(tb, check):
@@ -247,6 +315,8 @@ def main():
         vt.log(f'KubeVirt mode between two vmigd: {tb.describe()}')
         for name, fn in (('TLS, ALPN: preamble and order on per-port listeners', alpn_ordered),
                          ('plain text per migration: raw both ways', plain_raw),
+                         ('progress from the stream, as the shim starts migrations',
+                          stream_progress),
                          ("raw teardown: the destination's close alone ends the link",
                           raw_teardown),
                          ('idempotent starts', idempotent),

@@ -14,8 +14,19 @@ the QEMU stream inspector, with real QEMU migrations through two daemons.
   counts, switchover, no bytes-only channel.
 - Streams that are not QEMU's (random bytes; a QEVM header of another version) pass unchanged and
   show up as kind other / bytes only, with a reason.
-- `vmigd --no-inspect`: no inspector figures anywhere, and the migration completes."""
+- `vmigd --no-inspect`: no inspector figures anywhere, and the migration completes.
+- Idle daemons, before any migration: every family doc/interfaces.md lists has its HELP and TYPE
+  lines; vmigd_migrations_total (every role and outcome) and vmigd_tls_refusals_total (every
+  reason) at 0, vmigd_build_info, process_*; /healthz 200 ok, /readyz 200 ready (GET and HEAD).
+- vmigd_migrations_total after the real migrations: completed counted once per migration on each
+  side; a route stopped with its connection still open counts stopped on the source; a
+  migration under convergence control (`source start --qmp`) that QEMU cancels (migrate_cancel)
+  counts cancelled on the source.
+- A third vmigd with TLS and a node certificate that expires a few seconds after its start:
+  vmigd_certificate_expiry_timestamp_seconds{cert="node"} is the certificate's notAfter and
+  /readyz goes from 200 to 503 with the reason once it has passed."""
 
+import calendar
 import hashlib
 import os
 import re
@@ -49,14 +60,26 @@ EXPECTED_FAMILIES = (
     'vmigd_migration_inspect_channels', 'vmigd_migration_inspect_bytes_only_channels',
     'vmigd_migration_pages_total', 'vmigd_migration_zero_pages_total',
     'vmigd_migration_multifd_packets_total', 'vmigd_migration_sync_points_total',
-    'vmigd_migration_passes', 'vmigd_migration_switchover', 'vmigd_port_sent_bytes_total',
+    'vmigd_migration_passes_total', 'vmigd_migration_switchover', 'vmigd_migration_ram_total_bytes',
+    'vmigd_port_sent_bytes_total',
     'vmigd_port_received_bytes_total', 'vmigd_port_rate_bytes_per_second',
     'vmigd_port_connections', 'vmigd_port_connections_total',
     'vmigd_connection_sent_bytes_total', 'vmigd_connection_received_bytes_total',
     'vmigd_connection_shaped_seconds_total', 'vmigd_connection_pacing_bytes_per_second')
+OUTCOMES = ('completed', 'cancelled', 'failed', 'cut-short', 'stopped', 'corrupt',
+            'connection-errors', 'aborted-by-vmigd')
+TLS_REASONS = ('no-certificate', 'untrusted-ca', 'expired', 'not-yet-valid', 'bad-purpose',
+               'name-not-allowed', 'peer-refused', 'protocol', 'closed', 'handshake-timeout',
+               'silent')
+PROCESS_FAMILIES = ('process_cpu_seconds_total', 'process_resident_memory_bytes',
+                    'process_virtual_memory_bytes', 'process_start_time_seconds',
+                    'process_open_fds', 'process_max_fds')
+EXPIRING_IN = 10                   # seconds the short-lived certificate is valid (the migrations
+                                   # run meanwhile: checked at the end, it has expired)
 INSPECT_FAMILIES = ('vmigd_migration_inspect_channels', 'vmigd_migration_pages_total',
                     'vmigd_migration_zero_pages_total', 'vmigd_migration_switchover',
-                    'vmigd_migration_inspect_bytes_only_channels')
+                    'vmigd_migration_inspect_bytes_only_channels',
+                    'vmigd_migration_ram_total_bytes')
 
 
 def scrape(tb, daemon):
@@ -112,7 +135,7 @@ def check_scrape(tb, daemon, key, previous):
     if headers.get('content-type') != CONTENT_TYPE:
         problems.append(f'content-type {headers.get("content-type")!r}')
     problems += [f'name {n} without the vmigd_ prefix' for n in families
-                 if not n.startswith('vmigd_')]
+                 if not n.startswith('vmigd_') and n not in PROCESS_FAMILIES]
     problems += [f'family {n} missing' for n in EXPECTED_FAMILIES if n not in families]
     problems += [f'{n}: {fam["type"]} whose name does not end in _total' for n, fam
                  in families.items() if fam['type'] == 'counter' and not n.endswith('_total')]
@@ -352,6 +375,217 @@ def during_capped(tb, checks):
     return run
 
 
+# ---- families from start-up, outcomes, health --------------------------------------------------
+
+def documented_families():
+    """Every family name the "Prometheus metrics" section of doc/interfaces.md lists."""
+    with open(os.path.join(vt.REPO_ROOT, 'doc', 'interfaces.md')) as f:
+        doc = f.read()
+    section = doc.split('\n## Prometheus metrics', 1)[1].split('\n## ', 1)[0]
+    rows = [line.split('|')[1] for line in section.splitlines() if line.startswith('| `')]
+    names = {n for row in rows for n in re.findall(r'`((?:vmigd|process)_[a-z0-9_]+)', row)}
+    if len(names) < 60:
+        raise vt.HarnessError(f'only {len(names)} families found in doc/interfaces.md')
+    return names
+
+
+def outcome_counts(tb, daemon):
+    """{(role, outcome): count} of vmigd_migrations_total."""
+    families, problems, _ = scrape(tb, daemon)
+    if problems:
+        raise vt.HarnessError(f'{daemon.name}: {problems}')
+    return {(lab['role'], lab['outcome']): v for lab, v in
+            families.get('vmigd_migrations_total', {}).get('samples', [])}
+
+
+def check_health(tb, daemon, want_ready=True):
+    """/healthz 200 ok; /readyz 200 ready (or 503); HEAD of both."""
+    ns, url = tb.ns_of(daemon), daemon.metrics_url().replace('/metrics', '')
+    got = {path: vt.http_get(ns, url + path) for path in ('/healthz', '/readyz')}
+    heads = tuple(vt.http_get(ns, url + path, method='HEAD')[0] for path in got)
+    want = {'/healthz': (200, 'ok\n'), '/readyz': (200, 'ready\n')}
+    problems = [f'GET {path} answered {st} {body!r}, expected {want[path][0]} '
+                f'{want[path][1]!r}' for path, (st, _, body) in got.items()
+                if (st, body) != want[path]]
+    if heads != (200, 200):
+        problems.append(f'HEAD /healthz, /readyz answered {heads}')
+    if problems:
+        raise vt.HarnessError('; '.join(problems))
+    return 'healthz 200 ok, readyz 200 ready, HEAD 200 200'
+
+
+def check_idle(tb, daemon, documented):
+    """An idle daemon: every documented family with HELP and TYPE, the node's counters by label
+    at 0 for every label set, build_info and process_*."""
+    families, problems, _ = scrape(tb, daemon)
+    problems += [f'family {n}: no HELP or TYPE' for n in sorted(documented)
+                 if n not in families or not families[n]['help'] or not families[n]['type']]
+    problems += [f'family {n} not documented in doc/interfaces.md' for n in families
+                 if n not in documented]
+    counts = {(lab.get('role'), lab.get('outcome')): v for lab, v in
+              families.get('vmigd_migrations_total', {}).get('samples', [])}
+    want = {(r, o): 0 for r in ('source', 'target') for o in OUTCOMES}
+    if counts != want:
+        problems.append(f'vmigd_migrations_total {counts}, expected every role and outcome at 0')
+    refusals = {lab.get('reason'): v for lab, v in
+                families.get('vmigd_tls_refusals_total', {}).get('samples', [])}
+    if refusals != {r: 0 for r in TLS_REASONS}:
+        problems.append(f'vmigd_tls_refusals_total {refusals}')
+    build = families.get('vmigd_build_info', {}).get('samples', [])
+    version = daemon.status_field('version')
+    if len(build) != 1 or build[0][1] != 1 or build[0][0].get('version') != version or \
+            not re.fullmatch(r'tls(,dpdk)?(,libvirt)?,inspect', build[0][0].get('features', '')):
+        problems.append(f'vmigd_build_info {build}, version {version}')
+    proc = {n: vt.prom_value(families, n) for n in PROCESS_FAMILIES if n in families and
+            families[n]['samples']}
+    if not (proc.get('process_open_fds', 0) > 5 and proc.get('process_resident_memory_bytes', 0)
+            > MIB and abs(proc.get('process_start_time_seconds', 0) - time.time()) < 600 and
+            proc.get('process_cpu_seconds_total', -1) >= 0 and
+            proc.get('process_virtual_memory_bytes', 0) > proc['process_resident_memory_bytes']):
+        problems.append(f'process figures {proc}')
+    if families.get('vmigd_certificate_expiry_timestamp_seconds', {}).get('samples'):
+        problems.append('a certificate expiry sample on a --no-tls daemon')
+    if problems:
+        raise vt.HarnessError('; '.join(problems))
+    return (f'{len(families)} families ({len(documented)} documented), all with HELP/TYPE; '
+            f'{len(counts)} outcome and {len(refusals)} refusal series at 0; '
+            f'features {build[0][0]["features"]}; {proc["process_open_fds"]:.0f} fds, '
+            f'{proc["process_resident_memory_bytes"] / MIB:.1f} MiB resident')
+
+
+def check_counted(tb, before, want, timeout=30):
+    """Waits until each daemon's vmigd_migrations_total moved from before[name] by want[name]
+    ({(role, outcome): n}; outcome '*': any outcome of that role) and by nothing else."""
+    def moved(daemon):
+        now = outcome_counts(tb, daemon)
+        return {k: v - before[daemon.name].get(k, 0) for k, v in now.items()
+                if v != before[daemon.name].get(k, 0)}
+    details = []
+    for daemon in (tb.source, tb.target):
+        w = want[daemon.name]
+        vt.wait_until(lambda d=daemon: sum(moved(d).values()) >= sum(w.values()) or None,
+                      timeout, f'{daemon.name}: {sum(w.values())} migrations counted')
+        time.sleep(0.2)
+        delta = moved(daemon)
+        rest = dict(delta)
+        for (role, outcome), n in w.items():
+            if outcome != '*':
+                rest[(role, outcome)] = rest.get((role, outcome), 0) - n
+        rest = {k: v for k, v in rest.items() if v}
+        wild = {role: n for (role, outcome), n in w.items() if outcome == '*'}
+        if any(v < 0 for v in rest.values()) or \
+                {r: sum(v for (r2, _), v in rest.items() if r2 == r) for r in wild} != wild or \
+                any(r not in wild for r, _ in rest):
+            raise vt.HarnessError(f'{daemon.name}: vmigd_migrations_total moved by {delta}, '
+                                  f'expected {w}')
+        details.append(f'{daemon.name} ' + ', '.join(f'{r} {o} +{n:.0f}'
+                                                     for (r, o), n in sorted(delta.items())))
+    return '; '.join(details)
+
+
+def cancelled_migration(tb, before):
+    """A migration under convergence control (`source start --qmp`, predictive) that the test
+    cancels on QEMU (migrate_cancel): the source counts it cancelled."""
+    key = tb.new_key('cancel')
+    vqmp = tb.path(f'{key}-vmigd.qmp')
+    src, dst = tb.qemu_pair(256, src_args=['-qmp', f'unix:{vqmp},server=on,wait=off'])
+    try:
+        tb.start_migration(src, dst, key, 0, bandwidth='8Mi', max_bandwidth=1 << 40,
+                           source_args=['--qmp', vqmp, '--mode', 'predictive'])
+        vt.wait_until(lambda: (tb.source.migration_metrics(key) or {}).get('bytes_tx', 0)
+                      > 4 * MIB, 30, f'{key} to flow')
+        src.execute('migrate_cancel')
+        vt.wait_until(lambda: src.migration_info().get('status') == 'cancelled' or None, 30,
+                      f'{key}: QEMU to say cancelled')
+        vt.wait_until(lambda: tb.source.convergence(key).get('state') == 'finished' or None,
+                      15, f'{key}: the convergence outcome')
+        conv = tb.source.convergence(key).get('outcome')
+        tb.source.source_stop(key)
+        tb.target.target_stop(key)
+        detail = check_counted(tb, before, {tb.source.name: {('source', 'cancelled'): 1},
+                                            tb.target.name: {('target', '*'): 1}})
+    finally:
+        vt.stop_quietly(key, tb.source, tb.target)
+        tb.close_qemus(src, dst)
+    return f'{detail}; convergence: {conv}'
+
+
+class StoppedRoute:
+    """A route whose connection is still open at its stop: the grace runs out, the source cuts
+    it and counts it stopped (5 s later: a migration runs meanwhile)."""
+
+    def __init__(self, tb):
+        key = tb.new_key('stopped')
+        self.sink = tb.unix_server(f'{key}.sock', vt.digest_all)
+        entry = tb.start_route(key, self.sink.path)
+        self.sock = tb.net.socket('source', socket.AF_UNIX)
+        self.sock.settimeout(30)
+        self.sock.connect(entry)
+        self.sock.sendall(os.urandom(1 << 20))
+        vt.wait_until(lambda: (tb.target.migration_metrics(key) or {}).get('bytes_rx', 0)
+                      >= 1 << 20, 30, f'{key}: 1 MiB through')
+        tb.source.source_stop(key)
+        tb.target.target_stop(key)
+
+    def close(self):
+        self.sock.close()
+        self.sink.join(60)
+
+
+class ExpiringCertificate:
+    """A third vmigd, with TLS, whose node certificate expires EXPIRING_IN s after its start:
+    ready before, 503 with the reason after."""
+
+    def __init__(self, tb):
+        pki = vt.make_pki(tb.path('pki-expiring'))
+        self.not_after = int(time.time()) + EXPIRING_IN
+        leaf = vt.leaf_until(pki, 'short', self.not_after)
+        tls = vt.install_tls(tb.path('tls-expiring'), leaf, pki.ca)
+        self.d = tb.extra_daemon('vmigd-expiring', 'source', args=['--metrics', '127.0.0.1:0'],
+                                 tls=tls)
+        self.ns = tb.ns_of(tb.source)
+        self.base = self.d.metrics_url().replace('/metrics', '')
+        self.ca_after = calendar.timegm(time.strptime(
+            vt.tls.cert_info(pki.ca)['not_after'], '%b %d %H:%M:%S %Y %Z'))
+
+    def before(self):
+        families, problems, _ = scrape_url(self.ns, self.d.metrics_url())
+        got = {lab.get('cert'): v for lab, v in families.get(
+            'vmigd_certificate_expiry_timestamp_seconds', {}).get('samples', [])}
+        ready = vt.http_get(self.ns, self.base + '/readyz')
+        if self.not_after - time.time() < 1:
+            raise vt.HarnessError('the daemon took too long to start: its certificate expired')
+        if got != {'node': self.not_after, 'ca': self.ca_after} or problems or \
+                ready[::2] != (200, 'ready\n'):
+            raise vt.HarnessError(f'expiry {got}, expected node {self.not_after} ca '
+                                  f'{self.ca_after}; readyz {ready[::2]}; {problems}')
+        return f'expiry node {self.not_after}, ca {self.ca_after}; readyz 200 ready'
+
+    def after(self):
+        left = self.not_after - time.time()
+        if left > -1:
+            time.sleep(left + 1)
+        ready = vt.http_get(self.ns, self.base + '/readyz')
+        head = vt.http_get(self.ns, self.base + '/readyz', method='HEAD')[0]
+        health = vt.http_get(self.ns, self.base + '/healthz')
+        want = f'tls: the node certificate expired at {self.not_after} (Unix time)\n'
+        if ready[::2] != (503, want) or head != 503 or health[::2] != (200, 'ok\n'):
+            raise vt.HarnessError(f'readyz {ready[::2]}, HEAD {head}, expected 503 {want!r}; '
+                                  f'healthz {health[::2]}')
+        rc = self.d.stop()
+        if rc != 0:
+            raise vt.HarnessError(f'vmigd-expiring exited {rc}')
+        return f'readyz 503 {ready[2].strip()!r}, HEAD 503, healthz still 200'
+
+
+def scrape_url(ns, url):
+    status, headers, body = vt.http_get(ns, url)
+    if status != 200:
+        raise vt.HarnessError(f'GET {url} answered {status}')
+    families, problems = vt.parse_prometheus(body)
+    return families, problems, headers
+
+
 # ---- streams that are not QEMU's -----------------------------------------------------------------
 
 def raw_stream(tb, label, payload, kind, reason_rx):
@@ -479,11 +713,34 @@ def main():
     checks = vt.Checks('metrics checks')
     with vt.Testbed(daemon_args=['--metrics', '127.0.0.1:0']) as tb:
         vt.log(f'{tb.describe()}; metrics on 127.0.0.1 in each')
+        vt.log('[idle] families from start-up, health')
+        documented = documented_families()
+        for daemon in (tb.source, tb.target):
+            checks.run(f'{daemon.name}: idle families', check_idle, tb, daemon, documented)
+            checks.run(f'{daemon.name}: health', check_health, tb, daemon)
+        vt.log(f'[readyz] a TLS vmigd whose certificate expires {EXPIRING_IN} s after start')
+        expiring = ExpiringCertificate(tb)
+        checks.run('expiring certificate: before', expiring.before)
+        counts = {d.name: outcome_counts(tb, d) for d in (tb.source, tb.target)}
         vt.log('[multifd] 512 MiB, 4 channels, capped at 50Mi')
         inspected_migration(tb, checks, 'multifd4', 512, 4, bandwidth='50Mi',
                             during=during_capped(tb, checks))
+        checks.run('multifd4: counted completed', check_counted, tb, counts,
+                   {tb.source.name: {('source', 'completed'): 1},
+                    tb.target.name: {('target', 'completed'): 1}})
+        vt.log('[stopped] a route stopped with its connection open; its grace runs out during '
+               'the next migration')
+        counts = {d.name: outcome_counts(tb, d) for d in (tb.source, tb.target)}
+        stopped = StoppedRoute(tb)
         vt.log('[multifd off] 256 MiB')
         inspected_migration(tb, checks, 'mfdoff', 256, 0)
+        checks.run('mfdoff and the stopped route: counted', check_counted, tb, counts,
+                   {tb.source.name: {('source', 'completed'): 1, ('source', 'stopped'): 1},
+                    tb.target.name: {('target', 'completed'): 1, ('target', '*'): 1}})
+        stopped.close()
+        vt.log('[cancelled] a migration under convergence control, cancelled on QEMU')
+        counts = {d.name: outcome_counts(tb, d) for d in (tb.source, tb.target)}
+        checks.run('cancelled: counted', cancelled_migration, tb, counts)
         zero_pages(tb, checks)
         vt.log('[not QEMU] raw byte streams')
         noise = b'\x00RAW' + os.urandom(RAW_PAYLOAD - 4)
@@ -494,6 +751,7 @@ def main():
                    r'^main: stream version 2')
         vt.log('[--no-inspect] 256 MiB, 4 channels, capped at 100Mi')
         no_inspect(tb, checks)
+        checks.run('expiring certificate: after', expiring.after)
         tb.stop_daemons()
     vt.log(f'{checks.count} checks in {time.monotonic() - started:.1f}s')
     checks.finish()

@@ -8,9 +8,13 @@ over --max-unauthenticated. Each must be refused with its log token and its conn
 or be closed, and the migration must complete with identical memory. Then, with running source
 guests: a source daemon that does not trust the target's CA refuses it and the migration fails
 with the guest at home; and, the target restarted with --max-migration-conns 4 alone, 8 multifd
-channels fail cleanly, after which a 2-channel migration through the same daemons completes."""
+channels fail cleanly, after which a 2-channel migration through the same daemons completes.
+After the target-side probes, the target's refusals by reason (`metrics --json` node
+tls_refusals, the figures of vmigd_tls_refusals_total) count each probe's token, and every
+reason is listed."""
 
 import os
+import re
 import socket
 import sys
 import time
@@ -247,6 +251,28 @@ def after_limit(tb):
         tb.close_qemus(src, dst)
 
 
+def refusal_counts(tb, tokens):
+    """The target's tls_refusals: every reason listed, each probed token counted at least once,
+    and no fewer than the `TLS refused (REASON)` lines it logged (its log is rate-limited)."""
+    got = tb.target.metrics()['node']['tls_refusals']
+    logged = {}
+    for line in tb.target.log_text().splitlines():
+        for token in re.findall(r'TLS refused \((\S+)\)', line):
+            logged[token] = logged.get(token, 0) + 1
+    reasons = {'no-certificate', 'untrusted-ca', 'expired', 'not-yet-valid', 'bad-purpose',
+               'name-not-allowed', 'peer-refused', 'protocol', 'closed', 'handshake-timeout',
+               'silent'}
+    problems = []
+    if set(got) != reasons:
+        problems.append(f'reasons {sorted(got)}, expected {sorted(reasons)}')
+    problems += [f'{t}: {got.get(t)} counted, probed' for t in tokens if not got.get(t)]
+    problems += [f'{t}: {got.get(t)} counted, {n} logged' for t, n in logged.items()
+                 if got.get(t, 0) < n]
+    if problems:
+        raise vt.HarnessError('; '.join(problems))
+    return ', '.join(f'{t} {n}' for t, n in sorted(got.items()) if n)
+
+
 # ---- main ----------------------------------------------------------------------------------------
 
 def main():
@@ -277,6 +303,8 @@ def main():
         checks.run('    TLS, then 10 preamble bytes', no_preamble, tb, addr, port, 10)
         checks.run(f'(g) {FLOOD} silent clients at once', unauthenticated_flood, tb, addr, port)
         checks.run('good node certificate after the flood', accepted_cert, tb, addr, port)
+        checks.run('refusals counted by reason', refusal_counts, tb,
+                   [token for _, _, token in cases])
         checks.run('live migration still in flight after the probes', vt.still_in_flight, m)
         for daemon in (tb.source, tb.target):
             checks.run(f'{daemon.name} alive', vt.answers, daemon)

@@ -235,7 +235,7 @@ WANT = {
         'vmigd: node cap 119.2 MiB/s, tx 50.0 MiB/s, rx 1 B/s, 2 migrations, 3 connections '
         '(every 1 s)',
         r'/vm-1 +source +\[#+\.*\] +1\.0 GiB +50\.0 MiB/s +64\.0 MiB/s / 59\.6 MiB/s +22\.9 MiB/s '
-        r'+5 2 s$',
+        r'+5 2 s \(qemu\)$',
         r'/ +convergence predictive: at 5\.2 s: auto-converge: dirty',
         r'/vm-2 +target +\[\.+\] +5 B +0 B/s +unlimited / unlimited +- +- failed$',
     ],

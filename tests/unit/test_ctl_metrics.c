@@ -16,6 +16,7 @@
 
 #include "ctl_metrics.h"
 #include "ctl_report.h"
+#include "util.h"
 
 #define MAX_FAMILIES 256
 
@@ -72,7 +73,9 @@ static void check_format(const char *text)
 		if (help[i] != 1 || type[i] != 1)
 			fail_msg("%s: %u HELP and %u TYPE lines, want one each", names[i], help[i],
 				 type[i]);
-		assert_int_equal(strncmp(names[i], "vmigd_", 6), 0);
+		/* vmigd's own, or the process_* of Prometheus client convention */
+		assert_true(strncmp(names[i], "vmigd_", 6) == 0 ||
+			    strncmp(names[i], "process_", 8) == 0);
 	}
 }
 
@@ -239,7 +242,7 @@ static void test_render(void **state)
 	check_line(text, "vmigd_migration_pages_total{key=\"vm-1\",role=\"source\"} 250000");
 	check_line(text, "vmigd_migration_zero_pages_total{key=\"vm-1\",role=\"source\"} 10000");
 	check_line(text, "vmigd_migration_sync_points_total{key=\"vm-1\",role=\"source\"} 40");
-	check_line(text, "vmigd_migration_passes{key=\"vm-1\",role=\"source\"} 3");
+	check_line(text, "vmigd_migration_passes_total{key=\"vm-1\",role=\"source\"} 3");
 	check_line(text,
 		   "vmigd_migration_dirty_rate_bytes_per_second{key=\"vm-1\",role=\"source\"} "
 		   "20480000");
@@ -247,7 +250,7 @@ static void test_render(void **state)
 			 "kind=\"multifd\"} 8");
 	check_line(text, "vmigd_migration_switchover{key=\"vm-1\",role=\"source\"} 0");
 	check_no(text, "vmigd_migration_pages_total{key=\"vm.2_x\"");
-	check_no(text, "vmigd_migration_passes{key=\"vm.2_x\"");
+	check_no(text, "vmigd_migration_passes_total{key=\"vm.2_x\"");
 
 	check_line(text, "vmigd_port_sent_bytes_total{key=\"vm-1\",role=\"source\",port=\"49152\"} "
 			 "1073741800");
@@ -278,7 +281,7 @@ static void test_dirty_unknown(void **state)
 	check_format(text);
 	check_no(text, "vmigd_migration_dirty_rate_bytes_per_second{");
 	check_no(text, "vmigd_migration_dirty_pages_per_pass{");
-	check_line(text, "vmigd_migration_passes{key=\"vm-1\",role=\"source\"} 3");
+	check_line(text, "vmigd_migration_passes_total{key=\"vm-1\",role=\"source\"} 3");
 	free(text);
 }
 
@@ -299,8 +302,13 @@ static void test_no_migrations(void **state)
 	check_line(text, "vmigd_migrations 0");
 	check_line(text, "vmigd_node_bandwidth_cap_bytes_per_second 0");
 	check_line(text, "vmigd_node_info{shaper=\"pacing\",inspect=\"off\"} 1");
-	check_no(text, "vmigd_migration_");
-	check_no(text, "vmigd_port_");
+	/* No sample of a migration, a port or a connection; their families are listed all the
+	 * same (HELP and TYPE from start-up). */
+	check_no(text, "\nvmigd_migration_");
+	check_no(text, "\nvmigd_port_");
+	check_no(text, "\nvmigd_connection_");
+	check_type(text, "vmigd_migration_sent_bytes_total", "counter");
+	check_type(text, "vmigd_migration_info", "gauge");
 	free(text);
 }
 
@@ -368,6 +376,160 @@ static void test_conv_state_as_json(void **state)
 	}
 }
 
+/* Has "# HELP NAME " and "# TYPE NAME TYPE" lines. */
+static void check_family(const char *text, const char *name, const char *type)
+{
+	char want[256];
+
+	snprintf(want, sizeof(want), "# HELP %s ", name);
+	if (!strstr(text, want))
+		fail_msg("no HELP line for %s", name);
+	check_type(text, name, type);
+}
+
+/* An idle node, just started: every family of every table is there with HELP and TYPE, and the
+ * node's counters by label have every label set at 0. */
+static void test_families_from_start(void **state)
+{
+	const struct ctl_table *tables[] = {
+		&ctl_node_table, &ctl_migration_table, &ctl_insp_summary_table, &ctl_port_table,
+		&ctl_conn_table, &ctl_conv_table,      &ctl_nic_table,		&ctl_process_table,
+	};
+	static const char *const info[] = { "vmigd_node_info", "vmigd_migration_info",
+					    "vmigd_migration_nic_info", "vmigd_convergence_info",
+					    "vmigd_build_info" };
+	static const char *const outcomes[] = { "completed",	     "cancelled",	"failed",
+						"cut-short",	     "stopped",		"corrupt",
+						"connection-errors", "aborted-by-vmigd" };
+	static const char *const reasons[] = {
+		"no-certificate", "untrusted-ca",      "expired",      "not-yet-valid",
+		"bad-purpose",	  "name-not-allowed",  "peer-refused", "protocol",
+		"closed",	  "handshake-timeout", "silent"
+	};
+	struct ctl_metrics_snapshot s;
+	char line[256], *text;
+
+	memset(&s, 0, sizeof(s));
+	s.proc = (struct ctl_process){ .version = "9.9.9", .features = "tls,inspect" };
+	text = render(&s);
+	check_format(text);
+	for (size_t t = 0; t < ARRAY_SIZE(tables); t++)
+		for (size_t k = 0; k < tables[t]->n; k++)
+			if (tables[t]->figs[k].prom.name)
+				check_family(text, tables[t]->figs[k].prom.name,
+					     tables[t]->figs[k].prom.type);
+	for (size_t i = 0; i < ARRAY_SIZE(info); i++)
+		check_family(text, info[i], "gauge");
+	check_family(text, "vmigd_migrations_total", "counter");
+	check_family(text, "vmigd_tls_refusals_total", "counter");
+	check_family(text, "vmigd_certificate_expiry_timestamp_seconds", "gauge");
+	check_family(text, "process_cpu_seconds_total", "counter");
+	check_family(text, "process_resident_memory_bytes", "gauge");
+	check_family(text, "process_open_fds", "gauge");
+	for (size_t i = 0; i < ARRAY_SIZE(outcomes); i++) {
+		snprintf(line, sizeof(line),
+			 "vmigd_migrations_total{role=\"source\",outcome=\"%s\"} 0", outcomes[i]);
+		check_line(text, line);
+		snprintf(line, sizeof(line),
+			 "vmigd_migrations_total{role=\"target\",outcome=\"%s\"} 0", outcomes[i]);
+		check_line(text, line);
+	}
+	for (size_t i = 0; i < ARRAY_SIZE(reasons); i++) {
+		snprintf(line, sizeof(line), "vmigd_tls_refusals_total{reason=\"%s\"} 0",
+			 reasons[i]);
+		check_line(text, line);
+	}
+	check_line(text, "vmigd_build_info{version=\"9.9.9\",features=\"tls,inspect\"} 1");
+	/* Without TLS no certificate, so no expiry sample; no DPDK hop, no frames. */
+	check_no(text, "\nvmigd_certificate_expiry_timestamp_seconds{");
+	check_no(text, "\nvmigd_dpdk_frames_total{");
+	free(text);
+}
+
+/* Counts land on their own role and outcome; TLS expiry, DPDK frames, the renamed families. */
+static void test_counts_and_renames(void **state)
+{
+	struct px_migration_info m[2];
+	struct ctl_metrics_snapshot s;
+	struct cv_report conv[2];
+	char *text;
+
+	fill(&s, m);
+	s.node.ended_source[PX_OUT_COMPLETED] = 3;
+	s.node.ended_source[PX_OUT_ABORTED] = 1;
+	s.node.ended_target[PX_OUT_CUT_SHORT] = 2;
+	s.node.tls_refusals[XP_TLS_UNTRUSTED] = 5;
+	s.node.tls.on = true;
+	s.node.tls.node_expiry = 1800000000;
+	s.node.tls.ca_expiry = 1700000000;
+	s.node.dpdk.on = true;
+	s.node.dpdk.stats.tx_frames = 11;
+	s.node.dpdk.stats.rx_frames = 12;
+	s.proc = (struct ctl_process){ .cpu_ms = 1500,
+				       .rss = 4096,
+				       .start_ms = 1699999000250,
+				       .open_fds = 9,
+				       .max_fds = 1024 };
+	memset(conv, 0, sizeof(conv));
+	conv[0].backend = "qmp";
+	conv[0].have_job = true;
+	conv[0].job.throttle_pct = 35;
+	conv[0].job.dirty_syncs = 7;
+	s.conv = conv;
+	text = render(&s);
+	check_format(text);
+	check_line(text, "vmigd_migrations_total{role=\"source\",outcome=\"completed\"} 3");
+	check_line(text, "vmigd_migrations_total{role=\"source\",outcome=\"aborted-by-vmigd\"} 1");
+	check_line(text, "vmigd_migrations_total{role=\"source\",outcome=\"cut-short\"} 0");
+	check_line(text, "vmigd_migrations_total{role=\"target\",outcome=\"cut-short\"} 2");
+	check_line(text, "vmigd_migrations_total{role=\"target\",outcome=\"completed\"} 0");
+	check_line(text, "vmigd_tls_refusals_total{reason=\"untrusted-ca\"} 5");
+	check_line(text, "vmigd_tls_refusals_total{reason=\"expired\"} 0");
+	check_line(text, "vmigd_certificate_expiry_timestamp_seconds{cert=\"node\"} 1800000000");
+	check_line(text, "vmigd_certificate_expiry_timestamp_seconds{cert=\"ca\"} 1700000000");
+	check_line(text, "vmigd_dpdk_frames_total{direction=\"tx\"} 11");
+	check_line(text, "vmigd_dpdk_frames_total{direction=\"rx\"} 12");
+	check_no(text, "dir=");
+	check_line(text, "vmigd_convergence_throttle_ratio{key=\"vm-1\",role=\"source\"} 0.35");
+	check_type(text, "vmigd_convergence_dirty_syncs_total", "counter");
+	check_line(text, "vmigd_convergence_dirty_syncs_total{key=\"vm-1\",role=\"source\"} 7");
+	check_type(text, "vmigd_migration_passes_total", "counter");
+	check_no(text, "throttle_percent");
+	check_line(text, "process_cpu_seconds_total 1.500");
+	check_line(text, "process_resident_memory_bytes 4096");
+	check_line(text, "process_start_time_seconds 1699999000.250");
+	check_line(text, "process_open_fds 9");
+	check_line(text, "process_max_fds 1024");
+	free(text);
+}
+
+/* /readyz's judgement: each reason on its own line. */
+static void test_ready(void **state)
+{
+	struct px_node_info ni;
+	char why[1024];
+
+	memset(&ni, 0, sizeof(ni));
+	assert_int_equal(ctl_metrics_ready(&ni, true, false, 1700000000, why, sizeof(why)), 0);
+	assert_string_equal(why, "");
+	assert_int_equal(ctl_metrics_ready(&ni, false, true, 1700000000, why, sizeof(why)), 2);
+	assert_non_null(strstr(why, "node hop: not listening"));
+	assert_non_null(strstr(why, "dpdk: "));
+	ni.dpdk.on = true;
+	assert_int_equal(ctl_metrics_ready(&ni, true, true, 1700000000, why, sizeof(why)), 0);
+	ni.tls.on = true;
+	ni.tls.node_expiry = 1800000000;
+	ni.tls.ca_expiry = 1900000000;
+	assert_int_equal(ctl_metrics_ready(&ni, true, false, 1700000000, why, sizeof(why)), 0);
+	assert_int_equal(ctl_metrics_ready(&ni, true, false, 1850000000, why, sizeof(why)), 1);
+	assert_string_equal(why, "tls: the node certificate expired at 1800000000 (Unix time)\n");
+	assert_int_equal(ctl_metrics_ready(&ni, true, false, 1950000000, why, sizeof(why)), 2);
+	assert_non_null(strstr(why, "\ntls: a CA certificate expired at 1900000000"));
+	ni.tls.node_expiry = 0;
+	assert_int_equal(ctl_metrics_ready(&ni, true, false, 1700000000, why, sizeof(why)), 1);
+	assert_string_equal(why, "tls: no node certificate loaded\n");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -376,6 +538,9 @@ int main(void)
 		cmocka_unit_test(test_no_migrations),
 		cmocka_unit_test(test_many),
 		cmocka_unit_test(test_conv_state_as_json),
+		cmocka_unit_test(test_families_from_start),
+		cmocka_unit_test(test_counts_and_renames),
+		cmocka_unit_test(test_ready),
 	};
 
 	return cmocka_run_group_tests_name("ctl_metrics", tests, NULL, NULL);

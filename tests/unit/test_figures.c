@@ -317,7 +317,9 @@ static void prom_value(const struct ctl_fig *f, const struct ctl_value *v, char 
 {
 	uint64_t u = v->kind == CTL_V_BOOL ? v->b : v->kind == CTL_V_I64 ? (uint64_t)v->i : v->u;
 
-	if (f->unit == CTL_MS || f->unit == CTL_SECONDS)
+	if (f->prom.percent)
+		snprintf(buf, len, "%.2f", u / 100.0);
+	else if (f->unit == CTL_MS || f->unit == CTL_SECONDS)
 		snprintf(buf, len, "%" PRIu64 ".%03" PRIu64, u / 1000, u % 1000);
 	else
 		snprintf(buf, len, "%" PRIu64, u);
@@ -331,8 +333,9 @@ static void series(const struct ctl_fig *f, const char *labels, const char *elem
 
 	if (f->prom.labels)
 		snprintf(fixed, sizeof(fixed), "%s", f->prom.labels);
-	else if (f->prom.label && elem)
-		snprintf(fixed, sizeof(fixed), "%s=\"%s\"", f->prom.label, elem);
+	if (f->prom.label && elem)
+		snprintf(fixed + strlen(fixed), sizeof(fixed) - strlen(fixed), "%s%s=\"%s\"",
+			 *fixed ? "," : "", f->prom.label, elem);
 	if (*labels || *fixed)
 		snprintf(buf, len, "%s{%s%s%s}", f->prom.name, labels, *labels && *fixed ? "," : "",
 			 fixed);
@@ -709,9 +712,16 @@ static void test_schema_v2(void **state)
 	fill();
 	snap.node.dpdk.on = false; /* a node without a DPDK port: no dpdk object */
 	o = ctl_report_node(&snap.node, &env);
-	check_keys(o, "bandwidth,bytes_rx,bytes_tx,conns,digest,inspect,migration_count,rates,"
-		      "shaper,time_unix,verified");
+	check_keys(o, "bandwidth,bytes_rx,bytes_tx,conns,digest,inspect,migration_count,"
+		      "migrations_ended,rates,shaper,time_unix,tls_refusals,verified");
 	check_keys(json_object_object_get(o, "verified"), "corrupt,match,unverified");
+	check_keys(json_object_object_get(o, "migrations_ended"), "source,target");
+	check_keys(json_object_object_get(json_object_object_get(o, "migrations_ended"), "source"),
+		   "aborted-by-vmigd,cancelled,completed,connection-errors,corrupt,cut-short,"
+		   "failed,stopped");
+	check_keys(json_object_object_get(o, "tls_refusals"),
+		   "bad-purpose,closed,expired,handshake-timeout,name-not-allowed,no-certificate,"
+		   "not-yet-valid,peer-refused,protocol,silent,untrusted-ca");
 	json_object_put(o);
 	/* the DPDK node hop's figures, only on a node that has one */
 	snap.node.dpdk.on = true;
@@ -749,13 +759,14 @@ static void test_schema_v2(void **state)
 	check_keys(
 		json_object_object_get(o, "inspect"),
 		"bytes_only,channels,dirty_known,dirty_pages_per_pass,dirty_rate,machine,packets,"
-		"page_size,pages,passes,reason,stream_version,switchover,syncs,zero_pages");
+		"page_size,pages,passes,ram_total,reason,remaining,remaining_from,stream_version,"
+		"switchover,syncs,zero_pages");
 	check_keys(json_object_object_get(
 			   json_object_array_get_idx(json_object_object_get(o, "connections"), 0),
 			   "inspect"),
 		   "bytes,bytes_only,channel_id,kind,machine,packets,page_size,pages,pass_ms_last,"
-		   "pass_pages_last,passes,reason,stream_version,switchover,sync_bytes_last,syncs,"
-		   "zero_pages");
+		   "pass_pages_last,passes,ram_total,reason,stream_version,switchover,sync_bytes_last,"
+		   "syncs,zero_pages");
 	check_keys(json_object_object_get(o, "convergence"),
 		   "action_counts,actions,backend,dirty_rate,dirty_rate_from,elapsed_ms,"
 		   "irrecoverable,job,link_rate,mode,policy,query_errors,state");
@@ -945,7 +956,7 @@ static void test_prom_convergence(void **state)
 	assert_true(a < b);
 	assert_non_null(strstr(text, "\nvmigd_convergence_dirty_rate_bytes_per_second{key=\"vm-1\","
 				     "role=\"source\"} 24000000\n"));
-	/* No job yet: no figure of it, and no HELP without a sample either. */
+	/* No job yet: no sample of it (its family is listed all the same). */
 	assert_null(strstr(text, "vmigd_convergence_remaining_bytes{key=\"k3\""));
 	assert_null(strstr(text, "vmigd_convergence_dirty_rate_bytes_per_second{key=\"k3\""));
 	assert_non_null(strstr(text,
@@ -954,7 +965,8 @@ static void test_prom_convergence(void **state)
 	free(text);
 	conv[0].have_job = false;
 	text = prom_text();
-	assert_null(strstr(text, "vmigd_convergence_remaining_bytes"));
+	assert_null(strstr(text, "\nvmigd_convergence_remaining_bytes{"));
+	assert_non_null(strstr(text, "\n# TYPE vmigd_convergence_remaining_bytes gauge\n"));
 	free(text);
 }
 

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /* Unit tests for the migration stream inspector (proxy/px_inspect.h): hand-built multifd and
- * main-channel streams in the 7.2 and 9.x/10.x layouts, fed whole, a byte at a time and through
- * a plan/feed pump like the data path's; garbage of several kinds. No I/O, a fake clock. */
+ * main-channel streams in the 7.2 and 9.x/10.x layouts, and captured QEMU main channels (the fuzz
+ * seeds), fed whole, a byte at a time and through a plan/feed pump like the data path's; garbage
+ * of several kinds; the progress estimate. No I/O but reading the seeds, a fake clock. */
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -17,6 +18,7 @@
 #include <cmocka.h>
 
 #include "px_inspect.h"
+#include "px_node.h"
 
 /* ---- a stream under construction ---- */
 
@@ -295,6 +297,7 @@ static void assert_stats_equal(const struct px_insp_stats *a, const struct px_in
 	assert_string_equal(a->machine, b->machine);
 	assert_int_equal(a->channel_id, b->channel_id);
 	assert_int_equal(a->page_size, b->page_size);
+	assert_int_equal(a->ram_total, b->ram_total);
 	assert_int_equal(a->bytes, b->bytes);
 	assert_int_equal(a->pages, b->pages);
 	assert_int_equal(a->zero_pages, b->zero_pages);
@@ -770,6 +773,7 @@ static void test_main_72(void **state)
 	assert_int_equal(st.stream_version, 3);
 	assert_int_equal(st.channel_id, -1);
 	assert_int_equal(st.page_size, 4096);
+	assert_int_equal(st.ram_total, 64u << 20);
 	assert_int_equal(st.pages, 2 + 3 + 1);
 	assert_int_equal(st.zero_pages, 2 + 1);
 	assert_int_equal(st.packets, 0);
@@ -1043,6 +1047,140 @@ struct reader {
 	bool ok;
 };
 
+/* The setup's first word is not total | MEM_SIZE: the total stays unknown, parsing goes on. */
+static void test_ram_total_absent(void **state)
+{
+	struct wb w = { 0 };
+	struct px_insp_stats st;
+
+	(void)state;
+	main_header(&w, "pc-q35-7.2");
+	section_start(&w, RAM_ID, "ram", 4);
+	put64(&w, (64u << 20) | 0x8); /* a PAGE flag where MEM_SIZE belongs */
+	idstr(&w, "pc.ram");
+	put64(&w, 64u << 20);
+	put64(&w, 0x10);
+	footer(&w, RAM_ID);
+	part(&w, 0x02, RAM_ID);
+	ram_rec(&w, 0, 0x2, "pc.ram");
+	eos(&w);
+	run_all(&w, &st);
+	assert_false(st.bytes_only);
+	assert_int_equal(st.ram_total, 0);
+	assert_int_equal(st.zero_pages, 1);
+	free(w.d);
+}
+
+/*
+ * A captured main channel (tests/fuzz/corpus/inspect, the first 64 KiB of a real QEMU
+ * migration): the RAM total its setup announced, whichever way it is fed. The directory comes
+ * from the environment (meson sets it); without it the case is skipped.
+ */
+static void check_capture(const char *name, uint64_t total, struct px_insp_stats *st)
+{
+	const char *dir = getenv("VMIG_INSPECT_CORPUS");
+	struct wb w = { 0 };
+	uint8_t buf[4096];
+	char path[512];
+	size_t n;
+	FILE *f;
+
+	if (!dir)
+		skip();
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "rb");
+	assert_non_null(f);
+	while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
+		putmem(&w, buf, n);
+	fclose(f);
+	run_all(&w, st);
+	assert_int_equal(st->kind, PX_INSP_MAIN);
+	assert_int_equal(st->ram_total, total);
+	free(w.d);
+}
+
+/* 7.2, -m 256M, no multifd: pc.ram and the ROMs and the like of a q35 machine; the first pass's
+ * pages on the main channel. */
+static void test_ram_total_qemu72(void **state)
+{
+	struct px_insp_stats st;
+
+	(void)state;
+	check_capture("qemu72-main-prefix", (256u << 20) + 0x82000, &st);
+	assert_false(st.bytes_only);
+	assert_int_equal(st.passes, 1);
+	assert_true(st.pages + st.zero_pages > 0);
+}
+
+/* 10.0, -m 64M, multifd: the pages went on the multifd channels; the main channel reached the
+ * switchover within its first 64 KiB. */
+static void test_ram_total_qemu10(void **state)
+{
+	struct px_insp_stats st;
+
+	(void)state;
+	check_capture("qemu10-main-prefix", (64u << 20) + 0x82000, &st);
+	assert_true(st.switchover);
+	assert_string_equal(st.reason, "switchover: device state follows");
+}
+
+static void estimate_is(struct px_insp_summary *sum, bool known, uint64_t remaining,
+			const char *from)
+{
+	px_insp_estimate(sum);
+	assert_int_equal(sum->remaining_known, known);
+	assert_int_equal(sum->remaining, remaining);
+	if (from)
+		assert_string_equal(sum->remaining_from, from);
+	else
+		assert_null(sum->remaining_from);
+}
+
+/* The fold carries the main channel's total; the estimate says only what the stream tells. */
+static void test_estimate(void **state)
+{
+	struct px_insp_stats main_st = { .kind = PX_INSP_MAIN, .page_size = 4096,
+					 .ram_total = 1000 * 4096, .zero_pages = 300,
+					 .passes = 1 };
+	struct px_insp_stats mfd = { .kind = PX_INSP_MULTIFD, .page_size = 4096, .pages = 200,
+				     .zero_pages = 100, .passes = 1 };
+	struct px_insp_summary sum = { 0 };
+
+	(void)state;
+	/* Nothing seen: no total, nothing to say. */
+	estimate_is(&sum, false, 0, NULL);
+	/* The first pass: main and multifd pages, data and zero, against the total. */
+	px_insp_fold(&sum, &main_st, true);
+	px_insp_fold(&sum, &mfd, true);
+	px_insp_fold(&sum, &mfd, false); /* an ended channel's pages count as well */
+	assert_int_equal(sum.ram_total, 1000 * 4096);
+	estimate_is(&sum, true, (1000 - 300 - 300 - 300) * 4096, "first-pass");
+	/* The total announced, no page yet: all of it remains. */
+	sum = (struct px_insp_summary){ .ram_total = 8192, .page_size = 4096 };
+	estimate_is(&sum, true, 8192, "first-pass");
+	/* More pages than the total (a guest that grew a block): none remains, not less. */
+	sum = (struct px_insp_summary){ .ram_total = 8192, .page_size = 4096, .pages = 5,
+					.passes = 1 };
+	estimate_is(&sum, true, 0, "first-pass");
+	/* The second pass: what the first let the guest dirty is unknown. */
+	sum = (struct px_insp_summary){ .ram_total = 1 << 30, .page_size = 4096, .pages = 300000,
+					.passes = 2 };
+	estimate_is(&sum, false, 0, NULL);
+	/* Once a dirty pass completed: its pages, at most the total. */
+	sum.passes = 3;
+	sum.dirty_known = true;
+	sum.dirty_pages_per_pass = 2500;
+	estimate_is(&sum, true, 2500 * 4096, "last-pass");
+	sum.dirty_pages_per_pass = 1 << 20;
+	estimate_is(&sum, true, 1 << 30, "last-pass");
+	/* After switchover, or with a channel that stopped parsing: unknown. */
+	sum.switchover = true;
+	estimate_is(&sum, false, 0, NULL);
+	sum.switchover = false;
+	sum.bytes_only = 1;
+	estimate_is(&sum, false, 0, NULL);
+}
+
 /* Reads while the parser writes: strings whole or absent, counters never going back. */
 static void *reader_main(void *arg)
 {
@@ -1109,6 +1247,10 @@ int main(void)
 		cmocka_unit_test(test_main_flush),
 		cmocka_unit_test(test_main_garbage),
 		cmocka_unit_test(test_block_overflow),
+		cmocka_unit_test(test_ram_total_absent),
+		cmocka_unit_test(test_ram_total_qemu72),
+		cmocka_unit_test(test_ram_total_qemu10),
+		cmocka_unit_test(test_estimate),
 		cmocka_unit_test(test_concurrent_read),
 	};
 

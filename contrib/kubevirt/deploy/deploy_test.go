@@ -225,8 +225,23 @@ func TestSidecarPatch(t *testing.T) {
 	if vmigd.SecurityContext.Privileged == nil || !*vmigd.SecurityContext.Privileged {
 		t.Error("vmigd must be privileged, as virt-handler is, to reach /proc/PID/root of launchers")
 	}
+	// vmigctl in the vmigd container (the probes, kubectl exec) finds the socket in
+	// VMIGD_CONTROL unless given -c
+	var vmigctlSock string
+	for _, e := range vmigd.Env {
+		if e.Name == "VMIGD_CONTROL" {
+			vmigctlSock = e.Value
+		}
+	}
+	if vmigctlSock != sock {
+		t.Errorf("VMIGD_CONTROL %q in the vmigd container, vmigd listens on %q", vmigctlSock, sock)
+	}
 	for _, probe := range [][]string{vmigd.ReadinessProbe.Exec.Command, vmigd.LivenessProbe.Exec.Command} {
-		if c, _ := argValue(probe, "-c"); c != sock {
+		c, ok := argValue(probe, "-c")
+		if !ok {
+			c = vmigctlSock
+		}
+		if c != sock {
 			t.Errorf("probe %v does not ask %s", probe, sock)
 		}
 	}

@@ -207,6 +207,14 @@ def check_overlay(kubectl, work, overlay, stock_ds):
     expect('NODE_NAME' in env and 'MY_POD_IP' in env, '%s: virt-handler\'s own environment kept' %
            overlay)
     expect(arg(vm['args'], '--control') == SOCK, '%s: vmigd --control is VMIGD_CONTROL' % overlay)
+    vm_env = {e['name']: e.get('value') for e in vm.get('env', [])}
+    expect(vm_env.get('VMIGD_CONTROL') == SOCK,
+           '%s: VMIGD_CONTROL=%s in the vmigd container, for its vmigctl' %
+           (overlay, vm_env.get('VMIGD_CONTROL')))
+    for probe in ('readinessProbe', 'livenessProbe'):
+        cmd = vm[probe]['exec']['command']
+        expect(cmd[0] == 'vmigctl' and (arg(cmd, '-c') or vm_env.get('VMIGD_CONTROL')) == SOCK,
+               '%s: the %s asks vmigd at %s: %s' % (overlay, probe, SOCK, cmd))
     expect(SOCK.startswith(HANDLER_SHARE_DIR + '/'),
            '%s: the socket is under virt-handler\'s %s mount' % (overlay, HANDLER_SHARE_DIR))
     mounts = {m['mountPath']: m['name'] for m in vm['volumeMounts']}

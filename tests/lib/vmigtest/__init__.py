@@ -17,7 +17,8 @@ from .checks import Checks, answers, run_main, still_in_flight, within
 from .daemons import (Daemon, VmigctlError, digest_problems, find_binaries, find_test_daemon,
                       migration_connections, parse_linked, stop_lines,
                       run_vmigd, status_connections, status_field, status_migration,
-                      status_migration_count, status_migrations, stop_quietly)
+                      status_inspect, status_migration_count, status_migrations,
+                      stop_quietly)
 from .migrate import (DEFAULT_MAX_BANDWIDTH, DaemonMigration, MigrationResult,
                       configure_migration, migrate_direct, migrate_via_daemons,
                       start_via_daemons, verify_memory, wait_failed_at_home,
@@ -38,8 +39,8 @@ from .rates import (RateSample, RateWatch, backlogged, cpu_idle_between, flow_sp
 from .stockpeer import StockPeer, StockTestbed, stockpeer_binary
 from .testbed import Testbed
 from .tls import (CLIENT_CN, CRYPTO_MODES, DEFAULT_TLS_ALLOW, NODE_CN, PKI, CertFiles,
-                  atomic_write, install_tls, make_pki, normalize_serial, rotate_tls,
-                  shows_serial, tls_paths)
+                  atomic_write, install_tls, leaf_until, make_pki, normalize_serial,
+                  rotate_tls, shows_serial, tls_paths)
 
 __all__ = [  # what `from vmigtest import *` gives; the same names as above
     'converge', 'stockpeer', 'virt',
@@ -67,6 +68,6 @@ __all__ = [  # what `from vmigtest import *` gives; the same names as above
     'StockPeer', 'StockTestbed', 'stockpeer_binary',
     'Testbed',
     'CLIENT_CN', 'CRYPTO_MODES', 'DEFAULT_TLS_ALLOW', 'NODE_CN', 'PKI', 'CertFiles',
-    'atomic_write', 'install_tls', 'make_pki', 'normalize_serial', 'rotate_tls', 'shows_serial',
-    'tls_paths',
+    'atomic_write', 'install_tls', 'leaf_until', 'make_pki', 'normalize_serial', 'rotate_tls',
+    'shows_serial', 'tls_paths',
 ]

@@ -350,6 +350,13 @@ def status_connections(entry):
     return value if isinstance(value, list) else []
 
 
+def status_inspect(entry):
+    """A migration object's inspector figures ("inspect": ram_total, remaining, passes...), or
+    None where the stream is not inspected."""
+    value = entry.get('inspect')
+    return value if isinstance(value, dict) else None
+
+
 def status_migration_count(status):
     """How many migrations a status object counts ("node.migration_count")."""
     return (status.get('node') or {}).get('migration_count')

@@ -213,6 +213,30 @@ def make_pki(directory, days=30):
     return pki
 
 
+def leaf_until(pki, name, not_after):
+    """A node certificate NAME (NODE_CN, signed by pki's CA) valid from an hour ago until
+    not_after (Unix seconds, whole): one that expires while a test watches. A CertFiles."""
+    directory = pki.dir
+    stamp = lambda t: time.strftime('%Y%m%d%H%M%SZ', time.gmtime(t))  # noqa: E731
+    k = os.path.join(directory, f'{name}.key')
+    csr = os.path.join(directory, f'{name}.csr')
+    crt = os.path.join(directory, f'{name}.crt')
+    cnf = os.path.join(directory, 'openssl.cnf')
+    serial = _new_serial()
+    _openssl('genpkey', '-algorithm', 'EC', '-pkeyopt', 'ec_paramgen_curve:P-256', '-out', k)
+    os.chmod(k, 0o600)
+    _openssl('req', '-config', cnf, '-new', '-key', k, '-subj', f'/CN={NODE_CN}', '-out', csr)
+    with open(os.path.join(directory, 'ca-db', 'serial'), 'w') as f:
+        f.write(serial.upper().zfill(16) + '\n')
+    _openssl('ca', '-batch', '-config', cnf, '-name', 'ca_dated', '-cert', pki.ca, '-keyfile',
+             pki.ca_key, '-in', csr, '-out', crt, '-startdate', stamp(time.time() - 3600),
+             '-enddate', stamp(not_after), '-extensions', 'v3_node', '-notext', '-preserveDN')
+    os.unlink(csr)
+    os.chmod(crt, 0o644)
+    info = cert_info(crt)
+    return CertFiles(name, crt, k, info['subject'], info['serial'], pki.ca)
+
+
 def tls_paths(tls):
     """A dict with 'cert', 'key', 'ca' (and optionally 'client_cert', 'client_key') from a dict,
     a PKI (its node certificate and CA), or anything with .cert, .key and .ca."""
