@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /* sd_notify(3) for Type=notify units, in a few lines instead of a libsystemd dependency: the
- * protocol is one AF_UNIX datagram of "VAR=value" lines. Not a listener, no watchdog, no fds. */
+ * protocol is one AF_UNIX datagram of "VAR=value" lines. Not a listener, no fds; the watchdog's
+ * timer is ctl_watchdog.c's. */
 #include <errno.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -55,7 +56,9 @@ int ctl_notify(const char *state)
 	if (fd < 0)
 		return -errno;
 	n = strlen(state);
-	sent = sendto(fd, state, n, MSG_NOSIGNAL, (struct sockaddr *)&sa, salen);
+	/* Never wait on the loop's thread: a receiver whose queue is full (a stuck systemd) gets
+	 * -EAGAIN instead of a control loop held with it. */
+	sent = sendto(fd, state, n, MSG_NOSIGNAL | MSG_DONTWAIT, (struct sockaddr *)&sa, salen);
 	r = sent < 0 ? -errno : (size_t)sent == n ? 0 : -EMSGSIZE;
 	close(fd);
 	return r;

@@ -1,20 +1,26 @@
 // SPDX-License-Identifier: Apache-2.0
 /* vmigd-test's hooks (ctl_test.h): --dpdk-test-impair LOSS,DUP,REORDER wraps the DPDK hop's port in
- * an impairing one (transport/xp_impair.c), whose counts are status's dpdk.*_by_test figures; and
- * source-start's test_delay_first_ms field. Design: a second daemon, not options of the product. */
+ * an impairing one (transport/xp_impair.c), whose counts are status's dpdk.*_by_test figures;
+ * source-start's test_delay_first_ms field; and --test-wedge AFTER_MS,FOR_MS, which holds the
+ * control loop. Design: a second daemon, not options of the product. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include <json-c/json.h>
 
 #include "ctl_figures.h"
 #include "ctl_request.h"
 #include "ctl_test.h"
+#include "log.h"
 #include "util.h"
 #include "xp_impair.h"
+#include "xp_loop.h"
 
 #define OPT_IMPAIR "--dpdk-test-impair"
+#define OPT_WEDGE  "--test-wedge"
+#define WEDGE_MAX  600000
 
 static struct xp_impair_conf impair;
 static bool impaired;
@@ -38,6 +44,34 @@ static int parse_impair(const char *arg)
 		arg);
 	return -EINVAL;
 }
+
+static unsigned int wedge_after_ms, wedge_for_ms;
+
+static int parse_wedge(const char *arg)
+{
+	unsigned int v[2];
+	char tail;
+
+	if (sscanf(arg, "%u,%u%c", &v[0], &v[1], &tail) == 2 && v[0] <= WEDGE_MAX &&
+	    v[1] <= WEDGE_MAX) {
+		wedge_after_ms = v[0];
+		wedge_for_ms = v[1];
+		return 0;
+	}
+	fprintf(stderr,
+		"vmigd: " OPT_WEDGE ": expected AFTER_MS,FOR_MS (0 to %d each), got \"%s\"\n",
+		WEDGE_MAX, arg);
+	return -EINVAL;
+}
+
+/* The test options: each takes one argument, as "--name ARG" or "--name=ARG". */
+static const struct {
+	const char *name;
+	int (*parse)(const char *arg);
+} test_opts[] = {
+	{ OPT_IMPAIR, parse_impair },
+	{ OPT_WEDGE, parse_wedge },
+};
 
 /* The impairing port's counts, in the node's "dpdk" object on a node with a DPDK hop. */
 /* clang-format off */
@@ -83,7 +117,6 @@ static const struct ctl_field_ext req_fields[] = {
 
 int ctl_test_init(int *argc, char **argv)
 {
-	size_t n = strlen(OPT_IMPAIR);
 	int i = 1, r;
 
 	r = ctl_table_extend(&ctl_node_table, node_figs, ARRAY_SIZE(node_figs));
@@ -95,24 +128,30 @@ int ctl_test_init(int *argc, char **argv)
 	}
 	while (i < *argc && strcmp(argv[i], "--") != 0) {
 		const char *arg = NULL;
+		unsigned int k;
 		int used = 0;
 
-		if (strcmp(argv[i], OPT_IMPAIR) == 0) {
-			if (i + 1 >= *argc) {
-				fprintf(stderr, "vmigd: " OPT_IMPAIR " needs LOSS,DUP,REORDER\n");
-				return -EINVAL;
+		for (k = 0; k < ARRAY_SIZE(test_opts) && !used; k++) {
+			const char *name = test_opts[k].name;
+			size_t n = strlen(name);
+
+			if (strcmp(argv[i], name) == 0) {
+				if (i + 1 >= *argc) {
+					fprintf(stderr, "vmigd: %s needs an argument\n", name);
+					return -EINVAL;
+				}
+				arg = argv[i + 1];
+				used = 2;
+			} else if (strncmp(argv[i], name, n) == 0 && argv[i][n] == '=') {
+				arg = argv[i] + n + 1;
+				used = 1;
 			}
-			arg = argv[i + 1];
-			used = 2;
-		} else if (strncmp(argv[i], OPT_IMPAIR, n) == 0 && argv[i][n] == '=') {
-			arg = argv[i] + n + 1;
-			used = 1;
 		}
 		if (!used) {
 			i++;
 			continue;
 		}
-		r = parse_impair(arg);
+		r = test_opts[k - 1].parse(arg);
 		if (r < 0)
 			return r;
 		memmove(&argv[i], &argv[i + used], (size_t)(*argc - i - used + 1) * sizeof(*argv));
@@ -160,4 +199,24 @@ const struct xp_dhop_wrap *ctl_test_hop_wrap(void)
 {
 	impair.seed = (uint32_t)vm_now_ns();
 	return impaired ? &impair_wrap : NULL;
+}
+
+/* The loop does nothing else for wedge_for_ms: no timer, no watch, no control request. */
+static void wedge(void *arg)
+{
+	struct timespec ts = { .tv_sec = wedge_for_ms / 1000,
+			       .tv_nsec = (long)(wedge_for_ms % 1000) * 1000000 };
+
+	log_warn(OPT_WEDGE ": holding the control loop for %u ms", wedge_for_ms);
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+	log_warn(OPT_WEDGE ": the control loop runs again");
+}
+
+void ctl_test_start(struct xp_loop *loop)
+{
+	struct xp_timer *t;
+
+	if (wedge_for_ms && xp_timer_add(loop, vm_now_ms() + wedge_after_ms, wedge, NULL, &t) < 0)
+		log_err(OPT_WEDGE ": cannot arm the timer");
 }

@@ -14,3 +14,7 @@ const struct xp_dhop_wrap *ctl_test_hop_wrap(void)
 {
 	return NULL;
 }
+
+void ctl_test_start(struct xp_loop *loop)
+{
+}

@@ -23,6 +23,7 @@
 #include "ctl_server.h"
 #include "ctl_takeover.h"
 #include "ctl_test.h"
+#include "ctl_watchdog.h"
 #include "log.h"
 #include "px_node.h"
 #include "units.h"
@@ -47,6 +48,7 @@ struct daemon {
 	uint64_t node_bandwidth; /* --node-bandwidth N%: what it came to */
 	char cpus[320];		 /* --cpus: the workers' CPUs, as status shows them; "" for any */
 	struct ctl_takeover *takeover;
+	struct ctl_watchdog *watchdog; /* NULL without WatchdogSec= */
 	struct xp_watch *sigw;
 	int sfd;
 	struct ctl_daemon_info info;
@@ -73,6 +75,7 @@ static void drained(void *arg)
 static void handed_over(void *arg, int pid)
 {
 	struct daemon *d = arg;
+	bool watched = d->watchdog != NULL;
 	char state[160];
 	int r;
 
@@ -80,9 +83,13 @@ static void handed_over(void *arg, int pid)
 	d->info.metrics = NULL;
 	ctl_metrics_server_free(d->metrics);
 	d->metrics = NULL;
+	/* The new vmigd pings the watchdog from here on: this last ping, sent with the change of
+	 * main process, gives it a whole interval for its first. */
+	ctl_watchdog_free(d->watchdog);
+	d->watchdog = NULL;
 	snprintf(state, sizeof(state),
-		 "MAINPID=%d\nSTATUS=handed over to vmigd pid %d; carrying what is in flight", pid,
-		 pid);
+		 "MAINPID=%d\n%sSTATUS=handed over to vmigd pid %d; carrying what is in flight",
+		 pid, watched ? "WATCHDOG=1\n" : "", pid);
 	r = ctl_notify(state);
 	if (r < 0)
 		log_warn("systemd: cannot make pid %d the main process: %s", pid, strerror(-r));
@@ -583,8 +590,10 @@ static int daemon_start(struct daemon *d, const struct ctl_options *o)
 	r = r ?: start_metrics(d, o);
 	r = r ?: start_takeover(d, o);
 	r = r ?: start_signals(d, &mask);
+	r = r ?: ctl_watchdog_new(d->loop, o->takeover ? d->offer.pid : 0, &d->watchdog);
 	if (r < 0)
 		return r;
+	ctl_test_start(d->loop);
 	log_start(d, o);
 	/* systemd (Type=notify): the control socket and the node-hop listener accept from here.
 	 * A vmigd that took over is made the main process by the old one, and the service is
@@ -610,6 +619,7 @@ static int daemon_run(struct daemon *d)
 /* Takes a daemon in any state daemon_configure() or daemon_start() left it. */
 static void daemon_done(struct daemon *d)
 {
+	ctl_watchdog_free(d->watchdog);
 	xp_watch_del(d->sigw);
 	if (d->sfd >= 0)
 		close(d->sfd);

@@ -1,10 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-/* One-line logging to stderr: "IDENT[PID]: LEVEL: message". Thread-safe because each line is
- * formatted into one buffer and written with a single write(2). */
+/* One-line logging to stderr: "IDENT[PID]: LEVEL: message", or "<PRIORITY>LEVEL: message" where
+ * stderr is the journal (sd-daemon(3)'s prefixes; the journal adds ident and pid itself).
+ * Thread-safe because each line is formatted into one buffer and written with a single write(2). */
 #include <errno.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -12,11 +16,31 @@
 static const char *log_ident = "vmigd";
 static enum vm_log_level log_max = VM_LOG_INFO;
 static const char *const level_names[] = { "error", "warning", "info", "debug" };
+/* syslog(3)'s LOG_ERR, LOG_WARNING, LOG_INFO and LOG_DEBUG */
+static const char level_prio[] = { '3', '4', '6', '7' };
+static bool log_journal;
+
+/* systemd sets $JOURNAL_STREAM to "DEV:INO" of the stream it connects to stderr; a stderr that
+ * is something else (redirected, or inherited by a child) is not the journal. */
+static bool stderr_is_journal(void)
+{
+	const char *e = getenv("JOURNAL_STREAM");
+	unsigned long long dev, ino;
+	struct stat st;
+	char tail;
+
+	if (!e || sscanf(e, "%llu:%llu%c", &dev, &ino, &tail) != 2)
+		return false;
+	if (fstat(STDERR_FILENO, &st) < 0)
+		return false;
+	return (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
+}
 
 void vm_log_setup(const char *ident, enum vm_log_level level)
 {
 	log_ident = ident;
 	log_max = level;
+	log_journal = stderr_is_journal();
 }
 
 int vm_log_level_parse(const char *s, enum vm_log_level *ret)
@@ -40,8 +64,11 @@ static void vm_vlog(enum vm_log_level level, const char *fmt, va_list ap)
 
 	if (level > log_max)
 		return;
-	n = snprintf(line, sizeof(line), "%s[%d]: %s: ", log_ident, (int)getpid(),
-		     level_names[level]);
+	if (log_journal)
+		n = snprintf(line, sizeof(line), "<%c>%s: ", level_prio[level], level_names[level]);
+	else
+		n = snprintf(line, sizeof(line), "%s[%d]: %s: ", log_ident, (int)getpid(),
+			     level_names[level]);
 	n += vsnprintf(line + n, sizeof(line) - n - 1, fmt, ap);
 	if (n > (int)sizeof(line) - 2)
 		n = sizeof(line) - 2;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-/* Unit tests for lib/log.h's line budget: a flood gives VM_LOG_LIMIT_BURST lines per window and
- * one summary with the number not logged; a quiet source logs every line. */
+/* Unit tests for lib/log.h: the line budget (a flood gives VM_LOG_LIMIT_BURST lines per window and
+ * one summary with the number not logged; a quiet source logs every line), and the journal's
+ * format (priority prefixes, no ident or pid) only where $JOURNAL_STREAM names stderr itself. */
 #include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -107,11 +109,62 @@ static void test_quiet(void **state)
 	assert_null(strstr(out, "not logged"));
 }
 
+/* $JOURNAL_STREAM as systemd sets it for a stderr whose fstat(2) is st, give or take d on the
+ * inode. */
+static void set_stream(const struct stat *st, unsigned long long d)
+{
+	char v[64];
+
+	snprintf(v, sizeof(v), "%llu:%llu", (unsigned long long)st->st_dev,
+		 (unsigned long long)st->st_ino + d);
+	setenv("JOURNAL_STREAM", v, 1);
+}
+
+static void log_each(void)
+{
+	log_err("e %d", 1);
+	log_warn("w %d", 2);
+	log_info("i %d", 3);
+	log_debug("d %d", 4);
+}
+
+static void test_journal(void **state)
+{
+	char want[256];
+	struct stat st;
+
+	assert_int_equal(fstat(STDERR_FILENO, &st), 0);
+	/* stderr is the journal: each line's priority, the level word, no ident or pid. */
+	set_stream(&st, 0);
+	vm_log_setup("t", VM_LOG_DEBUG);
+	log_each();
+	assert_string_equal(captured(), "<3>error: e 1\n<4>warning: w 2\n<6>info: i 3\n"
+					"<7>debug: d 4\n");
+	/* Another stream (stderr redirected under systemd, or a child's): the plain format. */
+	set_stream(&st, 1);
+	vm_log_setup("t", VM_LOG_INFO);
+	log_each();
+	snprintf(want, sizeof(want), "t[%d]: error: e 1\nt[%d]: warning: w 2\nt[%d]: info: i 3\n",
+		 (int)getpid(), (int)getpid(), (int)getpid());
+	assert_string_equal(captured(), want);
+	/* Garbage, and no variable at all: the plain format. */
+	setenv("JOURNAL_STREAM", "8:x", 1);
+	vm_log_setup("t", VM_LOG_INFO);
+	log_warn("w %d", 2);
+	snprintf(want, sizeof(want), "t[%d]: warning: w 2\n", (int)getpid());
+	assert_string_equal(captured(), want);
+	unsetenv("JOURNAL_STREAM");
+	vm_log_setup("t", VM_LOG_INFO);
+	log_warn("w %d", 2);
+	assert_string_equal(captured(), want);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_flood),
 		cmocka_unit_test(test_quiet),
+		cmocka_unit_test(test_journal),
 	};
 
 	return cmocka_run_group_tests(tests, capture, release);

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /* Unit tests for ctl_notify (ctrl/ctl_notify.h) against real datagram sockets standing in for
- * systemd's: a path and an abstract name, the sender's credentials as systemd checks them, and
- * each refusal. */
+ * systemd's: a path and an abstract name, the sender's credentials as systemd checks them, each
+ * refusal, and a receiver that does not read (its queue full: -EAGAIN, never a wait). */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -138,6 +138,24 @@ static void test_abstract(void **state)
 	unsetenv("NOTIFY_SOCKET");
 }
 
+/* A receiver that stops reading fills its queue (net.unix.max_dgram_qlen datagrams); the next
+ * ping fails at once instead of holding the control loop. */
+static void test_full_queue(void **state)
+{
+	struct receiver rx;
+	unsigned int i;
+	int r = 0;
+
+	receiver_open(&rx, NULL);
+	for (i = 0; i < 100000 && r == 0; i++)
+		r = ctl_notify("WATCHDOG=1");
+	assert_int_equal(r, -EAGAIN);
+	assert_true(i > 1);
+	expect_datagram(&rx, "WATCHDOG=1");
+	assert_int_equal(ctl_notify("WATCHDOG=1"), 0);
+	receiver_close(&rx);
+}
+
 static void test_no_listener(void **state)
 {
 	struct receiver rx;
@@ -210,6 +228,7 @@ int main(void)
 		cmocka_unit_test(test_unset_is_a_no_op),
 		cmocka_unit_test(test_path),
 		cmocka_unit_test(test_abstract),
+		cmocka_unit_test(test_full_queue),
 		cmocka_unit_test(test_no_listener),
 		cmocka_unit_test(test_bad_addresses),
 		cmocka_unit_test(test_bad_state),

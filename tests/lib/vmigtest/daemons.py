@@ -41,8 +41,8 @@ def find_binaries(build_dir=None):
 
 
 def find_test_daemon(build_dir=None):
-    """vmigd-test, the daemon with its test machinery (--dpdk-test-impair, source-start's
-    test_delay_first_ms): from $VMIGD_TEST,
+    """vmigd-test, the daemon with its test machinery (--dpdk-test-impair, --test-wedge,
+    source-start's test_delay_first_ms): from $VMIGD_TEST,
     else beside $VMIGD, else from build_dir (default REPO/build); Skip if not built."""
     path = os.environ.get('VMIGD_TEST')
     if not path and os.environ.get('VMIGD'):
