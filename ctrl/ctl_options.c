@@ -13,6 +13,7 @@
 
 #include "ctl_options.h"
 #include "file.h"
+#include "log.h"
 #include "px_node.h"
 #include "units.h"
 #include "util.h"
@@ -395,8 +396,8 @@ static int parse_ulong(const struct opt *op, const char *s, const char *where, u
 	errno = 0;
 	v = strtoul(s, &end, 10);
 	if (errno || !*s || *end || *s == '-' || v < op->min || v > op->max) {
-		fprintf(stderr, "vmigd: %s--%s: expected a number from %lu to %lu, got \"%s\"\n",
-			where, op->name, op->min, op->max, s);
+		vm_log_early(VM_LOG_ERR, "%s--%s: expected a number from %lu to %lu, got \"%s\"",
+			     where, op->name, op->min, op->max, s);
 		return -EINVAL;
 	}
 	*ret = v;
@@ -406,6 +407,8 @@ static int parse_ulong(const struct opt *op, const char *s, const char *where, u
 static int parse_word(const struct opt *op, const char *s, const char *where, int *ret)
 {
 	const struct opt_word *w;
+	char words[256] = "";
+	size_t n = 0;
 
 	for (w = op->words; w->word; w++) {
 		if (strcmp(s, w->word) == 0) {
@@ -413,10 +416,12 @@ static int parse_word(const struct opt *op, const char *s, const char *where, in
 			return 0;
 		}
 	}
-	fprintf(stderr, "vmigd: %s--%s: use ", where, op->name);
-	for (w = op->words; w->word; w++)
-		fprintf(stderr, "%s%s", w == op->words ? "" : w[1].word ? ", " : " or ", w->word);
-	fprintf(stderr, "\n");
+	for (w = op->words; w->word && n < sizeof(words); w++) {
+		const char *sep = w == op->words ? "" : w[1].word ? ", " : " or ";
+
+		n += snprintf(words + n, sizeof(words) - n, "%s%s", sep, w->word);
+	}
+	vm_log_early(VM_LOG_ERR, "%s--%s: use %s", where, op->name, words);
 	return -EINVAL;
 }
 
@@ -448,7 +453,7 @@ static int opt_log_level(const struct opt *op, const char *arg, const char *wher
 {
 	if (vm_log_level_parse(arg, &o->log_level) == 0)
 		return 0;
-	fprintf(stderr, "vmigd: %s--%s: use error, warning, info or debug\n", where, op->name);
+	vm_log_early(VM_LOG_ERR, "%s--%s: use error, warning, info or debug", where, op->name);
 	return -EINVAL;
 }
 
@@ -484,8 +489,8 @@ static int opt_socket_owner(const struct opt *op, const char *arg, const char *w
 		    parse_id(colon ? colon + 1 : uid, &o->socket_gid) == 0)
 			return 0;
 	}
-	fprintf(stderr, "vmigd: %s--%s: expected UID[:GID] (numbers, or -1), got \"%s\"\n", where,
-		op->name, arg);
+	vm_log_early(VM_LOG_ERR, "%s--%s: expected UID[:GID] (numbers, or -1), got \"%s\"", where,
+		     op->name, arg);
 	return -EINVAL;
 }
 
@@ -502,16 +507,16 @@ static int opt_node_bandwidth(const struct opt *op, const char *arg, const char 
 		if (!errno && end == arg + n - 1 && o->node_share_pct > 0 &&
 		    o->node_share_pct <= 100)
 			return 0;
-		fprintf(stderr, "vmigd: %s--%s: a share of the link is 1%% to 100%%, got \"%s\"\n",
-			where, op->name, arg);
+		vm_log_early(VM_LOG_ERR, "%s--%s: a share of the link is 1%% to 100%%, got \"%s\"",
+			     where, op->name, arg);
 		return -EINVAL;
 	}
 	if (vm_parse_rate(arg, &o->node_bandwidth) == 0)
 		return 0;
-	fprintf(stderr,
-		"vmigd: %s--%s: expected a rate such as 1Gbit, 500MB, 64Mi or none (vmigd(8): "
-		"RATE UNITS), or a share of the link such as 80%%, got \"%s\"\n",
-		where, op->name, arg);
+	vm_log_early(VM_LOG_ERR,
+		     "%s--%s: expected a rate such as 1Gbit, 500MB, 64Mi or none (vmigd(8): "
+		     "RATE UNITS), or a share of the link such as 80%%, got \"%s\"",
+		     where, op->name, arg);
 	return -EINVAL;
 }
 
@@ -523,10 +528,10 @@ static int opt_tls_version(const struct opt *op, const char *arg, const char *wh
 	else if (!strcmp(arg, "1.3") || !strcmp(arg, "VersionTLS13"))
 		o->tls.min_version = 13;
 	else {
-		fprintf(stderr,
-			"vmigd: %s--%s: use 1.2 or 1.3 (or VersionTLS12, VersionTLS13); vmigd speaks "
-			"no older TLS, got \"%s\"\n",
-			where, op->name, arg);
+		vm_log_early(VM_LOG_ERR,
+			     "%s--%s: use 1.2 or 1.3 (or VersionTLS12, VersionTLS13); vmigd speaks "
+			     "no older TLS, got \"%s\"",
+			     where, op->name, arg);
 		return -EINVAL;
 	}
 	return 0;
@@ -554,21 +559,21 @@ static int conf_line(const char *path, int lineno, const char *name, const char 
 	char where[PATH_MAX + 32], arg[64];
 
 	if (!op) {
-		fprintf(stderr, "vmigd: %s:%d: unknown option \"%s\"\n", path, lineno, name);
+		vm_log_early(VM_LOG_ERR, "%s:%d: unknown option \"%s\"", path, lineno, name);
 		return -EINVAL;
 	}
 	if (op->flags & OPT_CLI_ONLY) {
-		fprintf(stderr, "vmigd: %s:%d: %s: only on the command line\n", path, lineno, name);
+		vm_log_early(VM_LOG_ERR, "%s:%d: %s: only on the command line", path, lineno, name);
 		return -EINVAL;
 	}
 	if (opt_takes_arg(op) && !*val) {
-		fprintf(stderr, "vmigd: %s:%d: %s needs a value (%s)\n", path, lineno, name,
-			opt_arg(op, arg, sizeof(arg)));
+		vm_log_early(VM_LOG_ERR, "%s:%d: %s needs a value (%s)", path, lineno, name,
+			     opt_arg(op, arg, sizeof(arg)));
 		return -EINVAL;
 	}
 	if (!opt_takes_arg(op) && *val) {
-		fprintf(stderr, "vmigd: %s:%d: %s takes no value, got \"%s\"\n", path, lineno, name,
-			val);
+		vm_log_early(VM_LOG_ERR, "%s:%d: %s takes no value, got \"%s\"", path, lineno, name,
+			     val);
 		return -EINVAL;
 	}
 	snprintf(where, sizeof(where), "%s:%d: ", path, lineno);
@@ -591,11 +596,11 @@ static int opt_config(const struct opt *op, const char *path, const char *where,
 	r = vm_file_read_checked(path, "config", 0, VM_FILE_MAX, &t->text, &len, msg, sizeof(msg));
 	if (r < 0) {
 		free(t);
-		fprintf(stderr, "vmigd: %s\n", msg);
+		vm_log_early(VM_LOG_ERR, "%s", msg);
 		return r;
 	}
 	if (r > 0)
-		fprintf(stderr, "vmigd: warning: %s\n", msg);
+		vm_log_early(VM_LOG_WARN, "%s", msg);
 	t->next = o->conf_texts;
 	o->conf_texts = t;
 	for (line = t->text; *line; line = next) {
@@ -694,7 +699,7 @@ static int options_pass(int argc, char **argv, bool early, struct ctl_options *o
 			return r;
 	}
 	if (!early && optind < argc) {
-		fprintf(stderr, "vmigd: unexpected argument \"%s\"\n", argv[optind]);
+		vm_log_early(VM_LOG_ERR, "unexpected argument \"%s\"", argv[optind]);
 		return -EINVAL;
 	}
 	return 0;

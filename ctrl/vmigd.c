@@ -182,31 +182,31 @@ static int daemon_configure(struct daemon *d, struct ctl_options *o)
 	o->tls.resumption = !o->no_tls_resumption;
 	o->tls.ktls = !o->no_ktls;
 	if (o->no_tls && (o->tls.cert || o->tls.key || o->tls.ca)) {
-		fprintf(stderr, "vmigd: --no-tls contradicts --tls-cert/--tls-key/--tls-ca\n");
+		vm_log_early(VM_LOG_ERR, "--no-tls contradicts --tls-cert/--tls-key/--tls-ca");
 		return -EINVAL;
 	}
 	if (!o->no_tls && (!o->tls.cert || !o->tls.key || !o->tls.ca)) {
-		fprintf(stderr,
-			"vmigd: the node hop is TLS by default: give --tls-cert, --tls-key and "
-			"--tls-ca (PEM), or --no-tls to carry migrations in plain text\n");
+		vm_log_early(VM_LOG_ERR,
+			     "the node hop is TLS by default: give --tls-cert, --tls-key and "
+			     "--tls-ca (PEM), or --no-tls to carry migrations in plain text");
 		return -EINVAL;
 	}
 	if (!o->tls.client_cert != !o->tls.client_key) {
-		fprintf(stderr, "vmigd: --tls-client-cert and --tls-client-key go together\n");
+		vm_log_early(VM_LOG_ERR, "--tls-client-cert and --tls-client-key go together");
 		return -EINVAL;
 	}
 	if (!o->no_tls) {
 		char err[300];
 
 		if (xp_tls_new(&o->tls, &d->tls, err, sizeof(err)) < 0) {
-			fprintf(stderr, "vmigd: TLS: %s\n", err);
+			vm_log_early(VM_LOG_ERR, "TLS: %s", err);
 			return -EINVAL;
 		}
 		tls_log_warnings(d->tls);
 	}
 	if (xp_addr_parse(o->listen, 1, &pc->listen) < 0) {
-		fprintf(stderr, "vmigd: --listen: expected ADDR:PORT (numeric), got \"%s\"\n",
-			o->listen);
+		vm_log_early(VM_LOG_ERR, "--listen: expected ADDR:PORT (numeric), got \"%s\"",
+			     o->listen);
 		return -EINVAL;
 	}
 	/* As KubeVirt: "::" for both families, "0.0.0.0" where IPv6 is off. */
@@ -226,22 +226,22 @@ static int daemon_configure(struct daemon *d, struct ctl_options *o)
 
 		if (strlen(o->advertise) >= sizeof(pc->advertise) ||
 		    xp_addr_from_host(o->advertise, 1, &a) < 0) {
-			fprintf(stderr,
-				"vmigd: --advertise: expected a numeric IP address, got \"%s\"\n",
-				o->advertise);
+			vm_log_early(VM_LOG_ERR,
+				     "--advertise: expected a numeric IP address, got \"%s\"",
+				     o->advertise);
 			return -EINVAL;
 		}
 		strcpy(pc->advertise, o->advertise);
 	}
 	if (o->metrics && xp_addr_parse(o->metrics, 1, &d->metrics_addr) < 0) {
-		fprintf(stderr,
-			"vmigd: --metrics: expected ADDR:PORT (numeric; IPv6 as [ADDR]:PORT), got "
-			"\"%s\"\n",
-			o->metrics);
+		vm_log_early(VM_LOG_ERR,
+			     "--metrics: expected ADDR:PORT (numeric; IPv6 as [ADDR]:PORT), got "
+			     "\"%s\"",
+			     o->metrics);
 		return -EINVAL;
 	}
 	if (xp_unix_path_ok(o->control) < 0) {
-		fprintf(stderr, "vmigd: --control: path too long or empty: \"%s\"\n", o->control);
+		vm_log_early(VM_LOG_ERR, "--control: path too long or empty: \"%s\"", o->control);
 		return -EINVAL;
 	}
 	pc->threads = o->threads;
@@ -263,12 +263,12 @@ static int daemon_configure(struct daemon *d, struct ctl_options *o)
 	pc->socket_uid = o->socket_uid;
 	pc->socket_gid = o->socket_gid;
 	if (!o->dpdk_eal != !o->dpdk_address) {
-		fprintf(stderr, "vmigd: --dpdk and --dpdk-address go together\n");
+		vm_log_early(VM_LOG_ERR, "--dpdk and --dpdk-address go together");
 		return -EINVAL;
 	}
 	if (o->dpdk_eal && !xp_dpdk_built()) {
-		fprintf(stderr, "vmigd: --dpdk: this vmigd was built without DPDK (meson setup "
-				"-Ddpdk=enabled)\n");
+		vm_log_early(VM_LOG_ERR, "--dpdk: this vmigd was built without DPDK (meson setup "
+					 "-Ddpdk=enabled)");
 		return -ENOTSUP;
 	}
 	d->drain_timeout_s = o->drain_timeout_s;

@@ -43,6 +43,29 @@ void vm_log_setup(const char *ident, enum vm_log_level level)
 	log_journal = stderr_is_journal();
 }
 
+void vm_log_early(enum vm_log_level level, const char *fmt, ...)
+{
+	char line[1024];
+	va_list ap;
+	int n = 0;
+
+	if (stderr_is_journal())
+		n = snprintf(line, sizeof(line), "<%c>", level_prio[level]);
+	n += snprintf(line + n, sizeof(line) - n, "%s: %s", log_ident,
+		      level == VM_LOG_ERR    ? ""
+		      : level == VM_LOG_WARN ? "warning: "
+					     : "");
+	va_start(ap, fmt);
+	n += vsnprintf(line + n, sizeof(line) - n - 1, fmt, ap);
+	va_end(ap);
+	if (n > (int)sizeof(line) - 2)
+		n = sizeof(line) - 2;
+	line[n++] = '\n';
+	if (write(STDERR_FILENO, line, n) < 0) {
+		/* nowhere left to report it */
+	}
+}
+
 int vm_log_level_parse(const char *s, enum vm_log_level *ret)
 {
 	for (unsigned int i = 0; i < sizeof(level_names) / sizeof(level_names[0]); i++) {

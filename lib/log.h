@@ -9,6 +9,10 @@
 enum vm_log_level { VM_LOG_ERR, VM_LOG_WARN, VM_LOG_INFO, VM_LOG_DEBUG };
 
 void vm_log_setup(const char *ident, enum vm_log_level level);
+/* A program's start-up error or warning, before vm_log_setup(): "IDENT: message" (warnings
+ * "IDENT: warning: message"), with its priority prefix where stderr is the journal. */
+void vm_log_early(enum vm_log_level level, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 int vm_log_level_parse(const char *s, enum vm_log_level *ret);
 void vm_log(enum vm_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -2,7 +2,8 @@
 """Log priorities in the journal. Part `standin` (no root): vmigd with stderr redirected to a file
 and $JOURNAL_STREAM set to that file's DEV:INO, as systemd sets it for a stream to journald;
 --no-tls makes it warn at start. Every line must carry its syslog priority (<4> for the warning,
-<6> for the start line) and neither ident nor pid (the journal adds both); with $JOURNAL_STREAM
+<6> for the start line, <3> for a start-up error) and neither ident nor pid (the journal adds
+both; a start-up error keeps "vmigd:" as vmigd prints it on a terminal); with $JOURNAL_STREAM
 naming another file, or unset, the lines are "vmigd[PID]: LEVEL: message" as on a terminal.
 Part `systemd` (root, systemd as PID 1, else 77): vmigd-test as a transient Type=notify service
 (systemd-run) with WatchdogSec=2s: `journalctl -u UNIT -p warning` shows the warning and the
@@ -68,6 +69,21 @@ def standin():
                  f'no <6> start line: {lines}')
         ck.check(not any('vmigd[' in ln or f'[{pid}]' in ln for ln in lines),
                  f'ident or pid in a journal line: {lines}')
+        # A start-up error, written before logging is set up, carries <3> too.
+        path = os.path.join(tmp, 'bad-option.log')
+        env = dict(os.environ)
+        with open(path, 'wb') as log:
+            st = os.fstat(log.fileno())
+            env['JOURNAL_STREAM'] = f'{st.st_dev}:{st.st_ino}'
+            rc = subprocess.run([vmigd, '--no-tls', '--listen', 'nowhere', '--control',
+                                 os.path.join(tmp, 'bad.sock')], env=env,
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                timeout=15).returncode
+        with open(path, errors='replace') as f:
+            bad = f.read().splitlines()
+        ck.check(rc != 0 and bad == ['<3>vmigd: --listen: expected ADDR:PORT (numeric), got '
+                                     '"nowhere"'],
+                 f'start-up error to the journal: exit {rc}, {bad}')
         for label, stream in (('other-stream', 'other'), ('terminal', None)):
             lines, pid = run_daemon(vmigd, tmp, label, stream)
             vt.log(f'{label}: ' + ' | '.join(lines[:2]))
