@@ -79,6 +79,9 @@ def run_pair(tool, net, work, name, vdevs, size, keys=(None, None), impair=(), t
         lines = [ln for ln in text.splitlines() if ln.startswith('{')]
         res = json.loads(lines[-1]) if lines else {'output': text[-2000:]}
         res['rc'] = rc
+        if rc < 0 and lines:
+            log(f'{name}: {prefix} died of signal {-rc} after printing its result (in its '
+                f'teardown: DPDK 22.11 stopping a memif port while the peer hangs up)')
         results.append(res)
     log(f'{name}: receiver {short(results[0])}; sender {short(results[1])}')
     # The port's own link never coming up is DPDK's memif handshake, not the hop: seen once in
