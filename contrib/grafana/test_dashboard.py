@@ -29,14 +29,7 @@ RULES = os.path.join(ROOT, 'contrib', 'prometheus', 'vmigd-rules.yaml')
 GRAFANA_VARS = {'$__rate_interval': '1m', '$__interval': '1m', '$__range': '1h'}
 KEYWORDS = {'and', 'or', 'unless', 'bool', 'offset', 'by', 'without', 'on', 'ignoring',
             'group_left', 'group_right', 'atan2', 'inf', 'nan', 'Inf', 'NaN'}
-failures = []
-
-
-def expect(cond, what):
-    print(('ok   ' if cond else 'FAIL ') + what, flush=True)
-    if not cond:
-        failures.append(what)
-    return cond
+ck = vt.Checks('dashboard checks')
 
 
 def panels(items):
@@ -96,12 +89,12 @@ def scrape_families(work):
         status, _, body = vt.http_get(None, d.metrics_url())
     finally:
         rc = vt.stop_process(d.proc)
-    expect(status == 200 and rc == 0, f'vmigd served /metrics ({status}) and exited {rc}')
+    ck.check(status == 200 and rc == 0, f'vmigd served /metrics ({status}) and exited {rc}')
     fams, problems = vt.parse_prometheus(body)
-    expect(not problems, 'the scrape parses strictly' + ''.join('\n  ' + p for p in problems))
+    ck.check(not problems, 'the scrape parses strictly' + ''.join('\n  ' + p for p in problems))
     p = subprocess.run(['promtool', 'check', 'metrics'], input=body, capture_output=True,
                        text=True, timeout=60)
-    expect(p.returncode == 0, 'promtool check metrics on the scrape' +
+    ck.check(p.returncode == 0, 'promtool check metrics on the scrape' +
            ''.join('\n  ' + line for line in (p.stdout + p.stderr).strip().splitlines()))
     print(f'{len(fams)} families in a fresh vmigd\'s scrape')
     return {n: f['type'] for n, f in fams.items()}
@@ -115,24 +108,24 @@ def check_parse(exprs, work):
             f.write(f'      - record: dashboard:expr_{i}\n        expr: {json.dumps(e)}\n')
     p = subprocess.run(['promtool', 'check', 'rules', path], capture_output=True, text=True,
                        timeout=60)
-    expect(p.returncode == 0, f'promtool parses the dashboard\'s {len(exprs)} expressions' +
+    ck.check(p.returncode == 0, f'promtool parses the dashboard\'s {len(exprs)} expressions' +
            ''.join('\n  ' + line for line in (p.stdout + p.stderr).strip().splitlines()))
 
 
 def check_layout(dash):
     names = {v['name']: v for v in dash['templating']['list']}
     ds = names.get('datasource', {})
-    expect(ds.get('type') == 'datasource' and ds.get('query') == 'prometheus',
+    ck.check(ds.get('type') == 'datasource' and ds.get('query') == 'prometheus',
            'a Prometheus data source variable')
-    expect(names.get('instance', {}).get('type') == 'query' and 'job' in names,
+    ck.check(names.get('instance', {}).get('type') == 'query' and 'job' in names,
            'node (instance) and job variables')
     bad = [p['title'] for p in panels(dash['panels']) if p['type'] != 'row' and
            (p.get('datasource', {}).get('uid') != '${datasource}' or
             any(t.get('datasource', {}).get('uid') != '${datasource}' for t in p['targets']))]
-    expect(not bad, f'every panel queries ${{datasource}} ({bad or "all do"})')
+    ck.check(not bad, f'every panel queries ${{datasource}} ({bad or "all do"})')
     bad = [p['title'] for p in panels(dash['panels']) if p['type'] != 'row' and
            any('instance=~"$instance"' not in t['expr'] for t in p['targets'])]
-    expect(not bad, f'every query follows the node variable ({bad or "all do"})')
+    ck.check(not bad, f'every query follows the node variable ({bad or "all do"})')
 
 
 def main():
@@ -152,7 +145,7 @@ def main():
     check_layout(dash)
     planted = ('sum by (instance) (rate(vmigd_bogus_total{job=~"vmigd.*", a="b c"}[5m])) / '
                'on (instance) group_left vmigd:x:rate1m + up offset 5m * 1e3')
-    expect(metric_names(planted) == {'vmigd_bogus_total', 'vmigd:x:rate1m', 'up'},
+    ck.check(metric_names(planted) == {'vmigd_bogus_total', 'vmigd:x:rate1m', 'up'},
            f'the name extraction finds the names in {planted}')
     with vt.work_directory('vmigd-dashboard-') as work:
         check_parse([e for e in exprs if e[0].startswith(('panel', 'variable'))], work)
@@ -164,12 +157,10 @@ def main():
     for n in sorted(used):
         if n in records:
             continue
-        expect(n in exported or n == 'up',
+        ck.check(n in exported or n == 'up',
                f'{n}: exported by vmigd ({len(used[n])} use(s), e.g. {used[n][0]})')
-    expect(len(used) > 30, f'{len(used)} names used by {len(exprs)} expressions')
-    if failures:
-        raise vt.HarnessError(f'{len(failures)} check(s) failed: ' + '; '.join(
-            f.splitlines()[0] for f in failures))
+    ck.check(len(used) > 30, f'{len(used)} names used by {len(exprs)} expressions')
+    ck.finish()
 
 
 if __name__ == '__main__':

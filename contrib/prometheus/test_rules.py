@@ -14,19 +14,16 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'tests',
+                                'lib'))
+import vmigtest as vt  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, '..', '..')
 RULES = os.path.join(HERE, 'vmigd-rules.yaml')
 TESTS = os.path.join(HERE, 'vmigd-rules.test.yaml')
 RUNBOOK = os.path.join(ROOT, 'doc', 'alerts.md')
-failures = []
-
-
-def expect(cond, what):
-    print(('ok   ' if cond else 'FAIL ') + what, flush=True)
-    if not cond:
-        failures.append(what)
-    return cond
+ck = vt.Checks('rules checks')
 
 
 def promtool(*args, cwd=HERE):
@@ -57,20 +54,20 @@ def check_coverage(yaml):
     used = ' '.join(r['expr'] for r in rules)
     for a in alerts:
         name = a['alert']
-        expect(name in firing and name in quiet,
+        ck.check(name in firing and name in quiet,
                f'{name}: unit tests of it firing and of it not firing')
         ann, lab = a.get('annotations', {}), a.get('labels', {})
-        expect(lab.get('severity') in ('critical', 'warning', 'info') and
+        ck.check(lab.get('severity') in ('critical', 'warning', 'info') and
                ann.get('summary') and ann.get('description'),
                f'{name}: severity {lab.get("severity")}, a summary and a description')
         url = ann.get('runbook_url', '')
-        expect(url == 'doc/alerts.md#' + name.lower() and name.lower() in anchors(RUNBOOK),
+        ck.check(url == 'doc/alerts.md#' + name.lower() and name.lower() in anchors(RUNBOOK),
                f'{name}: runbook_url {url}, a section of doc/alerts.md')
     for r in records:
-        expect(re.search(r'(?<![\w:])' + re.escape(r) + r'(?![\w:])', tested_exprs) or
+        ck.check(re.search(r'(?<![\w:])' + re.escape(r) + r'(?![\w:])', tested_exprs) or
                re.search(r'(?<![\w:])' + re.escape(r) + r'(?![\w:])', used),
                f'{r}: a unit test evaluates it (or a tested rule uses it)')
-    expect(len(alerts) >= 8 and len(records) >= 4,
+    ck.check(len(alerts) >= 8 and len(records) >= 4,
            f'{len(alerts)} alerts, {len(records)} recording rules')
     return alerts
 
@@ -85,42 +82,37 @@ def check_planted(alerts):
     with tempfile.TemporaryDirectory(prefix='vmigd-rules-') as work:
         shutil.copy(TESTS, work)
         for old, new in plants:
-            if not expect(old in text, f'planted: {old!r} is in the rules'):
+            if not ck.check(old in text, f'planted: {old!r} is in the rules'):
                 continue
             with open(os.path.join(work, 'vmigd-rules.yaml'), 'w') as f:
                 f.write(text.replace(old, new, 1))
             rc, out = promtool('test', 'rules', 'vmigd-rules.test.yaml', cwd=work)
-            expect(rc != 0 and 'FAILED' in out,
+            ck.check(rc != 0 and 'FAILED' in out,
                    f'planted: {old!r} -> {new!r} fails the unit tests (rc {rc})')
 
 
 def main():
     if shutil.which('promtool') is None:
-        print('SKIP: no promtool (Debian: apt-get install prometheus)')
-        return 77
+        raise vt.Skip('no promtool (Debian: apt-get install prometheus)')
     try:
         import yaml
     except ImportError:
-        print('SKIP: no Python yaml module (Debian: apt-get install python3-yaml)')
-        return 77
+        raise vt.Skip('no Python yaml module (Debian: apt-get install python3-yaml)')
     print(promtool('--version')[1].splitlines()[0])
     rc, out = promtool('check', 'rules', 'vmigd-rules.yaml')
     print(out)
-    expect(rc == 0, 'promtool check rules vmigd-rules.yaml')
+    ck.check(rc == 0, 'promtool check rules vmigd-rules.yaml')
     rc, out = promtool('test', 'rules', 'vmigd-rules.test.yaml')
     print(out)
-    expect(rc == 0, 'promtool test rules vmigd-rules.test.yaml')
+    ck.check(rc == 0, 'promtool test rules vmigd-rules.test.yaml')
     alerts = check_coverage(yaml)
     check_planted(alerts)
     p = subprocess.run([sys.executable, os.path.join(HERE, 'make-prometheusrule'), '--check'],
                        capture_output=True, text=True)
     print(p.stdout.strip())
-    expect(p.returncode == 0, 'the KubeVirt deploy\'s PrometheusRule is made from the rules')
-    if failures:
-        print(f'{len(failures)} check(s) failed')
-        return 1
-    return 0
+    ck.check(p.returncode == 0, 'the KubeVirt deploy\'s PrometheusRule is made from the rules')
+    ck.finish()
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    vt.run_main(main)
