@@ -556,8 +556,8 @@ int main(int argc, char **argv)
 		       ds.tx_bursts);
 		r = t_end && bad == 0 && (sender || checked == receive) ? 0 : 1;
 	}
-	/* The result is out before the teardown: stopping a memif port whose peer hangs up at the
-	 * same moment has crashed inside DPDK 22.11 (xp_dpdk_close()'s comment). */
+	/* The result is out before the teardown, which is DPDK's as much as ours (xp_dpdk_close()'s
+	 * comment: a memif port is left to the exit). */
 	fflush(stdout);
 	xp_hop_free(hop);
 	xp_impair_free(im);
