@@ -5,9 +5,11 @@
 #ifndef XP_LINK_H
 #define XP_LINK_H
 
+#include <errno.h>
 #include <stdint.h>
 
 struct xp_link;
+struct xp_tls_sess;
 
 /* Every call runs on the control thread. */
 struct xp_link_ops {
@@ -20,6 +22,17 @@ struct xp_link_ops {
 	/* Paces what the link sends to the peer (bytes/s, 0: none); a path without pacing
 	 * ignores it. */
 	void (*set_pacing)(struct xp_link *l, uint64_t rate);
+	/*
+	 * Resumable links (xp_link_opts.resume); NULL on a path that has none. suspend: drop the
+	 * node hop as if it had failed (an XP_END_SUSPENDED report follows unless the link ends
+	 * first). resume: a suspended link goes on over fd (and tls, NULL in plain text: both
+	 * the link's from then on) from have, the offset of what the local socket sends that the
+	 * peer has; -ERANGE when that is outside what the link kept (nothing is taken then).
+	 * kept: bytes held for the peer now.
+	 */
+	void (*suspend)(struct xp_link *l);
+	int (*resume)(struct xp_link *l, int fd, struct xp_tls_sess *tls, uint64_t have);
+	uint64_t (*kept)(const struct xp_link *l);
 };
 
 /* The head of every link: a data path embeds it first in a link of its own. */
@@ -45,6 +58,23 @@ static inline uint64_t xp_link_shaped_ns(const struct xp_link *l)
 static inline void xp_link_set_pacing(struct xp_link *l, uint64_t rate)
 {
 	l->ops->set_pacing(l, rate);
+}
+
+static inline void xp_link_suspend(struct xp_link *l)
+{
+	if (l->ops->suspend)
+		l->ops->suspend(l);
+}
+
+static inline int xp_link_resume(struct xp_link *l, int fd, struct xp_tls_sess *tls,
+				 uint64_t have)
+{
+	return l->ops->resume ? l->ops->resume(l, fd, tls, have) : -ENOTSUP;
+}
+
+static inline uint64_t xp_link_kept(const struct xp_link *l)
+{
+	return l->ops->kept ? l->ops->kept(l) : 0;
 }
 
 #endif

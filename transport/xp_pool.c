@@ -24,6 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -34,7 +36,7 @@
 #include "xp_sock.h"
 #include "xp_tls.h"
 
-enum { MSG_ATTACH = 1, MSG_ABORT, MSG_QUIT, MSG_PACE };
+enum { MSG_ATTACH = 1, MSG_ABORT, MSG_QUIT, MSG_PACE, MSG_SUSPEND, MSG_RESUME };
 
 #define MSG(type, idx) ((uint32_t)(type) << 24 | (idx))
 
@@ -95,7 +97,7 @@ static void arm_inbox(struct xp_worker *w)
 	io_uring_sqe_set_data64(sqe, UD(OP_INBOX, 0, 0));
 }
 
-static void ready_unlink(struct xp_worker *w, struct pool_link *l)
+void xp_ready_unlink(struct xp_worker *w, struct pool_link *l)
 {
 	struct xp_pump **pp = &w->ready_head;
 
@@ -126,7 +128,12 @@ static void link_finalize(struct xp_worker *w, struct pool_link *l)
 {
 	bool clean = l->res.end == XP_END_CLEAN;
 
-	ready_unlink(w, l);
+	xp_ready_unlink(w, l);
+	if (framed(l)) {
+		l->res.replayed = atomic_load_explicit(&l->pub_replayed, memory_order_relaxed);
+		l->res.resumed = atomic_load_explicit(&l->pub_resumed, memory_order_relaxed);
+		xp_frame_close(l);
+	}
 	for (int d = 0; d < 2; d++) {
 		struct xp_pump *p = &l->p[d];
 
@@ -144,6 +151,8 @@ static void link_finalize(struct xp_worker *w, struct pool_link *l)
 		free(p->peek);
 		p->peek = NULL;
 		xp_link_result_digest(&l->res, d, &p->dg);
+		if (l->fd[d] < 0)
+			continue; /* a suspended link's node hop is gone already */
 		if (clean)
 			close(l->fd[d]);
 		else
@@ -158,14 +167,20 @@ static void link_finalize(struct xp_worker *w, struct pool_link *l)
 		l->tls = NULL;
 	}
 	l->live = false;
+	l->suspended = l->suspending = false;
 	w->nlive--;
-	/* The outbox holds one entry per slot, so this cannot fail. */
-	spsc_push(&w->outbox, l->idx);
+	xp_outbox_post(w, l->idx);
+}
+
+void xp_outbox_post(struct xp_worker *w, uint32_t v)
+{
+	/* Two entries per slot, the most outstanding: a suspension report and the end. */
+	spsc_push(&w->outbox, v);
 	w->posted = true;
 }
 
-/* Asks the kernel to end direction d's armed poll or timer; its completion finalizes the link. */
-static void pump_cancel(struct xp_worker *w, struct pool_link *l, unsigned int d)
+/* Its completion finalizes (or suspends) the link. */
+void xp_pump_cancel(struct xp_worker *w, struct pool_link *l, unsigned int d)
 {
 	struct io_uring_sqe *sqe = get_sqe(w);
 
@@ -187,9 +202,24 @@ void xp_link_close(struct xp_worker *w, struct pool_link *l, enum xp_link_end en
 	l->res.err_side = side;
 	for (unsigned int d = 0; d < 2; d++)
 		if (l->p[d].armed)
-			pump_cancel(w, l, d);
+			xp_pump_cancel(w, l, d);
 	if (l->inflight == 0)
 		link_finalize(w, l);
+}
+
+void xp_link_fail(struct xp_worker *w, struct pool_link *l, int err, unsigned int side)
+{
+	if (framed(l) && l->hop_closing) {
+		/* both directions were complete: what failed is only the goodbye */
+		xp_link_close(w, l, XP_END_CLEAN, 0, 0);
+		return;
+	}
+	/* A frame out of protocol is the peer's fault, not the network's: no second try. */
+	if (framed(l) && side == 1 && err != -EBADMSG) {
+		xp_frame_suspend(w, l, err);
+		return;
+	}
+	xp_link_close(w, l, XP_END_ERROR, err, side);
 }
 
 static void run_ready(struct xp_worker *w)
@@ -266,6 +296,8 @@ static void link_start(struct xp_worker *w, struct pool_link *l)
 		p->head = 0;
 		p->buf = NULL;
 		p->eof = p->done = p->armed = p->timer = p->queued = p->notified = false;
+		p->keep[0] = p->keep[1] = -1;
+		p->ring = 0;
 		p->bucket[0] = d == 0 ? l->opts.bucket[0] : NULL;
 		p->bucket[1] = d == 0 ? l->opts.bucket[1] : NULL;
 		p->shaped = p->bucket[0] || p->bucket[1];
@@ -289,6 +321,8 @@ static void link_start(struct xp_worker *w, struct pool_link *l)
 		if (r == 0 && l->opts.digest && !(p->dg = vm_digest_new()))
 			r = -ENOMEM;
 	}
+	if (r == 0 && framed(l))
+		r = xp_frame_open(w, l);
 	if (r < 0) {
 		xp_link_close(w, l, XP_END_ERROR, r, 0);
 		return;
@@ -324,8 +358,15 @@ static void handle_inbox(struct xp_worker *w)
 			break;
 		case MSG_PACE:
 			atomic_store(&l->pace_posted, false);
-			if (l->live && !l->closing)
+			if (l->live && !l->closing && l->fd[1] >= 0)
 				link_apply_pacing(l);
+			break;
+		case MSG_SUSPEND:
+			if (l->live && !l->closing && framed(l) && !l->hop_closing)
+				xp_frame_suspend(w, l, -ECONNABORTED);
+			break;
+		case MSG_RESUME:
+			xp_frame_resume(w, l);
 			break;
 		case MSG_QUIT:
 			w->quit = true;
@@ -361,10 +402,15 @@ static void handle_cqe(struct xp_worker *w, const struct io_uring_cqe *cqe)
 				link_finalize(w, l);
 			return;
 		}
+		if (l->suspending) {
+			if (l->inflight == 0)
+				xp_frame_suspended(w, l);
+			return;
+		}
 		/* POLLERR and POLLHUP come back as events; the splice reports the actual error. */
 		if (cqe->res < 0 && cqe->res != -ECANCELED &&
 		    !(UD_OP(ud) == OP_TIMER && cqe->res == -ETIME)) {
-			xp_link_close(w, l, XP_END_ERROR, cqe->res, p->dir);
+			xp_link_fail(w, l, cqe->res, UD_OP(ud) == OP_POLL ? p->armed_side : p->dir);
 			return;
 		}
 		xp_pump_step(w, p);
@@ -379,8 +425,8 @@ static void handle_cqe(struct xp_worker *w, const struct io_uring_cqe *cqe)
 		 */
 		l = &w->links[UD_IDX(ud)];
 		p = &l->p[UD_DIR(ud)];
-		if (cqe->res == -EALREADY && l->live && l->closing && p->armed)
-			pump_cancel(w, l, UD_DIR(ud));
+		if (cqe->res == -EALREADY && l->live && (l->closing || l->suspending) && p->armed)
+			xp_pump_cancel(w, l, UD_DIR(ud));
 		return;
 	default:
 		return;
@@ -470,16 +516,20 @@ static int worker_init(struct xp_pool *pool, struct xp_worker *w, unsigned int i
 	w->dg_peek = malloc(DIGEST_PEEK_MAX);
 	if (!w->links || !w->free_slots || !w->dg_peek)
 		return -ENOMEM;
-	r = spsc_init(&w->inbox, 3 * slots + 2);
+	w->devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
+	if (w->devnull < 0)
+		return -errno;
+	r = spsc_init(&w->inbox, 5 * slots + 2);
 	if (r < 0)
 		return r;
-	r = spsc_init(&w->outbox, slots);
+	r = spsc_init(&w->outbox, 2 * slots);
 	if (r < 0)
 		return r;
 	for (unsigned int i = 0; i < slots; i++) {
 		w->links[i].w = w;
 		w->links[i].idx = i;
 		w->links[i].fd[0] = w->links[i].fd[1] = -1;
+		w->links[i].resume_fd = -1;
 		w->free_slots[i] = slots - 1 - i;
 	}
 	w->nfree = slots;
@@ -504,8 +554,8 @@ static int worker_init(struct xp_pool *pool, struct xp_worker *w, unsigned int i
 static void worker_post(struct xp_worker *w, uint32_t msg)
 {
 	/*
-	 * The inbox holds three messages per slot plus QUIT, the most that can be outstanding:
-	 * ATTACH, ABORT and one PACE each.
+	 * The inbox holds five messages per slot plus QUIT, the most that can be outstanding:
+	 * ATTACH, ABORT, one PACE, one SUSPEND and one RESUME each.
 	 */
 	spsc_push(&w->inbox, msg);
 	eventfd_write(w->inbox_fd, 1);
@@ -524,6 +574,8 @@ void xp_pool_free(struct xp_pool *p)
 		}
 		if (w->inbox_fd >= 0)
 			close(w->inbox_fd);
+		if (w->devnull > 0)
+			close(w->devnull);
 		free(w->links);
 		free(w->free_slots);
 		free(w->dg_peek);
@@ -593,10 +645,15 @@ void xp_pool_reap(struct xp_pool *p)
 		uint32_t idx;
 
 		while (spsc_pop(&w->outbox, &idx)) {
-			struct pool_link *l = &w->links[idx];
+			struct pool_link *l = &w->links[idx & ~OUTBOX_SUSPENDED];
 			struct xp_link_result res = l->res;
 			void *cookie = l->cookie;
 
+			if (idx & OUTBOX_SUSPENDED) {
+				/* still the worker's: only its report changes hands */
+				p->done(cookie, &res, p->arg);
+				continue;
+			}
 			l->cookie = NULL;
 			l->abort_sent = false;
 			w->free_slots[w->nfree++] = idx;
@@ -639,11 +696,62 @@ static uint64_t pool_link_shaped_ns(const struct xp_link *xl)
 	return atomic_load_explicit(&CONST_POOL_LINK(xl)->p[0].shaped_ns, memory_order_relaxed);
 }
 
+static void pool_link_suspend(struct xp_link *xl)
+{
+	struct pool_link *l = POOL_LINK(xl);
+
+	if (l->abort_sent || l->suspend_sent || !framed(l))
+		return;
+	l->suspend_sent = true;
+	worker_post(l->w, MSG(MSG_SUSPEND, l->idx));
+}
+
+/* The node hop's options on a resumable link: no Nagle (the return path's small messages),
+ * and a bound on how long it may answer nothing before it counts as failed. */
+static void hop_options(int fd, const struct xp_link_opts *o)
+{
+	int one = 1;
+
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (o->resume.keep && o->resume.silence_ms)
+		(void)xp_tcp_liveness(fd, o->resume.silence_ms);
+}
+
+/* Runs on the control thread after the link's suspension report: the worker leaves a
+ * suspended link alone until MSG_RESUME, so the offsets it published hold still. */
+static int pool_link_resume(struct xp_link *xl, int fd, struct xp_tls_sess *tls, uint64_t have)
+{
+	struct pool_link *l = POOL_LINK(xl);
+
+	if (!framed(l))
+		return -ENOTSUP;
+	if (l->abort_sent)
+		return -ECONNABORTED;
+	if (have < atomic_load_explicit(&l->pub_acked, memory_order_relaxed) ||
+	    have > atomic_load_explicit(&l->pub_sent, memory_order_relaxed))
+		return -ERANGE;
+	hop_options(fd, &l->opts);
+	l->resume_fd = fd;
+	l->resume_tls = tls;
+	l->resume_from = have;
+	l->suspend_sent = false;
+	worker_post(l->w, MSG(MSG_RESUME, l->idx));
+	return 0;
+}
+
+static uint64_t pool_link_kept(const struct xp_link *xl)
+{
+	return atomic_load_explicit(&CONST_POOL_LINK(xl)->pub_kept, memory_order_relaxed);
+}
+
 static const struct xp_link_ops pool_link_ops = {
 	.abort = pool_link_abort,
 	.bytes = pool_link_bytes,
 	.shaped_ns = pool_link_shaped_ns,
 	.set_pacing = pool_link_set_pacing,
+	.suspend = pool_link_suspend,
+	.resume = pool_link_resume,
+	.kept = pool_link_kept,
 };
 
 int xp_pool_attach(struct xp_pool *p, int fd_a, int fd_b, const struct xp_link_opts *o,
@@ -664,7 +772,9 @@ int xp_pool_attach(struct xp_pool *p, int fd_a, int fd_b, const struct xp_link_o
 	l->opts = *o;
 	l->tls = o->tls;
 	l->cookie = o->cookie;
-	l->abort_sent = false;
+	l->abort_sent = l->suspend_sent = false;
+	if (framed(l))
+		hop_options(fd_b, o);
 	atomic_store_explicit(&l->pace_rate, 0, memory_order_relaxed);
 	atomic_store(&l->pace_posted, false);
 	l->base.ops = &pool_link_ops;

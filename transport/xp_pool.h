@@ -37,6 +37,13 @@ enum xp_link_end {
 	XP_END_CLEAN,	/* both directions reached end of stream and were half-closed */
 	XP_END_ERROR,	/* a socket error; err says which */
 	XP_END_ABORTED, /* xp_link_abort() */
+	/*
+	 * Not an end: a resumable link's node hop failed (err, err_side 1) or was dropped
+	 * (xp_link_suspend()); the link lives on without it, holding the local socket and what it
+	 * kept, until xp_link_resume() gives it a new one or xp_link_abort() ends it. The done
+	 * callback runs again when it ends.
+	 */
+	XP_END_SUSPENDED,
 };
 
 struct xp_link_result {
@@ -61,6 +68,15 @@ struct xp_link_result {
 	 * end of stream, and not all of the rest had arrived: its digest covers a prefix.
 	 */
 	bool digest_partial[2];
+	/*
+	 * Resumable links. XP_END_SUSPENDED: have, the bytes of direction b to a this side took
+	 * from the node hop (the peer sends again from there); kept_from and kept_to, the offsets
+	 * of direction a to b this side can still send again (the peer's have must lie between).
+	 * Always: bytes of direction a to b sent again after resumptions, and how many there were.
+	 */
+	uint64_t have, kept_from, kept_to;
+	uint64_t replayed;
+	unsigned int resumed;
 };
 
 /*
@@ -105,6 +121,17 @@ struct xp_link_opts {
 		uint16_t port;
 		uint32_t stream;
 	} dpdk;
+	/*
+	 * Resumable (both vmigd agreed on it; never raw, never DPDK): fd_b carries frames
+	 * (xp_frame.h); direction a to b keeps up to keep bytes it sent until the peer says it
+	 * delivered them, and stops reading when that is full; a failure of fd_b suspends the
+	 * link (XP_END_SUSPENDED) instead of ending it. silence_ms: fd_b's TCP user timeout and
+	 * keepalive, how long a node hop that answers nothing is borne. keep 0: not resumable.
+	 */
+	struct {
+		size_t keep;
+		unsigned int silence_ms;
+	} resume;
 };
 
 struct vm_digest;
@@ -131,6 +158,7 @@ unsigned int xp_pool_threads(const struct xp_pool *p);
 int xp_pool_attach(struct xp_pool *p, int fd_a, int fd_b, const struct xp_link_opts *o,
 		   struct xp_link **ret);
 /* The link's ops (xp_link.h): abort cuts it from the worker, and its done callback follows;
+ * suspend and resume as xp_link.h says (resume sets fd_b's TCP options as attach does);
  * set_pacing sets SO_MAX_PACING_RATE on fd_b from the worker, so that TCP paces what the link
  * sends (the kernel's internal pacing needs no fq qdisc); shaped_ns is direction a to b's. */
 

@@ -13,10 +13,14 @@
 #include <stdint.h>
 
 #include "digest.h"
+#include "xp_frame.h"
 #include "xp_pool.h"
 #include "xp_tls.h"
 
 enum { OP_INBOX = 1, OP_POLL, OP_CANCEL, OP_TIMER };
+
+/* An outbox entry with this bit reports a suspended link (its slot stays taken). */
+#define OUTBOX_SUSPENDED 0x80000000u
 
 #define UD(op, dir, idx) ((uint64_t)(op) << 56 | (uint64_t)(dir) << 48 | (uint64_t)(idx))
 #define UD_OP(ud)	 ((unsigned int)((ud) >> 56))
@@ -47,6 +51,24 @@ struct spsc {
 	_Atomic uint32_t tail;
 };
 
+/* A resumable link's node-hop side (xp_frame.c): the frame being read, in direction 1. */
+struct frame_in {
+	uint8_t hdr[XP_FRAME_LEN];
+	unsigned int have; /* header bytes read */
+	uint64_t left;	   /* payload of the open DATA frame still to come */
+	bool end;	   /* END read: the peer's direction is complete */
+	bool discard;	   /* the local peer closed: what comes is read, dropped and acknowledged */
+	bool local_done;   /* after END: the local socket was half-closed */
+};
+
+/* ... and the frame being written, in direction 0 (ACKs for direction 1 go out here too). */
+struct frame_out {
+	uint8_t hdr[XP_FRAME_LEN];
+	unsigned int len, off; /* a header on its way: off of its len bytes written */
+	uint64_t left;	       /* payload of the open DATA frame still to send */
+	bool end_sent;
+};
+
 struct xp_pump {
 	struct pool_link *link;
 	unsigned int dir;
@@ -61,6 +83,7 @@ struct xp_pump {
 	bool eof;    /* the source reached end of stream */
 	bool done;   /* eof, pipe drained, destination half-closed */
 	bool armed;  /* a POLL_ADD or a TIMEOUT is in flight */
+	unsigned int armed_side; /* ... a POLL_ADD on fd[armed_side] */
 	bool timer;  /* ... and it is the TIMEOUT: waiting for tokens */
 	bool queued; /* on the worker's ready list */
 	struct xp_pump *next;
@@ -77,6 +100,24 @@ struct xp_pump {
 	size_t tap_seen;   /* bytes shown to the tap, not yet moved */
 	uint64_t tap_skip; /* after those, bytes it lets pass unseen */
 	struct vm_digest *dg; /* what it read, in order; NULL: no digest */
+	/*
+	 * Resumable links (link->opts.resume.keep): direction 0 keeps what it sent until the
+	 * peer acknowledges it, in a second pipe (splice: keep, [acked, teed)) or behind head in
+	 * buf, a ring of ring bytes mapped twice in a row (so any ring bytes from any offset are
+	 * one run). Offsets count the stream from its start; sent rewinds at a resumption, bytes
+	 * (the figure) does not.
+	 */
+	struct frame_in fin;   /* direction 1 */
+	struct frame_out fout; /* direction 0 */
+	int keep[2];
+	size_t keep_cap;   /* what keep may hold (splice), or the ring's size */
+	size_t ring;	   /* buffer kinds: the ring's size; 0: a plain buffer */
+	uint64_t sent;	   /* stream offset of the next byte to send */
+	uint64_t teed;	   /* splice: bytes up to this offset are in keep */
+	uint64_t acked;	   /* what the peer delivered */
+	uint64_t dropped;  /* direction 1: read and dropped (the local peer had closed) */
+	bool wait_ack;	   /* parked until an ACK makes room or completes the direction */
+	bool final_acked;  /* direction 1: the ACK of its whole stream is out */
 };
 
 struct pool_link {
@@ -91,13 +132,28 @@ struct pool_link {
 	_Atomic uint64_t pace_rate;
 	_Atomic bool pace_posted;
 	/* control thread only */
-	bool abort_sent;
+	bool abort_sent, suspend_sent;
 	/* worker only */
 	bool live;
 	bool closing;
 	unsigned int inflight;
 	struct xp_pump p[2];
 	struct xp_link_result res;
+	/*
+	 * Resumable links: suspending while the polls are cancelled, suspended once the node hop
+	 * is closed and the control thread told; hop_closing once both directions are complete
+	 * and the FIN is out, reading the hop to its end. ack_sent: direction 1's count last
+	 * acknowledged; ack_every: how many delivered bytes make an ACK due.
+	 */
+	bool suspending, suspended, hop_closing;
+	uint64_t ack_sent, ack_every;
+	/* set by the control thread before MSG_RESUME */
+	int resume_fd;
+	struct xp_tls_sess *resume_tls;
+	uint64_t resume_from;
+	/* for the control thread: stable while suspended, otherwise figures */
+	_Atomic uint64_t pub_acked, pub_sent, pub_kept, pub_replayed, pub_have;
+	_Atomic unsigned int pub_resumed;
 };
 
 #define POOL_LINK(xl)	    container_of(xl, struct pool_link, base)
@@ -123,6 +179,7 @@ struct xp_worker {
 	bool posted;
 	struct xp_pump *ready_head, *ready_tail;
 	uint8_t *dg_peek; /* DIGEST_PEEK_MAX: spliced bytes shown to a digest */
+	int devnull;	  /* where acknowledged kept bytes and dropped ones are spliced */
 	int init_err;
 };
 
@@ -152,13 +209,77 @@ static inline void ready_push(struct xp_worker *w, struct xp_pump *p)
 }
 
 /* xp_pool.c, on the link's worker */
+/* Asks the kernel to end direction d's armed poll or timer. */
+void xp_pump_cancel(struct xp_worker *w, struct pool_link *l, unsigned int d);
+/* Tells the control thread about a slot: ended, or (OUTBOX_SUSPENDED) suspended. */
+void xp_outbox_post(struct xp_worker *w, uint32_t v);
+/* Takes the link's directions off the ready list. */
+void xp_ready_unlink(struct xp_worker *w, struct pool_link *l);
 /* Starts tearing a link down: polls in flight are cancelled, their completions awaited. */
 void xp_link_close(struct xp_worker *w, struct pool_link *l, enum xp_link_end end, int err,
 		   unsigned int side);
+
+/* A socket error on side (0 local, 1 node hop): a resumable link whose node hop failed is
+ * suspended (xp_frame.c), any other ends with the error. */
+void xp_link_fail(struct xp_worker *w, struct pool_link *l, int err, unsigned int side);
 
 /* xp_pump.c, on the link's worker */
 /* Runs one direction that is neither armed nor done; queues it again when it stopped on its
  * budget, and closes the link on an error or when both directions are done. */
 void xp_pump_step(struct xp_worker *w, struct xp_pump *p);
+void xp_pump_arm_poll(struct xp_worker *w, struct xp_pump *p, int fd, unsigned int mask);
+
+/* xp_frame.c, on the link's worker: a resumable link's framing, keeping and resuming */
+static inline bool framed(const struct pool_link *l)
+{
+	return l->opts.resume.keep > 0;
+}
+/* Per link, at its start: the kept pipe or the ring (direction 0), the ACK pace. */
+int xp_frame_open(struct xp_worker *w, struct pool_link *l);
+void xp_frame_close(struct pool_link *l);
+/* Room direction 0 may fill now: what its pipe or ring and what it keeps allow. */
+size_t xp_frame_room(const struct xp_pump *p);
+/* Direction 0, after n bytes were filled: keeps a copy (splice: tee into keep). */
+void xp_frame_filled(struct xp_pump *p, size_t n);
+/* Direction 0: sends held bytes in DATA frames, and any ACK due. Payload bytes sent (>= 0), or
+ * -1 with errno (EAGAIN: the node hop is full). */
+ssize_t xp_frame_send(struct xp_worker *w, struct xp_pump *p, int dst);
+/* Bytes of header or ciphertext direction 0 has begun and not yet written. */
+size_t xp_frame_unsent(const struct xp_pump *p);
+/* Direction 0 at its end of stream, all sent: END, then every byte acknowledged. 0 when
+ * complete, -EAGAIN (wait for the node hop), 1 (parked for ACKs), or -errno. */
+int xp_frame_finish_out(struct xp_worker *w, struct xp_pump *p, int dst);
+/* Direction 1: before a fill, the next DATA frame's payload is open (handling ACK and END
+ * frames on the way). How much of len may be read now (> 0), 0 at END, or -1 with errno
+ * (EAGAIN; ECONNRESET: the hop ended without END; EBADMSG: a frame out of protocol). */
+ssize_t xp_frame_in_open(struct xp_worker *w, struct xp_pump *p, int src, size_t len);
+/* Direction 1, after n payload bytes were read. */
+void xp_frame_in_took(struct xp_pump *p, size_t n);
+/* Direction 1 delivered (or dropped) bytes: an ACK when one is due, if it can go now. */
+void xp_frame_ack(struct xp_worker *w, struct pool_link *l);
+/* Direction 1: whether its poll on the node hop should also wait for POLLOUT (an ACK or
+ * header waits there and direction 0 will not write it). */
+bool xp_frame_wants_out(const struct pool_link *l);
+/* Direction 1 after its END and the local half-close: the last ACK. 0 once out, -EAGAIN. */
+int xp_frame_finish_in(struct xp_worker *w, struct xp_pump *p);
+/* Direction 1, once its own stream is complete: reads ACKs for direction 0 (a poll armed), or
+ * ends the link when the peer closes once all is complete. 0, or -errno. */
+int xp_frame_in_control(struct xp_worker *w, struct xp_pump *p);
+/* Both directions complete (see xp_frame.c). */
+bool xp_frame_complete(const struct pool_link *l);
+/* Direction 1, the local peer closed: the rest is read and dropped (discard mode). */
+void xp_frame_drop_rest(struct xp_pump *p);
+/* Direction 1 in discard mode: reads and drops up to the open frame's payload. */
+ssize_t xp_frame_discard(struct xp_worker *w, struct xp_pump *p, int src, size_t len);
+/* Both directions complete: close_notify and FIN toward the peer, then read to its end. */
+void xp_frame_close_hop(struct xp_worker *w, struct pool_link *l);
+/* hop_closing: reads and drops what still comes; the link ends cleanly at the peer's end. */
+void xp_frame_hop_closing(struct xp_worker *w, struct pool_link *l);
+/* Suspends the link (its polls are cancelled first), then tells the control thread. */
+void xp_frame_suspend(struct xp_worker *w, struct pool_link *l, int err);
+/* Once the suspending link's last poll came back. */
+void xp_frame_suspended(struct xp_worker *w, struct pool_link *l);
+/* MSG_RESUME: carries on over the new node hop from the peer's offset. */
+void xp_frame_resume(struct xp_worker *w, struct pool_link *l);
 
 #endif

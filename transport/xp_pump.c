@@ -22,14 +22,29 @@
 /* A shaped direction never sleeps longer than this, so a raised cap is seen at once. */
 #define SHAPE_WAIT_MAX_NS (20 * 1000000ull)
 
-static void arm_poll(struct xp_worker *w, struct xp_pump *p, int fd, unsigned int mask)
+void xp_pump_arm_poll(struct xp_worker *w, struct xp_pump *p, int fd, unsigned int mask)
 {
 	struct io_uring_sqe *sqe = get_sqe(w);
 
 	io_uring_prep_poll_add(sqe, fd, mask);
 	io_uring_sqe_set_data64(sqe, UD(OP_POLL, p->dir, p->link->idx));
 	p->armed = true;
+	p->armed_side = fd == p->link->fd[1];
 	p->link->inflight++;
+}
+
+#define arm_poll xp_pump_arm_poll
+
+/* Direction 0 of a resumable link (its destination is the framed node hop), direction 1 (its
+ * source is). */
+static bool framed_out(const struct xp_pump *p)
+{
+	return p->dir == 0 && framed(p->link);
+}
+
+static bool framed_in(const struct xp_pump *p)
+{
+	return p->dir == 1 && framed(p->link);
 }
 
 /* Waits for tokens: a one-shot relative TIMEOUT; its completion runs the pump again. */
@@ -51,6 +66,8 @@ static void arm_timer(struct xp_worker *w, struct xp_pump *p, uint64_t ns)
 /* Room left to take bytes from the source. */
 static size_t pump_room(const struct xp_pump *p)
 {
+	if (framed_out(p))
+		return xp_frame_room(p);
 	return p->buf ? p->cap - p->head - p->held : p->cap - p->held;
 }
 
@@ -181,9 +198,11 @@ static void tap_filled(struct xp_pump *p, const uint8_t *at, size_t n)
 	}
 }
 
-/* Ciphertext a TLS_TX pump has made but not yet written to the socket. */
+/* Ciphertext a TLS_TX pump has made but not yet written to the socket (and a frame header). */
 static size_t pump_unsent(const struct xp_pump *p)
 {
+	if (framed_out(p))
+		return xp_frame_unsent(p);
 	return p->kind == PUMP_TLS_TX ? xp_tls_unsent(p->link->tls) : 0;
 }
 
@@ -289,7 +308,7 @@ static unsigned int wait_mask(const struct xp_pump *p, bool tls_side, unsigned i
 
 /* What one round of pump_run found. */
 struct pump_round {
-	bool progress, src_blocked, dst_blocked, throttled;
+	bool progress, src_blocked, dst_blocked, throttled, keep_full;
 	uint64_t wait_ns;	/* with throttled: until the shaper has tokens again */
 };
 
@@ -307,6 +326,35 @@ static int pump_take(struct xp_worker *w, struct xp_pump *p, int src, struct pum
 		size_t len = pump_room(p), grant = 0;
 		uint8_t *at = p->buf ? p->buf + p->head + p->held : NULL;
 
+		if (framed_in(p)) {
+			/* the next DATA frame's payload, and no further */
+			ssize_t open = xp_frame_in_open(w, p, src, len);
+
+			if (open == 0) {
+				p->eof = true;
+				r->progress = true;
+				break;
+			}
+			if (open < 0 && errno == EAGAIN) {
+				r->src_blocked = true;
+				break;
+			}
+			if (open < 0)
+				return -errno;
+			if (p->fin.discard) {
+				n = xp_frame_discard(w, p, src, (size_t)open);
+				if (n < 0 && errno == EAGAIN) {
+					r->src_blocked = true;
+					break;
+				}
+				if (n < 0)
+					return -errno;
+				r->progress = true;
+				xp_frame_ack(w, l);
+				continue;
+			}
+			len = (size_t)open;
+		}
 		if (p->shaped) {
 			grant = xp_bucket_take(p->bucket, len, vm_now_ns(), &r->wait_ns);
 			if (grant == 0) {
@@ -334,6 +382,10 @@ static int pump_take(struct xp_worker *w, struct xp_pump *p, int src, struct pum
 				tap_filled(p, at, (size_t)n);
 			p->held += n;
 			r->progress = true;
+			if (framed_in(p))
+				xp_frame_in_took(p, (size_t)n);
+			else if (framed_out(p))
+				xp_frame_filled(p, (size_t)n);
 			if (p->kind == PUMP_TLS_RX && pump_room(p) >= TLS_RECORD)
 				continue;
 			/*
@@ -343,12 +395,16 @@ static int pump_take(struct xp_worker *w, struct xp_pump *p, int src, struct pum
 			if (p->tap && p->kind == PUMP_SPLICE && (size_t)lim < len &&
 			    n == lim && pump_room(p) > 0)
 				continue;
+		} else if (n == 0 && framed_in(p)) {
+			/* the node hop ended inside a frame: it failed, whoever closed it */
+			return -ECONNRESET;
 		} else if (n == 0) {
 			p->eof = true;
 			r->progress = true;
 		} else if (errno == EAGAIN) {
 			r->src_blocked = true;
-		} else if (errno == ECONNRESET && (l->p[p->dir ^ 1].done || p->dir == 0)) {
+		} else if (errno == ECONNRESET && !framed_in(p) &&
+			   (l->p[p->dir ^ 1].done || p->dir == 0)) {
 			/*
 			 * The peer closed with bytes of ours unread: that is its end of
 			 * stream. Either we had delivered everything and half-closed, or
@@ -367,6 +423,47 @@ static int pump_take(struct xp_worker *w, struct xp_pump *p, int src, struct pum
 		break;
 	}
 	return 0;
+}
+
+/*
+ * A resumable link's direction at its end of stream, all of it moved. Direction 0: END, then
+ * every byte acknowledged. Direction 1 (END read, all delivered): the local half-close, the
+ * last ACK, and from then on the ACKs that still come for direction 0. What pump_run returns.
+ */
+static int framed_end(struct xp_worker *w, struct xp_pump *p, int src, int dst,
+		      unsigned int *side)
+{
+	int r;
+
+	if (p->dir == 0) {
+		r = xp_frame_finish_out(w, p, dst);
+		if (r == -EAGAIN) {
+			arm_poll(w, p, dst, wait_mask(p, p->kind == PUMP_TLS_TX, POLLOUT));
+			return 0;
+		}
+		if (r < 0) {
+			*side = 1;
+			return r;
+		}
+		p->done = r == 0;
+		return 0;
+	}
+	if (!p->fin.local_done) {
+		r = pump_finish(p, dst);
+		if (r < 0) {
+			*side = 0;
+			return r;
+		}
+		p->fin.local_done = true;
+	}
+	if (!p->final_acked && xp_frame_finish_in(w, p) == -EAGAIN) {
+		arm_poll(w, p, src, POLLIN | POLLRDHUP | POLLOUT);
+		return 0;
+	}
+	r = xp_frame_in_control(w, p);
+	if (r < 0)
+		*side = 1;
+	return r;
 }
 
 /*
@@ -392,20 +489,36 @@ static int pump_run(struct xp_worker *w, struct xp_pump *p, unsigned int *side)
 			return r;
 		}
 		if (p->held > 0 || pump_unsent(p) > 0) {
-			n = pump_drain(p, dst);
+			n = framed_out(p) ? xp_frame_send(w, p, dst) : pump_drain(p, dst);
 			if (n == 0) {
-				/* TLS: only the batch went out. */
+				/* TLS: only the batch went out (or, framed, an ACK). */
 				rd.progress = true;
 			} else if (n > 0) {
-				p->held -= n;
+				uint64_t b = atomic_load_explicit(&p->bytes, memory_order_relaxed);
+
+				/* framed: sent rewinds at a resumption; the figure counts each
+				 * byte once */
+				if (!framed_out(p))
+					p->held -= n;
+				b = framed_out(p) ? (p->sent > b ? p->sent : b) : b + n;
 				moved += n;
-				atomic_store_explicit(
-					&p->bytes,
-					atomic_load_explicit(&p->bytes, memory_order_relaxed) + n,
-					memory_order_relaxed);
+				atomic_store_explicit(&p->bytes, b, memory_order_relaxed);
 				rd.progress = true;
+				if (framed_in(p))
+					xp_frame_ack(w, l);
 			} else if (n < 0 && errno == EAGAIN) {
 				rd.dst_blocked = true;
+			} else if (n < 0 && errno == ENOBUFS && framed_out(p)) {
+				/* what is left is not kept yet: an ACK must make room */
+				rd.keep_full = true;
+			} else if (n < 0 && (errno == EPIPE || errno == ECONNRESET) &&
+				   framed_in(p) && local_peer_ended(dst)) {
+				/* framed: what still comes is read and acknowledged, so that the
+				 * peer's direction completes */
+				l->res.undelivered += p->held;
+				xp_frame_drop_rest(p);
+				rd.progress = true;
+				continue;
 			} else if (n < 0 && (errno == EPIPE || errno == ECONNRESET) &&
 				   p->dir == 1 && local_peer_ended(dst)) {
 				/*
@@ -423,6 +536,8 @@ static int pump_run(struct xp_worker *w, struct xp_pump *p, unsigned int *side)
 				return -errno;
 			}
 		}
+		if (p->eof && p->held == 0 && framed(l))
+			return framed_end(w, p, src, dst, side);
 		if (p->eof && p->held == 0) {
 			r = pump_finish(p, dst);
 			if (r == -EAGAIN) {
@@ -448,9 +563,13 @@ static int pump_run(struct xp_worker *w, struct xp_pump *p, unsigned int *side)
 	if ((p->held > 0 || pump_unsent(p) > 0) && rd.dst_blocked)
 		arm_poll(w, p, dst, wait_mask(p, p->kind == PUMP_TLS_TX, POLLOUT));
 	else if (rd.src_blocked)
-		arm_poll(w, p, src, wait_mask(p, p->kind == PUMP_TLS_RX, POLLIN | POLLRDHUP));
+		arm_poll(w, p, src,
+			 wait_mask(p, p->kind == PUMP_TLS_RX, POLLIN | POLLRDHUP) |
+				 (framed_in(p) && xp_frame_wants_out(l) ? POLLOUT : 0));
 	else if (rd.throttled)
 		arm_timer(w, p, rd.wait_ns);
+	else if (framed_out(p) && (rd.keep_full || (p->held == 0 && pump_room(p) == 0)))
+		p->wait_ack = true; /* an ACK (read by direction 1) queues it again */
 	else
 		return 1;
 	return 0;
@@ -462,8 +581,13 @@ void xp_pump_step(struct xp_worker *w, struct xp_pump *p)
 	unsigned int side = p->dir;
 	int r;
 
-	if (l->closing || p->done || p->armed)
+	if (l->closing || l->suspending || l->suspended || p->done || p->armed)
 		return;
+	if (l->hop_closing) {
+		if (p->dir == 1)
+			xp_frame_hop_closing(w, l);
+		return;
+	}
 	r = pump_run(w, p, &side);
 	/*
 	 * Reading can make TLS answer the peer (an alert, a key update): that goes out now. The
@@ -475,11 +599,16 @@ void xp_pump_step(struct xp_worker *w, struct xp_pump *p)
 		(void)xp_tls_flush(l->tls, &want);
 	}
 	if (r < 0) {
-		xp_link_close(w, l, XP_END_ERROR, r, side);
+		xp_link_fail(w, l, r, side);
 		return;
 	}
+	if (l->closing)
+		return; /* framed: the peer's end after all was complete */
 	if (r > 0)
 		ready_push(w, p);
-	else if ((l->p[0].done && l->p[1].done) || (l->opts.raw && (l->p[0].done || l->p[1].done)))
+	else if (framed(l) && xp_frame_complete(l))
+		xp_frame_close_hop(w, l);
+	else if (!framed(l) && ((l->p[0].done && l->p[1].done) ||
+				(l->opts.raw && (l->p[0].done || l->p[1].done))))
 		xp_link_close(w, l, XP_END_CLEAN, 0, 0);
 }

@@ -449,6 +449,21 @@ void xp_close_reset(int fd)
 	close(fd);
 }
 
+int xp_tcp_liveness(int fd, unsigned int ms)
+{
+	int on = 1, idle = (int)(ms / 2000) ? (int)(ms / 2000) : 1, intvl = 1;
+	int cnt = (int)((ms + 999) / 1000) - idle > 0 ? (int)((ms + 999) / 1000) - idle : 1;
+	unsigned int uto = ms;
+
+	if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on)) < 0 ||
+	    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle)) < 0 ||
+	    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl)) < 0 ||
+	    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt)) < 0 ||
+	    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &uto, sizeof(uto)) < 0)
+		return -errno;
+	return 0;
+}
+
 int xp_tcp_adopt(int fd, struct xp_addr *bound)
 {
 	int v = 0;

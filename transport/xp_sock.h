@@ -102,5 +102,11 @@ ssize_t xp_recv_line_fds(int sock, char *buf, size_t len, int *fds, unsigned int
 
 /* Close so that the peer sees a reset, not a clean end of stream. */
 void xp_close_reset(int fd);
+/*
+ * A TCP connection that answers nothing for about ms fails (ETIMEDOUT) instead of waiting for
+ * TCP's own patience (minutes): TCP_USER_TIMEOUT for data not acknowledged, and keepalive probes
+ * from ms/2 of silence, one a second, for an idle one. 0, or -errno.
+ */
+int xp_tcp_liveness(int fd, unsigned int ms);
 
 #endif

@@ -1,0 +1,356 @@
+// SPDX-License-Identifier: Apache-2.0
+/* Unit tests of resumable links (transport/xp_frame.c) on real sockets and a real worker: two
+ * links joined by a loopback TCP connection carry a stream both ways while that connection is
+ * cut again and again (a FIN, a reset), each time resumed over a new one from the offsets the
+ * two sides report; every byte arrives once and in order, on the splice and the copy path, with
+ * a small keep bound (flow control) and a large one. Then the frame codec, and a peer that
+ * breaks the protocol: refused with EBADMSG, never suspended. */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "util.h"
+#include "xp_frame.h"
+#include "xp_pool.h"
+
+/* The byte at offset i of direction d's stream: no two nearby offsets alike. */
+static uint8_t pattern(unsigned int d, uint64_t i)
+{
+	uint64_t x = (i >> 3) * 0x9e3779b97f4a7c15ull + d;
+
+	return (uint8_t)(x >> (8 * (i & 7)) ^ (x >> 56));
+}
+
+/* A loopback TCP pair: *a connected, *b accepted. */
+static void tcp_pair(int *a, int *b)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t sl = sizeof(sa);
+	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	assert_true(l >= 0);
+	assert_int_equal(bind(l, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(l, 1), 0);
+	assert_int_equal(getsockname(l, (struct sockaddr *)&sa, &sl), 0);
+	*a = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_int_equal(connect(*a, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	*b = accept4(l, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+	assert_true(*b >= 0);
+	/* as the daemon's are: the copy path's read(2) must never block its worker */
+	assert_int_equal(fcntl(*a, F_SETFL, O_NONBLOCK), 0);
+	close(l);
+}
+
+struct side {
+	struct xp_link *l;
+	bool suspended, ended;
+	struct xp_link_result res;
+	int hop_dup; /* the test's handle on the current node hop, to cut it */
+};
+
+static void on_done(void *cookie, const struct xp_link_result *res, void *arg)
+{
+	struct side *s = cookie;
+
+	(void)arg;
+	s->res = *res;
+	if (res->end != XP_END_SUSPENDED && getenv("VMIG_TEST_VERBOSE"))
+		print_message("end %d ", res->end);
+	if (res->end == XP_END_ERROR)
+		print_message("link %p ended: %s on side %d %s\n", (void *)s, strerror(-res->err),
+			      res->err_side, res->detail);
+	if (res->end == XP_END_SUSPENDED)
+		s->suspended = true;
+	else
+		s->ended = true;
+}
+
+/* One direction of QEMU's traffic, as the test plays both QEMUs. */
+struct flow {
+	unsigned int tag;
+	int wfd, rfd;
+	uint64_t len, sent, got;
+	uint64_t upto; /* writes stop here for now (the next cut must find bytes still to come) */
+	bool shut;
+};
+
+static void flow_write(struct flow *f)
+{
+	uint8_t buf[65536];
+	uint64_t end = f->upto < f->len ? f->upto : f->len;
+
+	while (f->sent < end) {
+		size_t n = end - f->sent < sizeof(buf) ? (size_t)(end - f->sent) : sizeof(buf);
+		ssize_t k;
+
+		for (size_t i = 0; i < n; i++)
+			buf[i] = pattern(f->tag, f->sent + i);
+		k = write(f->wfd, buf, n);
+		if (k < 0 && errno == EAGAIN)
+			return;
+		if (k <= 0)
+			fail_msg("writing at %llu: %s", (unsigned long long)f->sent, strerror(errno));
+		f->sent += (uint64_t)k;
+	}
+	if (f->sent == f->len && !f->shut) {
+		assert_int_equal(shutdown(f->wfd, SHUT_WR), 0);
+		f->shut = true;
+	}
+}
+
+static void flow_read(struct flow *f)
+{
+	uint8_t buf[65536];
+	ssize_t k;
+
+	while ((k = read(f->rfd, buf, sizeof(buf))) > 0) {
+		for (ssize_t i = 0; i < k; i++)
+			if (buf[i] != pattern(f->tag, f->got + (uint64_t)i))
+				fail_msg("byte %llu of the stream differs",
+					 (unsigned long long)(f->got + (uint64_t)i));
+		f->got += (uint64_t)k;
+	}
+	assert_true(k == 0 ? f->got == f->len : errno == EAGAIN);
+}
+
+/* Cuts the node hop: a FIN both ways, or (reset) a reset, as a middlebox or ss -K would. */
+static void cut(int fd, bool reset)
+{
+	struct sockaddr sa = { .sa_family = AF_UNSPEC };
+
+	if (reset)
+		(void)connect(fd, &sa, sizeof(sa)); /* tcp_disconnect(): an RST */
+	else
+		(void)shutdown(fd, SHUT_RDWR);
+	close(fd);
+}
+
+static void attach(struct xp_pool *p, struct side *s, int local, int hop, size_t keep)
+{
+	struct xp_link_opts o = { .cookie = s, .resume = { .keep = keep, .silence_ms = 5000 } };
+
+	s->hop_dup = dup(hop);
+	assert_int_equal(xp_pool_attach(p, local, hop, &o, &s->l), 0);
+}
+
+/*
+ * QEMU A sends big bytes to QEMU B and B sends small back; the hop is cut each time another
+ * 1/(cuts+1) of the big stream has arrived, both links report their suspension, and they go on
+ * over a new connection from the offsets the other side reported.
+ */
+static void resume_run(enum xp_path path, size_t keep, uint64_t big, unsigned int cuts)
+{
+	struct xp_pool_conf conf = { .threads = 2, .slots = 4, .pipe_size = 1u << 20, .path = path };
+	struct side a = { 0 }, b = { 0 };
+	struct xp_pool *p;
+	int qa[2], qb[2], ha, hb;
+	unsigned int done_cuts = 0;
+	struct flow ab, ba;
+
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, qa), 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, qb), 0);
+	ab = (struct flow){ .tag = 0, .wfd = qa[0], .rfd = qb[0], .len = big };
+	ba = (struct flow){ .tag = 1, .wfd = qb[0], .rfd = qa[0], .len = 300000, .upto = 300000 };
+	tcp_pair(&ha, &hb);
+	assert_int_equal(xp_pool_new(&conf, on_done, NULL, &p), 0);
+	attach(p, &a, qa[1], ha, keep);
+	attach(p, &b, qb[1], hb, keep);
+	while (!a.ended || !b.ended) {
+		uint64_t next = big / (cuts + 1) * (done_cuts + 1);
+		struct pollfd pf[3] = { { .fd = xp_pool_event_fd(p), .events = POLLIN },
+					{ .fd = qa[0], .events = POLLIN },
+					{ .fd = qb[0], .events = POLLIN } };
+
+		ab.upto = done_cuts < cuts ? next + (1u << 20) : big;
+		if (!ab.shut && ab.sent < ab.upto)
+			pf[1].events |= POLLOUT;
+		if (!ba.shut)
+			pf[2].events |= POLLOUT;
+		if (poll(pf, 3, 20000) <= 0)
+			fail_msg("stuck after %u cuts: a to b %llu sent %llu got, b to a %llu sent %llu "
+				 "got; suspended %d %d, ended %d %d, kept %llu %llu",
+				 done_cuts, (unsigned long long)ab.sent, (unsigned long long)ab.got,
+				 (unsigned long long)ba.sent, (unsigned long long)ba.got, a.suspended,
+				 b.suspended, a.ended, b.ended, (unsigned long long)xp_link_kept(a.l),
+				 (unsigned long long)xp_link_kept(b.l));
+		if (pf[0].revents)
+			xp_pool_reap(p);
+		flow_write(&ab);
+		flow_write(&ba);
+		flow_read(&ab);
+		flow_read(&ba);
+		if (done_cuts < cuts && !a.suspended && !b.suspended && ab.got >= next) {
+			cut(a.hop_dup, done_cuts & 1);
+			close(b.hop_dup);
+			done_cuts++;
+		}
+		if (a.suspended && b.suspended) {
+			int na, nb;
+
+			assert_int_equal(a.res.end, XP_END_SUSPENDED);
+			assert_true(a.res.kept_from <= b.res.have && b.res.have <= a.res.kept_to);
+			assert_true(b.res.kept_from <= a.res.have && a.res.have <= b.res.kept_to);
+			tcp_pair(&na, &nb);
+			/* an offset it never had is refused, and takes nothing */
+			assert_int_equal(xp_link_resume(a.l, na, NULL, a.res.kept_to + 1), -ERANGE);
+			a.hop_dup = dup(na);
+			b.hop_dup = dup(nb);
+			a.suspended = b.suspended = false;
+			assert_int_equal(xp_link_resume(a.l, na, NULL, b.res.have), 0);
+			assert_int_equal(xp_link_resume(b.l, nb, NULL, a.res.have), 0);
+		}
+	}
+	assert_int_equal(done_cuts, cuts);
+	assert_int_equal(ab.got, big);
+	assert_int_equal(ba.got, 300000);
+	if (a.res.end != XP_END_CLEAN || b.res.end != XP_END_CLEAN)
+		fail_msg("ends %d (%s on side %d) and %d (%s on side %d)", a.res.end,
+			 strerror(-a.res.err), a.res.err_side, b.res.end, strerror(-b.res.err),
+			 b.res.err_side);
+	/* each byte counted once, replays apart */
+	assert_int_equal(a.res.bytes[0], big);
+	assert_int_equal(b.res.bytes[1], big);
+	assert_int_equal(b.res.bytes[0], 300000);
+	assert_int_equal(a.res.resumed, cuts);
+	assert_int_equal(b.res.resumed, cuts);
+	close(a.hop_dup);
+	close(b.hop_dup);
+	xp_pool_free(p);
+	close(qa[0]);
+	close(qb[0]);
+}
+
+static void test_splice_ten_cuts(void **state)
+{
+	(void)state;
+	resume_run(XP_PATH_SPLICE, 8u << 20, 64u << 20, 10);
+}
+
+static void test_copy_ten_cuts(void **state)
+{
+	(void)state;
+	resume_run(XP_PATH_COPY, 8u << 20, 64u << 20, 10);
+}
+
+/* A keep smaller than a pipe: the sender stops at the bound and goes on as ACKs come. */
+static void test_small_keep(void **state)
+{
+	(void)state;
+	resume_run(XP_PATH_SPLICE, 65536, 16u << 20, 3);
+	resume_run(XP_PATH_COPY, 65536, 16u << 20, 3);
+}
+
+static void test_no_cut(void **state)
+{
+	(void)state;
+	resume_run(XP_PATH_SPLICE, 8u << 20, 8u << 20, 0);
+}
+
+static void test_codec(void **state)
+{
+	struct xp_frame f = { .type = XP_FRAME_DATA, .len = 4096, .off = 1ull << 40 }, g;
+	uint8_t buf[XP_FRAME_LEN];
+
+	(void)state;
+	xp_frame_put(&f, buf);
+	assert_int_equal(xp_frame_get(buf, &g), 0);
+	assert_int_equal(g.type, XP_FRAME_DATA);
+	assert_int_equal(g.len, 4096);
+	assert_true(g.off == 1ull << 40);
+	buf[0] ^= 1; /* magic */
+	assert_int_equal(xp_frame_get(buf, &g), -EBADMSG);
+	buf[0] ^= 1;
+	buf[3] = 1; /* pad */
+	assert_int_equal(xp_frame_get(buf, &g), -EBADMSG);
+	buf[3] = 0;
+	buf[2] = 9; /* type */
+	assert_int_equal(xp_frame_get(buf, &g), -EBADMSG);
+	f = (struct xp_frame){ .type = XP_FRAME_ACK, .len = 1 };
+	xp_frame_put(&f, buf);
+	assert_int_equal(xp_frame_get(buf, &g), -EBADMSG);
+	f = (struct xp_frame){ .type = XP_FRAME_DATA, .len = 0 };
+	xp_frame_put(&f, buf);
+	assert_int_equal(xp_frame_get(buf, &g), -EBADMSG);
+	f.len = XP_FRAME_MAX + 1;
+	xp_frame_put(&f, buf);
+	assert_int_equal(xp_frame_get(buf, &g), -EBADMSG);
+}
+
+/* One link whose peer is the test: it reads the link's frames and answers with a bad one. */
+static void bad_peer(const struct xp_frame *answer, const char *what)
+{
+	struct xp_pool_conf conf = { .threads = 1, .slots = 2, .pipe_size = 1u << 20 };
+	struct side a = { 0 };
+	struct xp_pool *p;
+	uint8_t hdr[XP_FRAME_LEN], page[4096];
+	struct xp_frame f;
+	int q[2], ha, hb;
+
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, q), 0);
+	tcp_pair(&ha, &hb);
+	assert_int_equal(xp_pool_new(&conf, on_done, NULL, &p), 0);
+	attach(p, &a, q[1], ha, 1u << 20);
+	assert_int_equal(fcntl(hb, F_SETFL, 0), 0);
+	memset(page, 7, sizeof(page));
+	assert_int_equal(write(q[0], page, sizeof(page)), sizeof(page));
+	/* the link frames QEMU's bytes: one DATA frame from offset 0 */
+	assert_int_equal(recv(hb, hdr, sizeof(hdr), MSG_WAITALL), sizeof(hdr));
+	assert_int_equal(xp_frame_get(hdr, &f), 0);
+	assert_int_equal(f.type, XP_FRAME_DATA);
+	assert_true(f.off == 0 && f.len == sizeof(page));
+	assert_int_equal(recv(hb, page, sizeof(page), MSG_WAITALL), sizeof(page));
+	xp_frame_put(answer, hdr);
+	assert_int_equal(write(hb, hdr, sizeof(hdr)), sizeof(hdr));
+	while (!a.ended && !a.suspended) {
+		struct pollfd pf = { .fd = xp_pool_event_fd(p), .events = POLLIN };
+
+		assert_true(poll(&pf, 1, 5000) > 0);
+		xp_pool_reap(p);
+	}
+	if (a.suspended || a.res.end != XP_END_ERROR || a.res.err != -EBADMSG)
+		fail_msg("%s: end %d err %d, not an error EBADMSG", what, a.res.end, a.res.err);
+	xp_pool_free(p);
+	close(a.hop_dup);
+	close(hb);
+	close(q[0]);
+}
+
+static void test_bad_peer(void **state)
+{
+	(void)state;
+	bad_peer(&(struct xp_frame){ .type = XP_FRAME_ACK, .off = 4097 },
+		 "an ACK of bytes never sent");
+	bad_peer(&(struct xp_frame){ .type = XP_FRAME_DATA, .len = 10, .off = 5 },
+		 "DATA at an offset that is not the stream's");
+	bad_peer(&(struct xp_frame){ .type = XP_FRAME_END, .off = 3 }, "an END at the wrong length");
+	bad_peer(&(struct xp_frame){ .type = 7 }, "a frame of no known type");
+}
+
+int main(void)
+{
+	/* as vmigd does: a closed peer is an EPIPE to look at, not the end of the test */
+	signal(SIGPIPE, SIG_IGN);
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_codec),
+		cmocka_unit_test(test_no_cut),
+		cmocka_unit_test(test_splice_ten_cuts),
+		cmocka_unit_test(test_copy_ten_cuts),
+		cmocka_unit_test(test_small_keep),
+		cmocka_unit_test(test_bad_peer),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,795 @@
+// SPDX-License-Identifier: Apache-2.0
+/* A resumable link's node hop, on its worker: the frame codec (xp_frame.h), DATA frames out of
+ * direction 0 with a copy kept until the peer acknowledges it (tee(2) into a second pipe, or a
+ * ring the bytes were read into), ACKs of what direction 1 delivered, END, the clean close, and
+ * suspending and resuming the link around a failed node hop. xp_pump.c calls in here. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "util.h"
+#include "xp_frame.h"
+#include "xp_pool_priv.h"
+#include "xp_sock.h"
+#include "xp_tls.h"
+
+void xp_frame_put(const struct xp_frame *f, uint8_t buf[XP_FRAME_LEN])
+{
+	vm_put_be16(buf, XP_FRAME_MAGIC);
+	buf[2] = (uint8_t)f->type;
+	buf[3] = 0;
+	vm_put_be32(buf + 4, f->len);
+	vm_put_be64(buf + 8, f->off);
+}
+
+int xp_frame_get(const uint8_t buf[XP_FRAME_LEN], struct xp_frame *ret)
+{
+	struct xp_frame f = { .type = buf[2], .len = vm_get_be32(buf + 4),
+			      .off = vm_get_be64(buf + 8) };
+
+	if (vm_get_be16(buf) != XP_FRAME_MAGIC || buf[3] != 0)
+		return -EBADMSG;
+	switch (f.type) {
+	case XP_FRAME_DATA:
+		if (f.len == 0 || f.len > XP_FRAME_MAX)
+			return -EBADMSG;
+		break;
+	case XP_FRAME_ACK:
+	case XP_FRAME_END:
+		if (f.len != 0)
+			return -EBADMSG;
+		break;
+	default:
+		return -EBADMSG;
+	}
+	*ret = f;
+	return 0;
+}
+
+/* Direction 1's count of what it is done with: delivered, or dropped for a closed local peer. */
+static uint64_t in_done(const struct xp_pump *p)
+{
+	return atomic_load_explicit(&p->bytes, memory_order_relaxed) + p->dropped;
+}
+
+/* ... and of what it took from the node hop: where the peer resends from after a failure. */
+static uint64_t in_have(const struct xp_pump *p)
+{
+	return in_done(p) + p->held;
+}
+
+static void publish_kept(struct pool_link *l)
+{
+	const struct xp_pump *p = &l->p[0];
+	uint64_t kept = p->ring ? p->sent - p->acked : p->teed - p->acked;
+
+	atomic_store_explicit(&l->pub_kept, kept, memory_order_relaxed);
+}
+
+/* A ring of size bytes mapped twice in a row: buf[i] and buf[i + size] are the same byte. */
+static int ring_map(size_t size, uint8_t **ret)
+{
+	uint8_t *base;
+	int fd, r = 0;
+
+	fd = memfd_create("vmigd-keep", MFD_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)size) < 0) {
+		r = -errno;
+		goto out;
+	}
+	base = mmap(NULL, 2 * size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (base == MAP_FAILED) {
+		r = -errno;
+		goto out;
+	}
+	if (mmap(base, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED ||
+	    mmap(base + size, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) ==
+		    MAP_FAILED) {
+		r = -errno;
+		munmap(base, 2 * size);
+		goto out;
+	}
+	*ret = base;
+out:
+	close(fd);
+	return r;
+}
+
+int xp_frame_open(struct xp_worker *w, struct pool_link *l)
+{
+	struct xp_pump *o = &l->p[0], *in = &l->p[1];
+	size_t keep = l->opts.resume.keep, page = (size_t)sysconf(_SC_PAGESIZE);
+	int r;
+
+	l->suspending = l->suspended = l->hop_closing = false;
+	l->ack_sent = 0;
+	l->ack_every = keep / 8 > 65536 ? keep / 8 : 65536;
+	atomic_store_explicit(&l->pub_replayed, 0, memory_order_relaxed);
+	atomic_store_explicit(&l->pub_resumed, 0, memory_order_relaxed);
+	atomic_store_explicit(&l->pub_kept, 0, memory_order_relaxed);
+	for (int d = 0; d < 2; d++) {
+		struct xp_pump *p = &l->p[d];
+
+		memset(&p->fin, 0, sizeof(p->fin));
+		memset(&p->fout, 0, sizeof(p->fout));
+		p->sent = p->teed = p->acked = p->dropped = 0;
+		p->wait_ack = p->final_acked = false;
+	}
+	(void)in;
+	if (o->kind != PUMP_SPLICE) {
+		/* the ring replaces the plain buffer: what was read waits there to be sent, and
+		 * what was sent stays behind it until acknowledged */
+		size_t size = (keep + page - 1) / page * page;
+
+		if (size < o->cap)
+			size = (o->cap + page - 1) / page * page;
+		free(o->buf);
+		o->buf = NULL;
+		r = ring_map(size, &o->buf);
+		if (r < 0)
+			return r;
+		o->ring = o->cap = o->keep_cap = size;
+		return 0;
+	}
+	if (pipe2(o->keep, O_NONBLOCK | O_CLOEXEC) < 0)
+		return -errno;
+	/* as large as keep asks: root may pass fs.pipe-max-size; below that, what it got */
+	(void)fcntl(o->keep[1], F_SETPIPE_SZ, (int)keep);
+	r = fcntl(o->keep[1], F_GETPIPE_SZ);
+	o->keep_cap = r > 0 ? (size_t)r : 65536;
+	(void)w;
+	return 0;
+}
+
+void xp_frame_close(struct pool_link *l)
+{
+	struct xp_pump *o = &l->p[0];
+
+	if (o->keep[0] >= 0) {
+		close(o->keep[0]);
+		close(o->keep[1]);
+		o->keep[0] = o->keep[1] = -1;
+	}
+	if (o->ring) {
+		munmap(o->buf, 2 * o->ring);
+		o->buf = NULL;
+		o->ring = 0;
+	}
+}
+
+size_t xp_frame_room(const struct xp_pump *p)
+{
+	size_t kept;
+
+	if (p->ring) {
+		kept = p->sent - p->acked + p->held;
+		return kept < p->ring ? p->ring - kept : 0;
+	}
+	/* tee(2) copies from the head of the pipe: fill only an empty one, so that what it holds
+	 * is exactly what keep still lacks */
+	if (p->held)
+		return 0;
+	kept = p->teed - p->acked;
+	kept = kept < p->keep_cap ? p->keep_cap - kept : 0;
+	return kept < p->cap ? kept : p->cap;
+}
+
+/* Splice: copies into keep what the pipe holds beyond it, when that is all the pipe holds. */
+static void tee_more(struct xp_pump *p)
+{
+	ssize_t k;
+
+	if (p->ring || p->teed != p->sent || p->held == 0)
+		return;
+	k = tee(p->pipe[0], p->keep[1], p->held, SPLICE_F_NONBLOCK);
+	if (k > 0) {
+		p->teed += (uint64_t)k;
+		publish_kept(p->link);
+	}
+}
+
+void xp_frame_filled(struct xp_pump *p, size_t n)
+{
+	(void)n;
+	tee_more(p);
+}
+
+/* Writes raw bytes toward the node hop: the socket, or the TLS session's batch. */
+static ssize_t hop_write(struct pool_link *l, const void *buf, size_t len, bool more)
+{
+	struct xp_pump *p = &l->p[0];
+	ssize_t n;
+
+	if (p->kind == PUMP_TLS_TX) {
+		n = xp_tls_write(l->tls, buf, len, &p->want);
+		if (n < 0) {
+			errno = (int)-n;
+			return -1;
+		}
+		return n;
+	}
+	/* the node hop is a socket on either path: a failed peer is an error, never SIGPIPE */
+	return send(l->fd[1], buf, len, MSG_DONTWAIT | MSG_NOSIGNAL | (more ? MSG_MORE : 0));
+}
+
+/* The header on its way, written as far as the node hop takes it: 0 once out, -1/errno. */
+static int hdr_flush(struct pool_link *l)
+{
+	struct frame_out *f = &l->p[0].fout;
+
+	while (f->off < f->len) {
+		ssize_t n = hop_write(l, f->hdr + f->off, f->len - f->off, f->left > 0);
+
+		if (n < 0)
+			return -1;
+		f->off += (unsigned int)n;
+	}
+	f->len = f->off = 0;
+	return 0;
+}
+
+static void hdr_start(struct pool_link *l, enum xp_frame_type type, uint32_t len, uint64_t off)
+{
+	struct frame_out *f = &l->p[0].fout;
+	struct xp_frame fr = { .type = type, .len = len, .off = off };
+
+	xp_frame_put(&fr, f->hdr);
+	f->len = XP_FRAME_LEN;
+	f->off = 0;
+	f->left = type == XP_FRAME_DATA ? len : 0;
+}
+
+static bool ack_due(const struct pool_link *l)
+{
+	const struct xp_pump *in = &l->p[1];
+	uint64_t done = in_done(in);
+
+	return done > l->ack_sent &&
+	       (done - l->ack_sent >= l->ack_every || in->held == 0 || in->fin.end);
+}
+
+/* At a frame boundary: queues an ACK when one is due. */
+static void ack_start(struct pool_link *l)
+{
+	struct frame_out *f = &l->p[0].fout;
+
+	if (f->len || f->left || !ack_due(l))
+		return;
+	l->ack_sent = in_done(&l->p[1]);
+	hdr_start(l, XP_FRAME_ACK, 0, l->ack_sent);
+}
+
+/* Payload toward the node hop, at most len bytes of what direction 0 holds. */
+static ssize_t payload_write(struct xp_pump *p, int dst, size_t len)
+{
+	ssize_t n;
+
+	if (!p->ring)
+		return splice(p->pipe[0], NULL, dst, NULL, len, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+	n = hop_write(p->link, p->buf + p->head, len, false);
+	if (n > 0)
+		p->head = (p->head + (size_t)n) % p->ring;
+	return n;
+}
+
+/* TLS: the batch goes out; 0, or -1/errno (EAGAIN: the socket is full). */
+static int tls_flush(struct pool_link *l)
+{
+	int r;
+
+	if (!l->tls || l->p[0].kind != PUMP_TLS_TX)
+		return 0;
+	r = xp_tls_flush(l->tls, &l->p[0].want);
+	if (r < 0) {
+		errno = -r;
+		return -1;
+	}
+	return 0;
+}
+
+ssize_t xp_frame_send(struct xp_worker *w, struct xp_pump *p, int dst)
+{
+	struct pool_link *l = p->link;
+	struct frame_out *f = &p->fout;
+	size_t total = 0;
+	ssize_t n;
+
+	(void)w;
+	for (;;) {
+		size_t can;
+
+		if (hdr_flush(l) < 0)
+			break;
+		if (f->left > 0) {
+			can = p->held < f->left ? p->held : (size_t)f->left;
+			n = payload_write(p, dst, can);
+			if (n < 0 && errno == EAGAIN && p->kind == PUMP_TLS_TX && tls_flush(l) == 0)
+				continue;
+			if (n <= 0)
+				break;
+			f->left -= (uint64_t)n;
+			p->sent += (uint64_t)n;
+			p->held -= (size_t)n;
+			total += (size_t)n;
+			if (p->ring)
+				publish_kept(l);
+			continue;
+		}
+		ack_start(l);
+		if (f->len)
+			continue;
+		tee_more(p);
+		can = p->ring ? p->held : (size_t)(p->teed - p->sent);
+		if (can == 0)
+			break;
+		hdr_start(l, XP_FRAME_DATA, can > XP_FRAME_MAX ? XP_FRAME_MAX : (uint32_t)can,
+			  p->sent);
+	}
+	if (errno != EAGAIN && (f->len || f->left) && total == 0)
+		return -1;
+	if (tls_flush(l) < 0 && errno != EAGAIN)
+		return total ? (ssize_t)total : -1;
+	if (total == 0 && (f->len || xp_frame_unsent(p))) {
+		errno = EAGAIN;
+		return -1;
+	}
+	return (ssize_t)total;
+}
+
+size_t xp_frame_unsent(const struct xp_pump *p)
+{
+	const struct pool_link *l = p->link;
+
+	return (p->fout.len - p->fout.off) +
+	       (l->tls && p->kind == PUMP_TLS_TX ? xp_tls_unsent(l->tls) : 0);
+}
+
+int xp_frame_finish_out(struct xp_worker *w, struct xp_pump *p, int dst)
+{
+	struct pool_link *l = p->link;
+
+	if (xp_frame_send(w, p, dst) < 0 && errno != EAGAIN)
+		return -errno;
+	if (!p->fout.end_sent && !p->fout.len && !p->fout.left) {
+		hdr_start(l, XP_FRAME_END, 0, p->sent);
+		p->fout.end_sent = true;
+	}
+	if (hdr_flush(l) < 0 || tls_flush(l) < 0)
+		return errno == EAGAIN ? -EAGAIN : -errno;
+	if (xp_frame_unsent(p))
+		return -EAGAIN;
+	if (p->acked < p->sent) {
+		p->wait_ack = true;
+		return 1;
+	}
+	p->wait_ack = false;
+	return 0;
+}
+
+/* Reads header bytes from the node hop: the socket, or the TLS session. */
+static ssize_t hop_read(struct xp_pump *p, int src, void *buf, size_t len)
+{
+	if (p->kind == PUMP_TLS_RX) {
+		ssize_t n = xp_tls_read(p->link->tls, buf, len, &p->want);
+
+		if (n < 0) {
+			errno = n == -EPIPE ? ECONNRESET : (int)-n;
+			return -1;
+		}
+		return n;
+	}
+	if (p->kind == PUMP_COPY)
+		return read(src, buf, len);
+	return recv(src, buf, len, MSG_DONTWAIT);
+}
+
+/* The peer delivered everything up to off of direction 0: what was kept of it goes. */
+static int on_ack(struct xp_worker *w, struct pool_link *l, uint64_t off)
+{
+	struct xp_pump *o = &l->p[0];
+
+	/* Below what is acknowledged: an ACK that left before a resumption moved the mark. */
+	if (off > o->sent)
+		return -EBADMSG;
+	if (off <= o->acked)
+		return 0;
+	if (!o->ring) {
+		uint64_t drop = off - o->acked;
+
+		while (drop > 0) {
+			ssize_t k = splice(o->keep[0], NULL, w->devnull, NULL, drop,
+					   SPLICE_F_NONBLOCK);
+
+			if (k <= 0)
+				return k < 0 ? -errno : -EIO;
+			drop -= (uint64_t)k;
+		}
+	}
+	o->acked = off;
+	atomic_store_explicit(&l->pub_acked, off, memory_order_relaxed);
+	publish_kept(l);
+	if (o->wait_ack && !o->armed && !o->done) {
+		o->wait_ack = false;
+		ready_push(w, o);
+	}
+	return 0;
+}
+
+/*
+ * Reads and handles frames until a DATA frame is open or would block. Returns 1 with a DATA
+ * frame open, 0 at END (once seen, every later call returns 0 at once unless control is set:
+ * then it reads on, ACKs and a repeated END only), or -1 with errno.
+ */
+static int frames(struct xp_worker *w, struct xp_pump *p, int src, bool control)
+{
+	struct pool_link *l = p->link;
+	struct frame_in *f = &p->fin;
+	struct xp_frame fr;
+
+	for (;;) {
+		ssize_t n;
+
+		if (f->left > 0)
+			return 1;
+		if (f->end && !control)
+			return 0;
+		n = hop_read(p, src, f->hdr + f->have, XP_FRAME_LEN - f->have);
+		if (n == 0) {
+			errno = ECONNRESET;
+			return -1;
+		}
+		if (n < 0)
+			return -1;
+		f->have += (unsigned int)n;
+		if (f->have < XP_FRAME_LEN)
+			continue;
+		f->have = 0;
+		if (xp_frame_get(f->hdr, &fr) < 0) {
+			errno = EBADMSG;
+			return -1;
+		}
+		switch (fr.type) {
+		case XP_FRAME_DATA:
+			if (f->end || fr.off != in_have(p)) {
+				errno = EBADMSG;
+				return -1;
+			}
+			f->left = fr.len;
+			break;
+		case XP_FRAME_ACK: {
+			int r = on_ack(w, l, fr.off);
+
+			if (r < 0) {
+				errno = -r;
+				return -1;
+			}
+			break;
+		}
+		case XP_FRAME_END:
+			/* again after a resumption: the same length */
+			if (fr.off != in_have(p)) {
+				errno = EBADMSG;
+				return -1;
+			}
+			if (!f->end) {
+				f->end = true;
+				if (!control)
+					return 0;
+			}
+			break;
+		}
+	}
+}
+
+ssize_t xp_frame_in_open(struct xp_worker *w, struct xp_pump *p, int src, size_t len)
+{
+	int r = frames(w, p, src, false);
+
+	if (r <= 0)
+		return r;
+	return (ssize_t)(len < p->fin.left ? len : p->fin.left);
+}
+
+void xp_frame_in_took(struct xp_pump *p, size_t n)
+{
+	p->fin.left -= n;
+}
+
+void xp_frame_ack(struct xp_worker *w, struct pool_link *l)
+{
+	struct xp_pump *o = &l->p[0];
+
+	if (l->suspending || l->suspended || l->closing || l->fd[1] < 0)
+		return;
+	/* Mid-frame, direction 0 is waiting to write on the node hop and sends it after. */
+	if (o->fout.left)
+		return;
+	ack_start(l);
+	if (hdr_flush(l) == 0)
+		(void)tls_flush(l);
+	(void)w;
+}
+
+bool xp_frame_wants_out(const struct pool_link *l)
+{
+	const struct xp_pump *o = &l->p[0];
+
+	if (!o->fout.left && ack_due(l))
+		return true;
+	return xp_frame_unsent(o) > 0 && !(o->armed && o->armed_side == 1);
+}
+
+int xp_frame_finish_in(struct xp_worker *w, struct xp_pump *p)
+{
+	struct pool_link *l = p->link;
+
+	xp_frame_ack(w, l);
+	if (ack_due(l) || xp_frame_unsent(&l->p[0]))
+		return -EAGAIN;
+	p->final_acked = true;
+	return 0;
+}
+
+void xp_frame_drop_rest(struct xp_pump *p)
+{
+	p->dropped += p->held;
+	p->held = 0;
+	p->fin.discard = true;
+}
+
+ssize_t xp_frame_discard(struct xp_worker *w, struct xp_pump *p, int src, size_t len)
+{
+	ssize_t n;
+
+	if (len > DIGEST_PEEK_MAX)
+		len = DIGEST_PEEK_MAX;
+	if (p->kind == PUMP_TLS_RX) {
+		n = xp_tls_read(p->link->tls, w->dg_peek, len, &p->want);
+		if (n < 0) {
+			errno = n == -EPIPE ? ECONNRESET : (int)-n;
+			return -1;
+		}
+	} else {
+		n = recv(src, w->dg_peek, len, MSG_DONTWAIT);
+	}
+	if (n == 0) {
+		errno = ECONNRESET;
+		return -1;
+	}
+	if (n > 0) {
+		if (p->dg)
+			vm_digest_update(p->dg, w->dg_peek, (size_t)n);
+		p->fin.left -= (uint64_t)n;
+		p->dropped += (uint64_t)n;
+		p->link->res.undelivered += (uint64_t)n;
+	}
+	return n;
+}
+
+/* Whether both directions are complete: what this side sent is acknowledged, what the peer sent
+ * is delivered and acknowledged, and both ENDs are through. */
+static bool complete(const struct pool_link *l)
+{
+	const struct xp_pump *o = &l->p[0], *in = &l->p[1];
+
+	return o->eof && o->held == 0 && o->fout.end_sent && !xp_frame_unsent(o) &&
+	       o->acked == o->sent && in->fin.end && in->held == 0 && in->final_acked;
+}
+
+void xp_frame_close_hop(struct xp_worker *w, struct pool_link *l)
+{
+	struct xp_pump *in = &l->p[1];
+	enum xp_tls_want want;
+
+	if (l->hop_closing)
+		return;
+	l->hop_closing = true;
+	if (l->tls) {
+		(void)xp_tls_shutdown(l->tls, &want);
+		(void)xp_tls_flush(l->tls, &want);
+	}
+	(void)shutdown(l->fd[1], SHUT_WR);
+	in->done = false;
+	if (!in->armed)
+		ready_push(w, in);
+}
+
+void xp_frame_hop_closing(struct xp_worker *w, struct pool_link *l)
+{
+	struct xp_pump *in = &l->p[1];
+
+	/* What still comes is late ACKs; the peer's FIN (or its failure) ends the link. */
+	if (frames(w, in, l->fd[1], true) < 0 && errno == EAGAIN) {
+		xp_pump_arm_poll(w, in, l->fd[1], POLLIN | POLLRDHUP);
+		return;
+	}
+	xp_link_close(w, l, XP_END_CLEAN, 0, 0);
+}
+
+/* Reads frames once direction 1's own stream is complete (ACKs for direction 0). Returns 0
+ * with a poll armed, or -errno; a peer that ends the hop once all is complete ends the link. */
+int xp_frame_in_control(struct xp_worker *w, struct xp_pump *p)
+{
+	struct pool_link *l = p->link;
+
+	if (frames(w, p, l->fd[1], true) < 0) {
+		if (errno == EAGAIN) {
+			xp_pump_arm_poll(w, p, l->fd[1],
+					 POLLIN | POLLRDHUP | (xp_frame_wants_out(l) ? POLLOUT : 0));
+			return 0;
+		}
+		if (errno == ECONNRESET && complete(l)) {
+			xp_frame_close_hop(w, l);
+			xp_link_close(w, l, XP_END_CLEAN, 0, 0);
+			return 0;
+		}
+		return -errno;
+	}
+	return 0;
+}
+
+bool xp_frame_complete(const struct pool_link *l)
+{
+	return complete(l);
+}
+
+void xp_frame_suspend(struct xp_worker *w, struct pool_link *l, int err)
+{
+	if (l->suspending || l->suspended || l->closing)
+		return;
+	l->suspending = true;
+	l->res.err = err;
+	l->res.err_side = 1;
+	for (unsigned int d = 0; d < 2; d++)
+		if (l->p[d].armed)
+			xp_pump_cancel(w, l, d);
+	if (l->inflight == 0)
+		xp_frame_suspended(w, l);
+}
+
+void xp_frame_suspended(struct xp_worker *w, struct pool_link *l)
+{
+	struct xp_pump *o = &l->p[0], *in = &l->p[1];
+
+	xp_ready_unlink(w, l);
+	if (l->tls) {
+		snprintf(l->res.detail, sizeof(l->res.detail), "%s", xp_tls_sess_io_error(l->tls));
+		xp_tls_sess_free(l->tls);
+		l->tls = NULL;
+	} else {
+		l->res.detail[0] = '\0';
+	}
+	xp_close_reset(l->fd[1]);
+	l->fd[1] = -1;
+	/* The frame on its way is abandoned: the peer's offset says where to go on. */
+	memset(&o->fout, 0, sizeof(o->fout));
+	in->fin.have = 0;
+	in->fin.left = 0;
+	in->final_acked = false;
+	o->wait_ack = false;
+	l->ack_sent = 0;
+	for (int d = 0; d < 2; d++) {
+		l->p[d].want = XP_TLS_WANT_NONE;
+		l->res.bytes[d] = atomic_load_explicit(&l->p[d].bytes, memory_order_relaxed);
+	}
+	l->res.end = XP_END_SUSPENDED;
+	l->res.have = in_have(in);
+	l->res.kept_from = o->acked;
+	l->res.kept_to = o->sent;
+	atomic_store_explicit(&l->pub_have, l->res.have, memory_order_relaxed);
+	atomic_store_explicit(&l->pub_acked, o->acked, memory_order_relaxed);
+	atomic_store_explicit(&l->pub_sent, o->sent, memory_order_relaxed);
+	l->suspending = false;
+	l->suspended = true;
+	xp_outbox_post(w, l->idx | OUTBOX_SUSPENDED);
+}
+
+/* Splice: rebuilds the pipe as [have, what was read), keep as [have, teed). 0 or -errno. */
+static int rewind_pipe(struct xp_worker *w, struct xp_pump *o, uint64_t have)
+{
+	uint64_t drop = have - o->acked, sent_part = o->teed - o->sent;
+	uint64_t rest = o->held - sent_part, want = o->teed - have;
+	int t[2], r = 0;
+	ssize_t k;
+
+	while (drop > 0) {
+		k = splice(o->keep[0], NULL, w->devnull, NULL, drop, SPLICE_F_NONBLOCK);
+		if (k <= 0)
+			return k < 0 ? -errno : -EIO;
+		drop -= (uint64_t)k;
+	}
+	if (pipe2(t, O_NONBLOCK | O_CLOEXEC) < 0)
+		return -errno;
+	(void)fcntl(t[1], F_SETPIPE_SZ, (int)(o->keep_cap + o->cap));
+	/* the kept copy, then what the pipe held that keep did not have yet */
+	if (want > 0 && tee(o->keep[0], t[1], want, SPLICE_F_NONBLOCK) != (ssize_t)want) {
+		r = -ENOBUFS;
+		goto fail;
+	}
+	while (sent_part > 0) {
+		k = splice(o->pipe[0], NULL, w->devnull, NULL, sent_part, SPLICE_F_NONBLOCK);
+		if (k <= 0) {
+			r = k < 0 ? -errno : -EIO;
+			goto fail;
+		}
+		sent_part -= (uint64_t)k;
+	}
+	while (rest > 0) {
+		k = splice(o->pipe[0], NULL, t[1], NULL, rest, SPLICE_F_NONBLOCK);
+		if (k <= 0) {
+			r = k < 0 ? -errno : -ENOBUFS;
+			goto fail;
+		}
+		rest -= (uint64_t)k;
+	}
+	close(o->pipe[0]);
+	close(o->pipe[1]);
+	o->pipe[0] = t[0];
+	o->pipe[1] = t[1];
+	r = fcntl(t[1], F_GETPIPE_SZ);
+	o->cap = r > 0 ? (size_t)r : o->cap;
+	o->held = (size_t)(o->sent + o->held - have);
+	return 0;
+fail:
+	close(t[0]);
+	close(t[1]);
+	return r;
+}
+
+void xp_frame_resume(struct xp_worker *w, struct pool_link *l)
+{
+	struct xp_pump *o = &l->p[0], *in = &l->p[1];
+	uint64_t have = l->resume_from;
+	int r = 0;
+
+	if (!l->live || !l->suspended || l->closing) {
+		xp_tls_sess_free(l->resume_tls);
+		xp_close_reset(l->resume_fd);
+		return;
+	}
+	l->fd[1] = l->resume_fd;
+	l->tls = l->resume_tls;
+	l->resume_fd = -1;
+	l->resume_tls = NULL;
+	l->suspended = false;
+	if (have < o->acked || have > o->sent) {
+		xp_link_close(w, l, XP_END_ERROR, -ERANGE, 1);
+		return;
+	}
+	if (l->tls)
+		r = xp_tls_sess_batch(l->tls, TLS_BATCH_SIZE);
+	if (r == 0 && !o->ring) {
+		r = rewind_pipe(w, o, have);
+	} else if (r == 0) {
+		uint64_t back = o->sent - have;
+
+		o->head = (size_t)((o->head + o->ring - back % o->ring) % o->ring);
+		o->held += (size_t)back;
+	}
+	if (r < 0) {
+		xp_link_close(w, l, XP_END_ERROR, r, 0);
+		return;
+	}
+	atomic_fetch_add_explicit(&l->pub_replayed, o->sent - have, memory_order_relaxed);
+	atomic_fetch_add_explicit(&l->pub_resumed, 1, memory_order_relaxed);
+	o->sent = o->acked = have;
+	atomic_store_explicit(&l->pub_acked, have, memory_order_relaxed);
+	publish_kept(l);
+	/* A completed direction says so again: the END may not have arrived. */
+	if (o->eof)
+		o->done = false;
+	o->fout.end_sent = false;
+	for (int d = 0; d < 2; d++)
+		if (!l->p[d].done)
+			ready_push(w, &l->p[d]);
+	(void)in;
+}

@@ -1,0 +1,33 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The frames of a resumable link's node hop (doc/interfaces.md, "Resumable streams"): each side
+ * cuts what it sends into DATA frames that name their stream offset, and acknowledges what it
+ * delivered to its QEMU with ACK frames; END closes a direction. A pure codec, no I/O. */
+#ifndef XP_FRAME_H
+#define XP_FRAME_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define XP_FRAME_LEN   16
+#define XP_FRAME_MAGIC 0x564d /* "VM" */
+/* The longest DATA frame: a sender never holds more unsent at once (its pipe or its ring). */
+#define XP_FRAME_MAX (64u << 20)
+
+enum xp_frame_type {
+	XP_FRAME_DATA = 1, /* len payload bytes follow; off: the stream offset of the first */
+	XP_FRAME_ACK = 2,  /* off: bytes of the other direction the sender delivered to its QEMU */
+	XP_FRAME_END = 3,  /* off: the direction's length; no DATA follows */
+};
+
+struct xp_frame {
+	enum xp_frame_type type;
+	uint32_t len;
+	uint64_t off;
+};
+
+void xp_frame_put(const struct xp_frame *f, uint8_t buf[XP_FRAME_LEN]);
+/* 0, or -EBADMSG: a bad magic, type or pad, a DATA frame of 0 or over XP_FRAME_MAX bytes, or
+ * an ACK or END with a length. */
+int xp_frame_get(const uint8_t buf[XP_FRAME_LEN], struct xp_frame *ret);
+
+#endif
