@@ -231,6 +231,10 @@ static const struct ctl_fig node_figs[] = {
 		 "bad-purpose, name-not-allowed, peer-refused, protocol, closed, "
 		 "handshake-timeout, silent).",
 		 "reason") },
+	{ "resume_refused", CTL_COUNT, FIELD(resume_refused),
+	  PROM("vmigd_resumptions_refused_total", COUNTER,
+	       "Resumptions of node-hop connections turned away since start (a wrong token, an "
+	       "unknown connection, an offset outside what was kept).") },
 	{ "certificate_expiry.node", CTL_COUNT, FIELD(tls.node_expiry), OMIT_UNLESS(tls.on),
 	  PROM_L("vmigd_certificate_expiry_timestamp_seconds", GAUGE, EXPIRY_HELP,
 		 "cert=\"node\"") },
@@ -304,6 +308,39 @@ static const struct ctl_fig migration_figs[] = {
 	{ "shaped_ms", CTL_MS, FIELD(shaped_ms), TEXT("caps", ", shaped %s"),
 	  PROM("vmigd_migration_shaped_seconds_total", COUNTER,
 	       "Time the migration's connections waited for the cap, summed.") },
+	{ "resume.conns", CTL_COUNT, FIELD(resume.conns), TEXT("resume", "resumable: %s now"),
+	  PROM_L("vmigd_migration_resumable_connections", GAUGE,
+		 "Resumable connections carried now (state=active), and of those without a node "
+		 "hop now (state=suspended).",
+		 "state=\"active\"") },
+	{ "resume.suspended", CTL_COUNT, FIELD(resume.suspended),
+	  TEXT("resume", ", %s WITHOUT A HOP"), NONZERO,
+	  PROM_L("vmigd_migration_resumable_connections", GAUGE,
+		 "Resumable connections carried now (state=active), and of those without a node "
+		 "hop now (state=suspended).",
+		 "state=\"suspended\"") },
+	{ "resume.resumptions", CTL_COUNT, FIELD(resume.resumptions),
+	  TEXT("resume", ", resumed %s times"),
+	  PROM("vmigd_migration_resumptions_total", COUNTER,
+	       "Times the migration's connections went on over new node-hop connections after "
+	       "theirs failed.") },
+	{ "resume.replayed", CTL_BYTES, FIELD(resume.replayed), TEXT("resume", ", %s sent again"),
+	  NONZERO,
+	  PROM("vmigd_migration_replayed_bytes_total", COUNTER,
+	       "Bytes sent again after resumptions (what the failed node hops lost).") },
+	{ "resume.unhopped_ms", CTL_MS, FIELD(resume.unhopped_ms),
+	  TEXT("resume", ", %s without a hop"), NONZERO,
+	  PROM("vmigd_migration_hopless_seconds_total", COUNTER,
+	       "Time the migration's connections spent without a node hop, summed.") },
+	{ "resume.kept", CTL_BYTES, FIELD(resume.kept), TEXT("resume", ", keeping %s"),
+	  PROM("vmigd_migration_kept_bytes", GAUGE,
+	       "Bytes the migration's resumable connections keep until the peer says it "
+	       "delivered them (the memory resumption costs now).") },
+	{ "resume.refused", CTL_COUNT, FIELD(resume.refused),
+	  TEXT("resume", ", %s resumptions REFUSED"), NONZERO,
+	  PROM("vmigd_migration_resumptions_refused_total", COUNTER,
+	       "Target: resumptions turned away (a wrong token, an unknown connection, an offset "
+	       "outside what was kept); the migration goes on.") },
 };
 TABLE(ctl_migration_table, "migration", migration_figs);
 #undef OBJ
@@ -418,6 +455,27 @@ static const struct ctl_fig conn_figs[] = {
 	{ "pacing", CTL_CAP, FIELD(pacing), TEXT("bytes", ", pacing %s"), NONZERO,
 	  PROM("vmigd_connection_pacing_bytes_per_second", GAUGE,
 	       "SO_MAX_PACING_RATE set on the connection (pacing shaper); 0: none.") },
+	{ "resume.on", CTL_BOOL, FIELD(resumable), TEXT("head", " resumable|") },
+	{ "resume.suspended", CTL_BOOL, FIELD(suspended), OMIT_UNLESS(resumable),
+	  TEXT("head", " NO-HOP|"),
+	  PROM("vmigd_connection_suspended", GAUGE,
+	       "1 while a resumable connection has no node hop (waiting for a new one).") },
+	{ "resume.resumptions", CTL_COUNT, FIELD(resumptions), OMIT_UNLESS(resumable),
+	  TEXT("resume", "resumed %s times"), NONZERO,
+	  PROM("vmigd_connection_resumptions_total", COUNTER,
+	       "Times a resumable connection went on over a new node-hop connection.") },
+	{ "resume.replayed", CTL_BYTES, FIELD(replayed), OMIT_UNLESS(resumable),
+	  TEXT("resume", ", %s sent again"), NONZERO,
+	  PROM("vmigd_connection_replayed_bytes_total", COUNTER,
+	       "Bytes a resumable connection sent again after resumptions.") },
+	{ "resume.unhopped_ms", CTL_MS, FIELD(unhopped_ms), OMIT_UNLESS(resumable),
+	  TEXT("resume", ", %s without a hop"), NONZERO,
+	  PROM("vmigd_connection_hopless_seconds_total", COUNTER,
+	       "Time a resumable connection spent without a node hop, resumptions ended.") },
+	{ "resume.kept", CTL_BYTES, FIELD(kept), OMIT_UNLESS(resumable),
+	  TEXT("bytes", ", kept %s"),
+	  PROM("vmigd_connection_kept_bytes", GAUGE,
+	       "Bytes a resumable connection keeps until the peer says it delivered them.") },
 };
 TABLE(ctl_conn_table, "connection", conn_figs);
 #undef OBJ

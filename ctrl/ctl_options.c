@@ -193,6 +193,14 @@ static const struct opt opts[] = {
 	  .help = "a migration whose node hop's link has been down this long fails now, not when "
 		  "TCP gives up (before QEMU's switchover only; 0: never); convergence waits while "
 		  "it is down" },
+	{ "resume-timeout", 0, ULONG(resume_timeout_s, 0, 3600), .arg = "S", .def = "60",
+	  .help = "between two vmigd, a connection whose node hop fails waits this long for a new "
+		  "one and goes on from the last byte delivered; past it the migration fails (0: "
+		  "no resumption, a failed node hop fails the migration)" },
+	{ "resume-buffer", 0, ULONG(resume_keep, 65536, 1ul << 30), .arg = "BYTES",
+	  .def = "8388608",
+	  .help = "what a resumable connection keeps of what it sent until the peer says it "
+		  "delivered it; when that is full, the connection waits" },
 	{ "pipe-size", 0, ULONG(pipe_size, 4096, 64 << 20), .arg = "BYTES", .def = "1048576",
 	  .help = "splice pipe size per direction per connection" },
 	{ "max-connections", 0, ULONG(slots, 1, 1 << 20), .arg = "N", .def = "1024",

@@ -32,6 +32,8 @@ struct ctl_options {
 	unsigned long connect_timeout_ms;
 	unsigned long drain_timeout_s;
 	unsigned long link_down_timeout_s;
+	unsigned long resume_timeout_s;
+	unsigned long resume_keep;
 	unsigned long pipe_size;
 	unsigned long slots;
 	int copy_path; /* OPT_WORDS values are ints */

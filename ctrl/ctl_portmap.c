@@ -40,6 +40,26 @@ static void add_digest(struct json_object *o, const struct px_portmap *t)
 		json_object_object_add(o, "digest", json_object_new_string("xxh3"));
 }
 
+/* "resume": the target resumes connections whose node hop failed. */
+static void add_resume(struct json_object *o, const struct px_portmap *t)
+{
+	if (t->resume)
+		json_object_object_add(o, "resume", json_object_new_boolean(true));
+}
+
+/* An optional "resume" member into t: 0, or -EINVAL when it is not a boolean. */
+static int get_resume(struct json_object *o, struct px_portmap *t)
+{
+	struct json_object *v;
+
+	if (!json_object_object_get_ex(o, "resume", &v))
+		return 0;
+	if (!json_object_is_type(v, json_type_boolean))
+		return -EINVAL;
+	t->resume = json_object_get_boolean(v);
+	return 0;
+}
+
 /* An optional "digest" member into t: 0 (another algorithm than ours: no check), or -EINVAL
  * when it is not a string. */
 static int get_digest(struct json_object *o, struct px_portmap *t)
@@ -121,6 +141,7 @@ static struct json_object *kubevirt_to_json(const struct px_portmap *t)
 	add_secret(o, t);
 	add_dpdk(o, t);
 	add_digest(o, t);
+	add_resume(o, t);
 	return o;
 }
 
@@ -147,6 +168,7 @@ struct json_object *ctl_portmap_to_json(const struct px_portmap *t)
 	add_secret(o, t);
 	add_dpdk(o, t);
 	add_digest(o, t);
+	add_resume(o, t);
 	return o;
 }
 
@@ -203,6 +225,8 @@ static int kubevirt_from_json(struct json_object *o, struct px_portmap *ret, cha
 		return fail(err, errlen, "\"dpdk\" must be IPV4:UDP");
 	if (get_digest(o, &t) < 0)
 		return fail(err, errlen, "\"digest\" must be a string");
+	if (get_resume(o, &t) < 0)
+		return fail(err, errlen, "\"resume\" must be true or false");
 	json_object_object_get_ex(o, "targetDirectMigrationNodePorts", &map);
 	if (!json_object_is_type(map, json_type_object))
 		return fail(err, errlen, "\"targetDirectMigrationNodePorts\" must be an object");
@@ -278,6 +302,8 @@ int ctl_portmap_from_json(struct json_object *o, struct px_portmap *ret, char *e
 		return fail(err, errlen, "\"dpdk\" must be IPV4:UDP");
 	if (get_digest(o, &t) < 0)
 		return fail(err, errlen, "\"digest\" must be a string");
+	if (get_resume(o, &t) < 0)
+		return fail(err, errlen, "\"resume\" must be true or false");
 	if (!json_object_object_get_ex(o, "ports", &ports) ||
 	    !json_object_is_type(ports, json_type_array))
 		return fail(err, errlen, "missing \"ports\" array");

@@ -262,6 +262,8 @@ static int daemon_configure(struct daemon *d, struct ctl_options *o)
 	pc->keep_cap_at_switchover = o->keep_cap_at_switchover;
 	pc->socket_uid = o->socket_uid;
 	pc->socket_gid = o->socket_gid;
+	pc->resume_timeout_ms = (uint64_t)o->resume_timeout_s * 1000;
+	pc->resume_keep = o->resume_keep;
 	if (!o->dpdk_eal != !o->dpdk_address) {
 		vm_log_early(VM_LOG_ERR, "--dpdk and --dpdk-address go together");
 		return -EINVAL;

@@ -42,6 +42,7 @@ void px_conn_free(struct px_conn *c)
 
 	IO(n, watch_del, c->w);
 	IO(n, timer_del, c->t);
+	px_resume_forget(c);
 	if (c->st != C_LINKED) {
 		IO(n, close, c->hop);
 		IO(n, close_fd, c->lfd, false);
@@ -67,7 +68,7 @@ void px_conn_release(struct px_conn *c)
  * refusing a connection need not care. */
 int px_conn_reply(struct px_conn *c, enum px_status st)
 {
-	uint8_t r[PX_REPLY_DPDK_LEN];
+	uint8_t r[PX_REPLY_MAX];
 	uint32_t ev;
 	size_t len;
 	ssize_t k;
@@ -79,6 +80,8 @@ int px_conn_reply(struct px_conn *c, enum px_status st)
 		self.stream = c->dpdk.stream;
 		st = PX_OK_DPDK;
 		len = px_reply_encode(st, &self, r);
+	} else if (st == PX_OK && c->resumable) {
+		len = px_reply_encode_resumable(c->token, r);
 	} else {
 		len = px_reply_encode(st, NULL, r);
 	}
@@ -114,6 +117,10 @@ int px_conn_link(struct px_conn *c)
 	o.dpdk.ip = c->dpdk.ip;
 	o.dpdk.port = c->dpdk.port;
 	o.dpdk.stream = c->dpdk.stream;
+	if (c->resumable) {
+		o.resume.keep = n->conf.resume_keep;
+		o.resume.silence_ms = PX_HOP_SILENCE_MS;
+	}
 	if (n->conf.shaper == PX_SHAPE_BUCKET) {
 		o.bucket[0] = c->m->bucket;
 		o.bucket[1] = n->bucket;
@@ -136,13 +143,15 @@ int px_conn_link(struct px_conn *c)
 	c->st = C_LINKED;
 	c->hop = NULL;
 	c->lfd = -1;
+	if (!c->resumable)
+		c->m->unresumable = true;
 	c->m->conns_total++;
 	c->port->conns_total++;
 	n->conns_total++;
-	log_info("migration %s role=%s: port %u connection %u linked %s wire=%s path=%s", c->m->key,
-		 px_role_str(c->m->role), c->port->id, c->seq,
+	log_info("migration %s role=%s: port %u connection %u linked %s wire=%s path=%s resume=%s",
+		 c->m->key, px_role_str(c->m->role), c->port->id, c->seq,
 		 c->tls.describe[0] ? c->tls.describe : "tls=off", c->raw ? "raw" : "vmigd",
-		 c->dpdk.ip ? "dpdk" : "kernel");
+		 c->dpdk.ip ? "dpdk" : "kernel", c->resumable ? "yes" : "no");
 	return 0;
 }
 
@@ -186,6 +195,19 @@ void px_conn_done(void *cookie, const struct xp_link_result *res, void *arg)
 	struct px_conn *c = cookie;
 	struct px_migration *m = c->m;
 
+	if (res->end == XP_END_SUSPENDED) {
+		px_resume_suspended(c, res);
+		return;
+	}
+	if (c->resumable) {
+		if (c->suspended)
+			c->unhopped_ms += px_now(c->n) - c->suspended_ms;
+		c->suspended = false;
+		m->resumptions += res->resumed;
+		m->replayed += res->replayed;
+		m->unhopped_ms += c->unhopped_ms;
+		px_resume_ended(c);
+	}
 	m->bytes[0] += res->bytes[0];
 	m->bytes[1] += res->bytes[1];
 	c->port->bytes[0] += res->bytes[0];

@@ -62,6 +62,13 @@ struct px_config {
 	int adopt_fd;
 	/* A source's sockets and migrationproxy/: this owner (-1: the daemon's), mode 0660/0750. */
 	int socket_uid, socket_gid;
+	/*
+	 * Resumable connections between two vmigd (px_resume.c): how long one waits for its node
+	 * hop to come back (0: none are offered or accepted), and what each keeps of what it sent
+	 * until the peer says it delivered it.
+	 */
+	uint64_t resume_timeout_ms;
+	size_t resume_keep;
 };
 
 /* A migration's TLS: the daemon's (on unless --no-tls), or set per migration. */
@@ -176,6 +183,23 @@ struct px_conn_info {
 	uint64_t pacing;    /* SO_MAX_PACING_RATE set on it, bytes/s; 0: none */
 	bool inspected;	    /* insp is valid */
 	struct px_insp_stats insp;
+	/* resumable (both vmigd agreed): without a node hop now (suspended), how often it was
+	 * resumed, the bytes it sent again, its time without a node hop, what it keeps now */
+	bool resumable, suspended;
+	unsigned int resumptions;
+	uint64_t replayed, unhopped_ms, kept;
+};
+
+/* A migration's resumable connections, live and ended (px_resume.c). */
+struct px_resume_info {
+	unsigned int conns;	   /* carried now and resumable */
+	unsigned int suspended;	   /* ... without a node hop now */
+	unsigned int resumptions;  /* resumed so far */
+	unsigned int refused;	   /* target: resumptions turned away (forged, stale, unknown) */
+	uint64_t replayed;	   /* bytes sent again after resumptions */
+	uint64_t unhopped_ms;	   /* time without a node hop, summed over connections */
+	uint64_t kept;		   /* bytes kept now for the peer */
+	bool all;		   /* every connection carried so far is resumable (one at least) */
 };
 
 struct px_migration_info {
@@ -209,6 +233,7 @@ struct px_migration_info {
 	bool tls;	    /* its node hop is TLS */
 	bool inspected;
 	struct px_insp_summary insp;
+	struct px_resume_info resume;
 };
 
 struct px_node_info {
@@ -234,6 +259,7 @@ struct px_node_info {
 	unsigned int ended_source[PX_OUT_N], ended_target[PX_OUT_N];
 	/* node-hop connections TLS refused since start, by reason (px_tls_refusal_str()) */
 	unsigned int tls_refusals[PX_TLS_REFUSALS];
+	unsigned int resume_refused; /* resumptions turned away since start */
 	/* with TLS: when the node's certificate and the CA bundle's first one expire (notAfter,
 	 * Unix seconds; 0: not known) */
 	struct {

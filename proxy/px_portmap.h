@@ -37,6 +37,9 @@ struct px_portmap {
 	 * keeps digests too asks for it (PX_PREAMBLE_F_DIGEST) only then, so that a vmigd older
 	 * than the check never sees the flag. */
 	bool digest;
+	/* The target resumes a connection over a new one when the node hop fails ("resume":
+	 * true): a source offers it (PX_PREAMBLE_F_RESUMABLE) only then. */
+	bool resume;
 };
 
 /* KubeVirt's logical ports: libvirt's own connection, QEMU's migration stream, NBD. */

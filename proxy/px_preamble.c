@@ -95,17 +95,20 @@ int px_preamble_encode(const struct px_preamble *p, uint8_t *buf, size_t len)
 	size_t at = PX_PREAMBLE_FIXED + kl;
 
 	if (!key_valid_n(p->key, kl) || p->port > PX_PORT_MAX ||
-	    (p->verify && (p->digest || p->dpdk.ip)))
+	    (p->verify && (p->digest || p->dpdk.ip || p->resumable)) ||
+	    (p->resume && (p->digest || p->dpdk.ip || p->verify || p->resumable)))
 		return -EINVAL;
 	if (len < at + (p->has_secret ? PX_SECRET_LEN : 0) + (p->dpdk.ip ? PX_DPDK_LEN : 0) +
-			  (p->verify ? PX_DIGESTS_LEN : 0))
+			  (p->verify ? PX_DIGESTS_LEN : 0) + (p->resume ? PX_RESUME_LEN : 0))
 		return -ENOSPC;
 	vm_put_be32(buf, PX_PREAMBLE_MAGIC);
 	vm_put_be16(buf + 4, p->version);
 	vm_put_be16(buf + 6, (p->has_secret ? PX_PREAMBLE_F_SECRET : 0) |
 				     (p->dpdk.ip ? PX_PREAMBLE_F_DPDK : 0) |
 				     (p->digest ? PX_PREAMBLE_F_DIGEST : 0) |
-				     (p->verify ? PX_PREAMBLE_F_VERIFY : 0));
+				     (p->verify ? PX_PREAMBLE_F_VERIFY : 0) |
+				     (p->resumable ? PX_PREAMBLE_F_RESUMABLE : 0) |
+				     (p->resume ? PX_PREAMBLE_F_RESUME : 0));
 	vm_put_be32(buf + 8, p->port);
 	vm_put_be32(buf + 12, p->seq);
 	vm_put_be16(buf + 16, kl);
@@ -123,6 +126,11 @@ int px_preamble_encode(const struct px_preamble *p, uint8_t *buf, size_t len)
 		digests_put(&p->dg, buf + at);
 		at += PX_DIGESTS_LEN;
 	}
+	if (p->resume) {
+		memcpy(buf + at, p->token, PX_TOKEN_LEN);
+		vm_put_be64(buf + at + PX_TOKEN_LEN, p->have);
+		at += PX_RESUME_LEN;
+	}
 	return (int)at;
 }
 
@@ -131,7 +139,8 @@ size_t px_preamble_len(const uint8_t *buf)
 	return PX_PREAMBLE_FIXED + vm_get_be16(buf + 16) +
 	       (vm_get_be16(buf + 6) & PX_PREAMBLE_F_SECRET ? PX_SECRET_LEN : 0) +
 	       (vm_get_be16(buf + 6) & PX_PREAMBLE_F_DPDK ? PX_DPDK_LEN : 0) +
-	       (vm_get_be16(buf + 6) & PX_PREAMBLE_F_VERIFY ? PX_DIGESTS_LEN : 0);
+	       (vm_get_be16(buf + 6) & PX_PREAMBLE_F_VERIFY ? PX_DIGESTS_LEN : 0) +
+	       (vm_get_be16(buf + 6) & PX_PREAMBLE_F_RESUME ? PX_RESUME_LEN : 0);
 }
 
 int px_preamble_decode(const uint8_t *buf, size_t len, struct px_preamble *ret)
@@ -150,9 +159,12 @@ int px_preamble_decode(const uint8_t *buf, size_t len, struct px_preamble *ret)
 	kl = vm_get_be16(buf + 16);
 	flags = vm_get_be16(buf + 6);
 	if ((flags & ~(PX_PREAMBLE_F_SECRET | PX_PREAMBLE_F_DPDK | PX_PREAMBLE_F_DIGEST |
-		       PX_PREAMBLE_F_VERIFY)) ||
+		       PX_PREAMBLE_F_VERIFY | PX_PREAMBLE_F_RESUMABLE | PX_PREAMBLE_F_RESUME)) ||
 	    ((flags & PX_PREAMBLE_F_VERIFY) &&
-	     (flags & (PX_PREAMBLE_F_DPDK | PX_PREAMBLE_F_DIGEST))) ||
+	     (flags & (PX_PREAMBLE_F_DPDK | PX_PREAMBLE_F_DIGEST | PX_PREAMBLE_F_RESUMABLE))) ||
+	    ((flags & PX_PREAMBLE_F_RESUME) &&
+	     (flags & (PX_PREAMBLE_F_DPDK | PX_PREAMBLE_F_DIGEST | PX_PREAMBLE_F_VERIFY |
+		       PX_PREAMBLE_F_RESUMABLE))) ||
 	    vm_get_be16(buf + 18) != 0 || kl == 0 || kl > PX_KEY_MAX ||
 	    vm_get_be32(buf + 8) > PX_PORT_MAX)
 		return -PX_ERR_MALFORMED;
@@ -177,6 +189,16 @@ int px_preamble_decode(const uint8_t *buf, size_t len, struct px_preamble *ret)
 	memset(&p.dg, 0, sizeof(p.dg));
 	if (p.verify)
 		digests_get(buf + px_preamble_len(buf) - PX_DIGESTS_LEN, &p.dg);
+	p.resumable = flags & PX_PREAMBLE_F_RESUMABLE;
+	p.resume = flags & PX_PREAMBLE_F_RESUME;
+	memset(p.token, 0, sizeof(p.token));
+	p.have = 0;
+	if (p.resume) {
+		const uint8_t *r = buf + px_preamble_len(buf) - PX_RESUME_LEN;
+
+		memcpy(p.token, r, PX_TOKEN_LEN);
+		p.have = vm_get_be64(r + PX_TOKEN_LEN);
+	}
 	*ret = p;
 	return (int)px_preamble_len(buf);
 }
@@ -190,6 +212,30 @@ size_t px_reply_encode(enum px_status st, const struct px_dpdk *dpdk, uint8_t *b
 		return PX_REPLY_LEN;
 	dpdk_put(dpdk, buf + PX_REPLY_LEN);
 	return PX_REPLY_DPDK_LEN;
+}
+
+size_t px_reply_encode_resumable(const uint8_t token[PX_TOKEN_LEN], uint8_t *buf)
+{
+	px_reply_encode(PX_OK_RESUMABLE, NULL, buf);
+	memcpy(buf + PX_REPLY_LEN, token, PX_TOKEN_LEN);
+	return PX_REPLY_RESUMABLE_LEN;
+}
+
+size_t px_reply_encode_resumed(uint64_t have, uint8_t *buf)
+{
+	px_reply_encode(PX_RESUMED, NULL, buf);
+	vm_put_be64(buf + PX_REPLY_LEN, have);
+	return PX_REPLY_RESUMED_LEN;
+}
+
+void px_reply_token(const uint8_t *buf, uint8_t token[PX_TOKEN_LEN])
+{
+	memcpy(token, buf + PX_REPLY_LEN, PX_TOKEN_LEN);
+}
+
+uint64_t px_reply_have(const uint8_t *buf)
+{
+	return vm_get_be64(buf + PX_REPLY_LEN);
 }
 
 size_t px_reply_encode_verified(enum px_verdict v, const struct px_digests *dg, uint8_t *buf)
@@ -209,6 +255,10 @@ size_t px_reply_len(const uint8_t *buf, size_t have)
 		return PX_REPLY_DPDK_LEN;
 	case PX_VERIFIED:
 		return PX_REPLY_VERIFY_LEN;
+	case PX_OK_RESUMABLE:
+		return PX_REPLY_RESUMABLE_LEN;
+	case PX_RESUMED:
+		return PX_REPLY_RESUMED_LEN;
 	default:
 		return PX_REPLY_LEN;
 	}
@@ -264,8 +314,12 @@ int px_reply_decode(const uint8_t *buf, size_t len, enum px_status *ret, struct 
 	if (vm_get_be32(buf) != PX_REPLY_MAGIC || vm_get_be16(buf + 4) != PX_PROTO_VERSION)
 		return -EBADMSG;
 	if (vm_get_be16(buf + 6) != PX_OK_DPDK) {
+		size_t want = px_reply_len(buf, len);
+
+		if (len < want)
+			return 0;
 		*ret = vm_get_be16(buf + 6);
-		return PX_REPLY_LEN;
+		return (int)want;
 	}
 	if (len < PX_REPLY_DPDK_LEN)
 		return 0;
@@ -286,6 +340,12 @@ const char *px_status_str(enum px_status st)
 		return "ok, over the DPDK node hop";
 	case PX_VERIFIED:
 		return "verified";
+	case PX_OK_RESUMABLE:
+		return "ok, resumable";
+	case PX_RESUMED:
+		return "resumed";
+	case PX_ERR_RESUME:
+		return "no such resumable connection here, or an offset outside what was kept";
 	case PX_ERR_MALFORMED:
 		return "malformed preamble";
 	case PX_ERR_VERSION:

@@ -16,7 +16,11 @@
 #define PX_SECRET_LEN	  16
 #define PX_DPDK_LEN	  12
 #define PX_DIGESTS_LEN	  32
-/* The longest: key, secret, and either the DPDK offer or the digests (never both). */
+/* A resumable connection's token (the target's, in its PX_OK_RESUMABLE reply) */
+#define PX_TOKEN_LEN 16
+/* A resumption: the token, then the offset the source has (u64) */
+#define PX_RESUME_LEN (PX_TOKEN_LEN + 8)
+/* The longest: key, secret, and one of the DPDK offer, the digests or a resumption. */
 #define PX_PREAMBLE_MAX (PX_PREAMBLE_FIXED + PX_KEY_MAX + PX_SECRET_LEN + PX_DIGESTS_LEN)
 /* Flags: the migration's secret (from the target's JSON) follows the key. */
 #define PX_PREAMBLE_F_SECRET 0x0001
@@ -29,11 +33,20 @@
  * has ended on its side; its digests follow. The target answers PX_VERIFIED and closes.
  */
 #define PX_PREAMBLE_F_VERIFY 0x0008
+/* The source can resume this connection over a new one if the node hop fails (the target
+ * advertised resumption): a target that agrees answers PX_OK_RESUMABLE. */
+#define PX_PREAMBLE_F_RESUMABLE 0x0010
+/* Not a new connection: connection (port, seq), resumable, goes on over this one; its token
+ * and the source's offset follow. The target answers PX_RESUMED with its own. */
+#define PX_PREAMBLE_F_RESUME 0x0020
 #define PX_REPLY_LEN	     8
 /* A PX_OK_DPDK reply: the target's DPDK address and port and the stream id follow. */
 #define PX_REPLY_DPDK_LEN (PX_REPLY_LEN + PX_DPDK_LEN)
 /* A PX_VERIFIED reply: the verdict (u32) and the target's digests follow. */
 #define PX_REPLY_VERIFY_LEN (PX_REPLY_LEN + 4 + PX_DIGESTS_LEN)
+/* A PX_OK_RESUMABLE reply: the connection's token follows; a PX_RESUMED one: the offset. */
+#define PX_REPLY_RESUMABLE_LEN (PX_REPLY_LEN + PX_TOKEN_LEN)
+#define PX_REPLY_RESUMED_LEN   (PX_REPLY_LEN + 8)
 #define PX_REPLY_MAX	    PX_REPLY_VERIFY_LEN
 #define PX_PORT_MAX	  65535
 
@@ -51,6 +64,10 @@ enum px_status {
 	PX_ERR_AUTH = 10, /* no or a wrong secret, or a peer other than the migration's first */
 	PX_OK_DPDK = 11,  /* ok, and the connection's bytes go over the DPDK node hop */
 	PX_VERIFIED = 12, /* to a report (PX_PREAMBLE_F_VERIFY): the verdict and the target's view */
+	PX_OK_RESUMABLE = 13, /* ok, and resumable: the token to resume it with follows */
+	PX_RESUMED = 14,      /* to a resumption: it goes on; the target's offset follows */
+	PX_ERR_RESUME = 15,   /* a resumption of no resumable connection here, or from an offset
+			       * outside what was kept */
 };
 
 /* What the target found when it compared a source's report with its own digests. */
@@ -97,6 +114,10 @@ struct px_preamble {
 	bool digest;	     /* PX_PREAMBLE_F_DIGEST */
 	bool verify;	     /* PX_PREAMBLE_F_VERIFY: dg is the source's report */
 	struct px_digests dg;
+	bool resumable; /* PX_PREAMBLE_F_RESUMABLE */
+	bool resume;	/* PX_PREAMBLE_F_RESUME: token and have follow */
+	uint8_t token[PX_TOKEN_LEN];
+	uint64_t have; /* what the source took of the target's direction */
 };
 
 /* 1..PX_KEY_MAX characters of [A-Za-z0-9._-]. */
@@ -117,6 +138,13 @@ size_t px_preamble_len(const uint8_t *buf);
 /* Writes the reply into buf (PX_REPLY_DPDK_LEN bytes of room); returns its length. dpdk is used
  * with PX_OK_DPDK only. */
 size_t px_reply_encode(enum px_status st, const struct px_dpdk *dpdk, uint8_t *buf);
+/* A PX_OK_RESUMABLE reply with the connection's token, a PX_RESUMED one with the target's
+ * offset, into buf (PX_REPLY_MAX bytes); each returns its length. */
+size_t px_reply_encode_resumable(const uint8_t token[PX_TOKEN_LEN], uint8_t *buf);
+size_t px_reply_encode_resumed(uint64_t have, uint8_t *buf);
+/* Once px_reply_decode() took a whole PX_OK_RESUMABLE or PX_RESUMED reply: what follows it. */
+void px_reply_token(const uint8_t *buf, uint8_t token[PX_TOKEN_LEN]);
+uint64_t px_reply_have(const uint8_t *buf);
 /* A PX_VERIFIED reply into buf (PX_REPLY_VERIFY_LEN bytes); returns its length. */
 size_t px_reply_encode_verified(enum px_verdict v, const struct px_digests *dg, uint8_t *buf);
 /* How many bytes the reply whose first have bytes are in buf is long, as far as they tell: its

@@ -23,6 +23,9 @@
 #define ORDER_MAX_PARKED 64
 /* How long a connect(2) to a local unix socket may wait for room in the listener's backlog. */
 #define LOCAL_CONNECT_TIMEOUT_MS 2000
+/* A resumable connection's node hop that answers nothing this long has failed (TCP's user
+ * timeout and keepalive; otherwise TCP would bear it for many minutes). */
+#define PX_HOP_SILENCE_MS 10000
 /* A node-hop TLS client that has sent nothing this long after its accept is dropped. */
 #define PX_SILENCE_MS 3000
 /*
@@ -92,6 +95,7 @@ enum conn_state {
 	C_TGT_PARKED,	 /* waiting for its predecessors */
 	C_LINKED,	 /* carried by the data path */
 	C_TGT_VERIFY,	 /* a source's report, waiting for the connection it is about to end */
+	C_TGT_RESUME,	 /* a resumption, waiting for the link it resumes to let go of its hop */
 };
 
 /* One QEMU connection and its node-hop connection, from accept until the data path returns it. */
@@ -128,6 +132,23 @@ struct px_conn {
 	struct px_digests dg;
 	struct vm_rate rate[2];
 	uint64_t pacing; /* SO_MAX_PACING_RATE last asked for */
+	/*
+	 * Resumable (both vmigd agreed: PX_OK_RESUMABLE, px_resume.c): its link outlives a failed
+	 * node hop, suspended from suspended_ms until a new connection carries it on or
+	 * --resume-timeout (timer rt) fails the migration. token: the target's, for it. have,
+	 * kept_from, kept_to: the data path's suspension report. resumer: the connection that is
+	 * to carry it on (the source's attempt, the target's arrival); resumes: on that one, whose.
+	 */
+	bool resumable, suspended;
+	bool resuming; /* not a QEMU connection: one that is to carry a resumable one on */
+	uint8_t token[PX_TOKEN_LEN];
+	uint64_t suspended_ms, have, kept_from, kept_to;
+	uint64_t peer_have; /* on a target's resumer: the source's offset */
+	unsigned int resumptions, attempts;
+	uint64_t unhopped_ms, replayed;
+	char lost[160];
+	struct px_conn *resumer, *resumes;
+	struct xp_timer *rt;
 	struct vm_list node; /* in its migration's conns, or (m NULL) the node's unbound */
 };
 
@@ -199,6 +220,11 @@ struct px_migration {
 	struct xp_timer *order_timer;
 	struct xp_timer *stop_timer;
 	struct px_verify v;  /* digests of its connections, compared with the peer's */
+	/* resumable connections: of ended ones, resumptions, bytes sent again, time without a
+	 * node hop; refused resumptions (forged or stale) */
+	unsigned int resumptions, resume_refused;
+	uint64_t replayed, unhopped_ms;
+	bool unresumable; /* a connection was carried that is not resumable */
 	struct vm_list node; /* in its node's migrations, or stopped once stopping */
 };
 
@@ -236,6 +262,7 @@ struct px_node {
 	uint64_t verified[PX_VERIFIED_N]; /* connections with digests, by what the check found */
 	unsigned int ended[2][PX_OUT_N];  /* migrations by role and outcome */
 	unsigned int tls_refusals[PX_TLS_REFUSALS];
+	unsigned int resume_refused; /* resumptions turned away (forged, stale or unknown) */
 	struct vm_rate rate[2];
 	struct xp_timer *drain_timer;
 	void (*drain_done)(void *arg);
@@ -323,6 +350,24 @@ void px_verify_free(struct px_migration *m);
 bool px_verify_wanted(const struct px_conn *c);
 /* Source: sends connection c's report: connect, TLS, preamble (px_source.c). */
 void px_source_connect(struct px_conn *c);
+
+/* px_resume.c: resumable connections */
+/* Source: whether c's preamble offers resumption (the target advertised it, no stock peer). */
+bool px_resume_wanted(const struct px_conn *c);
+/* The data path suspended c's link (res: XP_END_SUSPENDED). */
+void px_resume_suspended(struct px_conn *c, const struct xp_link_result *res);
+/* Source: the reply to resumer r is in r->buf (r->len bytes). */
+void px_resume_answered(struct px_conn *r);
+/* Source: resumer r failed before a reply (why); the next attempt follows. */
+void px_resume_failed(struct px_conn *r, const char *why);
+/* Target: a resumption arrived on c for port (preamble p, its secret and peer checked). */
+void px_resume_arrive(struct px_conn *c, struct px_port *port, const struct px_preamble *p);
+/* Target: suspended o's resumer is there: reply, and o goes on over its connection. */
+void px_resume_go(struct px_conn *o);
+/* c's link ended for good: a resumption waiting for it is turned away. */
+void px_resume_ended(struct px_conn *c);
+/* c goes: its ties to a resumer, or to the connection it resumes, and its timer go first. */
+void px_resume_forget(struct px_conn *c);
 
 /* px_migration.c: the lifecycle of a migration */
 struct px_migration *px_migration_new(struct px_node *n, const char *key, enum px_role role);

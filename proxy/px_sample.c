@@ -102,7 +102,7 @@ static const char *const state_names[] = {
 	[C_SRC_REPLY] = "waiting-reply", [C_SRC_AWAIT] = "waiting-server",
 	[C_TGT_HANDSHAKE] = "handshake", [C_TGT_PREAMBLE] = "preamble",
 	[C_TGT_PARKED] = "parked",	 [C_LINKED] = "linked",
-	[C_TGT_VERIFY] = "report",
+	[C_TGT_VERIFY] = "report",	 [C_TGT_RESUME] = "resuming",
 };
 
 /* One connection's entry; its live figures also go into the migration's and its port's. */
@@ -129,12 +129,34 @@ static void conn_info(struct px_migration *m, struct px_conn *c, struct px_migra
 		px_insp_read(c->insp, &st);
 		px_insp_fold(&mi->insp, &st, true);
 	}
+	if (c->st == C_LINKED && c->resumable) {
+		struct px_resume_info *ri = &mi->resume;
+		uint64_t kept = IO(m->n, link_kept, c->link);
+
+		ri->conns++;
+		ri->suspended += c->suspended;
+		ri->resumptions += c->resumptions;
+		ri->replayed += c->replayed;
+		ri->unhopped_ms += c->unhopped_ms +
+				   (c->suspended ? px_now(m->n) - c->suspended_ms : 0);
+		ri->kept += kept;
+		if (i) {
+			i->resumable = true;
+			i->suspended = c->suspended;
+			i->resumptions = c->resumptions;
+			i->replayed = c->replayed;
+			i->unhopped_ms = c->unhopped_ms;
+			i->kept = kept;
+		}
+	} else if (c->st == C_LINKED && !c->resuming) {
+		mi->resume.all = false;
+	}
 	if (!i)
 		return;
 	i->port = c->port->id;
 	i->seq = c->seq;
-	/* an ended connection's digest report, either role */
-	i->state = c->verify ? "report" : state_names[c->st];
+	/* an ended connection's digest report, either role; an attempt to resume one */
+	i->state = c->verify ? "report" : c->resuming ? "resuming" : state_names[c->st];
 	i->tls = c->tls.version[0] ? c->tls.version : NULL;
 	i->cipher = c->tls.cipher;
 	i->crypto = c->tls.crypto;
@@ -188,6 +210,11 @@ void px_node_foreach(struct px_node *n, px_migration_fn fn, void *arg)
 			.tls = m->tls,
 			.inspected = n->conf.inspect,
 			.insp = m->insp_done,
+			.resume = { .resumptions = m->resumptions,
+				    .refused = m->resume_refused,
+				    .replayed = m->replayed,
+				    .unhopped_ms = m->unhopped_ms,
+				    .all = m->conns_total > 0 && !m->unresumable },
 		};
 		uint64_t shaped_ns = m->shaped_ns_done;
 
@@ -261,6 +288,7 @@ void px_node_info(struct px_node *n, struct px_node_info *out)
 	memcpy(ni.ended_source, n->ended[PX_ROLE_SOURCE], sizeof(ni.ended_source));
 	memcpy(ni.ended_target, n->ended[PX_ROLE_TARGET], sizeof(ni.ended_target));
 	memcpy(ni.tls_refusals, n->tls_refusals, sizeof(ni.tls_refusals));
+	ni.resume_refused = n->resume_refused;
 	if (n->conf.tls) {
 		ni.tls.on = true;
 		xp_tls_expiry(n->conf.tls, &ni.tls.node_expiry, &ni.tls.ca_expiry);

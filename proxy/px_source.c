@@ -35,6 +35,11 @@ static void src_error(struct px_conn *c, const char *fmt, ...)
 		px_verify_lost(c, msg, false);
 		return;
 	}
+	if (c->resuming) {
+		/* an attempt to carry a connection on: the next one follows */
+		px_resume_failed(c, msg);
+		return;
+	}
 	c->m->conns_failed++;
 	log_err("migration %s role=source: port %u connection %u to %s: %s", c->m->key, c->port->id,
 		c->seq, c->peer, msg);
@@ -135,13 +140,22 @@ static void src_start_send(struct px_conn *c)
 	strcpy(p.key, c->m->key);
 	p.has_secret = c->m->target.has_secret;
 	memcpy(p.secret, c->m->target.secret, PX_SECRET_LEN);
-	if (c->verify) {
+	if (c->resuming) {
+		if (!c->resumes) {
+			px_conn_release(c); /* the connection it was for has gone */
+			return;
+		}
+		p.resume = true;
+		memcpy(p.token, c->resumes->token, PX_TOKEN_LEN);
+		p.have = c->resumes->have;
+	} else if (c->verify) {
 		p.verify = true;
 		p.dg = c->dg;
 	} else {
 		p.digest = c->digest = px_verify_wanted(c);
 	}
-	if (!c->verify && px_dpdk_can(c)) {
+	p.resumable = px_resume_wanted(c);
+	if (!c->verify && !c->resuming && px_dpdk_can(c)) {
 		/* the target sets the top bit (px_target.c says why) */
 		p.dpdk = c->n->dpdk;
 		p.dpdk.stream = (c->n->dpdk_next++ % 0x7fffffffu) + 1;
@@ -219,7 +233,7 @@ static void src_handshake(struct px_conn *c)
 	IO(c->n, conn_info, c->hop, &c->tls);
 	/* KubeVirt's map and no vmigd on the far side (no ALPN): a stock peer, raw. */
 	c->raw = c->m->kubevirt && !c->tls.vmigd;
-	if (c->raw && c->verify) {
+	if (c->raw && (c->verify || c->resuming)) {
 		src_error(c, "the target no longer speaks vmigd's protocol on this port");
 		return;
 	}
@@ -263,6 +277,10 @@ static void src_read_reply(struct px_conn *c)
 		px_verify_answered(c);
 		return;
 	}
+	if (c->resuming) {
+		px_resume_answered(c);
+		return;
+	}
 	r = px_reply_decode(c->buf, c->len, &st, &c->dpdk);
 	if (r < 0) {
 		src_error(c, "the target's reply is malformed (not a vmigd of this protocol?)");
@@ -276,12 +294,20 @@ static void src_read_reply(struct px_conn *c)
 		src_error(c, "the target chose the DPDK node hop, which this side did not offer");
 		return;
 	}
-	if (st != PX_OK && st != PX_OK_DPDK) {
+	if (st == PX_OK_RESUMABLE && !px_resume_wanted(c)) {
+		src_error(c, "the target made resumable a connection this side did not offer");
+		return;
+	}
+	if (st != PX_OK && st != PX_OK_DPDK && st != PX_OK_RESUMABLE) {
 		src_error(c, "refused by the target: %s", px_status_str(st));
 		return;
 	}
-	if (st == PX_OK)
+	if (st != PX_OK_DPDK)
 		memset(&c->dpdk, 0, sizeof(c->dpdk));
+	if (st == PX_OK_RESUMABLE) {
+		c->resumable = true;
+		px_reply_token(c->buf, c->token);
+	}
 	src_link(c);
 }
 

@@ -221,8 +221,9 @@ static void tgt_dispatch(struct px_conn *c, const struct px_preamble *p)
 		px_conn_release(c);
 		return;
 	}
-	/* A stopped migration's port listener is open for reports only. */
-	if (!m || strcmp(m->key, p->key) || (m->stopping && !p->verify)) {
+	/* A stopped migration's port listener is open for reports, and for resumptions of the
+	 * links its grace lets finish. */
+	if (!m || strcmp(m->key, p->key) || (m->stopping && !p->verify && !p->resume)) {
 		tgt_reject(c, n->draining ? PX_ERR_SHUTDOWN : PX_ERR_UNKNOWN_KEY, p->key);
 		return;
 	}
@@ -233,8 +234,8 @@ static void tgt_dispatch(struct px_conn *c, const struct px_preamble *p)
 		tgt_reject(c, PX_ERR_UNKNOWN_PORT, p->key);
 		return;
 	}
-	/* A drain lets the migrations in flight end, and their reports with them. */
-	if (n->draining && !p->verify) {
+	/* A drain lets the migrations in flight end, and their reports and resumptions. */
+	if (n->draining && !p->verify && !p->resume) {
 		tgt_reject(c, PX_ERR_SHUTDOWN, p->key);
 		return;
 	}
@@ -258,6 +259,10 @@ static void tgt_dispatch(struct px_conn *c, const struct px_preamble *p)
 		px_verify_arrive(c, port, p);
 		return;
 	}
+	if (p->resume) {
+		px_resume_arrive(c, port, p);
+		return;
+	}
 	c->digest = p->digest;
 	if (p->dpdk.ip && px_dpdk_can(c)) {
 		/*
@@ -270,6 +275,10 @@ static void tgt_dispatch(struct px_conn *c, const struct px_preamble *p)
 		if (p->dpdk.ip < n->dpdk.ip)
 			c->dpdk.stream |= 0x80000000u;
 	}
+	/* Resumable: both vmigd (a preamble), the kernel path (the DPDK hop has its own). */
+	if (p->resumable && !c->dpdk.ip && n->conf.resume_timeout_ms &&
+	    getrandom(c->token, sizeof(c->token), 0) == sizeof(c->token))
+		c->resumable = true;
 	if (tgt_bind(c, port, p->seq) < 0)
 		return;
 	if (p->seq > px_order_next(port->order))
@@ -719,6 +728,7 @@ static void target_map(const struct px_migration *m, struct px_portmap *out)
 	memcpy(out->secret, m->secret, PX_SECRET_LEN);
 	out->dpdk = n->dpdk;
 	out->digest = n->conf.digest != PX_DIGEST_OFF;
+	out->resume = n->conf.resume_timeout_ms > 0;
 	out->port = m->kubevirt ? 0 : xp_addr_port(&n->bound);
 	out->nports = m->nports;
 	for (unsigned int i = 0; i < m->nports; i++) {

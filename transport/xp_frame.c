@@ -114,6 +114,8 @@ int xp_frame_open(struct xp_worker *w, struct pool_link *l)
 	l->ack_sent = 0;
 	l->ack_every = keep / 8 > 65536 ? keep / 8 : 65536;
 	atomic_store_explicit(&l->pub_replayed, 0, memory_order_relaxed);
+	atomic_store_explicit(&l->pub_acked, 0, memory_order_relaxed);
+	atomic_store_explicit(&l->pub_sent, 0, memory_order_relaxed);
 	atomic_store_explicit(&l->pub_resumed, 0, memory_order_relaxed);
 	atomic_store_explicit(&l->pub_kept, 0, memory_order_relaxed);
 	for (int d = 0; d < 2; d++) {
@@ -320,6 +322,7 @@ ssize_t xp_frame_send(struct xp_worker *w, struct xp_pump *p, int dst)
 			p->sent += (uint64_t)n;
 			p->held -= (size_t)n;
 			total += (size_t)n;
+			atomic_store_explicit(&l->pub_sent, p->sent, memory_order_relaxed);
 			if (p->ring)
 				publish_kept(l);
 			continue;
@@ -783,6 +786,7 @@ void xp_frame_resume(struct xp_worker *w, struct pool_link *l)
 	atomic_fetch_add_explicit(&l->pub_resumed, 1, memory_order_relaxed);
 	o->sent = o->acked = have;
 	atomic_store_explicit(&l->pub_acked, have, memory_order_relaxed);
+	atomic_store_explicit(&l->pub_sent, have, memory_order_relaxed);
 	publish_kept(l);
 	/* A completed direction says so again: the END may not have arrived. */
 	if (o->eof)

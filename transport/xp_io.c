@@ -320,7 +320,8 @@ static void io_conn_info(void *io, const struct xp_conn *c, struct xp_conn_info 
 	out->resumed = xp_tls_sess_resumed(ic->tls);
 	alpn = xp_tls_sess_alpn(ic->tls);
 	out->vmigd = alpn > 0;
-	out->digests = alpn == 2;
+	out->digests = alpn >= 2;
+	out->resume = alpn >= 3;
 	snprintf(out->describe, sizeof(out->describe), "%s", xp_tls_sess_describe(ic->tls));
 	snprintf(out->peer_name, sizeof(out->peer_name), "%s", xp_tls_sess_peer_name(ic->tls));
 }
@@ -443,6 +444,33 @@ static void io_link_set_pacing(void *arg, struct xp_link *l, uint64_t rate)
 	xp_link_set_pacing(l, rate);
 }
 
+static void io_link_suspend(void *arg, struct xp_link *l)
+{
+	xp_link_suspend(l);
+}
+
+static int io_link_resume(void *arg, struct xp_link *l, struct xp_conn *c, uint64_t have)
+{
+	struct io_conn *ic = IO_CONN(c);
+	int r = xp_link_resume(l, c->fd, ic->tls, have);
+
+	if (r < 0)
+		return r;
+	/* The link owns the socket and the session now. */
+	free(ic);
+	return 0;
+}
+
+static uint64_t io_link_kept(void *arg, const struct xp_link *l)
+{
+	return xp_link_kept(l);
+}
+
+static void io_link_range(void *arg, const struct xp_link *l, uint64_t *acked, uint64_t *sent)
+{
+	xp_link_range(l, acked, sent);
+}
+
 static int io_hop_stats(void *arg, struct xp_hop_stats *out)
 {
 	struct xp_io *io = arg;
@@ -485,6 +513,10 @@ const struct xp_io_ops xp_io_ops = {
 	.link_bytes = io_link_bytes,
 	.link_shaped_ns = io_link_shaped_ns,
 	.link_set_pacing = io_link_set_pacing,
+	.link_suspend = io_link_suspend,
+	.link_resume = io_link_resume,
+	.link_kept = io_link_kept,
+	.link_range = io_link_range,
 };
 
 int xp_io_new(struct xp_loop *loop, const struct xp_pool_conf *pool, struct xp_tls *tls,

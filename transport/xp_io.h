@@ -34,6 +34,7 @@ struct xp_conn_info {
 	bool resumed;	 /* from a session ticket */
 	bool vmigd;	 /* the peer agreed on XP_TLS_ALPN(2): it speaks the preamble */
 	bool digests;	 /* ... XP_TLS_ALPN2: and checks connection digests */
+	bool resume;	 /* ... XP_TLS_ALPN3: and resumes connections over new ones */
 	/* "tls=TLSv1.3 cipher=... crypto=... resumed=no peer=\"...\"", or "tls=off" */
 	char describe[320];
 	char peer_name[160]; /* the peer certificate's subject; empty in plain text */
@@ -160,6 +161,17 @@ struct xp_io_ops {
 	void (*link_bytes)(void *io, const struct xp_link *l, uint64_t out[2]);
 	uint64_t (*link_shaped_ns)(void *io, const struct xp_link *l);
 	void (*link_set_pacing)(void *io, struct xp_link *l, uint64_t rate);
+	/*
+	 * Resumable links (xp_link_opts.resume, xp_link.h): drop the node hop as if it failed (a
+	 * suspension report follows through done); carry a suspended link on over c, from have,
+	 * the offset of the local socket's stream the peer has (on success c is the link's;
+	 * -ERANGE: outside what it kept, c still the caller's); bytes it keeps for the peer now.
+	 * Live: the offsets the peer's have may take now, [acked, sent].
+	 */
+	void (*link_suspend)(void *io, struct xp_link *l);
+	int (*link_resume)(void *io, struct xp_link *l, struct xp_conn *c, uint64_t have);
+	uint64_t (*link_kept)(void *io, const struct xp_link *l);
+	void (*link_range)(void *io, const struct xp_link *l, uint64_t *acked, uint64_t *sent);
 };
 
 /* The real table: sockets, OpenSSL (tls NULL: plain text), the loop and the io_uring pool. */

@@ -33,6 +33,8 @@ struct xp_link_ops {
 	void (*suspend)(struct xp_link *l);
 	int (*resume)(struct xp_link *l, int fd, struct xp_tls_sess *tls, uint64_t have);
 	uint64_t (*kept)(const struct xp_link *l);
+	/* The offsets a peer's have may take now: what it acknowledged, what was sent. */
+	void (*range)(const struct xp_link *l, uint64_t *acked, uint64_t *sent);
 };
 
 /* The head of every link: a data path embeds it first in a link of its own. */
@@ -75,6 +77,13 @@ static inline int xp_link_resume(struct xp_link *l, int fd, struct xp_tls_sess *
 static inline uint64_t xp_link_kept(const struct xp_link *l)
 {
 	return l->ops->kept ? l->ops->kept(l) : 0;
+}
+
+static inline void xp_link_range(const struct xp_link *l, uint64_t *acked, uint64_t *sent)
+{
+	*acked = *sent = 0;
+	if (l->ops->range)
+		l->ops->range(l, acked, sent);
 }
 
 #endif

@@ -744,6 +744,14 @@ static uint64_t pool_link_kept(const struct xp_link *xl)
 	return atomic_load_explicit(&CONST_POOL_LINK(xl)->pub_kept, memory_order_relaxed);
 }
 
+static void pool_link_range(const struct xp_link *xl, uint64_t *acked, uint64_t *sent)
+{
+	const struct pool_link *l = CONST_POOL_LINK(xl);
+
+	*acked = atomic_load_explicit(&l->pub_acked, memory_order_relaxed);
+	*sent = atomic_load_explicit(&l->pub_sent, memory_order_relaxed);
+}
+
 static const struct xp_link_ops pool_link_ops = {
 	.abort = pool_link_abort,
 	.bytes = pool_link_bytes,
@@ -752,6 +760,7 @@ static const struct xp_link_ops pool_link_ops = {
 	.suspend = pool_link_suspend,
 	.resume = pool_link_resume,
 	.kept = pool_link_kept,
+	.range = pool_link_range,
 };
 
 int xp_pool_attach(struct xp_pool *p, int fd_a, int fd_b, const struct xp_link_opts *o,

@@ -589,21 +589,21 @@ void xp_pump_step(struct xp_worker *w, struct xp_pump *p)
 		return;
 	}
 	r = pump_run(w, p, &side);
-	/*
-	 * Reading can make TLS answer the peer (an alert, a key update): that goes out now. The
-	 * transmit pump flushes it too, but it may be parked on the local socket.
-	 */
-	if (r >= 0 && p->kind == PUMP_TLS_RX && xp_tls_unsent(l->tls) > 0) {
-		enum xp_tls_want want;
-
-		(void)xp_tls_flush(l->tls, &want);
-	}
 	if (r < 0) {
 		xp_link_fail(w, l, r, side);
 		return;
 	}
-	if (l->closing)
+	if (l->closing || !l->live)
 		return; /* framed: the peer's end after all was complete */
+	/*
+	 * Reading can make TLS answer the peer (an alert, a key update): that goes out now. The
+	 * transmit pump flushes it too, but it may be parked on the local socket.
+	 */
+	if (p->kind == PUMP_TLS_RX && l->tls && xp_tls_unsent(l->tls) > 0) {
+		enum xp_tls_want want;
+
+		(void)xp_tls_flush(l->tls, &want);
+	}
 	if (r > 0)
 		ready_push(w, p);
 	else if (framed(l) && xp_frame_complete(l))

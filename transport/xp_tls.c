@@ -598,7 +598,7 @@ static int ctx_common(SSL_CTX *ctx, const struct xp_tls *t, const struct pem_fil
 static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outlen,
 		       const unsigned char *in, unsigned int inlen, void *arg)
 {
-	static const unsigned char ours[] = "\x07" XP_TLS_ALPN2 "\x07" XP_TLS_ALPN;
+	static const unsigned char ours[] = XP_TLS_ALPNS;
 	unsigned char *sel;
 
 	if (SSL_select_next_proto(&sel, outlen, ours, sizeof(ours) - 1, in, inlen) !=
@@ -630,7 +630,7 @@ static void check_client_cert(struct xp_tls *t, SSL_CTX *cli)
 static int ctx_build(struct xp_tls *t, const struct pem_files *f, SSL_CTX **srv, SSL_CTX **cli,
 		     char *err, size_t errlen)
 {
-	static const unsigned char alpn[] = "\x07" XP_TLS_ALPN2 "\x07" XP_TLS_ALPN;
+	static const unsigned char alpn[] = XP_TLS_ALPNS;
 	int r = -ENOMEM;
 
 	*srv = SSL_CTX_new(TLS_server_method());

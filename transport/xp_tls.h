@@ -25,6 +25,11 @@ struct xp_tls_sess;
 /* The same, and the peer checks connection digests at their end (PX_PREAMBLE_F_DIGEST). Both are
  * offered and the newest both know is chosen, so a vmigd before the digests still agrees on 1. */
 #define XP_TLS_ALPN2 "vmigd/2"
+/* The same, and the peer resumes a connection over a new one when the node hop fails
+ * (PX_PREAMBLE_F_RESUMABLE). */
+#define XP_TLS_ALPN3 "vmigd/3"
+/* What a source offers and a target selects from, newest first (wire format). */
+#define XP_TLS_ALPNS "\x07" XP_TLS_ALPN3 "\x07" XP_TLS_ALPN2 "\x07" XP_TLS_ALPN
 
 struct xp_tls_conf {
 	const char *cert, *key;		      /* PEM: what this node presents as a server */
@@ -144,8 +149,8 @@ const char *xp_tls_sess_describe(const struct xp_tls_sess *s);
 /* The peer certificate's subject, one line; empty before the handshake is done. */
 const char *xp_tls_sess_peer_name(const struct xp_tls_sess *s);
 const char *xp_tls_sess_version(const struct xp_tls_sess *s);
-/* Which of ours the handshake agreed on: 2 (XP_TLS_ALPN2), 1 (XP_TLS_ALPN), 0: none (a stock
- * peer). */
+/* Which of ours the handshake agreed on: 3 (XP_TLS_ALPN3), 2 (XP_TLS_ALPN2), 1 (XP_TLS_ALPN),
+ * 0: none (a stock peer). */
 unsigned int xp_tls_sess_alpn(const struct xp_tls_sess *s);
 /*
  * A client in TLS 1.3 learns that the server refused its certificate only from the server's

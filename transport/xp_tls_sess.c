@@ -444,6 +444,8 @@ unsigned int xp_tls_sess_alpn(const struct xp_tls_sess *s)
 	unsigned int len;
 
 	SSL_get0_alpn_selected(s->ssl, &p, &len);
+	if (len == sizeof(XP_TLS_ALPN3) - 1 && memcmp(p, XP_TLS_ALPN3, len) == 0)
+		return 3;
 	if (len == sizeof(XP_TLS_ALPN2) - 1 && memcmp(p, XP_TLS_ALPN2, len) == 0)
 		return 2;
 	return len == sizeof(XP_TLS_ALPN) - 1 && memcmp(p, XP_TLS_ALPN, len) == 0;

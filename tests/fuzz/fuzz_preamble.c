@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /* libFuzzer target for the node-hop codec: px_preamble_decode() on every prefix of the input,
  * px_reply_decode() and px_reply_decode_verified(). Checks that decoding is consistent as bytes
- * trickle in, re-encodes (the secret, the DPDK offer and a report's digests included). */
+ * trickle in, re-encodes (the secret, the DPDK offer, a report's digests, the resumption offer
+ * and a resumption's token and offset included). */
 #include <errno.h>
 #include <string.h>
 
@@ -28,8 +29,13 @@ static void check_success(const uint8_t *data, int r, const struct px_preamble *
 
 	FUZZ_CHECK(r > PX_PREAMBLE_FIXED && r <= PX_PREAMBLE_MAX);
 	FUZZ_CHECK(kl + (p->has_secret ? PX_SECRET_LEN : 0) + (p->dpdk.ip ? PX_DPDK_LEN : 0) +
-			   (p->verify ? PX_DIGESTS_LEN : 0) ==
+			   (p->verify ? PX_DIGESTS_LEN : 0) + (p->resume ? PX_RESUME_LEN : 0) ==
 		   (size_t)r - PX_PREAMBLE_FIXED);
+	FUZZ_CHECK(p->resumable == !!(data[7] & PX_PREAMBLE_F_RESUMABLE));
+	FUZZ_CHECK(p->resume == !!(data[7] & PX_PREAMBLE_F_RESUME));
+	/* a resumption is no new connection: it offers nothing and asks for nothing */
+	FUZZ_CHECK(!p->resume || (!p->dpdk.ip && !p->digest && !p->verify && !p->resumable));
+	FUZZ_CHECK(!p->verify || !p->resumable);
 	FUZZ_CHECK(p->digest == !!(data[7] & PX_PREAMBLE_F_DIGEST));
 	FUZZ_CHECK(p->verify == !!(data[7] & PX_PREAMBLE_F_VERIFY));
 	/* a report is no QEMU connection: no offer, no request for digests */
@@ -105,11 +111,18 @@ static void fuzz_preamble(const uint8_t *data, size_t size)
 
 static void fuzz_reply(const uint8_t *data, size_t size)
 {
-	size_t max = size < PX_REPLY_DPDK_LEN + 1 ? size : PX_REPLY_DPDK_LEN + 1;
-	bool dpdk = size >= PX_REPLY_LEN && data[6] == 0 && data[7] == PX_OK_DPDK;
+	size_t max = size < PX_REPLY_MAX + 1 ? size : PX_REPLY_MAX + 1;
+	unsigned int status = size >= PX_REPLY_LEN ? (unsigned int)(data[6] << 8 | data[7]) : 0;
+	bool dpdk = status == PX_OK_DPDK;
+	/* how long a reply of this status is: the length its status gives, nothing more */
+	size_t whole = dpdk			    ? PX_REPLY_DPDK_LEN
+		       : status == PX_VERIFIED	    ? PX_REPLY_VERIFY_LEN
+		       : status == PX_OK_RESUMABLE ? PX_REPLY_RESUMABLE_LEN
+		       : status == PX_RESUMED	    ? PX_REPLY_RESUMED_LEN
+						    : PX_REPLY_LEN;
 
 	for (size_t len = 0; len <= max; len++) {
-		uint8_t *copy = malloc(len ? len : 1), buf[PX_REPLY_DPDK_LEN];
+		uint8_t *copy = malloc(len ? len : 1), buf[PX_REPLY_MAX], tok[PX_TOKEN_LEN];
 		enum px_status st = (enum px_status)0x7777;
 		struct px_dpdk d = { 0 };
 		int r;
@@ -118,7 +131,7 @@ static void fuzz_reply(const uint8_t *data, size_t size)
 		memcpy(copy, data, len);
 		r = px_reply_decode(copy, len, &st, &d);
 		free(copy);
-		if (len < (dpdk ? PX_REPLY_DPDK_LEN : PX_REPLY_LEN) && r == 0) {
+		if (len < whole && r == 0) {
 			FUZZ_CHECK(st == (enum px_status)0x7777);
 			continue;
 		}
@@ -127,10 +140,18 @@ static void fuzz_reply(const uint8_t *data, size_t size)
 			FUZZ_CHECK(memcmp(data, "VMGR\0\1", 6) != 0 || dpdk);
 			continue;
 		}
-		FUZZ_CHECK(r == (dpdk ? PX_REPLY_DPDK_LEN : PX_REPLY_LEN));
+		FUZZ_CHECK(r == (int)whole && st == status);
 		FUZZ_CHECK(!dpdk || (d.ip && d.port && d.stream));
-		px_reply_encode(st, &d, buf);
-		FUZZ_CHECK(memcmp(buf, data, (size_t)r) == 0);
+		if (st == PX_OK_RESUMABLE) {
+			px_reply_token(data, tok);
+			px_reply_encode_resumable(tok, buf);
+		} else if (st == PX_RESUMED) {
+			px_reply_encode_resumed(px_reply_have(data), buf);
+		} else {
+			px_reply_encode(st, &d, buf);
+		}
+		/* a report's verdict is px_reply_decode_verified()'s: the fixed part here */
+		FUZZ_CHECK(memcmp(buf, data, st == PX_VERIFIED ? PX_REPLY_LEN : (size_t)r) == 0);
 	}
 }
 
@@ -142,10 +163,13 @@ static void fuzz_verified(const uint8_t *data, size_t size)
 
 	FUZZ_CHECK(px_reply_len(data, size < PX_REPLY_LEN ? size : 0) == PX_REPLY_LEN);
 	if (size >= PX_REPLY_LEN)
-		FUZZ_CHECK(px_reply_len(data, size) == (verified		  ? PX_REPLY_VERIFY_LEN
-						  : data[6] == 0 &&
-							    data[7] == PX_OK_DPDK ? PX_REPLY_DPDK_LEN
-									  : PX_REPLY_LEN));
+		FUZZ_CHECK(px_reply_len(data, size) ==
+			   (verified			  ? PX_REPLY_VERIFY_LEN
+			    : data[6] != 0		  ? PX_REPLY_LEN
+			    : data[7] == PX_OK_DPDK	  ? PX_REPLY_DPDK_LEN
+			    : data[7] == PX_OK_RESUMABLE ? PX_REPLY_RESUMABLE_LEN
+			    : data[7] == PX_RESUMED	  ? PX_REPLY_RESUMED_LEN
+							  : PX_REPLY_LEN));
 	for (size_t len = 0; len <= max; len++) {
 		uint8_t *copy = malloc(len ? len : 1), buf[PX_REPLY_VERIFY_LEN];
 		enum px_verdict v = (enum px_verdict)0x7777;

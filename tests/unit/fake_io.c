@@ -445,6 +445,27 @@ static uint64_t f_link_shaped_ns(void *io, const struct xp_link *xl)
 	return ((const struct fake_link *)xl)->shaped_ns;
 }
 
+/* The fake data path never agrees to resumable links (its conn_info offers no XP_TLS_ALPN3 and its
+ * target JSON no "resume"): these are not reached. */
+static void f_link_suspend(void *io, struct xp_link *xl)
+{
+}
+
+static int f_link_resume(void *io, struct xp_link *xl, struct xp_conn *c, uint64_t have)
+{
+	return -ENOTSUP;
+}
+
+static uint64_t f_link_kept(void *io, const struct xp_link *xl)
+{
+	return 0;
+}
+
+static void f_link_range(void *io, const struct xp_link *xl, uint64_t *acked, uint64_t *sent)
+{
+	*acked = *sent = 0;
+}
+
 static void f_link_set_pacing(void *io, struct xp_link *xl, uint64_t rate)
 {
 	((struct fake_link *)xl)->pacing = rate;
@@ -482,6 +503,10 @@ const struct xp_io_ops fake_io_ops = {
 	.link_bytes = f_link_bytes,
 	.link_shaped_ns = f_link_shaped_ns,
 	.link_set_pacing = f_link_set_pacing,
+	.link_suspend = f_link_suspend,
+	.link_resume = f_link_resume,
+	.link_kept = f_link_kept,
+	.link_range = f_link_range,
 };
 
 void fake_io_init(struct fake_io *f, bool tls)

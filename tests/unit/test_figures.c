@@ -713,7 +713,7 @@ static void test_schema_v2(void **state)
 	snap.node.dpdk.on = false; /* a node without a DPDK port: no dpdk object */
 	o = ctl_report_node(&snap.node, &env);
 	check_keys(o, "bandwidth,bytes_rx,bytes_tx,conns,digest,inspect,migration_count,"
-		      "migrations_ended,rates,shaper,time_unix,tls_refusals,verified");
+		      "migrations_ended,rates,resume_refused,shaper,time_unix,tls_refusals,verified");
 	check_keys(json_object_object_get(o, "verified"), "corrupt,match,unverified");
 	check_keys(json_object_object_get(o, "migrations_ended"), "source,target");
 	check_keys(json_object_object_get(json_object_object_get(o, "migrations_ended"), "source"),
@@ -736,8 +736,10 @@ static void test_schema_v2(void **state)
 	json_object_put(o);
 	o = mig_json(0);
 	check_keys(o, "bytes_rx,bytes_tx,cap,cap_lifted,connections,conns,convergence,duration_s,"
-		      "inspect,key,kubevirt,limit,mode,nic,peer,ports,rates,role,shaped_ms,"
+		      "inspect,key,kubevirt,limit,mode,nic,peer,ports,rates,resume,role,shaped_ms,"
 		      "started_unix,state,tls");
+	check_keys(json_object_object_get(o, "resume"),
+		   "conns,kept,refused,replayed,resumptions,suspended,unhopped_ms");
 	check_keys(json_object_object_get(o, "nic"),
 		   "addresses,device,driver,error,gateway,interface,kind,link_down_ms,link_downs,"
 		   "link_up,mtu,numa_node,peer,pf,pf_interface,queues,source,speed,speed_known,"
@@ -751,11 +753,11 @@ static void test_schema_v2(void **state)
 			json_object_array_get_idx(json_object_object_get(o, "ports"), 0), "conns"),
 		"active,total");
 	check_keys(json_object_array_get_idx(json_object_object_get(o, "connections"), 0),
-		   "bytes_rx,bytes_tx,inspect,pacing,path,port,rates,raw,seq,shaped_ms,state,tls");
+		   "bytes_rx,bytes_tx,inspect,pacing,path,port,rates,raw,resume,seq,shaped_ms,state,"
+		   "tls");
 	check_keys(json_object_array_get_idx(json_object_object_get(o, "connections"), 1),
-		   "bytes_rx,bytes_tx,cipher,crypto,inspect,pacing,path,port,rates,raw,resumed,seq,"
-		   "shaped_ms,"
-		   "state,tls");
+		   "bytes_rx,bytes_tx,cipher,crypto,inspect,pacing,path,port,rates,raw,resume,resumed,"
+		   "seq,shaped_ms,state,tls");
 	check_keys(
 		json_object_object_get(o, "inspect"),
 		"bytes_only,channels,dirty_known,dirty_pages_per_pass,dirty_rate,machine,packets,"
@@ -786,7 +788,7 @@ static void test_schema_v2(void **state)
 	check_keys(
 		o,
 		"bytes_rx,bytes_tx,cap,cap_lifted,connections,conns,convergence,duration_s,"
-		"error,inspect,key,kubevirt,limit,mode,nic,ports,rates,role,shaped_ms,started_unix,"
+		"error,inspect,key,kubevirt,limit,mode,nic,ports,rates,resume,role,shaped_ms,started_unix,"
 		"state,tls");
 	json_object_put(o);
 	o = mig_json(2);

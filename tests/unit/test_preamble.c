@@ -198,12 +198,13 @@ static void test_malformed_fixed_part(void **state)
 	char key[PX_KEY_MAX + 2];
 	size_t n;
 
-	/* Flags other than SECRET, DPDK, DIGEST and VERIFY, and reserved, must be 0, judged once
-	 * the fixed part is there. */
+	/* Flags other than SECRET, DPDK, DIGEST, VERIFY, RESUMABLE and RESUME, and reserved,
+	 * must be 0, judged once the fixed part is there. */
 	for (int bit = 0; bit < 16; bit++) {
 		n = build_raw(buf, 1, (1u << bit) | PX_PREAMBLE_F_SECRET, 1, 0, 3, 0, "abc");
 		if (1u << bit != PX_PREAMBLE_F_SECRET && 1u << bit != PX_PREAMBLE_F_DPDK &&
-		    1u << bit != PX_PREAMBLE_F_DIGEST && 1u << bit != PX_PREAMBLE_F_VERIFY) {
+		    1u << bit != PX_PREAMBLE_F_DIGEST && 1u << bit != PX_PREAMBLE_F_VERIFY &&
+		    1u << bit != PX_PREAMBLE_F_RESUMABLE && 1u << bit != PX_PREAMBLE_F_RESUME) {
 			check_malformed(buf, n);
 			check_malformed(buf, PX_PREAMBLE_FIXED);
 		}
@@ -216,6 +217,13 @@ static void test_malformed_fixed_part(void **state)
 	check_malformed(buf, PX_PREAMBLE_FIXED);
 	n = build_raw(buf, 1, PX_PREAMBLE_F_VERIFY | PX_PREAMBLE_F_DIGEST, 1, 0, 3, 0, "abc");
 	check_malformed(buf, PX_PREAMBLE_FIXED);
+	n = build_raw(buf, 1, PX_PREAMBLE_F_VERIFY | PX_PREAMBLE_F_RESUMABLE, 1, 0, 3, 0, "abc");
+	check_malformed(buf, PX_PREAMBLE_FIXED);
+	/* A resumption is no new connection: it offers nothing, asks for nothing. */
+	for (unsigned int f = PX_PREAMBLE_F_DPDK; f <= PX_PREAMBLE_F_RESUMABLE; f <<= 1) {
+		n = build_raw(buf, 1, PX_PREAMBLE_F_RESUME | f, 1, 0, 3, 0, "abc");
+		check_malformed(buf, PX_PREAMBLE_FIXED);
+	}
 	/* Key length 0: refused, not "need more" and not success with an empty key. */
 	n = build_raw(buf, 1, 0, 1, 0, 0, 0, "");
 	check_malformed(buf, n);
@@ -343,7 +351,7 @@ static void test_encode_key_too_long(void **state)
 	assert_int_equal(px_preamble_encode(&s.p, buf, sizeof(buf)), -EINVAL);
 	fill_key(s.p.key, PX_KEY_MAX);
 	s.p.has_secret = false;
-	s.p.digest = s.p.verify = false;
+	s.p.digest = s.p.verify = s.p.resumable = s.p.resume = false;
 	memset(&s.p.dpdk, 0, sizeof(s.p.dpdk));
 	assert_int_equal(px_preamble_encode(&s.p, buf, sizeof(buf)),
 			 PX_PREAMBLE_FIXED + PX_KEY_MAX);
@@ -560,9 +568,60 @@ static void test_status_str(void **state)
 	assert_non_null(px_status_str((enum px_status) - 1));
 }
 
+/* The offer and a resumption round-trip; the replies that carry a token and an offset too. */
+static void test_resume(void **state)
+{
+	struct px_preamble p = { .version = PX_PROTO_VERSION, .port = 49152, .seq = 3 }, out;
+	uint8_t buf[PX_PREAMBLE_MAX], r[PX_REPLY_MAX], tok[PX_TOKEN_LEN];
+	enum px_status st;
+	int n;
+
+	(void)state;
+	strcpy(p.key, "vm-1");
+	p.has_secret = true;
+	memset(p.secret, 0xa5, sizeof(p.secret));
+	p.resumable = true;
+	p.digest = true;
+	n = px_preamble_encode(&p, buf, sizeof(buf));
+	assert_int_equal(n, PX_PREAMBLE_FIXED + 4 + PX_SECRET_LEN);
+	assert_int_equal(px_preamble_decode(buf, (size_t)n, &out), n);
+	assert_true(out.resumable && out.digest && !out.resume);
+	p.resumable = p.digest = false;
+	p.resume = true;
+	memset(p.token, 0x3c, sizeof(p.token));
+	p.have = 0x0102030405060708ull;
+	n = px_preamble_encode(&p, buf, sizeof(buf));
+	assert_int_equal(n, PX_PREAMBLE_FIXED + 4 + PX_SECRET_LEN + PX_RESUME_LEN);
+	for (int len = 0; len < n; len++)
+		assert_int_equal(px_preamble_decode(buf, (size_t)len, &out), 0);
+	assert_int_equal(px_preamble_decode(buf, (size_t)n, &out), n);
+	assert_true(out.resume && !out.resumable && out.have == p.have);
+	assert_memory_equal(out.token, p.token, PX_TOKEN_LEN);
+	assert_memory_equal(out.secret, p.secret, PX_SECRET_LEN);
+	p.digest = true; /* a resumption asks for nothing */
+	assert_int_equal(px_preamble_encode(&p, buf, sizeof(buf)), -EINVAL);
+
+	memset(tok, 0x77, sizeof(tok));
+	assert_int_equal(px_reply_encode_resumable(tok, r), PX_REPLY_RESUMABLE_LEN);
+	assert_int_equal(px_reply_len(r, PX_REPLY_LEN), PX_REPLY_RESUMABLE_LEN);
+	assert_int_equal(px_reply_decode(r, PX_REPLY_LEN, &st, NULL), 0);
+	assert_int_equal(px_reply_decode(r, PX_REPLY_RESUMABLE_LEN, &st, NULL),
+			 PX_REPLY_RESUMABLE_LEN);
+	assert_int_equal(st, PX_OK_RESUMABLE);
+	memset(tok, 0, sizeof(tok));
+	px_reply_token(r, tok);
+	assert_int_equal(tok[0], 0x77);
+	assert_int_equal(tok[PX_TOKEN_LEN - 1], 0x77);
+	assert_int_equal(px_reply_encode_resumed(12345, r), PX_REPLY_RESUMED_LEN);
+	assert_int_equal(px_reply_decode(r, PX_REPLY_RESUMED_LEN, &st, NULL), PX_REPLY_RESUMED_LEN);
+	assert_int_equal(st, PX_RESUMED);
+	assert_true(px_reply_have(r) == 12345);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_resume),
 		cmocka_unit_test(test_round_trip),
 		cmocka_unit_test(test_decode_with_trailing_bytes),
 		cmocka_unit_test(test_truncations_need_more),

@@ -676,8 +676,9 @@ static void test_truncation(void **state)
 
 /* ---- KubeVirt's TLS: ALPN between vmigd, names per role, versions, suites ---- */
 
-/* Two vmigd agree on XP_TLS_ALPN2; a vmigd that offers only XP_TLS_ALPN (one before the digests)
- * gets that; a client that offers none (KubeVirt's Go proxy) gets none. */
+/* Two vmigd agree on XP_TLS_ALPN3; a vmigd that offers only XP_TLS_ALPN2 (one before resumable
+ * connections) or XP_TLS_ALPN (one before the digests) gets that; a client that offers none
+ * (KubeVirt's Go proxy) gets none. */
 static void test_alpn(void **state)
 {
 	struct xp_tls *a = ctx_new(&(struct ctx_opt){ .leaf = "node-a" });
@@ -687,7 +688,18 @@ static void test_alpn(void **state)
 	(void)state;
 	conn_open(&c, a, b, NULL);
 	assert_ok(&c);
-	assert_int_equal(xp_tls_sess_alpn(c.cli.x), 2);
+	assert_int_equal(xp_tls_sess_alpn(c.cli.x), 3);
+	assert_int_equal(xp_tls_sess_alpn(c.srv.x), 3);
+	conn_close(&c);
+	sockpair(c.fd);
+	end_raw_client(&c.cli, c.fd[0], "node-a", 0);
+	assert_int_equal(SSL_set_alpn_protos(c.cli.raw,
+					     (const unsigned char *)"\x07" XP_TLS_ALPN2 "\x07" XP_TLS_ALPN,
+					     2 + 2 * (sizeof(XP_TLS_ALPN) - 1)),
+			 0);
+	end_xp(&c.srv, "server", b, c.fd[1], true, NULL);
+	handshake(&c.cli, &c.srv);
+	assert_int_equal(c.srv.rc, 0);
 	assert_int_equal(xp_tls_sess_alpn(c.srv.x), 2);
 	conn_close(&c);
 	sockpair(c.fd);
