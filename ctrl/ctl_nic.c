@@ -210,7 +210,7 @@ static void on_tick(void *arg)
 
 struct fail_look {
 	struct rec *r;
-	bool found, failed, switchover, inspected;
+	bool found, failed, switchover, inspected, resumable;
 };
 
 static void fail_look_one(const struct px_migration_info *mi, void *arg)
@@ -222,6 +222,7 @@ static void fail_look_one(const struct px_migration_info *mi, void *arg)
 	l->found = true;
 	l->failed = mi->error != NULL;
 	l->inspected = mi->inspected;
+	l->resumable = mi->resume.all;
 	l->switchover = mi->cap_lifted || (mi->inspected && mi->insp.switchover);
 }
 
@@ -245,6 +246,12 @@ static void on_down_bound(void *arg)
 	px_node_foreach(c->node, fail_look_one, &l);
 	if (!l.found || l.failed)
 		return;
+	if (l.resumable) {
+		log_warn("migration %s role=%s: link %s down for %u s, but not failed: its "
+			 "connections resume when it is back (--resume-timeout)",
+			 r->key, px_role_str(r->role), r->nic.name, c->down_timeout_s);
+		return;
+	}
 	if (l.switchover || !l.inspected) {
 		log_warn("migration %s role=%s: link %s down for %u s, but not failed: %s", r->key,
 			 px_role_str(r->role), r->nic.name, c->down_timeout_s,

@@ -263,7 +263,7 @@ void px_migration_finish(struct px_migration *m)
 {
 	struct px_node *n = m->n;
 	double secs = (px_now(n) - m->started_ms) / 1000.0;
-	char outcome[300], undelivered[48] = "", verified[64];
+	char outcome[300], undelivered[128] = "", verified[64];
 	enum px_outcome o;
 
 	px_verify_note(m, verified, sizeof(verified));
@@ -294,6 +294,11 @@ void px_migration_finish(struct px_migration *m)
 	if (m->undelivered)
 		snprintf(undelivered, sizeof(undelivered), " undelivered=%llu",
 			 (unsigned long long)m->undelivered);
+	/* what node hops that failed cost: resumed, sent again, how long without one */
+	if (m->resumptions || m->unhopped_ms)
+		snprintf(undelivered + strlen(undelivered), sizeof(undelivered) - strlen(undelivered),
+			 " resumed=%u replayed=%llu hopless=%.1fs", m->resumptions,
+			 (unsigned long long)m->replayed, m->unhopped_ms / 1000.0);
 	vm_log(m->v.corrupt				  ? VM_LOG_ERR
 	       : strcmp(outcome, "ok") || m->v.unverified ? VM_LOG_WARN
 							  : VM_LOG_INFO,

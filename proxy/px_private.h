@@ -144,6 +144,8 @@ struct px_conn {
 	uint8_t token[PX_TOKEN_LEN];
 	uint64_t suspended_ms, have, kept_from, kept_to;
 	uint64_t peer_have; /* on a target's resumer: the source's offset */
+	bool refused;	    /* on a source's resumer: its connect was refused (ECONNREFUSED) */
+	uint64_t refused_ms; /* since when every attempt was refused; 0: the last was not */
 	unsigned int resumptions, attempts;
 	uint64_t unhopped_ms, replayed;
 	char lost[160];

@@ -15,6 +15,13 @@
 /* A source tries again this soon after a failed attempt, doubling up to the most. */
 #define ATTEMPT_FIRST_MS 100
 #define ATTEMPT_MAX_MS	 1000
+/*
+ * A target node that answers every attempt this long with a refusal (ECONNREFUSED) is up with
+ * no vmigd listening: the one that carried the connection is gone (stopped, or it died and was
+ * started again), and the connection with it. A firewall reload that rejects for a moment is
+ * shorter than this.
+ */
+#define REFUSED_MS 3000
 
 bool px_resume_wanted(const struct px_conn *c)
 {
@@ -108,8 +115,7 @@ void px_resume_suspended(struct px_conn *c, const struct xp_link_result *res)
 	c->kept_to = res->kept_to;
 	c->attempts = 0;
 	snprintf(c->lost, sizeof(c->lost), "%s%s%.100s",
-		 res->err == -ECONNABORTED ? "the peer resumed it over a new connection"
-					   : strerror(-res->err),
+		 res->asked ? "the peer resumes it over a new connection" : strerror(-res->err),
 		 res->detail[0] ? ": TLS: " : "", res->detail);
 	log_warn("migration %s role=%s: port %u connection %u: node hop lost after %llu/%llu bytes "
 		 "(tx/rx): %s; QEMU's socket stays, %llu bytes kept for the peer; resuming "
@@ -161,9 +167,22 @@ static void resumed(struct px_conn *c, struct px_conn *r, uint64_t peer_have)
 void px_resume_failed(struct px_conn *r, const char *why)
 {
 	struct px_conn *c = r->resumes;
+	uint64_t now = px_now(r->n);
 
 	if (!c) {
 		px_conn_release(r);
+		return;
+	}
+	if (!r->refused)
+		c->refused_ms = 0;
+	else if (!c->refused_ms)
+		c->refused_ms = now;
+	if (r->refused && now - c->refused_ms >= REFUSED_MS) {
+		px_migration_fail(c->m,
+				  "port %u connection %u: the target node has refused every attempt to "
+				  "resume it for %u s (ECONNREFUSED: no vmigd listens there any more, "
+				  "so the connection is gone with the one that carried it)",
+				  c->port->id, c->seq, REFUSED_MS / 1000);
 		return;
 	}
 	/* the first failure and every tenth say so; the rest are the same story */

@@ -320,6 +320,7 @@ static void src_io(struct xp_watch *w, int fd, uint32_t events, void *arg)
 	case C_SRC_CONNECT:
 		r = IO(c->n, connected, c->hop);
 		if (r < 0) {
+			c->refused = r == -ECONNREFUSED;
 			src_error(c, "connect: %s", strerror(-r));
 			return;
 		}
@@ -347,6 +348,7 @@ void px_source_connect(struct px_conn *c)
 	int r = IO(c->n, connect, &c->port->peer, c->m->peer_str, &c->hop);
 
 	if (r < 0) {
+		c->refused = r == -ECONNREFUSED;
 		src_error(c, "connect: %s", strerror(-r));
 		return;
 	}

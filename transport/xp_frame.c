@@ -104,12 +104,37 @@ out:
 	return r;
 }
 
+/* Splice: the chain of pipes direction 0 keeps its copy in, as many as keep bytes take. */
+static int chain_open(struct keep_chain *kc, size_t keep, size_t pipe_size, size_t *cap)
+{
+	size_t n = (keep + pipe_size - 1) / pipe_size;
+
+	if (n > KEEP_PIPES_MAX)
+		n = KEEP_PIPES_MAX;
+	kc->head = kc->tail = 0;
+	kc->replaying = false;
+	kc->replay_held = 0;
+	for (kc->n = 0; kc->n < n; kc->n++) {
+		int *fd = kc->fd[kc->n], r;
+
+		if (pipe2(fd, O_NONBLOCK | O_CLOEXEC) < 0)
+			return -errno;
+		(void)fcntl(fd[1], F_SETPIPE_SZ, (int)pipe_size);
+		r = fcntl(fd[1], F_GETPIPE_SZ);
+		kc->size = r > 0 ? (size_t)r : 65536;
+		kc->cnt[kc->n] = 0;
+	}
+	*cap = keep < kc->n * kc->size ? keep : kc->n * kc->size;
+	return 0;
+}
+
 int xp_frame_open(struct xp_worker *w, struct pool_link *l)
 {
-	struct xp_pump *o = &l->p[0], *in = &l->p[1];
+	struct xp_pump *o = &l->p[0];
 	size_t keep = l->opts.resume.keep, page = (size_t)sysconf(_SC_PAGESIZE);
 	int r;
 
+	(void)w;
 	l->suspending = l->suspended = l->hop_closing = false;
 	l->ack_sent = 0;
 	l->ack_every = keep / 8 > 65536 ? keep / 8 : 65536;
@@ -126,40 +151,37 @@ int xp_frame_open(struct xp_worker *w, struct pool_link *l)
 		p->sent = p->teed = p->acked = p->dropped = 0;
 		p->wait_ack = p->final_acked = false;
 	}
-	(void)in;
-	if (o->kind != PUMP_SPLICE) {
-		/* the ring replaces the plain buffer: what was read waits there to be sent, and
-		 * what was sent stays behind it until acknowledged */
-		size_t size = (keep + page - 1) / page * page;
+	if (o->kind == PUMP_SPLICE)
+		return chain_open(&o->kc, keep, o->cap, &o->keep_cap);
+	/* the ring replaces the plain buffer: what was read waits there to be sent, and what was
+	 * sent stays behind it until acknowledged */
+	size_t size = (keep + page - 1) / page * page;
 
-		if (size < o->cap)
-			size = (o->cap + page - 1) / page * page;
-		free(o->buf);
-		o->buf = NULL;
-		r = ring_map(size, &o->buf);
-		if (r < 0)
-			return r;
-		o->ring = o->cap = o->keep_cap = size;
-		return 0;
-	}
-	if (pipe2(o->keep, O_NONBLOCK | O_CLOEXEC) < 0)
-		return -errno;
-	/* as large as keep asks: root may pass fs.pipe-max-size; below that, what it got */
-	(void)fcntl(o->keep[1], F_SETPIPE_SZ, (int)keep);
-	r = fcntl(o->keep[1], F_GETPIPE_SZ);
-	o->keep_cap = r > 0 ? (size_t)r : 65536;
-	(void)w;
+	if (size < o->cap)
+		size = (o->cap + page - 1) / page * page;
+	free(o->buf);
+	o->buf = NULL;
+	r = ring_map(size, &o->buf);
+	if (r < 0)
+		return r;
+	o->ring = o->cap = o->keep_cap = size;
 	return 0;
 }
 
 void xp_frame_close(struct pool_link *l)
 {
 	struct xp_pump *o = &l->p[0];
+	struct keep_chain *kc = &o->kc;
 
-	if (o->keep[0] >= 0) {
-		close(o->keep[0]);
-		close(o->keep[1]);
-		o->keep[0] = o->keep[1] = -1;
+	for (unsigned int i = 0; i < kc->n; i++) {
+		close(kc->fd[i][0]);
+		close(kc->fd[i][1]);
+	}
+	kc->n = 0;
+	if (kc->replay[0] >= 0) {
+		close(kc->replay[0]);
+		close(kc->replay[1]);
+		kc->replay[0] = kc->replay[1] = -1;
 	}
 	if (o->ring) {
 		munmap(o->buf, 2 * o->ring);
@@ -177,8 +199,8 @@ size_t xp_frame_room(const struct xp_pump *p)
 		return kept < p->ring ? p->ring - kept : 0;
 	}
 	/* tee(2) copies from the head of the pipe: fill only an empty one, so that what it holds
-	 * is exactly what keep still lacks */
-	if (p->held)
+	 * is exactly what keep still lacks; and nothing new while the old is sent again */
+	if (p->held || p->kc.replaying)
 		return 0;
 	kept = p->teed - p->acked;
 	kept = kept < p->keep_cap ? p->keep_cap - kept : 0;
@@ -188,14 +210,28 @@ size_t xp_frame_room(const struct xp_pump *p)
 /* Splice: copies into keep what the pipe holds beyond it, when that is all the pipe holds. */
 static void tee_more(struct xp_pump *p)
 {
+	struct keep_chain *kc = &p->kc;
 	ssize_t k;
 
-	if (p->ring || p->teed != p->sent || p->held == 0)
+	if (p->ring || kc->replaying || p->teed != p->sent || p->held == 0 ||
+	    p->teed - p->acked >= p->keep_cap)
 		return;
-	k = tee(p->pipe[0], p->keep[1], p->held, SPLICE_F_NONBLOCK);
-	if (k > 0) {
-		p->teed += (uint64_t)k;
-		publish_kept(p->link);
+	for (;;) {
+		k = tee(p->pipe[0], kc->fd[kc->tail][1], p->held, SPLICE_F_NONBLOCK);
+		if (k > 0) {
+			kc->cnt[kc->tail] += (size_t)k;
+			p->teed += (uint64_t)k;
+			publish_kept(p->link);
+			return;
+		}
+		/* this one is full (its bytes or its slots): the next, if it is free */
+		unsigned int next = (kc->tail + 1) % kc->n;
+
+		if (k < 0 && errno != EAGAIN)
+			return;
+		if (next == kc->head || kc->cnt[next])
+			return;
+		kc->tail = next;
 	}
 }
 
@@ -273,14 +309,70 @@ static void ack_start(struct pool_link *l)
 /* Payload toward the node hop, at most len bytes of what direction 0 holds. */
 static ssize_t payload_write(struct xp_pump *p, int dst, size_t len)
 {
+	struct keep_chain *kc = &p->kc;
 	ssize_t n;
 
-	if (!p->ring)
-		return splice(p->pipe[0], NULL, dst, NULL, len, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+	if (!p->ring) {
+		n = splice(kc->replaying ? kc->replay[0] : p->pipe[0], NULL, dst, NULL, len,
+			   SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+		if (n > 0 && kc->replaying)
+			kc->replay_held -= (size_t)n;
+		else if (n > 0)
+			p->held -= (size_t)n;
+		return n;
+	}
 	n = hop_write(p->link, p->buf + p->head, len, false);
-	if (n > 0)
+	if (n > 0) {
 		p->head = (p->head + (size_t)n) % p->ring;
+		p->held -= (size_t)n;
+	}
 	return n;
+}
+
+/*
+ * Splice, after a resumption: what the peer lacks comes from keep, one pipe at a time, through
+ * the replay pipe (a tee(2), so keep goes on holding it). How much may be sent from it now (0:
+ * the replay is over), or -1 with errno.
+ */
+static ssize_t replay_next(struct xp_pump *p)
+{
+	struct keep_chain *kc = &p->kc;
+	ssize_t k;
+
+	while (kc->replaying && kc->replay_held == 0) {
+		unsigned int i = kc->replay_next;
+
+		if (p->sent == p->teed) {
+			kc->replaying = false;
+			break;
+		}
+		/* as large as the pipe it copies, and empty: it takes all of it */
+		k = tee(kc->fd[i][0], kc->replay[1], kc->cnt[i], SPLICE_F_NONBLOCK);
+		if (k < 0 || (size_t)k != kc->cnt[i]) {
+			errno = k < 0 ? errno : ENOBUFS;
+			return -1;
+		}
+		kc->replay_held = (size_t)k;
+		kc->replay_next = (i + 1) % kc->n;
+	}
+	return (ssize_t)kc->replay_held;
+}
+
+/* What may go out in the next DATA frame: the ring's held bytes, or on the splice path what is
+ * sent again, else what keep has of the pipe. -1 with errno. */
+static ssize_t sendable(struct xp_pump *p)
+{
+	ssize_t r;
+
+	if (p->ring)
+		return (ssize_t)p->held;
+	if (p->kc.replaying) {
+		r = replay_next(p);
+		if (r != 0 || p->kc.replaying)
+			return r;
+	}
+	tee_more(p);
+	return (ssize_t)(p->teed - p->sent);
 }
 
 /* TLS: the batch goes out; 0, or -1/errno (EAGAIN: the socket is full). */
@@ -303,24 +395,31 @@ ssize_t xp_frame_send(struct xp_worker *w, struct xp_pump *p, int dst)
 	struct pool_link *l = p->link;
 	struct frame_out *f = &p->fout;
 	size_t total = 0;
+	int err = 0; /* what stopped it: EAGAIN (the node hop is full), another, 0: nothing left */
 	ssize_t n;
 
 	(void)w;
 	for (;;) {
 		size_t can;
 
-		if (hdr_flush(l) < 0)
+		if (hdr_flush(l) < 0) {
+			err = errno;
 			break;
+		}
 		if (f->left > 0) {
-			can = p->held < f->left ? p->held : (size_t)f->left;
-			n = payload_write(p, dst, can);
+			/* the open frame's payload comes from where its header said */
+			can = p->ring		   ? p->held
+			      : p->kc.replaying ? p->kc.replay_held
+						: (size_t)(p->teed - p->sent);
+			n = payload_write(p, dst, can < f->left ? can : (size_t)f->left);
 			if (n < 0 && errno == EAGAIN && p->kind == PUMP_TLS_TX && tls_flush(l) == 0)
 				continue;
-			if (n <= 0)
+			if (n <= 0) {
+				err = n < 0 ? errno : EAGAIN;
 				break;
+			}
 			f->left -= (uint64_t)n;
 			p->sent += (uint64_t)n;
-			p->held -= (size_t)n;
 			total += (size_t)n;
 			atomic_store_explicit(&l->pub_sent, p->sent, memory_order_relaxed);
 			if (p->ring)
@@ -330,22 +429,31 @@ ssize_t xp_frame_send(struct xp_worker *w, struct xp_pump *p, int dst)
 		ack_start(l);
 		if (f->len)
 			continue;
-		tee_more(p);
-		can = p->ring ? p->held : (size_t)(p->teed - p->sent);
-		if (can == 0)
+		n = sendable(p);
+		if (n <= 0) {
+			err = n < 0 ? errno : 0;
 			break;
-		hdr_start(l, XP_FRAME_DATA, can > XP_FRAME_MAX ? XP_FRAME_MAX : (uint32_t)can,
-			  p->sent);
+		}
+		hdr_start(l, XP_FRAME_DATA, n > XP_FRAME_MAX ? XP_FRAME_MAX : (uint32_t)n, p->sent);
 	}
-	if (errno != EAGAIN && (f->len || f->left) && total == 0)
+	if ((err == 0 || err == EAGAIN) && tls_flush(l) < 0)
+		err = errno;
+	if (total > 0)
+		return (ssize_t)total; /* what stopped it shows again next time */
+	if (err && err != EAGAIN) {
+		errno = err;
 		return -1;
-	if (tls_flush(l) < 0 && errno != EAGAIN)
-		return total ? (ssize_t)total : -1;
-	if (total == 0 && (f->len || xp_frame_unsent(p))) {
+	}
+	if (err == EAGAIN || xp_frame_unsent(p)) {
 		errno = EAGAIN;
 		return -1;
 	}
-	return (ssize_t)total;
+	/* held bytes keep has no room for yet (its slots, not only its bytes): an ACK frees it */
+	if (p->held > 0) {
+		errno = ENOBUFS;
+		return -1;
+	}
+	return 0;
 }
 
 size_t xp_frame_unsent(const struct xp_pump *p)
@@ -353,22 +461,25 @@ size_t xp_frame_unsent(const struct xp_pump *p)
 	const struct pool_link *l = p->link;
 
 	return (p->fout.len - p->fout.off) +
-	       (l->tls && p->kind == PUMP_TLS_TX ? xp_tls_unsent(l->tls) : 0);
+	       (l->tls && p->kind == PUMP_TLS_TX ? xp_tls_unsent(l->tls) : 0) +
+	       (p->kc.replaying ? (size_t)(p->teed - p->sent) : 0);
 }
 
 int xp_frame_finish_out(struct xp_worker *w, struct xp_pump *p, int dst)
 {
 	struct pool_link *l = p->link;
 
-	if (xp_frame_send(w, p, dst) < 0 && errno != EAGAIN)
+	if (xp_frame_send(w, p, dst) < 0 && errno != EAGAIN && errno != ENOBUFS)
 		return -errno;
-	if (!p->fout.end_sent && !p->fout.len && !p->fout.left) {
+	/* END follows the last byte: after what is sent again too */
+	if (!p->fout.end_sent && !p->fout.len && !p->fout.left && !xp_frame_unsent(p) &&
+	    p->held == 0) {
 		hdr_start(l, XP_FRAME_END, 0, p->sent);
 		p->fout.end_sent = true;
 	}
 	if (hdr_flush(l) < 0 || tls_flush(l) < 0)
 		return errno == EAGAIN ? -EAGAIN : -errno;
-	if (xp_frame_unsent(p))
+	if (!p->fout.end_sent || xp_frame_unsent(p))
 		return -EAGAIN;
 	if (p->acked < p->sent) {
 		p->wait_ack = true;
@@ -395,6 +506,39 @@ static ssize_t hop_read(struct xp_pump *p, int src, void *buf, size_t len)
 	return recv(src, buf, len, MSG_DONTWAIT);
 }
 
+/* Drops the first n bytes of a pipe (to /dev/null, no copy). 0, or -errno. */
+static int pipe_drop(struct xp_worker *w, int fd, uint64_t n)
+{
+	while (n > 0) {
+		ssize_t k = splice(fd, NULL, w->devnull, NULL, n, SPLICE_F_NONBLOCK);
+
+		if (k <= 0)
+			return k < 0 ? -errno : -EIO;
+		n -= (uint64_t)k;
+	}
+	return 0;
+}
+
+/* Drops the first n bytes kept, from the head pipe on. 0, or -errno. */
+static int chain_drop(struct xp_worker *w, struct keep_chain *kc, uint64_t n)
+{
+	while (n > 0) {
+		size_t k = kc->cnt[kc->head] < n ? kc->cnt[kc->head] : (size_t)n;
+		int r;
+
+		if (k == 0)
+			return -EIO; /* fewer kept than counted: never */
+		r = pipe_drop(w, kc->fd[kc->head][0], k);
+		if (r < 0)
+			return r;
+		kc->cnt[kc->head] -= k;
+		n -= k;
+		if (kc->cnt[kc->head] == 0 && kc->head != kc->tail)
+			kc->head = (kc->head + 1) % kc->n;
+	}
+	return 0;
+}
+
 /* The peer delivered everything up to off of direction 0: what was kept of it goes. */
 static int on_ack(struct xp_worker *w, struct pool_link *l, uint64_t off)
 {
@@ -406,16 +550,10 @@ static int on_ack(struct xp_worker *w, struct pool_link *l, uint64_t off)
 	if (off <= o->acked)
 		return 0;
 	if (!o->ring) {
-		uint64_t drop = off - o->acked;
+		int r = chain_drop(w, &o->kc, off - o->acked);
 
-		while (drop > 0) {
-			ssize_t k = splice(o->keep[0], NULL, w->devnull, NULL, drop,
-					   SPLICE_F_NONBLOCK);
-
-			if (k <= 0)
-				return k < 0 ? -errno : -EIO;
-			drop -= (uint64_t)k;
-		}
+		if (r < 0)
+			return r;
 	}
 	o->acked = off;
 	atomic_store_explicit(&l->pub_acked, off, memory_order_relaxed);
@@ -652,6 +790,7 @@ void xp_frame_suspend(struct xp_worker *w, struct pool_link *l, int err)
 	l->suspending = true;
 	l->res.err = err;
 	l->res.err_side = 1;
+	l->res.asked = err == 0;
 	for (unsigned int d = 0; d < 2; d++)
 		if (l->p[d].armed)
 			xp_pump_cancel(w, l, d);
@@ -696,56 +835,39 @@ void xp_frame_suspended(struct xp_worker *w, struct pool_link *l)
 	xp_outbox_post(w, l->idx | OUTBOX_SUSPENDED);
 }
 
-/* Splice: rebuilds the pipe as [have, what was read), keep as [have, teed). 0 or -errno. */
-static int rewind_pipe(struct xp_worker *w, struct xp_pump *o, uint64_t have)
+/*
+ * Splice, at a resumption from have: keep drops what the peer has, the pipe what it had sent
+ * of keep's, and the replay starts at keep's head (the rest of the pipe, read from QEMU and
+ * not yet kept, follows it). 0 or -errno.
+ */
+static int rewind_chain(struct xp_worker *w, struct xp_pump *o, uint64_t have)
 {
-	uint64_t drop = have - o->acked, sent_part = o->teed - o->sent;
-	uint64_t rest = o->held - sent_part, want = o->teed - have;
-	int t[2], r = 0;
-	ssize_t k;
+	struct keep_chain *kc = &o->kc;
+	uint64_t sent_part = o->teed - o->sent;
+	int r;
 
-	while (drop > 0) {
-		k = splice(o->keep[0], NULL, w->devnull, NULL, drop, SPLICE_F_NONBLOCK);
-		if (k <= 0)
-			return k < 0 ? -errno : -EIO;
-		drop -= (uint64_t)k;
+	r = chain_drop(w, kc, have - o->acked);
+	if (r == 0)
+		r = pipe_drop(w, o->pipe[0], sent_part);
+	if (r < 0)
+		return r;
+	o->held -= (size_t)sent_part;
+	if (kc->replay[0] < 0) {
+		if (pipe2(kc->replay, O_NONBLOCK | O_CLOEXEC) < 0)
+			return -errno;
+		(void)fcntl(kc->replay[1], F_SETPIPE_SZ, (int)kc->size);
+		r = fcntl(kc->replay[1], F_GETPIPE_SZ);
+		if (r < 0 || (size_t)r < kc->size)
+			return -ENOBUFS;
 	}
-	if (pipe2(t, O_NONBLOCK | O_CLOEXEC) < 0)
-		return -errno;
-	(void)fcntl(t[1], F_SETPIPE_SZ, (int)(o->keep_cap + o->cap));
-	/* the kept copy, then what the pipe held that keep did not have yet */
-	if (want > 0 && tee(o->keep[0], t[1], want, SPLICE_F_NONBLOCK) != (ssize_t)want) {
-		r = -ENOBUFS;
-		goto fail;
-	}
-	while (sent_part > 0) {
-		k = splice(o->pipe[0], NULL, w->devnull, NULL, sent_part, SPLICE_F_NONBLOCK);
-		if (k <= 0) {
-			r = k < 0 ? -errno : -EIO;
-			goto fail;
-		}
-		sent_part -= (uint64_t)k;
-	}
-	while (rest > 0) {
-		k = splice(o->pipe[0], NULL, t[1], NULL, rest, SPLICE_F_NONBLOCK);
-		if (k <= 0) {
-			r = k < 0 ? -errno : -ENOBUFS;
-			goto fail;
-		}
-		rest -= (uint64_t)k;
-	}
-	close(o->pipe[0]);
-	close(o->pipe[1]);
-	o->pipe[0] = t[0];
-	o->pipe[1] = t[1];
-	r = fcntl(t[1], F_GETPIPE_SZ);
-	o->cap = r > 0 ? (size_t)r : o->cap;
-	o->held = (size_t)(o->sent + o->held - have);
+	/* a replay cut short by the last failure */
+	r = pipe_drop(w, kc->replay[0], kc->replay_held);
+	if (r < 0)
+		return r;
+	kc->replay_held = 0;
+	kc->replaying = have < o->teed;
+	kc->replay_next = kc->head;
 	return 0;
-fail:
-	close(t[0]);
-	close(t[1]);
-	return r;
 }
 
 void xp_frame_resume(struct xp_worker *w, struct pool_link *l)
@@ -771,7 +893,7 @@ void xp_frame_resume(struct xp_worker *w, struct pool_link *l)
 	if (l->tls)
 		r = xp_tls_sess_batch(l->tls, TLS_BATCH_SIZE);
 	if (r == 0 && !o->ring) {
-		r = rewind_pipe(w, o, have);
+		r = rewind_chain(w, o, have);
 	} else if (r == 0) {
 		uint64_t back = o->sent - have;
 

@@ -296,7 +296,8 @@ static void link_start(struct xp_worker *w, struct pool_link *l)
 		p->head = 0;
 		p->buf = NULL;
 		p->eof = p->done = p->armed = p->timer = p->queued = p->notified = false;
-		p->keep[0] = p->keep[1] = -1;
+		p->kc.n = 0;
+		p->kc.replay[0] = p->kc.replay[1] = -1;
 		p->ring = 0;
 		p->bucket[0] = d == 0 ? l->opts.bucket[0] : NULL;
 		p->bucket[1] = d == 0 ? l->opts.bucket[1] : NULL;
@@ -363,7 +364,7 @@ static void handle_inbox(struct xp_worker *w)
 			break;
 		case MSG_SUSPEND:
 			if (l->live && !l->closing && framed(l) && !l->hop_closing)
-				xp_frame_suspend(w, l, -ECONNABORTED);
+				xp_frame_suspend(w, l, 0);
 			break;
 		case MSG_RESUME:
 			xp_frame_resume(w, l);

@@ -75,6 +75,7 @@ struct xp_link_result {
 	 * Always: bytes of direction a to b sent again after resumptions, and how many there were.
 	 */
 	uint64_t have, kept_from, kept_to;
+	bool asked; /* XP_END_SUSPENDED by xp_link_suspend(), not by a failure */
 	uint64_t replayed;
 	unsigned int resumed;
 };

@@ -61,6 +61,23 @@ struct frame_in {
 	bool local_done;   /* after END: the local socket was half-closed */
 };
 
+/*
+ * The splice path's kept copy: pipes of one pipe's size each (no bigger pipe is needed, so no
+ * CAP_SYS_RESOURCE), used in a ring from head to tail, each holding cnt bytes; after a
+ * resumption, what the peer lacks is sent again pipe by pipe through replay (a tee(2) of each).
+ */
+#define KEEP_PIPES_MAX 16
+struct keep_chain {
+	int fd[KEEP_PIPES_MAX][2];
+	size_t cnt[KEEP_PIPES_MAX];
+	unsigned int n, head, tail;
+	size_t size; /* each pipe's */
+	int replay[2];
+	size_t replay_held;
+	unsigned int replay_next;
+	bool replaying;
+};
+
 /* ... and the frame being written, in direction 0 (ACKs for direction 1 go out here too). */
 struct frame_out {
 	uint8_t hdr[XP_FRAME_LEN];
@@ -109,8 +126,8 @@ struct xp_pump {
 	 */
 	struct frame_in fin;   /* direction 1 */
 	struct frame_out fout; /* direction 0 */
-	int keep[2];
-	size_t keep_cap;   /* what keep may hold (splice), or the ring's size */
+	struct keep_chain kc;  /* direction 0, splice */
+	size_t keep_cap;   /* what may be kept: bytes (splice), or the ring's size */
 	size_t ring;	   /* buffer kinds: the ring's size; 0: a plain buffer */
 	uint64_t sent;	   /* stream offset of the next byte to send */
 	uint64_t teed;	   /* splice: bytes up to this offset are in keep */
@@ -244,7 +261,8 @@ void xp_frame_filled(struct xp_pump *p, size_t n);
 /* Direction 0: sends held bytes in DATA frames, and any ACK due. Payload bytes sent (>= 0), or
  * -1 with errno (EAGAIN: the node hop is full). */
 ssize_t xp_frame_send(struct xp_worker *w, struct xp_pump *p, int dst);
-/* Bytes of header or ciphertext direction 0 has begun and not yet written. */
+/* Bytes of header or ciphertext direction 0 has begun and not yet written, and after a
+ * resumption what it still sends again. */
 size_t xp_frame_unsent(const struct xp_pump *p);
 /* Direction 0 at its end of stream, all sent: END, then every byte acknowledged. 0 when
  * complete, -EAGAIN (wait for the node hop), 1 (parked for ACKs), or -errno. */
