@@ -307,7 +307,8 @@ static void log_tls_start(struct daemon *d, const struct ctl_options *o)
 }
 
 /*
- * A carried connection holds FDS_PER_CONN fds (its two sockets and a splice pipe each way);
+ * A carried connection holds FDS_PER_CONN fds (its two sockets and a splice pipe each way), and a
+ * resumable one a pipe more per --pipe-size of --resume-buffer (at most 16) and its replay pipe;
  * FDS_SPARE cover listeners, control clients, QMP and libvirt. The soft limit is raised to what
  * --max-connections needs, as far as the hard limit allows; short of it, say so, since each
  * connection past the limit waits in a listen queue.
@@ -315,9 +316,18 @@ static void log_tls_start(struct daemon *d, const struct ctl_options *o)
 #define FDS_PER_CONN 6
 #define FDS_SPARE    256
 
-static void raise_nofile(unsigned long conns)
+static unsigned int fds_per_conn(const struct ctl_options *o)
 {
-	rlim_t want = (rlim_t)conns * FDS_PER_CONN + FDS_SPARE, was;
+	unsigned long kept = (o->resume_keep + o->pipe_size - 1) / o->pipe_size;
+
+	if (!o->resume_timeout_s)
+		return FDS_PER_CONN;
+	return FDS_PER_CONN + 2 * ((kept < 16 ? kept : 16) + 1);
+}
+
+static void raise_nofile(unsigned long conns, unsigned int per_conn)
+{
+	rlim_t want = (rlim_t)conns * per_conn + FDS_SPARE, was;
 	struct rlimit rl;
 
 	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
@@ -335,7 +345,7 @@ static void raise_nofile(unsigned long conns)
 			 "connections wait in the listen queues until fds are free; raise "
 			 "LimitNOFILE= or the hard limit",
 			 (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max,
-			 (unsigned long long)want, conns, FDS_PER_CONN, FDS_SPARE);
+			 (unsigned long long)want, conns, per_conn, FDS_SPARE);
 	else if (rl.rlim_cur != was)
 		log_info("open files limit raised from %llu to %llu for --max-connections %lu",
 			 (unsigned long long)was, (unsigned long long)rl.rlim_cur, conns);
@@ -579,7 +589,7 @@ static int daemon_start(struct daemon *d, const struct ctl_options *o)
 	int r;
 
 	d->info.started_ms = vm_now_ms();
-	raise_nofile(o->slots);
+	raise_nofile(o->slots, fds_per_conn(o));
 	block_signals(&mask);
 	r = xp_loop_new(&d->loop);
 	if (r < 0) {
