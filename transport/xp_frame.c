@@ -43,6 +43,7 @@ int xp_frame_get(const uint8_t buf[XP_FRAME_LEN], struct xp_frame *ret)
 		break;
 	case XP_FRAME_ACK:
 	case XP_FRAME_END:
+	case XP_FRAME_GONE:
 		if (f.len != 0)
 			return -EBADMSG;
 		break;
@@ -149,8 +150,9 @@ int xp_frame_open(struct xp_worker *w, struct pool_link *l)
 		memset(&p->fin, 0, sizeof(p->fin));
 		memset(&p->fout, 0, sizeof(p->fout));
 		p->sent = p->teed = p->acked = p->dropped = 0;
-		p->wait_ack = p->final_acked = false;
+		p->wait_ack = p->final_acked = p->peer_gone = false;
 	}
+	l->gone_sent = false;
 	if (o->kind == PUMP_SPLICE)
 		return chain_open(&o->kc, keep, o->cap, &o->keep_cap);
 	/* the ring replaces the plain buffer: what was read waits there to be sent, and what was
@@ -295,12 +297,19 @@ static bool ack_due(const struct pool_link *l)
 	       (done - l->ack_sent >= l->ack_every || in->held == 0 || in->fin.end);
 }
 
-/* At a frame boundary: queues an ACK when one is due. */
+/* At a frame boundary: queues a GONE once the local peer closed, else an ACK when one is due. */
 static void ack_start(struct pool_link *l)
 {
 	struct frame_out *f = &l->p[0].fout;
 
-	if (f->len || f->left || !ack_due(l))
+	if (f->len || f->left)
+		return;
+	if (l->p[1].fin.discard && !l->gone_sent) {
+		l->gone_sent = true;
+		hdr_start(l, XP_FRAME_GONE, 0, in_done(&l->p[1]));
+		return;
+	}
+	if (!ack_due(l))
 		return;
 	l->ack_sent = in_done(&l->p[1]);
 	hdr_start(l, XP_FRAME_ACK, 0, l->ack_sent);
@@ -615,6 +624,17 @@ static int frames(struct xp_worker *w, struct xp_pump *p, int src, bool control)
 			}
 			break;
 		}
+		case XP_FRAME_GONE:
+			/* the peer's QEMU closed: what ours still writes is an error (pump_take); off
+			 * counts our direction, what the peer delivered of it before */
+			if (fr.off > l->p[0].sent) {
+				errno = EBADMSG;
+				return -1;
+			}
+			l->p[0].peer_gone = true;
+			if (!l->p[0].armed && !l->p[0].done)
+				ready_push(w, &l->p[0]);
+			break;
 		case XP_FRAME_END:
 			/* again after a resumption: the same length */
 			if (fr.off != in_have(p)) {
@@ -664,7 +684,7 @@ bool xp_frame_wants_out(const struct pool_link *l)
 {
 	const struct xp_pump *o = &l->p[0];
 
-	if (!o->fout.left && ack_due(l))
+	if (!o->fout.left && (ack_due(l) || (l->p[1].fin.discard && !l->gone_sent)))
 		return true;
 	return xp_frame_unsent(o) > 0 && !(o->armed && o->armed_side == 1);
 }
@@ -819,6 +839,7 @@ void xp_frame_suspended(struct xp_worker *w, struct pool_link *l)
 	in->final_acked = false;
 	o->wait_ack = false;
 	l->ack_sent = 0;
+	l->gone_sent = false; /* said again after the resumption */
 	for (int d = 0; d < 2; d++) {
 		l->p[d].want = XP_TLS_WANT_NONE;
 		l->res.bytes[d] = atomic_load_explicit(&l->p[d].bytes, memory_order_relaxed);

@@ -17,6 +17,10 @@ enum xp_frame_type {
 	XP_FRAME_DATA = 1, /* len payload bytes follow; off: the stream offset of the first */
 	XP_FRAME_ACK = 2,  /* off: bytes of the other direction the sender delivered to its QEMU */
 	XP_FRAME_END = 3,  /* off: the direction's length; no DATA follows */
+	/* off: what the sender delivered of the other direction before its QEMU closed its socket
+	 * (the rest is dropped, and acknowledged): whatever that QEMU writes from now on is to a
+	 * QEMU that is gone. */
+	XP_FRAME_GONE = 4,
 };
 
 struct xp_frame {
@@ -27,7 +31,7 @@ struct xp_frame {
 
 void xp_frame_put(const struct xp_frame *f, uint8_t buf[XP_FRAME_LEN]);
 /* 0, or -EBADMSG: a bad magic, type or pad, a DATA frame of 0 or over XP_FRAME_MAX bytes, or
- * an ACK or END with a length. */
+ * an ACK, END or GONE with a length. */
 int xp_frame_get(const uint8_t buf[XP_FRAME_LEN], struct xp_frame *ret);
 
 #endif

@@ -209,13 +209,23 @@ void xp_link_close(struct xp_worker *w, struct pool_link *l, enum xp_link_end en
 
 void xp_link_fail(struct xp_worker *w, struct pool_link *l, int err, unsigned int side)
 {
-	if (framed(l) && l->hop_closing) {
-		/* both directions were complete: what failed is only the goodbye */
+	if (framed(l) && side == 1 && (l->hop_closing || l->p[1].fin.discard)) {
+		/*
+		 * Both directions were complete, and what failed is only the goodbye; or the local
+		 * peer had closed (GONE is out): there is nothing to resume for, what it did not
+		 * read it did not want, as on a link that is not resumable.
+		 */
 		xp_link_close(w, l, XP_END_CLEAN, 0, 0);
 		return;
 	}
-	/* A frame out of protocol is the peer's fault, not the network's: no second try. */
-	if (framed(l) && side == 1 && err != -EBADMSG) {
+	/*
+	 * A frame out of protocol is the peer's fault, not the network's; the far QEMU's close
+	 * (GONE) is no fault of the network either: no second try.
+	 */
+	if (err == -ESHUTDOWN)
+		snprintf(l->res.detail, sizeof(l->res.detail),
+			 "the peer's QEMU had closed its socket (the peer vmigd said so)");
+	if (framed(l) && side == 1 && err != -EBADMSG && err != -ESHUTDOWN) {
 		xp_frame_suspend(w, l, err);
 		return;
 	}

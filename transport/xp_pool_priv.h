@@ -134,6 +134,7 @@ struct xp_pump {
 	uint64_t acked;	   /* what the peer delivered */
 	uint64_t dropped;  /* direction 1: read and dropped (the local peer had closed) */
 	bool wait_ack;	   /* parked until an ACK makes room or completes the direction */
+	bool peer_gone;	   /* direction 0: GONE read: a byte more from QEMU is an error */
 	bool final_acked;  /* direction 1: the ACK of its whole stream is out */
 };
 
@@ -163,6 +164,7 @@ struct pool_link {
 	 * acknowledged; ack_every: how many delivered bytes make an ACK due.
 	 */
 	bool suspending, suspended, hop_closing;
+	bool gone_sent; /* direction 1 in discard mode said GONE */
 	uint64_t ack_sent, ack_every;
 	/* set by the control thread before MSG_RESUME */
 	int resume_fd;

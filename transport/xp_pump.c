@@ -384,6 +384,8 @@ static int pump_take(struct xp_worker *w, struct xp_pump *p, int src, struct pum
 			r->progress = true;
 			if (framed_in(p))
 				xp_frame_in_took(p, (size_t)n);
+			else if (framed_out(p) && p->peer_gone)
+				return -ESHUTDOWN; /* QEMU still migrates to one that is gone */
 			else if (framed_out(p))
 				xp_frame_filled(p, (size_t)n);
 			if (p->kind == PUMP_TLS_RX && pump_room(p) >= TLS_RECORD)
@@ -485,7 +487,8 @@ static int pump_run(struct xp_worker *w, struct xp_pump *p, unsigned int *side)
 		rd = (struct pump_round){ 0 };
 		r = pump_take(w, p, src, &rd);
 		if (r < 0) {
-			*side = p->dir;
+			/* ESHUTDOWN: the far side's QEMU closed (its vmigd's GONE) */
+			*side = r == -ESHUTDOWN ? 1 : p->dir;
 			return r;
 		}
 		if (p->held > 0 || pump_unsent(p) > 0) {

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -361,6 +362,79 @@ static void bad_peer(const struct xp_frame *answer, const char *what)
 	close(q[0]);
 }
 
+/*
+ * The far side's QEMU closed its socket (its vmigd sends GONE): what the local QEMU had written
+ * goes on being carried, but a byte it writes after that is to a QEMU that is gone, and fails
+ * the link (so the local QEMU sees its migration fail); one that ended first ends it cleanly.
+ */
+static void gone_peer(bool ended_first)
+{
+	struct xp_pool_conf conf = { .threads = 1, .slots = 2, .pipe_size = 1u << 20 };
+	struct side a = { 0 };
+	struct xp_pool *p;
+	uint8_t hdr[XP_FRAME_LEN], page[4096];
+	struct xp_frame f;
+	int q[2], ha, hb;
+
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, q), 0);
+	tcp_pair(&ha, &hb);
+	assert_int_equal(xp_pool_new(&conf, on_done, NULL, &p), 0);
+	attach(p, &a, q[1], ha, 1u << 20);
+	assert_int_equal(fcntl(hb, F_SETFL, 0), 0);
+	memset(page, 7, sizeof(page));
+	assert_int_equal(write(q[0], page, sizeof(page)), sizeof(page));
+	assert_int_equal(recv(hb, hdr, sizeof(hdr), MSG_WAITALL), sizeof(hdr));
+	assert_int_equal(recv(hb, page, sizeof(page), MSG_WAITALL), sizeof(page));
+	if (ended_first) {
+		/* the local QEMU ends: END goes out, the peer acknowledges all, then GONE */
+		assert_int_equal(shutdown(q[0], SHUT_WR), 0);
+		assert_int_equal(recv(hb, hdr, sizeof(hdr), MSG_WAITALL), sizeof(hdr));
+		assert_int_equal(xp_frame_get(hdr, &f), 0);
+		assert_int_equal(f.type, XP_FRAME_END);
+	}
+	f = (struct xp_frame){ .type = XP_FRAME_ACK, .off = sizeof(page) };
+	xp_frame_put(&f, hdr);
+	assert_int_equal(write(hb, hdr, sizeof(hdr)), sizeof(hdr));
+	f = (struct xp_frame){ .type = XP_FRAME_GONE, .off = 0 };
+	xp_frame_put(&f, hdr);
+	assert_int_equal(write(hb, hdr, sizeof(hdr)), sizeof(hdr));
+	if (ended_first) {
+		/* and the peer's own direction ends: all is complete, both close */
+		f = (struct xp_frame){ .type = XP_FRAME_END, .off = 0 };
+		xp_frame_put(&f, hdr);
+		assert_int_equal(write(hb, hdr, sizeof(hdr)), sizeof(hdr));
+		assert_int_equal(shutdown(hb, SHUT_WR), 0);
+	} else {
+		usleep(100000);
+		(void)write(q[0], page, sizeof(page));
+	}
+	while (!a.ended && !a.suspended) {
+		struct pollfd pf = { .fd = xp_pool_event_fd(p), .events = POLLIN };
+
+		assert_true(poll(&pf, 1, 5000) > 0);
+		xp_pool_reap(p);
+	}
+	assert_false(a.suspended);
+	if (ended_first) {
+		assert_int_equal(a.res.end, XP_END_CLEAN);
+	} else {
+		assert_int_equal(a.res.end, XP_END_ERROR);
+		assert_int_equal(a.res.err, -ESHUTDOWN);
+		assert_int_equal(a.res.err_side, 1);
+	}
+	xp_pool_free(p);
+	close(a.hop_dup);
+	close(hb);
+	close(q[0]);
+}
+
+static void test_gone(void **state)
+{
+	(void)state;
+	gone_peer(false);
+	gone_peer(true);
+}
+
 static void test_bad_peer(void **state)
 {
 	(void)state;
@@ -383,6 +457,7 @@ int main(void)
 		cmocka_unit_test(test_copy_ten_cuts),
 		cmocka_unit_test(test_small_keep),
 		cmocka_unit_test(test_small_writes),
+		cmocka_unit_test(test_gone),
 		cmocka_unit_test(test_bad_peer),
 	};
 
