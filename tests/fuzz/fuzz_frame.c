@@ -23,7 +23,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			FUZZ_CHECK(memcmp(&f, &canary, sizeof(f)) == 0);
 			continue;
 		}
-		FUZZ_CHECK(f.type == XP_FRAME_DATA || f.type == XP_FRAME_ACK || f.type == XP_FRAME_END);
+		FUZZ_CHECK(f.type == XP_FRAME_DATA || f.type == XP_FRAME_ACK || f.type == XP_FRAME_END ||
+			   f.type == XP_FRAME_GONE);
 		FUZZ_CHECK(f.type == XP_FRAME_DATA ? f.len >= 1 && f.len <= XP_FRAME_MAX : f.len == 0);
 		xp_frame_put(&f, buf);
 		FUZZ_CHECK(memcmp(buf, data + at, XP_FRAME_LEN) == 0);
