@@ -211,11 +211,14 @@ def main():
     vt.dpdk.daemon_ready()
     checks = vt.Checks()
     t0 = time.monotonic()
-    with vt.work_directory('/tmp/vmig-dpdkl-') as sockdir:
-        memif_orders(sockdir, checks)
-        t1 = time.monotonic()
-        failures(sockdir, checks)
-        vt.log(f'    start orders {t1 - t0:.1f} s, failures {time.monotonic() - t1:.1f} s')
+    try:
+        with vt.work_directory('/tmp/vmig-dpdkl-') as sockdir:
+            memif_orders(sockdir, checks)
+            t1 = time.monotonic()
+            failures(sockdir, checks)
+            vt.log(f'    start orders {t1 - t0:.1f} s, failures {time.monotonic() - t1:.1f} s')
+    finally:
+        vt.dpdk.remove_eal_dirs()
     checks.finish()
     vt.log('ok: the DPDK hop comes up in any start order, and fails within its bound')
 

@@ -129,6 +129,13 @@ def check_status(tb, problems, sealed, impaired=False):
 
 def main():
     vt.dpdk.daemon_ready()
+    try:
+        run()
+    finally:
+        vt.dpdk.remove_eal_dirs()
+
+
+def run():
     problems = []
     with vt.work_directory('/tmp/vmig-dpdkm-') as sockdir:
         with bed('memif', sockdir, 'm', True) as tb:

@@ -119,6 +119,13 @@ DAEMON_ADDR = {'source': '10.79.0.1', 'target': '10.79.0.2'}
 DAEMON_PORT = 4791
 
 
+def remove_eal_dirs():
+    """Remove the EAL folders this process's daemons left: EAL makes /var/run/dpdk/PREFIX for
+    each --file-prefix even with --no-shconf, and daemon_args' prefixes start vmigdPID."""
+    for path in glob.glob(f'/var/run/dpdk/vmigd{os.getpid()}*'):
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def wait_link(tb, timeout=15):
     """Both daemons of Testbed tb say (status dpdk.link_up) that their DPDK port's link is up:
     until then new connections take the kernel path. How long that took."""
