@@ -161,6 +161,20 @@ static const struct ctl_fig node_figs[] = {
 	  TEXT("dpdk", "DPDK node hop %s") },
 	{ "dpdk.sealed", CTL_BOOL, FIELD(dpdk.sealed), OMIT_UNLESS(dpdk.on),
 	  TEXT("dpdk", ", sealed|, plain") },
+	{ "dpdk.link_up", CTL_BOOL, DPDK(link_up), TEXT("dpdk", ", link up|, link down"),
+	  PROM("vmigd_dpdk_link_up", GAUGE,
+	       "Whether the DPDK node hop's port link is up (1); while it is down (0), new "
+	       "connections take the kernel path.") },
+	{ "dpdk.link_restarts", CTL_COUNT, DPDK(link_restarts),
+	  TEXT("dpdk", ", port restarted %s times"), NONZERO,
+	  PROM("vmigd_dpdk_link_restarts_total", COUNTER,
+	       "Restarts of a memif client port whose link stayed down, to try its handshake "
+	       "again.") },
+	{ "dpdk.unreachable_peers", CTL_COUNT, DPDK(unreachable_peers),
+	  TEXT("dpdk", ", %s peers unreachable"), NONZERO,
+	  PROM("vmigd_dpdk_unreachable_peers", GAUGE,
+	       "Peers a DPDK link failed to without a frame from them (ARP unanswered, or silent): "
+	       "new connections to them take the kernel path until they answer ARP again.") },
 	{ "dpdk.tx_frames", CTL_COUNT, DPDK(tx_frames), TEXT("dpdk", ", frames out %s"),
 	  PROM_L("vmigd_dpdk_frames_total", COUNTER,
 		 "Frames the DPDK node hop's port sent (tx) and took in (rx).",

@@ -231,7 +231,7 @@ void px_conn_done(void *cookie, const struct xp_link_result *res, void *arg)
 			m->key, px_role_str(m->role), c->port->id, c->seq,
 			(unsigned long long)res->bytes[0], (unsigned long long)res->bytes[1],
 			strerror(-res->err), res->err_side == 0 ? "local" : "node-hop",
-			res->detail[0] ? ": TLS: " : "", res->detail);
+			res->detail[0] ? ": " : "", res->detail);
 	} else {
 		if (res->undelivered)
 			log_info("migration %s role=%s: port %u connection %u: the local side "

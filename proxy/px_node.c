@@ -278,6 +278,8 @@ int px_node_new_io(const struct xp_io_ops *io, void *ioc, const struct px_config
 		IO(n, info, &info);
 		n->dpdk.ip = info.dpdk_ip;
 		n->dpdk.port = info.dpdk_port;
+		/* logged as it changes from here (px_dpdk.c): what a start expects */
+		n->dpdk_seen.link_up = true;
 	}
 	if (conf->adopt) {
 		r = IO(n, listen_adopt, conf->adopt_fd, &n->bound);

@@ -118,6 +118,7 @@ struct px_conn {
 	struct xp_link *link;
 	struct px_dpdk
 		dpdk; /* over the DPDK node hop: the peer's address, the stream (ip 0: not) */
+	bool dpdk_offered; /* source: its preamble offered the DPDK node hop */
 	char peer[80];
 	char addr[64];	      /* target: the peer's address, no port (peer without it) */
 	uint64_t accepted_ms; /* target, before its preamble: when it was accepted */
@@ -258,6 +259,7 @@ struct px_node {
 	struct xp_bucket *bucket; /* the node cap (rate 0: none) */
 	struct px_dpdk dpdk;	  /* this node's DPDK node hop (ip 0: none); stream unused */
 	uint32_t dpdk_next;	  /* the stream id the next offer proposes */
+	struct xp_hop_health dpdk_seen; /* the hop's health as last logged (px_dpdk.c) */
 	struct xp_timer *tick;
 	uint64_t bytes_done[2]; /* of ended connections */
 	uint64_t conns_total;
@@ -320,6 +322,12 @@ void px_conn_release(struct px_conn *c);
 /* Whether this connection can go over the DPDK node hop: the node has one, the peer is a vmigd,
  * and the node hop is plain or TLS 1.3. */
 bool px_dpdk_can(const struct px_conn *c);
+/* Whether a new connection to the peer's DPDK address peer_ip (host order) takes the DPDK node
+ * hop now: the port's link up and the peer not found unreachable (px_dpdk.c). A change is logged
+ * first, so that the connection's path=kernel follows its reason. */
+bool px_dpdk_usable(struct px_node *n, uint32_t peer_ip);
+/* From the tick: logs a change of the hop's health once it lasts (px_dpdk.c). */
+void px_dpdk_watch(struct px_node *n);
 /* Writes the preamble's reply (PX_OK_DPDK in place of PX_OK when c->dpdk is set): 0, or -errno
  * (-EIO for a short write). */
 int px_conn_reply(struct px_conn *c, enum px_status st);

@@ -82,6 +82,7 @@ void px_node_tick(void *arg)
 				px_migration_pace(m);
 	vm_log_limit_flush(&n->refusals, now);
 	vm_log_limit_flush(&n->accept_errors, now);
+	px_dpdk_watch(n);
 	/* Without a timer the meters stand still; that is all that is lost. */
 	(void)IO(n, timer_add, now + TICK_MS, px_node_tick, n, &n->tick);
 	/* where its own timer could not be had; last, as a drain's end may end the daemon */

@@ -155,7 +155,10 @@ static void src_start_send(struct px_conn *c)
 		p.digest = c->digest = px_verify_wanted(c);
 	}
 	p.resumable = px_resume_wanted(c);
-	if (!c->verify && !c->resuming && px_dpdk_can(c)) {
+	/* not while the hop's link is down or the target's address unreachable (px_dpdk.c) */
+	c->dpdk_offered = !c->verify && !c->resuming && px_dpdk_can(c) &&
+			  px_dpdk_usable(c->n, c->m->target.dpdk.ip);
+	if (c->dpdk_offered) {
 		/* the target sets the top bit (px_target.c says why) */
 		p.dpdk = c->n->dpdk;
 		p.dpdk.stream = (c->n->dpdk_next++ % 0x7fffffffu) + 1;
@@ -290,7 +293,7 @@ static void src_read_reply(struct px_conn *c)
 		src_error(c, "refused (migration-conn-limit) by the target: %s", px_status_str(st));
 		return;
 	}
-	if (st == PX_OK_DPDK && !px_dpdk_can(c)) {
+	if (st == PX_OK_DPDK && !c->dpdk_offered) {
 		src_error(c, "the target chose the DPDK node hop, which this side did not offer");
 		return;
 	}

@@ -264,7 +264,8 @@ static void tgt_dispatch(struct px_conn *c, const struct px_preamble *p)
 		return;
 	}
 	c->digest = p->digest;
-	if (p->dpdk.ip && px_dpdk_can(c)) {
+	/* not while the hop's link is down or the source's address unreachable (px_dpdk.c) */
+	if (p->dpdk.ip && px_dpdk_can(c) && px_dpdk_usable(n, p->dpdk.ip)) {
 		/*
 		 * Both nodes key a link by the peer's address and the stream id, and a node can be
 		 * source and target to the same peer at once: ids proposed by the node with the

@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 /* The daemon's DPDK node hop (xp_dhop.h): one thread owns the port and the sessions; the control
  * thread hands it links through a slot table under a mutex and reaps ended ones through an
- * eventfd. Each link is an xp_hop peer of its own, keyed from its own TLS session. */
+ * eventfd. Each link is an xp_hop peer of its own, keyed from its own TLS session. Liveness: a
+ * link that cannot work ends within DEAD_US, and the health new connections are chosen by. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,8 +35,18 @@
 #define SLEEP_SHORT_NS	50000
 #define SLEEP_LONG_NS	1000000
 #define SLEEP_NOLINK_NS 10000000
-/* A link whose peer sent no frame this long while it had bytes out ends with an error. */
+/* A link whose peer sent no frame this long while bytes of ours waited on it ends with an error. */
 #define PEER_SILENT_US (15 * 1000000ull)
+/*
+ * The bound for a link that never worked (doc/design.md, "Liveness"): one whose port's link has
+ * been down this long, or that has heard no frame from its peer since it was set up while bytes
+ * of ours waited on it this long, ends with the reason. Short, because nothing is lost by it: a
+ * link that never carried a byte, or whose port is down, carries none until it fails; once the
+ * peer was heard, a slow peer gets PEER_SILENT_US.
+ */
+#define DEAD_US	       (5 * 1000000ull)
+#define PROBE_GAP_US   1000000 /* an unreachable peer is asked for by ARP this often */
+#define PUBLISH_GAP_US 250000  /* the health is published on a change, and at least this often */
 #define WRITE_BATCH    (64 * 1024)
 
 enum slot_state {
@@ -64,7 +76,8 @@ struct dhop_link {
 	 * until it answers EAGAIN, so that an idle link costs no system call */
 	bool in_ready, out_ready, tcp_ready;
 	size_t last_avail; /* in-order bytes for QEMU at the last look, not yet written */
-	uint64_t last_heard_us, last_frames_in;
+	bool heard;	   /* a frame of the peer's came since set-up */
+	uint64_t begun_us, last_heard_us, last_frames_in;
 	uint64_t held_until_ns;	 /* the buckets had nothing for the local socket until then */
 	struct vm_digest *dg[2]; /* c.digest: what each direction took, in order */
 	struct xp_link_result res;
@@ -92,6 +105,19 @@ struct xp_dhop {
 	unsigned int hw; /* the thread's: links[hw..] are none of its, what a round scans */
 	struct xp_hop_peer_stats live; /* refreshed by the thread, under mu */
 	uint64_t unknown_peer;	       /* the same */
+	/* the thread's: the port's link and the peers found unreachable (port_tend()) */
+	bool link_up;
+	uint64_t link_since_us, published_us;
+	struct unreachable {
+		uint32_t ip;
+		uint64_t probed_us;
+		char why[sizeof(((struct xp_hop_health *)0)->peers[0].why)];
+	} unreachable[XP_HOP_HEALTH_PEERS];
+	unsigned int nunreachable;
+	/* what the thread published of that, under mu (xp_dhop_health()) */
+	struct xp_hop_health health;
+	uint64_t health_since_us;
+	uint64_t link_restarts;
 };
 
 #define DHOP_LINK(xl)	    container_of(xl, struct dhop_link, base)
@@ -126,6 +152,97 @@ static const struct xp_link_ops dhop_link_ops = {
 	.shaped_ns = dhop_link_shaped_ns,
 	.set_pacing = dhop_link_set_pacing,
 };
+
+/* The thread's view of the link and the peers, for the control thread (xp_dhop_health()). */
+static void publish(struct xp_dhop *d, uint64_t now)
+{
+	struct xp_hop_health h = { .link_up = d->link_up, .npeers = d->nunreachable };
+	struct xp_dpdk_stats ds;
+
+	if (!d->link_up)
+		xp_dpdk_link_why(d->port, h.link_why, sizeof(h.link_why));
+	for (unsigned int i = 0; i < d->nunreachable; i++) {
+		h.peers[i].ip = d->unreachable[i].ip;
+		memcpy(h.peers[i].why, d->unreachable[i].why, sizeof(h.peers[i].why));
+	}
+	xp_dpdk_stats(d->port, &ds);
+	pthread_mutex_lock(&d->mu);
+	d->health = h;
+	d->health_since_us = d->link_since_us;
+	d->link_restarts = ds.link_restarts;
+	pthread_mutex_unlock(&d->mu);
+	d->published_us = now;
+}
+
+/*
+ * The port's upkeep (xp_dpdk_tend(): a memif client's handshake tried again), and the peers
+ * found unreachable: each asked for by ARP once a second while the link is up, and reachable
+ * again once it answers.
+ */
+static void port_tend(struct xp_dhop *d, uint64_t now)
+{
+	bool up = xp_dpdk_tend(d->port, now), changed = false;
+	uint64_t asking;
+
+	if (up != d->link_up || !d->link_since_us) {
+		d->link_up = up;
+		d->link_since_us = now;
+		changed = true;
+	}
+	for (unsigned int i = 0; i < d->nunreachable;) {
+		struct unreachable *u = &d->unreachable[i];
+
+		if (changed && up)
+			u->probed_us = 0; /* a link back up asks at once */
+		if (xp_dpdk_peer_arp(d->port, u->ip, now, &asking) == 1) {
+			*u = d->unreachable[--d->nunreachable];
+			changed = true;
+			continue;
+		}
+		if (up && (!u->probed_us || now - u->probed_us >= PROBE_GAP_US)) {
+			xp_dpdk_arp_probe(d->port, u->ip, now);
+			u->probed_us = now;
+		}
+		i++;
+	}
+	if (changed || now - d->published_us >= PUBLISH_GAP_US)
+		publish(d, now);
+}
+
+/* New connections to ip stop taking the hop (the control thread sees it in the health) until
+ * the peer answers ARP again: its MAC is forgotten, as a silent peer may be elsewhere now. */
+static void peer_unreachable(struct xp_dhop *d, uint32_t ip, const char *why, uint64_t now)
+{
+	struct unreachable *u = NULL;
+
+	for (unsigned int i = 0; i < d->nunreachable && !u; i++)
+		if (d->unreachable[i].ip == ip)
+			u = &d->unreachable[i];
+	if (!u && d->nunreachable == XP_HOP_HEALTH_PEERS) {
+		/* full: the oldest makes room, and is tried again by the next connection to it */
+		memmove(&d->unreachable[0], &d->unreachable[1],
+			sizeof(d->unreachable[0]) * (XP_HOP_HEALTH_PEERS - 1));
+		d->nunreachable--;
+	}
+	if (!u)
+		u = &d->unreachable[d->nunreachable++];
+	u->ip = ip;
+	u->probed_us = now;
+	snprintf(u->why, sizeof(u->why), "%s", why);
+	xp_dpdk_peer_forget(d->port, ip);
+	publish(d, now);
+}
+
+int xp_dhop_health(const struct xp_dhop *d, struct xp_hop_health *out)
+{
+	uint64_t now = vm_now_ns() / 1000;
+
+	pthread_mutex_lock((pthread_mutex_t *)&d->mu);
+	*out = d->health;
+	out->link_for_ms = now > d->health_since_us ? (now - d->health_since_us) / 1000 : 0;
+	pthread_mutex_unlock((pthread_mutex_t *)&d->mu);
+	return 0;
+}
 
 int xp_dhop_new(const struct xp_dhop_conf *conf, struct xp_dhop **ret, char *err, size_t errlen)
 {
@@ -189,6 +306,8 @@ int xp_dhop_new(const struct xp_dhop_conf *conf, struct xp_dhop **ret, char *err
 		d->links[i].base.ops = &dhop_link_ops;
 		d->links[i].d = d;
 	}
+	/* the first look, before the thread: health is never unset */
+	port_tend(d, vm_now_ns() / 1000);
 	*ret = d;
 	return 0;
 fail:
@@ -235,6 +354,9 @@ void xp_dhop_stats(const struct xp_dhop *d, struct xp_hop_stats *st)
 	stats_add(&ps, &d->gone);
 	stats_add(&ps, &d->live);
 	st->unknown_peer = d->unknown_peer;
+	st->link_up = d->health.link_up;
+	st->link_restarts = d->link_restarts;
+	st->unreachable_peers = d->health.npeers;
 	pthread_mutex_unlock((pthread_mutex_t *)&d->mu);
 	xp_dpdk_stats(d->port, &ds);
 	st->rx_frames = ds.rx_frames;
@@ -321,7 +443,7 @@ static void link_begin(struct xp_dhop *d, struct dhop_link *l, uint64_t now)
 				   .data.u64 = slot << 1 | 1 };
 	int r;
 
-	l->last_heard_us = now;
+	l->begun_us = l->last_heard_us = now;
 	l->live = l->in_ready = l->out_ready = l->tcp_ready = true;
 	r = xp_hop_peer_add(d->hop, &pc, &l->peer);
 	if (!r)
@@ -382,14 +504,19 @@ static size_t shape(struct dhop_link *l, size_t room)
 	return grant;
 }
 
-static void link_fail(struct dhop_link *l, int err, int side, const char *detail)
+__attribute__((format(printf, 4, 5))) static void link_fail(struct dhop_link *l, int err,
+							    int side, const char *fmt, ...)
 {
+	va_list ap;
+
 	if (l->res.end != XP_END_CLEAN || l->res.err)
 		return; /* the first reason stands */
 	l->res.end = XP_END_ERROR;
 	l->res.err = err;
 	l->res.err_side = side;
-	snprintf(l->res.detail, sizeof(l->res.detail), "%s", detail);
+	va_start(ap, fmt);
+	vsnprintf(l->res.detail, sizeof(l->res.detail), fmt, ap);
+	va_end(ap);
 }
 
 /* The TCP connection is the link's liveness: its end or error, and anything on it is drained. */
@@ -450,7 +577,7 @@ static size_t link_io(struct dhop_link *l)
 		} else if (errno == EAGAIN || errno == EWOULDBLOCK) {
 			l->in_ready = false;
 		} else if (errno != EINTR) {
-			link_fail(l, -errno, 0, "");
+			link_fail(l, -errno, 0, "%s", "");
 		}
 		break;
 	}
@@ -488,7 +615,7 @@ static size_t link_io(struct dhop_link *l)
 		if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 			l->out_ready = false;
 		else if (k < 0 && errno != EINTR)
-			link_fail(l, -errno, 0, "");
+			link_fail(l, -errno, 0, "%s", "");
 		break;
 	}
 	if (!l->local_out_done && xp_rel_eof(l->rel)) {
@@ -499,11 +626,68 @@ static size_t link_io(struct dhop_link *l)
 	return moved;
 }
 
+/*
+ * Liveness over DPDK, which the TCP connection cannot tell (it tells of a peer daemon that died;
+ * this, of a DPDK path that broke or never worked), within the bounds doc/design.md states: the
+ * port's link down DEAD_US; nothing heard from the peer since set-up DEAD_US while bytes of ours
+ * wait on it (its ARP unanswered, or the peer silent); nothing heard PEER_SILENT_US while bytes
+ * wait, once it was heard. A stream with nothing waiting may stay quiet: libvirt's own
+ * connection does for most of a migration. A peer that failed a link unheard is unreachable for
+ * new connections until it answers ARP again (port_tend()).
+ */
+static bool link_dead(struct xp_dhop *d, struct dhop_link *l, uint64_t now)
+{
+	uint64_t since = d->link_since_us > l->begun_us ? d->link_since_us : l->begun_us, asking;
+	struct xp_rel_stats rs;
+	char ip[16], why[160];
+
+	if (!d->link_up && now - since > DEAD_US) {
+		xp_dpdk_link_why(d->port, why, sizeof(why));
+		link_fail(l, -ENETDOWN, 1, "DPDK link down for %llu s: %s", DEAD_US / 1000000ull,
+			  why);
+		return true;
+	}
+	xp_rel_stats(l->rel, &rs);
+	if (rs.frames_received != l->last_frames_in || !xp_rel_waiting(l->rel)) {
+		l->heard |= rs.frames_received != l->last_frames_in;
+		l->last_frames_in = rs.frames_received;
+		l->last_heard_us = now;
+		return false;
+	}
+	if (now - l->last_heard_us <= (l->heard ? PEER_SILENT_US : DEAD_US))
+		return false;
+	if (!d->link_up) {
+		/* the port, not the peer: a link set up just before it went down gets here first */
+		xp_dpdk_link_why(d->port, why, sizeof(why));
+		link_fail(l, -ENETDOWN, 1, "DPDK link down for %llu s: %s",
+			  (now - d->link_since_us) / 1000000ull, why);
+		return true;
+	}
+	snprintf(ip, sizeof(ip), "%u.%u.%u.%u", l->c.peer_ip >> 24, (l->c.peer_ip >> 16) & 255,
+		 (l->c.peer_ip >> 8) & 255, l->c.peer_ip & 255);
+	if (l->heard)
+		link_fail(l, -ETIMEDOUT, 1,
+			  "peer silent for %llu s: no frame from it over DPDK while bytes of ours "
+			  "waited on it",
+			  PEER_SILENT_US / 1000000ull);
+	else if (xp_dpdk_peer_arp(d->port, l->c.peer_ip, now, &asking) != 1)
+		/* asked for, or forgotten a moment ago by another link to it that failed so */
+		link_fail(l, -EHOSTUNREACH, 1,
+			  "ARP for %s unanswered for %llu s: no frame from the peer over DPDK since "
+			  "the link was set up",
+			  ip, DEAD_US / 1000000ull);
+	else
+		link_fail(l, -ETIMEDOUT, 1,
+			  "peer silent for %llu s: no frame from it over DPDK since the link was "
+			  "set up, with bytes of ours waiting",
+			  DEAD_US / 1000000ull);
+	peer_unreachable(d, l->c.peer_ip, l->res.detail, now);
+	return true;
+}
+
 /* Whether the link has ended, and how: its result is filled in. */
 static bool link_ended(struct xp_dhop *d, struct dhop_link *l, uint64_t now)
 {
-	struct xp_rel_stats rs;
-
 	if (l->res.end != XP_END_CLEAN || l->res.err)
 		return true;
 	if (atomic_load(&l->abort)) {
@@ -520,22 +704,7 @@ static bool link_ended(struct xp_dhop *d, struct dhop_link *l, uint64_t now)
 			  "the peer vmigd closed the node-hop connection before the stream ended");
 		return true;
 	}
-	/*
-	 * A peer that answers nothing while we wait for its acknowledgement is gone (the TCP
-	 * connection tells of a peer daemon that died; this, of a DPDK path that broke). A stream
-	 * with nothing out may stay quiet: libvirt's own connection does for most of a migration.
-	 */
-	xp_rel_stats(l->rel, &rs);
-	if (rs.frames_received != l->last_frames_in || !xp_rel_awaiting_ack(l->rel)) {
-		l->last_frames_in = rs.frames_received;
-		l->last_heard_us = now;
-	} else if (now - l->last_heard_us > PEER_SILENT_US) {
-		link_fail(l, -ETIMEDOUT, 1,
-			  "no frame from the peer over DPDK for 15 s while it had bytes to "
-			  "acknowledge");
-		return true;
-	}
-	return false;
+	return link_dead(d, l, now);
 }
 
 /*
@@ -651,6 +820,7 @@ static void *dhop_thread(void *arg)
 
 		atomic_fetch_add_explicit(&d->polls, 1, memory_order_relaxed);
 		take_new(d, now);
+		port_tend(d, now);
 		readiness(d, 0);
 		for (unsigned int i = 0; i < d->hw; i++) {
 			struct dhop_link *l = &d->links[i];

@@ -72,6 +72,8 @@ void xp_dhop_free(struct xp_dhop *d);
 uint32_t xp_dhop_ip(const struct xp_dhop *d);
 uint16_t xp_dhop_port(const struct xp_dhop *d);
 void xp_dhop_stats(const struct xp_dhop *d, struct xp_hop_stats *st);
+/* What the hop's thread last saw of its link and its peers (xp_io.h's xp_hop_health): 0. */
+int xp_dhop_health(const struct xp_dhop *d, struct xp_hop_health *out);
 
 /* Both fds belong to the hop on success; the link answers its ops (xp_link.h). Its set_pacing
  * does nothing: the hop paces itself. -EBUSY when every slot is taken, -EEXIST when the

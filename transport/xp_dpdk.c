@@ -1,15 +1,21 @@
 // SPDX-License-Identifier: Apache-2.0
 /* xp_dpdk.h on DPDK 22.11: EAL from a string, the first port with one queue each way, a packet
  * pool made at start, ARP (answering for our address, learning and asking for peers on the
- * subnet), and IPv4/UDP framing with checksums checked on the way in. */
+ * subnet), IPv4/UDP framing with checksums checked on the way in, and the link's upkeep. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <net/if.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <rte_arp.h>
+#include <rte_dev.h>
+#include <rte_devargs.h>
 #include <rte_eal.h>
 #include <rte_ethdev.h>
 #include <rte_errno.h>
@@ -27,6 +33,12 @@
 #define PEERS	   16
 #define ARP_GAP_US 100000
 #define TTL	   64
+/* The link is looked at this often (af_packet's costs a system call), and a memif client whose
+ * link stays down restarts its port this often: a handshake takes milliseconds when its server
+ * is there, so half a second is long past any that is still under way (xp_dpdk_tend() says why
+ * that matters), and soon enough that a migration started with the daemons finds the link up. */
+#define LOOK_GAP_US    100000
+#define RESTART_GAP_US 500000
 
 /* EAL's arguments, split in place: EAL may keep pointers into them for the process's life. */
 static char *eal_args;
@@ -36,6 +48,7 @@ struct peer {
 	bool known;
 	struct rte_ether_addr mac;
 	uint64_t asked_us;
+	uint64_t first_asked_us; /* the first request not answered yet; 0: none */
 };
 
 struct xp_dpdk {
@@ -55,6 +68,14 @@ struct xp_dpdk {
 	struct rte_mbuf *open;
 	struct peer *open_peer;
 	bool stop_at_close; /* false for net_memif: xp_dpdk_close() says why */
+	/* the link (xp_dpdk_tend()) */
+	char driver[32];
+	bool memif, memif_client;
+	bool started; /* rte_eth_dev_start() took: a memif client may wait for its server */
+	bool link_up;
+	uint64_t looked_us, since_us, restarted_us; /* since: link_up's value holds since then */
+	char ifname[IF_NAMESIZE]; /* net_af_packet: the interface it is bound to */
+	int ifd;		  /* a socket to read that interface's flags; -1: none */
 };
 
 bool xp_dpdk_built(void)
@@ -84,16 +105,58 @@ static int parse_address(const char *s, uint32_t *ip, uint32_t *mask)
 	return 0;
 }
 
+/* KEY's value in a device's arguments ("key=value,key=value"), into out; false if absent. */
+static bool devarg(const char *args, const char *key, char *out, size_t len)
+{
+	size_t k = strlen(key), n;
+
+	for (const char *p = args; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
+		if (strncmp(p, key, k) != 0 || p[k] != '=')
+			continue;
+		p += k + 1;
+		n = strcspn(p, ",");
+		if (n >= len)
+			return false;
+		memcpy(out, p, n);
+		out[n] = '\0';
+		return true;
+	}
+	return false;
+}
+
+/* What the port is, for its upkeep: a memif client (it retries), an af_packet port (whose
+ * interface's state is what its link is), anything else (whose driver tells its link). */
+static void port_kind(struct xp_dpdk *d)
+{
+	struct rte_eth_dev_info info;
+	const struct rte_devargs *da;
+	const char *args;
+	char v[16];
+
+	if (rte_eth_dev_info_get(d->port, &info) < 0 || !info.driver_name)
+		return;
+	snprintf(d->driver, sizeof(d->driver), "%s", info.driver_name);
+	da = info.device ? rte_dev_devargs(info.device) : NULL;
+	args = da ? da->args : NULL;
+	d->memif = strcmp(d->driver, "net_memif") == 0;
+	/* memif's own spelling: "client" (or the old "slave"), else a server */
+	d->memif_client = d->memif && devarg(args, "role", v, sizeof(v)) &&
+			  (strstr(v, "client") || strstr(v, "slave"));
+	if (strcmp(d->driver, "net_af_packet") == 0 &&
+	    devarg(args, "iface", d->ifname, sizeof(d->ifname)))
+		d->ifd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+}
+
 int xp_dpdk_open(const struct xp_dpdk_conf *conf, struct xp_dpdk **ret, char *err, size_t errlen)
 {
 	struct rte_eth_conf pc = { 0 };
-	struct rte_eth_dev_info info;
 	struct xp_dpdk *d = calloc(1, sizeof(*d));
 	int argc = 0, r = -EIO;
 	char *tok, *save;
 
 	if (!d)
 		return -ENOMEM;
+	d->ifd = -1;
 	if (parse_address(conf->address, &d->ip, &d->mask) < 0) {
 		snprintf(err, errlen, "--dpdk-address %s: not ADDR/PREFIX (IPv4)",
 			 conf->address ? conf->address : "(none)");
@@ -140,20 +203,27 @@ int xp_dpdk_open(const struct xp_dpdk_conf *conf, struct xp_dpdk **ret, char *er
 	if (rte_eth_dev_configure(d->port, 1, 1, &pc) < 0 ||
 	    rte_eth_rx_queue_setup(d->port, 0, RING, rte_eth_dev_socket_id(d->port), NULL,
 				   d->pool) < 0 ||
-	    rte_eth_tx_queue_setup(d->port, 0, RING, rte_eth_dev_socket_id(d->port), NULL) < 0 ||
-	    rte_eth_dev_start(d->port) < 0) {
+	    rte_eth_tx_queue_setup(d->port, 0, RING, rte_eth_dev_socket_id(d->port), NULL) < 0) {
+		snprintf(err, errlen, "--dpdk: port %u would not start", d->port);
+		goto fail_eal;
+	}
+	port_kind(d);
+	/* A memif client fails to start while its server is not there yet: it is tried again */
+	d->started = rte_eth_dev_start(d->port) == 0;
+	if (!d->started && !d->memif_client) {
 		snprintf(err, errlen, "--dpdk: port %u would not start", d->port);
 		goto fail_eal;
 	}
 	if (rte_eth_macaddr_get(d->port, &d->mac) < 0 || rte_eth_dev_get_mtu(d->port, &d->mtu) < 0)
 		d->mtu = RTE_ETHER_MTU;
-	d->stop_at_close = rte_eth_dev_info_get(d->port, &info) < 0 || !info.driver_name ||
-			   strcmp(info.driver_name, "net_memif") != 0;
+	d->stop_at_close = !d->memif;
 	if (d->mtu > RTE_MBUF_DEFAULT_DATAROOM - RTE_ETHER_HDR_LEN)
 		d->mtu = RTE_MBUF_DEFAULT_DATAROOM - RTE_ETHER_HDR_LEN;
 	*ret = d;
 	return 0;
 fail_eal:
+	if (d->ifd >= 0)
+		close(d->ifd);
 	if (d->pool)
 		rte_mempool_free(d->pool);
 	rte_eal_cleanup();
@@ -178,8 +248,10 @@ void xp_dpdk_close(struct xp_dpdk *d)
 	xp_dpdk_flush(d);
 	if (d->open)
 		rte_pktmbuf_free(d->open);
-	if (d->stop_at_close)
+	if (d->stop_at_close && d->started)
 		rte_eth_dev_stop(d->port);
+	if (d->ifd >= 0)
+		close(d->ifd);
 	free(d);
 }
 
@@ -216,7 +288,9 @@ int xp_dpdk_flush(struct xp_dpdk *d)
 
 	if (!queued)
 		return 0;
-	n = rte_eth_tx_burst(d->port, 0, d->txq, (uint16_t)queued);
+	/* a port not started (a memif client without its server) takes nothing, and says so on
+	 * stderr with a stack trace at every burst */
+	n = d->started ? rte_eth_tx_burst(d->port, 0, d->txq, (uint16_t)queued) : 0;
 	for (unsigned int i = 0; i < queued; i++) {
 		if (i < n) {
 			d->st.tx_frames++;
@@ -278,6 +352,17 @@ static void send_arp(struct xp_dpdk *d, uint16_t op, const struct rte_ether_addr
 	}
 }
 
+/* An ARP request for p unless one went within ARP_GAP_US. */
+static void ask(struct xp_dpdk *d, struct peer *p, uint64_t now_us)
+{
+	if (p->asked_us && now_us - p->asked_us < ARP_GAP_US)
+		return;
+	p->asked_us = now_us ? now_us : 1;
+	if (!p->first_asked_us)
+		p->first_asked_us = p->asked_us;
+	send_arp(d, RTE_ARP_OP_REQUEST, NULL, p->ip);
+}
+
 /* The peer's entry when its MAC is known; else NULL, with an ARP request sent (at most one per
  * ARP_GAP_US) and counted. */
 static struct peer *peer_ready(struct xp_dpdk *d, uint32_t ip, uint64_t now_us)
@@ -286,12 +371,40 @@ static struct peer *peer_ready(struct xp_dpdk *d, uint32_t ip, uint64_t now_us)
 
 	if (p->known)
 		return p;
-	if (!p->asked_us || now_us - p->asked_us >= ARP_GAP_US) {
-		p->asked_us = now_us ? now_us : 1;
-		send_arp(d, RTE_ARP_OP_REQUEST, NULL, ip);
-	}
+	ask(d, p, now_us);
 	d->st.tx_no_arp++;
 	return NULL;
+}
+
+int xp_dpdk_peer_arp(const struct xp_dpdk *d, uint32_t peer_ip, uint64_t now_us,
+		     uint64_t *asking_us)
+{
+	const struct peer *p = peer_of((struct xp_dpdk *)d, htonl(peer_ip), false);
+
+	if (p && p->known)
+		return 1;
+	if (!p || !p->first_asked_us)
+		return -ENOENT;
+	*asking_us = now_us > p->first_asked_us ? now_us - p->first_asked_us : 0;
+	return 0;
+}
+
+void xp_dpdk_peer_forget(struct xp_dpdk *d, uint32_t peer_ip)
+{
+	struct peer *p = peer_of(d, htonl(peer_ip), false);
+
+	if (!p)
+		return;
+	p->known = false;
+	p->asked_us = p->first_asked_us = 0;
+}
+
+void xp_dpdk_arp_probe(struct xp_dpdk *d, uint32_t peer_ip, uint64_t now_us)
+{
+	struct peer *p = peer_of(d, htonl(peer_ip), true);
+
+	if (!p->known)
+		ask(d, p, now_us);
 }
 
 static inline size_t hdr_len(void)
@@ -404,6 +517,7 @@ static void take_arp(struct xp_dpdk *d, struct rte_mbuf *m, const struct rte_eth
 		if (!p->known)
 			d->st.arp_learned++;
 		p->known = true;
+		p->first_asked_us = 0;
 		rte_ether_addr_copy(&ah->arp_data.arp_sha, &p->mac);
 	}
 	if (ntohs(ah->arp_opcode) == RTE_ARP_OP_REQUEST && ah->arp_data.arp_tip == d->ip)
@@ -477,7 +591,7 @@ static void take_ipv4(struct xp_dpdk *d, struct rte_mbuf *m, const struct rte_et
 int xp_dpdk_poll(struct xp_dpdk *d, xp_dpdk_rx_fn fn, void *arg)
 {
 	struct rte_mbuf *pkts[BURST];
-	uint16_t n = rte_eth_rx_burst(d->port, 0, pkts, BURST);
+	uint16_t n = d->started ? rte_eth_rx_burst(d->port, 0, pkts, BURST) : 0;
 
 	for (uint16_t i = 0; i < n; i++) {
 		struct rte_mbuf *m = pkts[i];
@@ -504,8 +618,67 @@ void xp_dpdk_stats(const struct xp_dpdk *d, struct xp_dpdk_stats *st)
 bool xp_dpdk_link_up(const struct xp_dpdk *d)
 {
 	struct rte_eth_link link;
+	struct ifreq ifr = { 0 };
 
-	return rte_eth_link_get_nowait(d->port, &link) == 0 && link.link_status == RTE_ETH_LINK_UP;
+	if (!d->started || rte_eth_link_get_nowait(d->port, &link) < 0 ||
+	    link.link_status != RTE_ETH_LINK_UP)
+		return false;
+	if (d->ifd < 0)
+		return true;
+	/* net_af_packet reports its link up whatever its interface does: the interface tells */
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", d->ifname);
+	return ioctl(d->ifd, SIOCGIFFLAGS, &ifr) == 0 && (ifr.ifr_flags & IFF_UP) &&
+	       (ifr.ifr_flags & IFF_RUNNING);
+}
+
+/*
+ * A memif client's port is stopped and started again only once its link has been down
+ * RESTART_GAP_US (and as long after the last try): DPDK 22.11's memif_disconnect() runs unlocked
+ * on whichever thread calls it, and EAL's interrupt thread calls it on a refusal or a hang-up, so
+ * a stop must not come while the interrupt thread may still be at one (xp_dpdk_close() has the
+ * crash that gives). Half a second after the link went down, that is long over. The server side
+ * needs nothing: its listener takes the next client itself.
+ */
+bool xp_dpdk_tend(struct xp_dpdk *d, uint64_t now_us)
+{
+	bool up;
+
+	if (d->looked_us && now_us - d->looked_us < LOOK_GAP_US)
+		return d->link_up;
+	d->looked_us = now_us;
+	up = xp_dpdk_link_up(d);
+	if (up != d->link_up || !d->since_us) {
+		d->link_up = up;
+		d->since_us = now_us;
+	}
+	if (up || !d->memif_client || now_us - d->since_us < RESTART_GAP_US ||
+	    (d->restarted_us && now_us - d->restarted_us < RESTART_GAP_US))
+		return up;
+	if (d->started)
+		rte_eth_dev_stop(d->port);
+	d->started = rte_eth_dev_start(d->port) == 0;
+	d->restarted_us = now_us;
+	d->st.link_restarts++;
+	return up;
+}
+
+void xp_dpdk_link_why(const struct xp_dpdk *d, char *buf, size_t len)
+{
+	if (d->link_up)
+		snprintf(buf, len, "%s", "");
+	else if (d->memif_client)
+		snprintf(buf, len, "net_memif client: %s; port restarted %llu time%s to try again",
+			 d->started ? "its handshake with the memif server did not complete"
+				    : "no memif server to connect to",
+			 (unsigned long long)d->st.link_restarts,
+			 d->st.link_restarts == 1 ? "" : "s");
+	else if (d->memif)
+		snprintf(buf, len, "net_memif server: no client connected");
+	else if (d->ifd >= 0)
+		snprintf(buf, len, "%s: interface %s down or without carrier", d->driver,
+			 d->ifname);
+	else
+		snprintf(buf, len, "port %u (%s): link state down", d->port, d->driver);
 }
 
 int xp_dpdk_thread_register(void)

@@ -23,6 +23,7 @@ struct xp_dpdk_stats {
 	uint64_t arp_requests_sent, arp_replies_sent, arp_learned;
 	uint64_t rx_not_ours, rx_bad, tx_no_mbuf, tx_ring_full, tx_no_arp;
 	uint64_t tx_bursts; /* rte_eth_tx_burst() calls: frames per burst is tx_frames / this */
+	uint64_t link_restarts; /* a memif client's port stopped and started again (xp_dpdk_tend) */
 };
 
 typedef void (*xp_dpdk_rx_fn)(void *arg, uint32_t peer_ip, uint16_t peer_port, uint8_t *data,
@@ -31,7 +32,8 @@ typedef void (*xp_dpdk_rx_fn)(void *arg, uint32_t peer_ip, uint16_t peer_port, u
 /* Whether this build has DPDK at all. */
 bool xp_dpdk_built(void);
 /* Starts EAL and the port; one per process (EAL's rule). -ENOTSUP without DPDK, -EINVAL for a bad
- * address, -ENODEV with no port, -EIO with err set otherwise. */
+ * address, -ENODEV with no port, -EIO with err set otherwise. A memif client whose server is not
+ * there yet is no error: its port starts later, from xp_dpdk_tend(). */
 int xp_dpdk_open(const struct xp_dpdk_conf *conf, struct xp_dpdk **ret, char *err, size_t errlen);
 /* Stops the port; EAL and the port's memory stay until the process exits (xp_dpdk.c says why). */
 void xp_dpdk_close(struct xp_dpdk *d);
@@ -66,5 +68,24 @@ void xp_dpdk_stats(const struct xp_dpdk *d, struct xp_dpdk_stats *st);
 int xp_dpdk_thread_register(void);
 /* Whether the port's link is up now (a memif whose peer has not connected is down). */
 bool xp_dpdk_link_up(const struct xp_dpdk *d);
+/*
+ * The port's upkeep, from the thread that owns it, as often as it likes (it looks at most every
+ * 100 ms): reads the link, and where the link stays down for a memif client (DPDK 22.11's client
+ * connects only when its port starts, and a server that refused it, or went away, leaves it down
+ * for good), stops and starts the port every half second to try its handshake again. Whether the
+ * link is up, as of the last look.
+ */
+bool xp_dpdk_tend(struct xp_dpdk *d, uint64_t now_us);
+/* Why the link is down, in words ("" when it is up): for the log and a failed link's reason. */
+void xp_dpdk_link_why(const struct xp_dpdk *d, char *buf, size_t len);
+/* A peer's ARP state: 1 when its MAC is known; 0 while it is asked for and has not answered, with
+ * *asking_us how long since the first request; -ENOENT when it was never asked for. */
+int xp_dpdk_peer_arp(const struct xp_dpdk *d, uint32_t peer_ip, uint64_t now_us,
+		     uint64_t *asking_us);
+/* Forgets a peer's MAC (a peer that went silent may be elsewhere now): the next frame to it, or
+ * xp_dpdk_arp_probe(), asks again. */
+void xp_dpdk_peer_forget(struct xp_dpdk *d, uint32_t peer_ip);
+/* Asks for a peer's MAC unless it is known or was asked for within 100 ms. */
+void xp_dpdk_arp_probe(struct xp_dpdk *d, uint32_t peer_ip, uint64_t now_us);
 
 #endif

@@ -79,3 +79,27 @@ uint32_t xp_dpdk_ip(const struct xp_dpdk *d)
 	(void)d;
 	return 0;
 }
+
+bool xp_dpdk_tend(struct xp_dpdk *d, uint64_t now_us)
+{
+	return false;
+}
+
+void xp_dpdk_link_why(const struct xp_dpdk *d, char *buf, size_t len)
+{
+	snprintf(buf, len, "no DPDK in this build");
+}
+
+int xp_dpdk_peer_arp(const struct xp_dpdk *d, uint32_t peer_ip, uint64_t now_us,
+		     uint64_t *asking_us)
+{
+	return -ENOENT;
+}
+
+void xp_dpdk_peer_forget(struct xp_dpdk *d, uint32_t peer_ip)
+{
+}
+
+void xp_dpdk_arp_probe(struct xp_dpdk *d, uint32_t peer_ip, uint64_t now_us)
+{
+}

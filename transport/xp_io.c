@@ -481,6 +481,15 @@ static int io_hop_stats(void *arg, struct xp_hop_stats *out)
 	return 0;
 }
 
+static int io_hop_health(void *arg, struct xp_hop_health *out)
+{
+	struct xp_io *io = arg;
+
+	if (!io->dhop)
+		return -ENOENT;
+	return xp_dhop_health(io->dhop, out);
+}
+
 const struct xp_io_ops xp_io_ops = {
 	.watch_add = io_watch_add,
 	.watch_mod = io_watch_mod,
@@ -492,6 +501,7 @@ const struct xp_io_ops xp_io_ops = {
 	.start = io_start,
 	.info = io_info,
 	.hop_stats = io_hop_stats,
+	.hop_health = io_hop_health,
 	.listen_tcp = io_listen_tcp,
 	.listen_unix = io_listen_unix,
 	.listen_adopt = io_listen_adopt,

@@ -76,6 +76,26 @@ struct xp_hop_stats {
 	uint64_t polls, sleeps; /* loop rounds, and rounds that ended in a sleep */
 	/* what the test build's impairing port did (xp_dhop_wrap's stats); 0 in the product */
 	uint64_t dropped_by_test, duplicated_by_test, reordered_by_test;
+	bool link_up;		    /* the port's link, as the hop's thread last saw it */
+	uint64_t link_restarts;	    /* a memif client's port restarted to try its handshake again */
+	uint64_t unreachable_peers; /* peers new connections do not go to (xp_hop_health) */
+};
+
+/*
+ * Whether new connections should take the DPDK node hop, as its thread last saw it: the port's
+ * link, and the peers it found unreachable (a link to them failed unheard: ARP unanswered, or
+ * silent). Such a peer is asked for by ARP once a second, and is reachable again once it answers.
+ */
+#define XP_HOP_HEALTH_PEERS 8
+struct xp_hop_health {
+	bool link_up;
+	uint64_t link_for_ms; /* the link has been so (up or down) this long */
+	char link_why[160];   /* when down: why, in words */
+	unsigned int npeers;
+	struct {
+		uint32_t ip; /* host order */
+		char why[192]; /* a failed link's reason (xp_link_result.detail) */
+	} peers[XP_HOP_HEALTH_PEERS];
 };
 
 /*
@@ -99,6 +119,8 @@ struct xp_io_ops {
 	void (*info)(void *io, struct xp_io_info *out);
 	/* The DPDK node hop's figures; -ENOENT where the io has none. */
 	int (*hop_stats)(void *io, struct xp_hop_stats *out);
+	/* The DPDK node hop's health (it may change any time after); -ENOENT where there is none. */
+	int (*hop_health)(void *io, struct xp_hop_health *out);
 
 	/* Listeners: the node hop's TCP one, and the local unix ones of a source, each name in
 	 * a directory others may write (dirfd: xp_path.h). */

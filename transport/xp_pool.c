@@ -161,7 +161,7 @@ static void link_finalize(struct xp_worker *w, struct pool_link *l)
 	}
 	if (l->tls) {
 		if (l->res.end == XP_END_ERROR && l->res.err_side == 1)
-			snprintf(l->res.detail, sizeof(l->res.detail), "%s",
+			snprintf(l->res.detail, sizeof(l->res.detail), "TLS: %s",
 				 xp_tls_sess_io_error(l->tls));
 		xp_tls_sess_free(l->tls);
 		l->tls = NULL;

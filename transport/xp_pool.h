@@ -54,7 +54,9 @@ struct xp_link_result {
 	bool reset_after_eof; /* a peer reset after it had been sent all its bytes */
 	uint64_t undelivered; /* dropped: the local peer had closed after its last byte */
 	uint64_t shaped_ns;   /* direction a to b waited this long for its buckets */
-	char detail[128];     /* TLS: OpenSSL's reason for an error on fd_b */
+	/* why, in words, where err does not say it all: "TLS: REASON" (OpenSSL's, for an error
+	 * on fd_b), or the DPDK hop's liveness rule that ended it */
+	char detail[192];
 	/*
 	 * With xp_link_opts.digest: each direction's digest (lib/digest.h) and byte count of what
 	 * it read from its source socket, in order (on a TLS side, the plaintext), undelivered

@@ -276,6 +276,11 @@ bool xp_rel_awaiting_ack(const struct xp_rel *r)
 	return r->nsegs > 0;
 }
 
+bool xp_rel_waiting(const struct xp_rel *r)
+{
+	return r->snd_una < r->snd_end || (r->shut && !r->fin_acked);
+}
+
 /* In-order bytes end at the FIN, which rcv_nxt counts once it is in order. */
 static uint64_t data_end(const struct xp_rel *r)
 {

@@ -117,6 +117,10 @@ bool xp_rel_send_done(const struct xp_rel *r);
 /* Something sent (bytes or the FIN) waits for the peer's acknowledgement: a silent peer now is
  * a problem, where a stream with nothing out may be quiet for as long as its user is. */
 bool xp_rel_awaiting_ack(const struct xp_rel *r);
+/* Something written (bytes or the FIN) is not acknowledged yet, sent or not: what waits on the
+ * peer, where xp_rel_awaiting_ack() counts only what went out (a frame that the port could not
+ * send, for want of a link or of the peer's MAC, never went out). */
+bool xp_rel_waiting(const struct xp_rel *r);
 
 /* Receiving: copies out up to len bytes that arrived in order; returns how many. */
 size_t xp_rel_read(struct xp_rel *r, void *buf, size_t len);

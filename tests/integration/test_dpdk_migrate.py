@@ -39,6 +39,10 @@ def check_path(tb, result, problems, path):
 
 def migrate(tb, label, channels, problems, capture=None, path='dpdk', advertised=True,
             cap=None):
+    if path == 'dpdk':
+        # a connection made while the port's link is down (a memif handshake under way) takes
+        # the kernel path
+        vt.dpdk.wait_link(tb)
     src, dst = tb.qemu_pair(MIB)
     key = tb.new_key(label)
     m = tb.start_migration(src, dst, key, channels, **({'bandwidth': cap} if cap else {}))
@@ -125,6 +129,13 @@ def check_status(tb, problems, sealed, impaired=False):
 
 def main():
     vt.dpdk.daemon_ready()
+    try:
+        run()
+    finally:
+        vt.dpdk.remove_eal_dirs()
+
+
+def run():
     problems = []
     with vt.work_directory('/tmp/vmig-dpdkm-') as sockdir:
         with bed('memif', sockdir, 'm', True) as tb:

@@ -425,6 +425,8 @@ int main(int argc, char **argv)
 	while (!c.hello) {
 		uint64_t now = now_us();
 
+		/* a memif client refused by a server not started yet tries again (xp_dpdk.h) */
+		xp_dpdk_tend(c.d, now);
 		xp_dpdk_send(c.d, c.peer, pc.udp_port, "", 0, now);
 		for (i = 0; i < 100; i++)
 			xp_dpdk_poll(c.d, on_rx, &c);

@@ -128,6 +128,16 @@ static void f_info(void *io, struct xp_io_info *out)
 	out->dpdk_port = ((struct fake_io *)io)->dpdk_port;
 }
 
+static int f_hop_health(void *io, struct xp_hop_health *out)
+{
+	struct fake_io *f = io;
+
+	if (!f->dpdk_ip)
+		return -ENOENT;
+	*out = f->hop_health;
+	return 0;
+}
+
 static int f_hop_stats(void *io, struct xp_hop_stats *out)
 {
 	struct fake_io *f = io;
@@ -482,6 +492,7 @@ const struct xp_io_ops fake_io_ops = {
 	.start = f_start,
 	.info = f_info,
 	.hop_stats = f_hop_stats,
+	.hop_health = f_hop_health,
 	.listen_tcp = f_listen_tcp,
 	.listen_unix = f_listen_unix,
 	.listen_adopt = f_listen_adopt,
@@ -515,6 +526,7 @@ void fake_io_init(struct fake_io *f, bool tls)
 	f->now = 1000000;
 	f->tls = tls;
 	f->next_fd = FAKE_FIRST_LOCAL;
+	f->hop_health.link_up = true;
 }
 
 void fake_io_done(struct fake_io *f)

@@ -113,6 +113,8 @@ struct fake_io {
 	uint32_t dpdk_ip; /* host order */
 	uint16_t dpdk_port;
 	struct xp_hop_stats hop_stats;
+	/* ... and hop_health() (its link up, no peer unreachable, unless a test says otherwise) */
+	struct xp_hop_health hop_health;
 	unsigned int nport_listeners;
 	/* A TCP port another process holds: listening on it fails with EADDRINUSE. */
 	unsigned int busy_port;

@@ -727,9 +727,9 @@ static void test_schema_v2(void **state)
 	snap.node.dpdk.on = true;
 	o = ctl_report_node(&snap.node, &env);
 	check_keys(json_object_object_get(o, "dpdk"),
-		   "address,fast_recoveries,forged,malformed,polls,replayed,retransmitted_frames,"
-		   "rx_frames,sealed,sleeps,timeouts,too_old,tx_bursts,tx_frames,unknown_peer,"
-		   "unknown_stream");
+		   "address,fast_recoveries,forged,link_restarts,link_up,malformed,polls,replayed,"
+		   "retransmitted_frames,rx_frames,sealed,sleeps,timeouts,too_old,tx_bursts,"
+		   "tx_frames,unknown_peer,unknown_stream,unreachable_peers");
 	snap.node.dpdk.on = false;
 	check_keys(json_object_object_get(o, "conns"), "active,total");
 	check_keys(json_object_object_get(o, "rates"), "rx_10s,rx_1s,tx_10s,tx_1s");

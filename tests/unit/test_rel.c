@@ -171,8 +171,8 @@ static void test_fate_bytes(void **state)
 	assert_true(r.dropped > 0);
 }
 
-/* What the daemon's silence rule reads: a stream is waiting for its peer only while something it
- * sent is unacknowledged, not when it is merely quiet. */
+/* What the daemon's silence rules read: a stream is waiting for its peer only while something it
+ * wrote (sent or not) is unacknowledged, not when it is merely quiet. */
 static void test_awaiting_ack(void **state)
 {
 	struct xp_rel_cfg c = { .stream = 1,
@@ -190,10 +190,15 @@ static void test_awaiting_ack(void **state)
 	assert_int_equal(xp_rel_new(&c, now, &a), 0);
 	assert_int_equal(xp_rel_new(&c, now, &b), 0);
 	assert_false(xp_rel_awaiting_ack(a)); /* quiet, nothing out */
+	assert_false(xp_rel_waiting(a));
 	assert_int_equal(xp_rel_write(a, "hello", 5), 5);
+	/* written, not sent (the port had no link, or no MAC for the peer): it waits all the same */
+	assert_false(xp_rel_awaiting_ack(a));
+	assert_true(xp_rel_waiting(a));
 	n = xp_rel_next_frame(a, now, frame, sizeof(frame));
 	assert_true(n > 0);
 	assert_true(xp_rel_awaiting_ack(a));
+	assert_true(xp_rel_waiting(a));
 	assert_int_equal(xp_rel_parse(frame, n, &h, &why), 0);
 	assert_int_equal(xp_rel_input(b, now, &h), 0);
 	/* b acknowledges (after its ack delay) */
@@ -203,7 +208,12 @@ static void test_awaiting_ack(void **state)
 	assert_int_equal(xp_rel_parse(frame, n, &h, &why), 0);
 	assert_int_equal(xp_rel_input(a, now, &h), 0);
 	assert_false(xp_rel_awaiting_ack(a));
+	assert_false(xp_rel_waiting(a));
 	assert_false(xp_rel_awaiting_ack(b)); /* an acknowledgement is never waited for */
+	assert_false(xp_rel_waiting(b));
+	/* a FIN waits too until it is acknowledged */
+	xp_rel_shutdown(a);
+	assert_true(xp_rel_waiting(a));
 	xp_rel_free(a);
 	xp_rel_free(b);
 }

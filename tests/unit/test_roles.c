@@ -2049,6 +2049,95 @@ static void test_dpdk_target_without_hop(void **state)
 	assert_int_equal(t->f.links[0].opts.dpdk.ip, 0);
 }
 
+/* How many times text is in the log. */
+static unsigned int log_count(const char *text)
+{
+	unsigned int n = 0;
+
+	for (const char *at = fake_log(); (at = strstr(at, text)); at += strlen(text))
+		n++;
+	return n;
+}
+
+/* While the hop's link is down the source offers nothing (the kernel path) and says why, once;
+ * once it is up again (told by the tick), the next connection offers it again. */
+static void test_dpdk_source_kernel_while_link_down(void **state)
+{
+	struct t *t = *state;
+	const char *path;
+
+	dpdk_node(t, DPDK_HIGH);
+	start(t);
+	t->f.hop_health.link_up = false;
+	t->f.hop_health.link_for_ms = 6000;
+	strcpy(t->f.hop_health.link_why, "net_memif client: no memif server to connect to");
+	path = source_start_dpdk(t, DPDK_LOW);
+	fake_qemu_connect(&t->f, path);
+	fake_qemu_connect(&t->f, path);
+	fake_settle(&t->f);
+	assert_int_equal(written_preamble(t->f.conns[0]).dpdk.ip, 0);
+	assert_int_equal(written_preamble(t->f.conns[1]).dpdk.ip, 0);
+	assert_int_equal(log_count("DPDK node hop: link down (net_memif client: no memif server to "
+				   "connect to); new connections go over the kernel path"),
+			 1);
+	answer(t, t->f.conns[0], PX_OK);
+	assert_int_equal(t->f.links[0].opts.dpdk.ip, 0);
+	t->f.hop_health.link_up = true;
+	t->f.hop_health.link_for_ms = 1500;
+	fake_advance(&t->f, 200);
+	assert_int_equal(log_count("DPDK node hop: link up again; new connections go over DPDK"),
+			 1);
+	fake_qemu_connect(&t->f, path);
+	fake_settle(&t->f);
+	assert_int_equal(written_preamble(t->f.conns[2]).dpdk.ip, DPDK_HIGH);
+	assert_int_equal(log_count("link up again"), 1);
+}
+
+/* The tick logs a link that went down only once it has been down a second (a memif port is
+ * down for its handshake's few milliseconds at every start), and then once. */
+static void test_dpdk_link_down_logged_once_it_lasts(void **state)
+{
+	struct t *t = *state;
+
+	dpdk_node(t, DPDK_HIGH);
+	start(t);
+	t->f.hop_health.link_up = false;
+	t->f.hop_health.link_for_ms = 300;
+	strcpy(t->f.hop_health.link_why, "net_af_packet: interface dp0 down or without carrier");
+	fake_advance(&t->f, 300);
+	assert_false(logged("link down"));
+	t->f.hop_health.link_for_ms = 1200;
+	fake_advance(&t->f, 300);
+	fake_advance(&t->f, 300);
+	assert_int_equal(log_count("DPDK node hop: link down (net_af_packet: interface dp0 down or "
+				   "without carrier); new connections go over the kernel path"),
+			 1);
+}
+
+/* A target whose hop found the offering source's address unreachable answers PX_OK (the kernel
+ * path) and says why, once; once the peer answers ARP again it takes the hop again. */
+static void test_dpdk_target_kernel_for_unreachable_peer(void **state)
+{
+	struct t *t = *state;
+	struct fake_conn *c;
+
+	dpdk_node(t, DPDK_HIGH);
+	start(t);
+	target_start(t, KEY, 0);
+	t->f.hop_health.npeers = 1;
+	t->f.hop_health.peers[0].ip = DPDK_LOW;
+	strcpy(t->f.hop_health.peers[0].why, "ARP for 10.0.0.1 unanswered for 5 s");
+	c = arrive_offer(t, DPDK_LOW, 42);
+	assert_int_equal(reply_of(c), PX_OK);
+	assert_int_equal(t->f.links[0].opts.dpdk.ip, 0);
+	assert_logged("DPDK node hop: peer 10.0.0.1 unreachable (ARP for 10.0.0.1 unanswered for "
+		      "5 s); new connections to it go over the kernel path");
+	t->f.hop_health.npeers = 0;
+	fake_advance(&t->f, 200);
+	assert_logged("DPDK node hop: peer 10.0.0.1 answered ARP again; new connections to it go "
+		      "over DPDK");
+}
+
 #define T(f)  cmocka_unit_test_setup_teardown(f, setup_plain, teardown)
 #define TT(f) cmocka_unit_test_setup_teardown(f, setup_tls, teardown)
 
@@ -2111,6 +2200,9 @@ int main(void)
 		T(test_dpdk_target_accepts),
 		T(test_dpdk_target_stream_bit),
 		T(test_dpdk_target_without_hop),
+		T(test_dpdk_source_kernel_while_link_down),
+		T(test_dpdk_link_down_logged_once_it_lasts),
+		T(test_dpdk_target_kernel_for_unreachable_peer),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -88,10 +88,18 @@ class Daemon:
 
     def start(self, timeout=15):
         """Start vmigd and wait until `vmigctl status --json` answers."""
+        self.launch()
+        return self.wait_ready(timeout)
+
+    def launch(self):
+        """Start vmigd without waiting for it (wait_ready() does)."""
         cmd = self.command()
         with open(self.log_path, 'ab') as logf:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf)
+        return self
 
+    def wait_ready(self, timeout=15):
+        """Wait until the launched vmigd answers `vmigctl status --json`."""
         def ready():
             if self.proc.poll() is not None:
                 raise HarnessError(f'{self.name}: vmigd exited {self.proc.returncode} at '

@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import time
 
-from .base import Skip, log, tool_binary
+from .base import Skip, log, tool_binary, wait_until
 
 PORT = 4790
 MEMIF = ('net_memif0,role=server,socket={sock},socket-abstract=no',
@@ -119,16 +119,35 @@ DAEMON_ADDR = {'source': '10.79.0.1', 'target': '10.79.0.2'}
 DAEMON_PORT = 4791
 
 
-def daemon_args(side, kind, sockdir, tag, extra=()):
+def remove_eal_dirs():
+    """Remove the EAL folders this process's daemons left: EAL makes /var/run/dpdk/PREFIX for
+    each --file-prefix even with --no-shconf, and daemon_args' prefixes start vmigdPID."""
+    for path in glob.glob(f'/var/run/dpdk/vmigd{os.getpid()}*'):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def wait_link(tb, timeout=15):
+    """Both daemons of Testbed tb say (status dpdk.link_up) that their DPDK port's link is up:
+    until then new connections take the kernel path. How long that took."""
+    t0 = time.monotonic()
+    for d in (tb.source, tb.target):
+        wait_until(lambda: (d.status_field('dpdk') or {}).get('link_up') is True, timeout,
+                   f'{d.name}: status dpdk.link_up', interval=0.05)
+    return time.monotonic() - t0
+
+
+def daemon_args(side, kind, sockdir, tag, extra=(), memif_server='source', iface=None,
+                eal_extra=''):
     """vmigd's --dpdk options for one side of a NetPair (Testbed's placeholders {source_if} and
-    {target_if} name the veth ends): kind 'memif' (a socket in sockdir, the source its server) or
-    'afpacket' (on the side's veth end); its own EAL file prefix (tag) and lcore."""
+    {target_if} name the veth ends): kind 'memif' (a socket in sockdir, memif_server's side the
+    server) or 'afpacket' (on the side's veth end, or on iface); its own EAL file prefix (tag)
+    and lcore; eal_extra: more EAL arguments (--log-level=pmd.net.memif:debug)."""
     lcore = 0 if side == 'source' else 1 % (os.cpu_count() or 1)
     if kind == 'memif':
-        vdev = MEMIF[0 if side == 'source' else 1].format(
+        vdev = MEMIF[0 if side == memif_server else 1].format(
             sock=os.path.join(sockdir, f'memif-{tag}.sock'))
     else:
-        vdev = f'net_af_packet0,iface={{{side}_if}}'
+        vdev = f'net_af_packet0,iface={iface or "{" + side + "_if}"}'
     eal = (f'--no-huge -m 256 --no-pci --no-shconf --file-prefix=vmigd{os.getpid()}{tag}{side} '
-           f'-l {lcore} --vdev={vdev}')
+           f'-l {lcore} {eal_extra + " " if eal_extra else ""}--vdev={vdev}')
     return ['--dpdk', eal, '--dpdk-address', DAEMON_ADDR[side] + '/24', *extra]

@@ -26,7 +26,8 @@ class Testbed:
     def __init__(self, vmigd=None, vmigctl=None, loopback=False, daemon_args=(),
                  source_args=(), target_args=(), qemu=None, tls=None,
                  source_tls=None, target_tls=None, tls_layout='files', qemu_src=None,
-                 qemu_dst=None, source_vmigd=None, daemon_wrapper=None):
+                 qemu_dst=None, source_vmigd=None, daemon_wrapper=None, before_daemons=None,
+                 start_order=('source', 'target'), start_together=False):
         """tls (or source_tls/target_tls for one side): None for --no-tls; True makes a PKI
         under WORKDIR/pki (tb.pki) and uses it as a PKI does: each daemon gets its own copy of
         the node certificate, key and CA under WORKDIR/tls-source and WORKDIR/tls-target (see
@@ -40,7 +41,11 @@ class Testbed:
         sends the test build's request fields (start_migration's delay_first_ms).
         daemon_wrapper: a function (testbed, side, name) -> the command that starts daemon NAME
         in side's namespace, in place of `ip netns exec NS` (a container, say: vmigd is then
-        the path it sees there). It runs once the work directory and the namespaces exist."""
+        the path it sees there). It runs once the work directory and the namespaces exist.
+        before_daemons: called with the testbed once the namespaces exist, before either daemon
+        starts (more links between the namespaces, say). start_order: which daemon starts first;
+        start_together: the second is started right after the first, not once the first answers
+        (two nodes that come up at the same time)."""
         if vmigd is None or vmigctl is None:
             vmigd, vmigctl = find_binaries()
         self.vmigd, self.vmigctl = vmigd, vmigctl
@@ -67,6 +72,8 @@ class Testbed:
         self.extra_daemons, self.retired = [], []
         self.qemus = []
         self.daemon_wrapper = daemon_wrapper
+        self.before_daemons = before_daemons
+        self.start_order, self.start_together = tuple(start_order), start_together
         self._keys = self._pairs = self._replaced = 0
 
     def __enter__(self):
@@ -84,15 +91,21 @@ class Testbed:
             if any(v is True for v in self.tls.values()) and self.pki is None:
                 self.pki = make_pki(self.path('pki'))
             tls = {side: self._daemon_tls(side) for side in ('source', 'target')}
+            if self.before_daemons:
+                self.before_daemons(self)
             # Assigned before start(), so that close() stops a daemon whose start-up timed out.
             self.source = Daemon(self.binary['source'], self.vmigctl, 'vmigd-source', self.workdir,
                                  self.net.source_addr, self.daemon_prefix('source', 'vmigd-source'),
                                  self.daemon_args['source'], tls=tls['source'])
-            self.source.start()
             self.target = Daemon(self.binary['target'], self.vmigctl, 'vmigd-target', self.workdir,
                                  self.net.target_addr, self.daemon_prefix('target', 'vmigd-target'),
                                  self.daemon_args['target'], tls=tls['target'])
-            self.target.start()
+            daemons = [getattr(self, side) for side in self.start_order]
+            for d in daemons:
+                d.launch() if self.start_together else d.start()
+            if self.start_together:
+                for d in daemons:
+                    d.wait_ready()
         except BaseException:
             self.__exit__(*sys.exc_info())
             raise

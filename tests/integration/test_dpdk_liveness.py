@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""Integration test: the DPDK node hop's liveness (doc/design.md, "The DPDK node hop",
+"Liveness"), with real QEMU 7.2 migrations between two vmigd.
+
+Start order, over net_memif: the two daemons launched together, the memif server first, then
+the memif client first (a server that is not started yet refuses the client's handshake, which
+DPDK 22.11 never tries again by itself), and a client whose server comes up only after it is up
+(vmigd used to exit). Each time the link comes up, `status` says so, and migrations (8 channels)
+go over DPDK with memory verified. VMIG_DPDK_ORDER_RUNS (default 3) runs each together-order.
+
+Failures, over net_af_packet on a veth pair of the test's own that a bridge in the target
+namespace joins: with the target's end left out of the bridge, the source's ARP goes unanswered
+and its migration fails within the bound (5 s) with "ARP for ... unanswered"; the next one goes
+over the kernel path, and once the bridge joins the target, over DPDK again. Then the source's
+DPDK interface is taken down mid-migration: the migration fails within the bound with "DPDK link
+down", one started while it is down goes over the kernel path, and once it is up again, DPDK."""
+
+import os
+import re
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
+import vmigtest as vt  # noqa: E402
+
+MIB = 32
+CHANNELS = 8
+BOUND = 5      # the hop's DEAD_US (transport/xp_dhop.c)
+SLACK = 3.5    # the hop's look every 100 ms, QEMU noticing, and a loaded 2-core host
+# A longer manual loop: VMIG_DPDK_ORDER_RUNS=20 VMIG_DPDK_ORDER_MIB=512 (the guest of the
+# start-order runs; the failures keep MIB).
+FAILED_RX = re.compile(r'failed after \d+/(\d+) bytes')
+RUNS = int(os.environ.get('VMIG_DPDK_ORDER_RUNS', '3'))
+ORDER_MIB = int(os.environ.get('VMIG_DPDK_ORDER_MIB', str(MIB)))
+
+
+def migrate_ok(tb, label, checks, path, mib=MIB):
+    """A migration that completes with its memory the same and every connection on path."""
+    src, dst = tb.qemu_pair(mib)
+    key = tb.new_key(label)
+    m = tb.start_migration(src, dst, key, CHANNELS)
+    result = m.finish(timeout=120)
+    vt.verify_memory(src, dst)
+    tb.close_qemus(src, dst)
+    for daemon, role in tb.sides():
+        paths = sorted({r.get('path') for r in daemon.linked(key, role)})
+        checks.check(paths == [path], f'{label}: {daemon.name} linked with path {paths}, '
+                     f'expected {path}')
+    vt.log(f'[{label}] {result.summary()} path={path}')
+
+
+def ended(qemu):
+    """query-migrate once the migration is over, else None."""
+    info = qemu.migration_info()
+    return info if info.get('status') not in ('setup', 'active', 'device') else None
+
+
+def migrate_fails(tb, label, checks, reason, during=None):
+    """A migration over DPDK that must fail, its source's log naming reason (a regex), within the
+    bound (counted from when it started, or from `during`'s return: the fault it made
+    mid-stream)."""
+    src, dst = tb.qemu_pair(MIB)
+    key = tb.new_key(label)
+    since = {d: d.log_offset() for d in (tb.source, tb.target)}
+    m = tb.start_migration(src, dst, key, CHANNELS, bandwidth=8 << 20)
+    t0 = time.monotonic()
+    if during:
+        m.wait_active()
+        time.sleep(0.5)
+        during()
+        t0 = time.monotonic()
+    info = vt.wait_until(lambda: ended(src), BOUND + 30,
+                         f'{label}: the source QEMU to end its migration', 0.1)
+    took = time.monotonic() - t0
+    err = info.get('error-desc', '')
+    checks.check(info.get('status') == 'failed', f'{label}: QEMU says {info.get("status")}, '
+                 'expected failed')
+    vt.stop_quietly(key, tb.source, tb.target)
+    tb.close_qemus(src, dst)
+    failed, got = [], 0
+    for d in (tb.source, tb.target):
+        lines = [ln for ln in d.log_since(since[d]).splitlines()
+                 if key in ln and ' failed after ' in ln]
+        got += sum(int(m.group(1)) for m in map(FAILED_RX.search, lines) if m)
+        if d is tb.source:
+            failed = lines
+    vt.log(f'[{label}] failed in {took:.1f} s: QEMU "{err}"; vmigd: '
+           f'{failed[0].split(": ", 2)[-1] if failed else "(no failed line)"}')
+    checks.check(failed and all(re.search(reason, ln) for ln in failed),
+                 f'{label}: the failed lines should all say "{reason}": {failed[:2]}')
+    checks.check(took <= BOUND + SLACK, f'{label}: failed after {took:.1f} s, over the bound '
+                 f'({BOUND} s, plus {SLACK} s)')
+    if during:
+        # mid-stream: the target had taken bytes over DPDK before the fault
+        vt.log(f'    the target had {got} bytes over DPDK before')
+        checks.check(got > 0, f'{label}: the target took no byte before the fault')
+
+
+def memif_orders(sockdir, checks):
+    """Server first, client first (launched together), and a client alone first."""
+    debug = '--log-level=pmd.net.memif:debug'
+    cases = [(f'{first}-first-{i}', first, True) for first in ('server', 'client')
+             for i in range(RUNS)] + [('client-alone-first', 'client', False)]
+    tally = {}
+    for label, first, together in cases:
+        # The source starts first; which of the two is memif's server decides the order.
+        server = 'source' if first == 'server' else 'target'
+        tag = label.replace('-', '')
+        # the client alone for 2 s before its server starts
+        late = (None if together else
+                lambda tb, side, name: (['sh', '-c', 'sleep 2; exec "$@"', 'sh']
+                                        if side == 'target' else []) + tb.net.prefix(side))
+        with vt.Testbed(tls=True, start_together=together, daemon_wrapper=late,
+                        source_args=vt.dpdk.daemon_args('source', 'memif', sockdir, tag,
+                                                        memif_server=server, eal_extra=debug),
+                        target_args=vt.dpdk.daemon_args('target', 'memif', sockdir, tag,
+                                                        memif_server=server,
+                                                        eal_extra=debug)) as tb:
+            took = vt.dpdk.wait_link(tb)
+            client = tb.source if server == 'target' else tb.target
+            text = client.log_text()
+            refused = text.count('Disconnect received: ID not found')
+            restarts = client.status_field('dpdk').get('link_restarts')
+            vt.log(f'[{label}] link up {took:.2f} s after both answered; the memif client was '
+                   f'refused {refused} times, its port restarted {restarts} times')
+            if not together:
+                # the line about the link up again comes with the next tick (100 ms)
+                client.wait_log('DPDK node hop: link up again', timeout=2)
+                checks.check(restarts and 'DPDK node hop: link down (net_memif client: no memif '
+                             'server to connect to' in text,
+                             f'{label}: the client alone should say it has no server and '
+                             f'restart its port: restarts {restarts}')
+            migrate_ok(tb, label, checks, 'dpdk', ORDER_MIB)
+            key = first if together else label
+            tally.setdefault(key, [0, 0])[0] += 1
+            tally[key][1] += refused > 0
+    for key, (runs, refused) in tally.items():
+        vt.log(f'    {key}: {runs} of {runs} migrations over DPDK, {refused} after a refused '
+               'handshake tried again')
+
+
+def ip(ns, *args):
+    cmd = ['ip'] + (['-n', ns] if ns else []) + list(args)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode:
+        raise vt.HarnessError(f'{" ".join(cmd)}: {proc.stderr.strip()}')
+
+
+def dpdk_wires(tb):
+    """The DPDK ports' own wires, apart from the node hop's TCP veth: a veth pair dS (source) -
+    dX (target namespace), another dT - dY in the target namespace, and a bridge there that holds
+    dX; dY, the target's side, stays out of it until the test bridges it."""
+    s, t = tb.net.source_ns, tb.net.target_ns
+    ip(s, 'link', 'add', 'dS', 'type', 'veth', 'peer', 'name', 'dX', 'netns', t)
+    ip(t, 'link', 'add', 'dT', 'type', 'veth', 'peer', 'name', 'dY')
+    ip(t, 'link', 'add', 'br0', 'type', 'bridge')
+    ip(t, 'link', 'set', 'dX', 'master', 'br0')
+    for ns, dev in ((s, 'dS'), (t, 'dX'), (t, 'dT'), (t, 'dY'), (t, 'br0')):
+        ip(ns, 'link', 'set', dev, 'up')
+
+
+def failures(sockdir, checks):
+    """ARP unanswered, then a link down mid-migration: each fails within the bound with its
+    reason, the kernel path takes the next migration, and DPDK the one after the fault."""
+    peer = vt.dpdk.DAEMON_ADDR['target']
+    with vt.Testbed(tls=True, before_daemons=dpdk_wires,
+                    source_args=vt.dpdk.daemon_args('source', 'afpacket', sockdir, 'fs',
+                                                    iface='dS'),
+                    target_args=vt.dpdk.daemon_args('target', 'afpacket', sockdir, 'ft',
+                                                    iface='dT')) as tb:
+        s, t = tb.net.source_ns, tb.net.target_ns
+        vt.dpdk.wait_link(tb)
+        since = tb.source.log_offset()
+        migrate_fails(tb, 'arp-unanswered', checks,
+                      re.escape(f'ARP for {peer} unanswered for {BOUND} s'))
+        checks.check(tb.source.log_matches(
+            rf'DPDK node hop: peer {peer} unreachable \(ARP for {peer} unanswered.*\); new '
+            'connections to it go over the kernel path', since),
+            'arp-unanswered: no "peer ... unreachable" line on the source')
+        checks.check(tb.source.status_field('dpdk').get('unreachable_peers') == 1,
+                     'arp-unanswered: status dpdk.unreachable_peers should be 1')
+        migrate_ok(tb, 'arp-unanswered-kernel', checks, 'kernel')
+        since = tb.source.log_offset()
+        ip(t, 'link', 'set', 'dY', 'master', 'br0')
+        tb.source.wait_log(f'DPDK node hop: peer {peer} answered ARP again', timeout=5,
+                           since=since)
+        migrate_ok(tb, 'arp-answered', checks, 'dpdk')
+
+        since = tb.source.log_offset()
+        # a channel set up just before the fault may be the first to time out: its reason
+        # names the link all the same, down a little less than the bound
+        migrate_fails(tb, 'link-down', checks, re.compile(r'DPDK link down for \d s: '
+                      'net_af_packet: interface dS down'),
+                      during=lambda: ip(s, 'link', 'set', 'dS', 'down'))
+        checks.check(tb.source.log_matches(
+            r'DPDK node hop: link down \(net_af_packet: interface dS down or without carrier\); '
+            'new connections go over the kernel path', since),
+            'link-down: no "link down ..." line on the source')
+        checks.check(tb.source.status_field('dpdk').get('link_up') is False,
+                     'link-down: status dpdk.link_up should be false')
+        migrate_ok(tb, 'link-down-kernel', checks, 'kernel')
+        since = tb.source.log_offset()
+        ip(s, 'link', 'set', 'dS', 'up')
+        tb.source.wait_log('DPDK node hop: link up again; new connections go over DPDK',
+                           timeout=5, since=since)
+        migrate_ok(tb, 'link-up-again', checks, 'dpdk')
+
+
+def main():
+    vt.dpdk.daemon_ready()
+    checks = vt.Checks()
+    t0 = time.monotonic()
+    try:
+        with vt.work_directory('/tmp/vmig-dpdkl-') as sockdir:
+            memif_orders(sockdir, checks)
+            t1 = time.monotonic()
+            failures(sockdir, checks)
+            vt.log(f'    start orders {t1 - t0:.1f} s, failures {time.monotonic() - t1:.1f} s')
+    finally:
+        vt.dpdk.remove_eal_dirs()
+    checks.finish()
+    vt.log('ok: the DPDK hop comes up in any start order, and fails within its bound')
+
+
+if __name__ == '__main__':
+    vt.run_main(main)
