@@ -294,6 +294,8 @@ static void link_start(struct xp_worker *w, struct pool_link *l)
 
 	l->live = true;
 	l->closing = false;
+	/* a slot's last link may have been resumable: none of its state carries over */
+	l->suspending = l->suspended = l->hop_closing = l->gone_sent = false;
 	l->inflight = 0;
 	memset(&l->res, 0, sizeof(l->res));
 	w->nlive++;
@@ -308,6 +310,9 @@ static void link_start(struct xp_worker *w, struct pool_link *l)
 		p->eof = p->done = p->armed = p->timer = p->queued = p->notified = false;
 		p->kc.n = 0;
 		p->kc.replay[0] = p->kc.replay[1] = -1;
+		memset(&p->fin, 0, sizeof(p->fin));
+		memset(&p->fout, 0, sizeof(p->fout));
+		p->wait_ack = p->peer_gone = p->final_acked = false;
 		p->ring = 0;
 		p->bucket[0] = d == 0 ? l->opts.bucket[0] : NULL;
 		p->bucket[1] = d == 0 ? l->opts.bucket[1] : NULL;

@@ -293,6 +293,60 @@ static void test_no_cut(void **state)
 	resume_run(XP_PATH_SPLICE, 8u << 20, 8u << 20, 0, 0);
 }
 
+/* A slot whose last link was resumable carries a plain one next, as if it never had been. */
+static void test_slot_reuse(void **state)
+{
+	struct xp_pool_conf conf = { .threads = 1, .slots = 1, .pipe_size = 1u << 20 };
+	struct side a = { 0 }, b = { 0 }, c = { 0 };
+	struct xp_link_opts plain = { .cookie = &c };
+	struct xp_pool *p;
+	int qa[2], qb[2], ha, hb, x[2], y[2];
+	char buf[64];
+
+	(void)state;
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, qa), 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, qb), 0);
+	tcp_pair(&ha, &hb);
+	conf.slots = 2;
+	assert_int_equal(xp_pool_new(&conf, on_done, NULL, &p), 0);
+	attach(p, &a, qa[1], ha, 1u << 20);
+	attach(p, &b, qb[1], hb, 1u << 20);
+	assert_int_equal(write(qa[0], "resumable", 9), 9);
+	assert_int_equal(shutdown(qa[0], SHUT_WR), 0);
+	assert_int_equal(shutdown(qb[0], SHUT_WR), 0);
+	while (!a.ended || !b.ended) {
+		struct pollfd pf = { .fd = xp_pool_event_fd(p), .events = POLLIN };
+
+		assert_true(poll(&pf, 1, 5000) > 0);
+		xp_pool_reap(p);
+	}
+	assert_int_equal(a.res.end, XP_END_CLEAN);
+	assert_int_equal(read(qb[0], buf, sizeof(buf)), 9);
+	/* the same slots, plain links now */
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, x), 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, y), 0);
+	assert_int_equal(xp_pool_attach(p, x[1], y[1], &plain, &c.l), 0);
+	assert_int_equal(write(x[0], "plain", 5), 5);
+	assert_int_equal(shutdown(x[0], SHUT_WR), 0);
+	assert_int_equal(shutdown(y[0], SHUT_WR), 0);
+	while (!c.ended) {
+		struct pollfd pf = { .fd = xp_pool_event_fd(p), .events = POLLIN };
+
+		assert_true(poll(&pf, 1, 5000) > 0);
+		xp_pool_reap(p);
+	}
+	assert_int_equal(c.res.end, XP_END_CLEAN);
+	assert_int_equal(c.res.bytes[0], 5);
+	assert_int_equal(read(y[0], buf, sizeof(buf)), 5);
+	xp_pool_free(p);
+	close(a.hop_dup);
+	close(b.hop_dup);
+	close(qa[0]);
+	close(qb[0]);
+	close(x[0]);
+	close(y[0]);
+}
+
 static void test_codec(void **state)
 {
 	struct xp_frame f = { .type = XP_FRAME_DATA, .len = 4096, .off = 1ull << 40 }, g;
@@ -458,6 +512,7 @@ int main(void)
 		cmocka_unit_test(test_small_keep),
 		cmocka_unit_test(test_small_writes),
 		cmocka_unit_test(test_gone),
+		cmocka_unit_test(test_slot_reuse),
 		cmocka_unit_test(test_bad_peer),
 	};
 
