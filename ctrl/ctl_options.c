@@ -198,7 +198,7 @@ static const struct opt opts[] = {
 		  "one and goes on from the last byte delivered; past it the migration fails (0: "
 		  "no resumption, a failed node hop fails the migration)" },
 	{ "resume-buffer", 0, ULONG(resume_keep, 65536, 1ul << 30), .arg = "BYTES",
-	  .def = "4194304",
+	  .def = "2097152",
 	  .help = "what a resumable connection keeps of what it sent until the peer says it "
 		  "delivered it; when that is full, the connection waits" },
 	{ "pipe-size", 0, ULONG(pipe_size, 4096, 64 << 20), .arg = "BYTES", .def = "1048576",

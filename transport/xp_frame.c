@@ -44,6 +44,7 @@ int xp_frame_get(const uint8_t buf[XP_FRAME_LEN], struct xp_frame *ret)
 	case XP_FRAME_ACK:
 	case XP_FRAME_END:
 	case XP_FRAME_GONE:
+	case XP_FRAME_PING:
 		if (f.len != 0)
 			return -EBADMSG;
 		break;
@@ -138,7 +139,9 @@ int xp_frame_open(struct xp_worker *w, struct pool_link *l)
 	(void)w;
 	l->suspending = l->suspended = l->hop_closing = false;
 	l->ack_sent = 0;
-	l->ack_every = keep / 8 > 65536 ? keep / 8 : 65536;
+	/* a quarter of what the peer keeps, if it keeps what this side does: when it keeps less
+	 * and waits, it asks (PING) */
+	l->ack_every = keep / 4 > 65536 ? keep / 4 : 65536;
 	atomic_store_explicit(&l->pub_replayed, 0, memory_order_relaxed);
 	atomic_store_explicit(&l->pub_acked, 0, memory_order_relaxed);
 	atomic_store_explicit(&l->pub_sent, 0, memory_order_relaxed);
@@ -152,7 +155,7 @@ int xp_frame_open(struct xp_worker *w, struct pool_link *l)
 		p->sent = p->teed = p->acked = p->dropped = 0;
 		p->wait_ack = p->final_acked = p->peer_gone = false;
 	}
-	l->gone_sent = false;
+	l->gone_sent = l->ping_due = l->pinged = false;
 	if (o->kind == PUMP_SPLICE)
 		return chain_open(&o->kc, keep, o->cap, &o->keep_cap);
 	/* the ring replaces the plain buffer: what was read waits there to be sent, and what was
@@ -200,13 +203,14 @@ size_t xp_frame_room(const struct xp_pump *p)
 		kept = p->sent - p->acked + p->held;
 		return kept < p->ring ? p->ring - kept : 0;
 	}
-	/* tee(2) copies from the head of the pipe: fill only an empty one, so that what it holds
-	 * is exactly what keep still lacks; and nothing new while the old is sent again */
-	if (p->held || p->kc.replaying)
+	/* tee(2) copies from the head of the pipe: fill only while what the pipe holds is all
+	 * new to keep (none of it kept and not yet sent), so that one tee takes all of it; and
+	 * nothing new while the old is sent again */
+	if (p->teed != p->sent || p->kc.replaying)
 		return 0;
-	kept = p->teed - p->acked;
+	kept = p->teed - p->acked + p->held;
 	kept = kept < p->keep_cap ? p->keep_cap - kept : 0;
-	return kept < p->cap ? kept : p->cap;
+	return kept < p->cap - p->held ? kept : p->cap - p->held;
 }
 
 /* Splice: copies into keep what the pipe holds beyond it, when that is all the pipe holds. */
@@ -239,8 +243,9 @@ static void tee_more(struct xp_pump *p)
 
 void xp_frame_filled(struct xp_pump *p, size_t n)
 {
+	/* kept when it goes out (sendable()): one tee(2) for what several fills took */
+	(void)p;
 	(void)n;
-	tee_more(p);
 }
 
 /* Writes raw bytes toward the node hop: the socket, or the TLS session's batch. */
@@ -293,8 +298,9 @@ static bool ack_due(const struct pool_link *l)
 	const struct xp_pump *in = &l->p[1];
 	uint64_t done = in_done(in);
 
+	/* every ack_every delivered, when the peer asks (it waits), and for the direction's end */
 	return done > l->ack_sent &&
-	       (done - l->ack_sent >= l->ack_every || in->held == 0 || in->fin.end);
+	       (done - l->ack_sent >= l->ack_every || l->ping_due || in->fin.end);
 }
 
 /* At a frame boundary: queues a GONE once the local peer closed, else an ACK when one is due. */
@@ -311,6 +317,7 @@ static void ack_start(struct pool_link *l)
 	}
 	if (!ack_due(l))
 		return;
+	l->ping_due = false;
 	l->ack_sent = in_done(&l->p[1]);
 	hdr_start(l, XP_FRAME_ACK, 0, l->ack_sent);
 }
@@ -565,6 +572,7 @@ static int on_ack(struct xp_worker *w, struct pool_link *l, uint64_t off)
 			return r;
 	}
 	o->acked = off;
+	l->pinged = false;
 	atomic_store_explicit(&l->pub_acked, off, memory_order_relaxed);
 	publish_kept(l);
 	if (o->wait_ack && !o->armed && !o->done) {
@@ -624,6 +632,15 @@ static int frames(struct xp_worker *w, struct xp_pump *p, int src, bool control)
 			}
 			break;
 		}
+		case XP_FRAME_PING:
+			/* the peer waits for an ACK; it goes at the next frame boundary */
+			if (fr.off < in_have(p)) {
+				errno = EBADMSG;
+				return -1;
+			}
+			l->ping_due = true;
+			xp_frame_ack(w, l);
+			break;
 		case XP_FRAME_GONE:
 			/* the peer's QEMU closed: what ours still writes is an error (pump_take); off
 			 * counts our direction, what the peer delivered of it before */
@@ -678,6 +695,21 @@ void xp_frame_ack(struct xp_worker *w, struct pool_link *l)
 	if (hdr_flush(l) == 0)
 		(void)tls_flush(l);
 	(void)w;
+}
+
+void xp_frame_park(struct xp_worker *w, struct xp_pump *p)
+{
+	struct pool_link *l = p->link;
+
+	(void)w;
+	p->wait_ack = true;
+	if (l->pinged || p->fout.len || p->fout.left)
+		return;
+	/* what it keeps is full: the peer acknowledges at its own pace, unless asked */
+	l->pinged = true;
+	hdr_start(l, XP_FRAME_PING, 0, p->sent);
+	if (hdr_flush(l) == 0)
+		(void)tls_flush(l);
 }
 
 bool xp_frame_wants_out(const struct pool_link *l)
@@ -840,6 +872,7 @@ void xp_frame_suspended(struct xp_worker *w, struct pool_link *l)
 	o->wait_ack = false;
 	l->ack_sent = 0;
 	l->gone_sent = false; /* said again after the resumption */
+	l->ping_due = l->pinged = false;
 	for (int d = 0; d < 2; d++) {
 		l->p[d].want = XP_TLS_WANT_NONE;
 		l->res.bytes[d] = atomic_load_explicit(&l->p[d].bytes, memory_order_relaxed);

@@ -21,6 +21,8 @@ enum xp_frame_type {
 	 * (the rest is dropped, and acknowledged): whatever that QEMU writes from now on is to a
 	 * QEMU that is gone. */
 	XP_FRAME_GONE = 4,
+	/* off: what the sender sent; it waits for an ACK (what it keeps is full): one is due now */
+	XP_FRAME_PING = 5,
 };
 
 struct xp_frame {
@@ -31,7 +33,7 @@ struct xp_frame {
 
 void xp_frame_put(const struct xp_frame *f, uint8_t buf[XP_FRAME_LEN]);
 /* 0, or -EBADMSG: a bad magic, type or pad, a DATA frame of 0 or over XP_FRAME_MAX bytes, or
- * an ACK, END or GONE with a length. */
+ * another type with a length. */
 int xp_frame_get(const uint8_t buf[XP_FRAME_LEN], struct xp_frame *ret);
 
 #endif

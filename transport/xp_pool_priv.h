@@ -165,6 +165,8 @@ struct pool_link {
 	 */
 	bool suspending, suspended, hop_closing;
 	bool gone_sent; /* direction 1 in discard mode said GONE */
+	bool ping_due;	/* the peer asked for an ACK (PING) */
+	bool pinged;	/* direction 0 asked for one, and none came since */
 	uint64_t ack_sent, ack_every;
 	/* set by the control thread before MSG_RESUME */
 	int resume_fd;
@@ -277,6 +279,8 @@ ssize_t xp_frame_in_open(struct xp_worker *w, struct xp_pump *p, int src, size_t
 void xp_frame_in_took(struct xp_pump *p, size_t n);
 /* Direction 1 delivered (or dropped) bytes: an ACK when one is due, if it can go now. */
 void xp_frame_ack(struct xp_worker *w, struct pool_link *l);
+/* Direction 0 can send nothing until an ACK frees room: parked, and the peer asked for one. */
+void xp_frame_park(struct xp_worker *w, struct xp_pump *p);
 /* Direction 1: whether its poll on the node hop should also wait for POLLOUT (an ACK or
  * header waits there and direction 0 will not write it). */
 bool xp_frame_wants_out(const struct pool_link *l);

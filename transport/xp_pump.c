@@ -428,6 +428,19 @@ static int pump_take(struct xp_worker *w, struct xp_pump *p, int src, struct pum
 }
 
 /*
+ * Direction 0 of a resumable link waits for an ACK to free what it keeps: an ACK (read by
+ * direction 1) queues it again. The PING that asks for one may wait for room on the socket.
+ */
+static void park(struct xp_worker *w, struct xp_pump *p, int dst)
+{
+	xp_frame_park(w, p);
+	if (pump_unsent(p) > 0) {
+		p->wait_ack = false;
+		arm_poll(w, p, dst, wait_mask(p, p->kind == PUMP_TLS_TX, POLLOUT));
+	}
+}
+
+/*
  * A resumable link's direction at its end of stream, all of it moved. Direction 0: END, then
  * every byte acknowledged. Direction 1 (END read, all delivered): the local half-close, the
  * last ACK, and from then on the ACKs that still come for direction 0. What pump_run returns.
@@ -565,14 +578,16 @@ static int pump_run(struct xp_worker *w, struct xp_pump *p, unsigned int *side)
 	 */
 	if ((p->held > 0 || pump_unsent(p) > 0) && rd.dst_blocked)
 		arm_poll(w, p, dst, wait_mask(p, p->kind == PUMP_TLS_TX, POLLOUT));
+	else if (framed_out(p) && rd.keep_full)
+		park(w, p, dst); /* before the source: the pipe may be full with what keep lacks */
 	else if (rd.src_blocked)
 		arm_poll(w, p, src,
 			 wait_mask(p, p->kind == PUMP_TLS_RX, POLLIN | POLLRDHUP) |
 				 (framed_in(p) && xp_frame_wants_out(l) ? POLLOUT : 0));
 	else if (rd.throttled)
 		arm_timer(w, p, rd.wait_ns);
-	else if (framed_out(p) && (rd.keep_full || (p->held == 0 && pump_room(p) == 0)))
-		p->wait_ack = true; /* an ACK (read by direction 1) queues it again */
+	else if (framed_out(p) && p->held == 0 && pump_room(p) == 0)
+		park(w, p, dst);
 	else
 		return 1;
 	return 0;
