@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-/* A moved migration's JSON line: its record (key, role, TLS, cap, age; a target's secret and
- * source; a source's target map), its ports and connections with their offsets, tokens and
- * digest states in hex, and fds by index. */
+/* What moves at a takeover, as JSON: a target with no connection yet, as the offer lists it; a
+ * live migration's line: its record (key, role, TLS, cap, age; a target's secret and source; a
+ * source's target map), its ports and connections with their offsets, tokens and digest states
+ * in hex, and fds by index. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include "ctl_json.h"
 #include "ctl_move.h"
 #include "ctl_portmap.h"
+#include "ctl_takeover.h"
 #include "units.h"
 
 static struct json_object *hex(const uint8_t *b, size_t len)
@@ -346,4 +348,85 @@ int ctl_move_from_json(struct json_object *o, const int *fds, unsigned int nfds,
 			mv->conns[i].fd = mv->conns[i].st.fd = -1;
 	}
 	return r;
+}
+
+/* ---- a target with no connection yet, in the offer ---- */
+
+int ctl_takeover_parse_target(struct json_object *m, struct ctl_takeover_target *out, char *err,
+			      size_t errlen)
+{
+	struct json_object *socks, *v;
+	const char *key = ctl_json_member_cstring(m, "key");
+	const char *hex = ctl_json_member_cstring(m, "secret");
+	uint32_t ids[PX_PORTS_MAX];
+	size_t n;
+
+	memset(out, 0, sizeof(*out));
+	out->opts.has_secret = true;
+	if (!json_object_is_type(m, json_type_object) || !key || !px_key_valid(key)) {
+		snprintf(err, errlen, "the offer has a target without a valid key");
+		return -EPROTO;
+	}
+	strcpy(out->key, key);
+	if (!hex || strlen(hex) != 2 * PX_SECRET_LEN) {
+		snprintf(err, errlen, "target %s: the offer has no secret of %d hex digits", key,
+			 2 * PX_SECRET_LEN);
+		return -EPROTO;
+	}
+	for (unsigned int i = 0; i < 2 * PX_SECRET_LEN; i++) {
+		char c = hex[i];
+		int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+
+		if (d < 0) {
+			snprintf(err, errlen, "target %s: the offer's secret is not lower-case hex",
+				 key);
+			return -EPROTO;
+		}
+		out->opts.secret[i / 2] = (uint8_t)(out->opts.secret[i / 2] << 4 | d);
+	}
+	if (!json_object_object_get_ex(m, "sockets", &socks) ||
+	    !json_object_is_type(socks, json_type_array) ||
+	    (n = json_object_array_length(socks)) == 0 || n > PX_PORTS_MAX) {
+		snprintf(err, errlen, "target %s: the offer has no sockets, or over %d", key,
+			 PX_PORTS_MAX);
+		return -EPROTO;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct json_object *p = json_object_array_get_idx(socks, i), *id;
+		const char *path = ctl_json_member_cstring(p, "path");
+
+		if (!json_object_object_get_ex(p, "id", &id) ||
+		    !json_object_is_type(id, json_type_int) || json_object_get_int64(id) < 0 ||
+		    json_object_get_int64(id) > PX_PORT_MAX || !path || !path[0] ||
+		    strlen(path) >= sizeof(out->ports[i].path)) {
+			snprintf(err, errlen, "target %s: the offer describes socket %zu badly",
+				 key, i);
+			return -EPROTO;
+		}
+		out->ports[i].id = (uint32_t)json_object_get_int64(id);
+		ids[i] = out->ports[i].id;
+		strcpy(out->ports[i].path, path);
+	}
+	out->nports = (unsigned int)n;
+	for (size_t i = 0; i < n; i++)
+		for (size_t j = 0; j < i; j++)
+			if (ids[i] == ids[j]) {
+				snprintf(err, errlen, "target %s: the offer has port %u twice", key,
+					 ids[i]);
+				return -EPROTO;
+			}
+	v = json_object_object_get(m, "bandwidth");
+	if (v && (!json_object_is_type(v, json_type_int) || json_object_get_int64(v) < 0 ||
+		  json_object_get_uint64(v) > VM_RATE_MAX)) {
+		snprintf(err, errlen, "target %s: the offer's bandwidth is not a rate", key);
+		return -EPROTO;
+	}
+	out->opts.cap = v ? json_object_get_uint64(v) : 0;
+	v = json_object_object_get(m, "tls");
+	if (!v || !json_object_is_type(v, json_type_boolean)) {
+		snprintf(err, errlen, "target %s: the offer does not say whether it is TLS", key);
+		return -EPROTO;
+	}
+	out->opts.tls = json_object_get_boolean(v) ? PX_TLS_ON : PX_TLS_OFF;
+	return 0;
 }

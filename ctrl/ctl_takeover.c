@@ -5,13 +5,10 @@
  * SIGUSR2's start of the new one. JSON lines on one control connection. */
 #include <errno.h>
 #include <json-c/json.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "ctl_json.h"
@@ -826,85 +823,6 @@ static void take_read(struct xp_watch *w, int fd, uint32_t events, void *arg)
 	free(line);
 }
 
-int ctl_takeover_parse_target(struct json_object *m, struct ctl_takeover_target *out, char *err,
-			      size_t errlen)
-{
-	struct json_object *socks, *v;
-	const char *key = ctl_json_member_cstring(m, "key");
-	const char *hex = ctl_json_member_cstring(m, "secret");
-	uint32_t ids[PX_PORTS_MAX];
-	size_t n;
-
-	memset(out, 0, sizeof(*out));
-	out->opts.has_secret = true;
-	if (!json_object_is_type(m, json_type_object) || !key || !px_key_valid(key)) {
-		snprintf(err, errlen, "the offer has a target without a valid key");
-		return -EPROTO;
-	}
-	strcpy(out->key, key);
-	if (!hex || strlen(hex) != 2 * PX_SECRET_LEN) {
-		snprintf(err, errlen, "target %s: the offer has no secret of %d hex digits", key,
-			 2 * PX_SECRET_LEN);
-		return -EPROTO;
-	}
-	for (unsigned int i = 0; i < 2 * PX_SECRET_LEN; i++) {
-		char c = hex[i];
-		int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-
-		if (d < 0) {
-			snprintf(err, errlen, "target %s: the offer's secret is not lower-case hex",
-				 key);
-			return -EPROTO;
-		}
-		out->opts.secret[i / 2] = (uint8_t)(out->opts.secret[i / 2] << 4 | d);
-	}
-	if (!json_object_object_get_ex(m, "sockets", &socks) ||
-	    !json_object_is_type(socks, json_type_array) ||
-	    (n = json_object_array_length(socks)) == 0 || n > PX_PORTS_MAX) {
-		snprintf(err, errlen, "target %s: the offer has no sockets, or over %d", key,
-			 PX_PORTS_MAX);
-		return -EPROTO;
-	}
-	for (size_t i = 0; i < n; i++) {
-		struct json_object *p = json_object_array_get_idx(socks, i), *id;
-		const char *path = ctl_json_member_cstring(p, "path");
-
-		if (!json_object_object_get_ex(p, "id", &id) ||
-		    !json_object_is_type(id, json_type_int) || json_object_get_int64(id) < 0 ||
-		    json_object_get_int64(id) > PX_PORT_MAX || !path || !path[0] ||
-		    strlen(path) >= sizeof(out->ports[i].path)) {
-			snprintf(err, errlen, "target %s: the offer describes socket %zu badly",
-				 key, i);
-			return -EPROTO;
-		}
-		out->ports[i].id = (uint32_t)json_object_get_int64(id);
-		ids[i] = out->ports[i].id;
-		strcpy(out->ports[i].path, path);
-	}
-	out->nports = (unsigned int)n;
-	for (size_t i = 0; i < n; i++)
-		for (size_t j = 0; j < i; j++)
-			if (ids[i] == ids[j]) {
-				snprintf(err, errlen, "target %s: the offer has port %u twice", key,
-					 ids[i]);
-				return -EPROTO;
-			}
-	v = json_object_object_get(m, "bandwidth");
-	if (v && (!json_object_is_type(v, json_type_int) || json_object_get_int64(v) < 0 ||
-		  json_object_get_uint64(v) > VM_RATE_MAX)) {
-		snprintf(err, errlen, "target %s: the offer's bandwidth is not a rate", key);
-		return -EPROTO;
-	}
-	out->opts.cap = v ? json_object_get_uint64(v) : 0;
-	v = json_object_object_get(m, "tls");
-	if (!v || !json_object_is_type(v, json_type_boolean)) {
-		snprintf(err, errlen, "target %s: the offer does not say whether it is TLS", key);
-		return -EPROTO;
-	}
-	out->opts.tls = json_object_get_boolean(v) ? PX_TLS_ON : PX_TLS_OFF;
-	return 0;
-}
-
 /* One moved target, as the old vmigd described it. */
 static int start_moved(struct ctl_takeover *t, struct json_object *m, char *err, size_t errlen)
 {
@@ -1048,76 +966,4 @@ void ctl_takeover_status(struct ctl_takeover *t, struct json_object *status)
 	json_object_object_add(o, "kept",
 			       t->kept ? json_object_get(t->kept) : json_object_new_array());
 	json_object_object_add(status, "takeover", o);
-}
-
-/* ---- SIGUSR2: starting the vmigd that takes over ---- */
-
-/*
- * SIGUSR2: start the binary at this vmigd's path (a package upgrade put the new one there) with
- * the same arguments and --takeover. Forked twice, so that the new vmigd is no child of this one
- * (which exits first) and the service manager reaps it; under systemd it stays in the service's
- * cgroup. If it fails before it took over, this one carries on.
- */
-void ctl_takeover_spawn(const struct ctl_takeover_cmd *c, bool busy)
-{
-	sigset_t all;
-	pid_t child;
-	int status;
-
-	if (busy || !c->exe[0]) {
-		log_warn("SIGUSR2: %s; no takeover started",
-			 busy ? "this vmigd is handing over or draining already"
-				     : "its own binary's path is unknown");
-		return;
-	}
-	child = fork();
-	if (child < 0) {
-		log_err("SIGUSR2: cannot fork: %s", strerror(errno));
-		return;
-	}
-	if (child == 0) {
-		pid_t grandchild = fork();
-
-		if (grandchild != 0)
-			_exit(grandchild < 0 ? 1 : 0);
-		/* exec keeps the signal mask: the new vmigd blocks what it watches itself. */
-		sigemptyset(&all);
-		pthread_sigmask(SIG_SETMASK, &all, NULL);
-		execv(c->exe, c->argv);
-		fprintf(stderr, "vmigd: SIGUSR2: cannot run %s: %s\n", c->exe, strerror(errno));
-		_exit(127);
-	}
-	if (waitpid(child, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-		log_err("SIGUSR2: cannot start %s --takeover", c->exe);
-		return;
-	}
-	log_info("SIGUSR2: started %s --takeover; this vmigd carries on until it has taken over",
-		 c->exe);
-}
-
-int ctl_takeover_cmd_init(struct ctl_takeover_cmd *c, int argc, char **argv)
-{
-	ssize_t n = readlink("/proc/self/exe", c->exe, sizeof(c->exe) - 1);
-	int k = 0;
-
-	if (n <= 0 || (size_t)n >= sizeof(c->exe) - 1) {
-		c->exe[0] = '\0';
-		return 0;
-	}
-	c->exe[n] = '\0';
-	c->argv = calloc(argc + 2, sizeof(char *));
-	if (!c->argv)
-		return -ENOMEM;
-	for (int i = 0; i < argc; i++)
-		if (strcmp(argv[i], "--takeover") != 0)
-			c->argv[k++] = argv[i];
-	c->argv[k++] = "--takeover";
-	c->argv[k] = NULL;
-	return 0;
-}
-
-void ctl_takeover_cmd_done(struct ctl_takeover_cmd *c)
-{
-	free(c->argv);
-	c->argv = NULL;
 }

@@ -147,6 +147,17 @@ static void move_due(void *arg)
 	}
 	snprintf(why, sizeof(why), "%u of its connections did not hold still within %d ms",
 		 m->quiet, PX_MOVE_QUIESCE_MS);
+	vm_list_each (struct px_conn, c, &m->conns, node) {
+		uint64_t acked, sent;
+
+		if (!c->quiescing)
+			continue;
+		IO(m->n, link_range, c->link, &acked, &sent);
+		log_info("migration %s role=%s: port %u connection %u did not hold still: %llu of "
+			 "the %llu bytes it sent acknowledged",
+			 m->key, px_role_str(m->role), c->port->id, c->seq,
+			 (unsigned long long)acked, (unsigned long long)sent);
+	}
 	px_move_off(m, why);
 }
 

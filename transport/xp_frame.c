@@ -55,8 +55,7 @@ int xp_frame_get(const uint8_t buf[XP_FRAME_LEN], struct xp_frame *ret)
 	return 0;
 }
 
-/* Direction 1's count of what it is done with: delivered, or dropped for a closed local peer. */
-static uint64_t in_done(const struct xp_pump *p)
+uint64_t xp_frame_in_done(const struct xp_pump *p)
 {
 	return atomic_load_explicit(&p->bytes, memory_order_relaxed) + p->dropped;
 }
@@ -64,10 +63,10 @@ static uint64_t in_done(const struct xp_pump *p)
 /* ... and of what it took from the node hop: where the peer resends from after a failure. */
 static uint64_t in_have(const struct xp_pump *p)
 {
-	return in_done(p) + p->held;
+	return xp_frame_in_done(p) + p->held;
 }
 
-static void publish_kept(struct pool_link *l)
+void xp_frame_publish_kept(struct pool_link *l)
 {
 	const struct xp_pump *p = &l->p[0];
 	uint64_t kept = p->ring ? p->sent - p->acked : p->teed - p->acked;
@@ -231,7 +230,7 @@ static void tee_more(struct xp_pump *p)
 		if (k > 0) {
 			kc->cnt[kc->tail] += (size_t)k;
 			p->teed += (uint64_t)k;
-			publish_kept(p->link);
+			xp_frame_publish_kept(p->link);
 			return;
 		}
 		/* this one is full (its bytes or its slots): the next, if it is free */
@@ -300,7 +299,7 @@ static void hdr_start(struct pool_link *l, enum xp_frame_type type, uint32_t len
 static bool ack_due(const struct pool_link *l)
 {
 	const struct xp_pump *in = &l->p[1];
-	uint64_t done = in_done(in);
+	uint64_t done = xp_frame_in_done(in);
 
 	/* every ack_every delivered, when the peer asks (it waits), and for the direction's end */
 	return done > l->ack_sent &&
@@ -316,13 +315,13 @@ static void ack_start(struct pool_link *l)
 		return;
 	if (l->p[1].fin.discard && !l->gone_sent) {
 		l->gone_sent = true;
-		hdr_start(l, XP_FRAME_GONE, 0, in_done(&l->p[1]));
+		hdr_start(l, XP_FRAME_GONE, 0, xp_frame_in_done(&l->p[1]));
 		return;
 	}
 	if (!ack_due(l))
 		return;
 	l->ping_due = false;
-	l->ack_sent = in_done(&l->p[1]);
+	l->ack_sent = xp_frame_in_done(&l->p[1]);
 	hdr_start(l, XP_FRAME_ACK, 0, l->ack_sent);
 }
 
@@ -443,7 +442,7 @@ ssize_t xp_frame_send(struct xp_worker *w, struct xp_pump *p, int dst)
 			total += (size_t)n;
 			atomic_store_explicit(&l->pub_sent, p->sent, memory_order_relaxed);
 			if (p->ring)
-				publish_kept(l);
+				xp_frame_publish_kept(l);
 			continue;
 		}
 		ack_start(l);
@@ -578,7 +577,7 @@ static int on_ack(struct xp_worker *w, struct pool_link *l, uint64_t off)
 	o->acked = off;
 	l->pinged = false;
 	atomic_store_explicit(&l->pub_acked, off, memory_order_relaxed);
-	publish_kept(l);
+	xp_frame_publish_kept(l);
 	if (o->wait_ack && !o->armed && !o->done) {
 		o->wait_ack = false;
 		ready_push(w, o);
@@ -969,7 +968,7 @@ void xp_frame_resume(struct xp_worker *w, struct pool_link *l)
 	o->sent = o->acked = have;
 	atomic_store_explicit(&l->pub_acked, have, memory_order_relaxed);
 	atomic_store_explicit(&l->pub_sent, have, memory_order_relaxed);
-	publish_kept(l);
+	xp_frame_publish_kept(l);
 	/* A completed direction says so again: the END may not have arrived. */
 	if (o->eof)
 		o->done = false;
@@ -978,120 +977,4 @@ void xp_frame_resume(struct xp_worker *w, struct pool_link *l)
 		if (!l->p[d].done)
 			ready_push(w, &l->p[d]);
 	(void)in;
-}
-
-/* ---- moving a link to another process (a takeover) ---- */
-
-/* Nothing held, nothing unacknowledged, nothing taken and not delivered. */
-static bool still(const struct pool_link *l)
-{
-	const struct xp_pump *o = &l->p[0], *in = &l->p[1];
-
-	return o->held == 0 && !xp_frame_unsent(o) && !o->fout.len && !o->fout.left &&
-	       o->acked == o->sent && in->held == 0;
-}
-
-static void quiesce_report(struct xp_worker *w, struct pool_link *l, int err)
-{
-	l->res.end = XP_END_QUIESCED;
-	l->res.err = err;
-	xp_outbox_post(w, l->idx | OUTBOX_QUIESCED);
-}
-
-void xp_frame_quiesce(struct xp_worker *w, struct pool_link *l, bool on)
-{
-	struct xp_pump *o = &l->p[0], *in = &l->p[1];
-
-	if (!l->live || l->closing)
-		return;
-	if (!on) {
-		bool held = l->quiescing || l->freezing || l->quiesced;
-
-		/* a freezing link's cancelled polls come back as ordinary completions */
-		l->quiescing = l->freezing = l->quiesced = false;
-		for (int d = 0; held && d < 2; d++)
-			if (!l->p[d].done && !l->p[d].armed)
-				ready_push(w, &l->p[d]);
-		return;
-	}
-	if (l->quiescing || l->freezing || l->quiesced)
-		return;
-	/* a direction at its end, or a link without its node hop, stays where it is */
-	if (!framed(l) || l->suspending || l->suspended || l->hop_closing || o->eof || o->done ||
-	    o->peer_gone || in->eof || in->done || in->fin.end || in->fin.discard) {
-		quiesce_report(w, l, -EBUSY);
-		return;
-	}
-	l->quiescing = true;
-	/* direction 0 sends what it holds and asks for the ACK of it all (it parks) */
-	for (int d = 0; d < 2; d++)
-		if (!l->p[d].armed)
-			ready_push(w, &l->p[d]);
-	xp_frame_quiesce_check(w, l);
-}
-
-void xp_frame_quiesce_check(struct xp_worker *w, struct pool_link *l)
-{
-	if (!l->quiescing || l->freezing || l->closing || l->suspending || l->suspended ||
-	    !still(l))
-		return;
-	l->quiescing = false;
-	l->freezing = true;
-	for (unsigned int d = 0; d < 2; d++)
-		if (l->p[d].armed)
-			xp_pump_cancel(w, l, d);
-	if (l->inflight == 0)
-		xp_frame_frozen(w, l);
-}
-
-void xp_frame_frozen(struct xp_worker *w, struct pool_link *l)
-{
-	struct xp_pump *o = &l->p[0], *in = &l->p[1];
-
-	xp_ready_unlink(w, l);
-	l->freezing = false;
-	l->quiesced = true;
-	l->res.have = in_done(in);
-	l->res.kept_from = l->res.kept_to = o->sent;
-	for (int d = 0; d < 2; d++)
-		l->res.bytes[d] = atomic_load_explicit(&l->p[d].bytes, memory_order_relaxed);
-	atomic_store_explicit(&l->pub_have, l->res.have, memory_order_relaxed);
-	atomic_store_explicit(&l->pub_acked, o->acked, memory_order_relaxed);
-	atomic_store_explicit(&l->pub_sent, o->sent, memory_order_relaxed);
-	quiesce_report(w, l, 0);
-}
-
-int xp_frame_adopt(struct xp_worker *w, struct pool_link *l)
-{
-	const struct xp_link_state *st = l->opts.adopt;
-	struct xp_pump *o = &l->p[0], *in = &l->p[1];
-
-	for (int d = 0; d < 2; d++) {
-		struct xp_pump *p = &l->p[d];
-		int r;
-
-		/* digests on both sides or on neither: a half-digested stream cannot be checked */
-		if (!p->dg != !st->dg_len[d])
-			return -EPROTO;
-		r = p->dg ? vm_digest_load(p->dg, st->dg[d], st->dg_len[d]) : 0;
-		if (r < 0)
-			return r;
-	}
-	o->sent = o->acked = o->teed = st->sent;
-	atomic_store_explicit(&o->bytes, st->sent, memory_order_relaxed);
-	atomic_store_explicit(&in->bytes, st->have, memory_order_relaxed);
-	l->suspended = true;
-	l->res.end = XP_END_SUSPENDED;
-	l->res.err = 0;
-	l->res.asked = true;
-	l->res.have = st->have;
-	l->res.kept_from = l->res.kept_to = st->sent;
-	l->res.bytes[0] = st->sent;
-	l->res.bytes[1] = st->have;
-	atomic_store_explicit(&l->pub_have, st->have, memory_order_relaxed);
-	atomic_store_explicit(&l->pub_acked, st->sent, memory_order_relaxed);
-	atomic_store_explicit(&l->pub_sent, st->sent, memory_order_relaxed);
-	publish_kept(l);
-	xp_outbox_post(w, l->idx | OUTBOX_SUSPENDED);
-	return 0;
 }

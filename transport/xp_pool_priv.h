@@ -264,6 +264,10 @@ static inline bool framed(const struct pool_link *l)
 {
 	return l->opts.resume.keep > 0;
 }
+/* Direction 1's count of what it is done with: delivered, or dropped for a closed local peer. */
+uint64_t xp_frame_in_done(const struct xp_pump *p);
+/* What direction 0 keeps now, for the control thread's figures. */
+void xp_frame_publish_kept(struct pool_link *l);
 /* Per link, at its start: the kept pipe or the ring (direction 0), the ACK pace. */
 int xp_frame_open(struct xp_worker *w, struct pool_link *l);
 void xp_frame_close(struct pool_link *l);
@@ -314,6 +318,7 @@ void xp_frame_suspend(struct xp_worker *w, struct pool_link *l, int err);
 void xp_frame_suspended(struct xp_worker *w, struct pool_link *l);
 /* MSG_RESUME: carries on over the new node hop from the peer's offset. */
 void xp_frame_resume(struct xp_worker *w, struct pool_link *l);
+/* xp_frame_move.c, on the link's worker: moving a link to another process */
 /* MSG_QUIESCE: starts quiescing, or (on false) lets a quiescing or quiesced link go on. */
 void xp_frame_quiesce(struct xp_worker *w, struct pool_link *l, bool on);
 /* After a step of either direction, and after an ACK: a quiescing link that is still freezes. */
