@@ -216,7 +216,8 @@ static int parse_conn(struct parse *ps, struct json_object *c, struct px_move_co
 		return fail(ps, "has a connection without its socket");
 	if (get_hex_exact(c, "token", mc->token, sizeof(mc->token)) < 0)
 		return fail(ps, "has a connection without its token");
-	if (get_bool(c, "digest", &mc->digest) < 0 || get_str(c, "peer", mc->peer, sizeof(mc->peer)) ||
+	if (get_bool(c, "digest", &mc->digest) < 0 ||
+	    get_str(c, "peer", mc->peer, sizeof(mc->peer)) ||
 	    get_str(c, "addr", mc->addr, sizeof(mc->addr)))
 		return fail(ps, "has a connection without its digest flag, peer or address");
 	if (get_u64(c, "sent", INT64_MAX, &mc->st.sent) < 0 ||
@@ -229,8 +230,9 @@ static int parse_conn(struct parse *ps, struct json_object *c, struct px_move_co
 		if (get_hex(json_object_array_get_idx(dg, d), mc->st.dg[d], sizeof(mc->st.dg[d]),
 			    &mc->st.dg_len[d]) < 0 ||
 		    (mc->st.dg_len[d] > 0) != mc->digest)
-			return fail(ps, "has a digest state that is not hex, too long, or not as its "
-					"digest flag says");
+			return fail(ps,
+				    "has a digest state that is not hex, too long, or not as its "
+				    "digest flag says");
 	mc->st.fd = mc->fd;
 	return 0;
 }
@@ -304,7 +306,8 @@ static int parse(struct parse *ps, struct json_object *o, struct px_move *mv)
 	if (!role || (strcmp(role, "source") && strcmp(role, "target")))
 		return fail(ps, "names no role");
 	mv->role = strcmp(role, "source") ? PX_ROLE_TARGET : PX_ROLE_SOURCE;
-	if (get_bool(o, "tls", &mv->tls) < 0 || get_u64(o, "bandwidth", VM_RATE_MAX, &mv->cap) < 0 ||
+	if (get_bool(o, "tls", &mv->tls) < 0 ||
+	    get_u64(o, "bandwidth", VM_RATE_MAX, &mv->cap) < 0 ||
 	    get_u64(o, "age_ms", INT64_MAX, &v) < 0)
 		return fail(ps, "lacks its TLS, bandwidth or age");
 	mv->age_ms = v;
@@ -326,11 +329,12 @@ static int parse(struct parse *ps, struct json_object *o, struct px_move *mv)
 	return 0;
 }
 
-int ctl_move_from_json(struct json_object *o, const int *fds, unsigned int nfds,
-		       struct px_move *mv, char *err, size_t errlen)
+int ctl_move_from_json(struct json_object *o, const int *fds, unsigned int nfds, struct px_move *mv,
+		       char *err, size_t errlen)
 {
-	struct parse ps = { .fds = fds, .nfds = nfds > CTL_MOVE_FDS_MAX ? 0 : nfds,
-			    .err = err, .errlen = errlen };
+	struct parse ps = {
+		.fds = fds, .nfds = nfds > CTL_MOVE_FDS_MAX ? 0 : nfds, .err = err, .errlen = errlen
+	};
 	int r;
 
 	memset(mv, 0, sizeof(*mv));

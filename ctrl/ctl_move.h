@@ -19,7 +19,7 @@ struct json_object *ctl_move_to_json(const struct px_move *mv, int *fds, unsigne
  * names none. 0, or -EPROTO with one line in err. *mv is written either way (its fds -1 on
  * failure); the caller closes fds.
  */
-int ctl_move_from_json(struct json_object *o, const int *fds, unsigned int nfds,
-		       struct px_move *mv, char *err, size_t errlen);
+int ctl_move_from_json(struct json_object *o, const int *fds, unsigned int nfds, struct px_move *mv,
+		       char *err, size_t errlen);
 
 #endif

@@ -28,7 +28,7 @@ void ctl_takeover_spawn(const struct ctl_takeover_cmd *c, bool busy)
 	if (busy || !c->exe[0]) {
 		log_warn("SIGUSR2: %s; no takeover started",
 			 busy ? "this vmigd is handing over or draining already"
-				     : "its own binary's path is unknown");
+			      : "its own binary's path is unknown");
 		return;
 	}
 	child = fork();

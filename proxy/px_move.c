@@ -26,8 +26,8 @@ static const char *unmovable(const struct px_migration *m)
 		if (c->st != C_LINKED || c->verify || c->resuming)
 			return "a connection of it is being set up, resumed or checked";
 		if (!c->resumable)
-			return "a connection of it is not resumable (a stock peer, the DPDK node hop, "
-			       "or --resume-timeout 0)";
+			return "a connection of it is not resumable (a stock peer, the DPDK "
+			       "node hop, or --resume-timeout 0)";
 		if (c->suspended)
 			return "a connection of it is without its node hop";
 		k++;
@@ -324,8 +324,8 @@ static int check_move(struct px_node *n, const struct px_move *mv, char *err, si
 			    mv->conns[j].seq == mv->conns[i].seq)
 				known = false;
 		if (!known || mv->conns[i].fd < 0) {
-			snprintf(err, errlen, "connection %u names no port of it, twice, or no socket",
-				 i);
+			snprintf(err, errlen,
+				 "connection %u names no port of it, twice, or no socket", i);
 			return -EINVAL;
 		}
 	}
@@ -333,8 +333,8 @@ static int check_move(struct px_node *n, const struct px_move *mv, char *err, si
 }
 
 /* The migration's record, with its ports and no connection yet. */
-static int adopt_record(struct px_node *n, struct px_move *mv, struct px_migration **ret,
-			char *err, size_t errlen)
+static int adopt_record(struct px_node *n, struct px_move *mv, struct px_migration **ret, char *err,
+			size_t errlen)
 {
 	struct px_start o = { .cap = mv->cap, .tls = mv->tls ? PX_TLS_ON : PX_TLS_OFF };
 	struct px_migration *m;

@@ -52,7 +52,8 @@ static void check_valid(const struct px_move *mv)
 			FUZZ_CHECK(mc->st.dg_len[d] <= sizeof(mc->st.dg[d]));
 			FUZZ_CHECK((mc->st.dg_len[d] > 0) == mc->digest);
 		}
-		FUZZ_CHECK(memchr(mc->peer, 0, sizeof(mc->peer)) && memchr(mc->addr, 0, sizeof(mc->addr)));
+		FUZZ_CHECK(memchr(mc->peer, 0, sizeof(mc->peer)) &&
+			   memchr(mc->addr, 0, sizeof(mc->addr)));
 	}
 }
 
