@@ -1,21 +1,21 @@
 // SPDX-License-Identifier: Apache-2.0
 /* Takeover, both sides: the old vmigd's offer (listeners as fds, targets to move, migrations it
- * keeps), commit or roll back; the new vmigd's ask, finish and requests passed back for what the
- * old one still carries; SIGUSR2's start of the new one. JSON lines on one control connection. */
+ * keeps), commit or roll back, then live migrations moved one line each (ctl_move.h); the new
+ * vmigd's ask, finish, adoption and requests passed back for what the old one still carries;
+ * SIGUSR2's start of the new one. JSON lines on one control connection. */
 #include <errno.h>
 #include <json-c/json.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "ctl_json.h"
 #include "ctl_metrics.h"
+#include "ctl_move.h"
 #include "ctl_takeover.h"
+#include "cv_watch.h"
 #include "log.h"
 #include "units.h"
 #include "util.h"
@@ -31,6 +31,8 @@
 #define ASK_TIMEOUT_MS	 (SETTLE_MAX_MS + 10000)
 #define SEND_TIMEOUT_MS	 2000
 #define LINE_MAX_LEN	 (CTL_REQUEST_MAX + 1)
+/* A moved migration's line: 48 connections' digest states in hex take about 120 KiB. */
+#define MOVE_LINE_MAX (1024 * 1024)
 
 enum give_state { GIVE_IDLE, GIVE_OFFERED, GIVE_COMMITTED };
 
@@ -53,6 +55,10 @@ struct ctl_takeover {
 	enum give_state state;
 	uint64_t settle_until;	   /* the offer waits for connections in set-up until then */
 	struct json_object *moved; /* keys of the targets offered */
+	/* live migrations sent to the new vmigd, each until it answers */
+	struct px_move **sent;
+	unsigned int nsent;
+	unsigned int moving; /* migrations quiescing, not sent yet */
 	/* New side. */
 	bool took_over;
 	bool peer_gone;
@@ -90,6 +96,10 @@ void ctl_takeover_free(struct ctl_takeover *t)
 {
 	if (!t)
 		return;
+	/* the process ends: what was sent and not answered goes with it */
+	for (unsigned int i = 0; i < t->nsent; i++)
+		free(t->sent[i]);
+	free(t->sent);
 	link_close(&t->up);
 	link_close(&t->down);
 	json_object_put(t->moved);
@@ -169,6 +179,104 @@ static void give_rollback(struct ctl_takeover *t, const char *why)
 		log_err("takeover: cannot resume a listener; restart vmigd when it is idle");
 }
 
+/* ---- the old side: live migrations moved ---- */
+
+/* The new vmigd's answer to a move (adopted or not), or none (it went away: why). */
+static void move_answered(struct ctl_takeover *t, const char *key, const char *role, bool adopted,
+			  const char *why)
+{
+	char to[48];
+
+	snprintf(to, sizeof(to), "vmigd pid %d", t->down.pid);
+	for (unsigned int i = 0; i < t->nsent; i++) {
+		struct px_move *mv = t->sent[i];
+
+		if (strcmp(mv->key, key) || strcmp(px_role_str(mv->role), role))
+			continue;
+		t->sent[i] = t->sent[--t->nsent];
+		if (!adopted)
+			log_warn("takeover: migration %s role=%s: %s did not adopt it: %s", key, role,
+				 to, why ? why : "no reason given");
+		px_migration_move_end(t->p.node, mv, adopted, to);
+		return;
+	}
+	log_warn("takeover: vmigd pid %d answered for migration %s role=%s, which was not sent",
+		 t->down.pid, key, role);
+}
+
+static void moves_end(struct ctl_takeover *t, const char *why)
+{
+	while (t->nsent > 0) {
+		struct px_move *mv = t->sent[0];
+
+		move_answered(t, mv->key, px_role_str(mv->role), false, why);
+	}
+}
+
+/* px_migration_move_begin's answer: mv to send, or NULL (it stays; px said why). */
+static void move_ready(void *arg, const char *key, enum px_role role, struct px_move *mv,
+		       const char *why)
+{
+	struct ctl_takeover *t = arg;
+	int fds[CTL_MOVE_FDS_MAX];
+	unsigned int nfds = 0;
+	struct json_object *o;
+	struct px_move **grown;
+	const char *text;
+	char *line = NULL;
+	int r = -ENOMEM;
+
+	t->moving--;
+	if (!mv)
+		return;
+	grown = realloc(t->sent, (t->nsent + 1) * sizeof(*grown));
+	o = grown ? ctl_move_to_json(mv, fds, &nfds) : NULL;
+	if (grown)
+		t->sent = grown;
+	text = o ? json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN) : NULL;
+	if (text)
+		line = malloc(strlen(text) + 2);
+	if (line && t->down.fd >= 0) {
+		sprintf(line, "%s\n", text);
+		r = xp_send_fds(t->down.fd, line, strlen(line), fds, nfds, SEND_TIMEOUT_MS);
+	} else if (line) {
+		r = -ENOTCONN;
+	}
+	free(line);
+	json_object_put(o);
+	if (r < 0) {
+		log_warn("takeover: migration %s role=%s: cannot send it to vmigd pid %d: %s; it "
+			 "carries on here",
+			 key, px_role_str(role), t->down.pid, strerror(-r));
+		px_migration_move_end(t->p.node, mv, false, "the new vmigd");
+		return;
+	}
+	t->sent[t->nsent++] = mv;
+	log_info("takeover: migration %s role=%s sent to vmigd pid %d (%u connections, %u fds)",
+		 key, px_role_str(role), t->down.pid, mv->nconns, nfds);
+}
+
+static void move_begin(const struct px_migration_info *mi, void *arg)
+{
+	struct ctl_takeover *t = arg;
+	struct cv_report rep;
+	char why[200];
+
+	if (t->p.conv && cv_watch_report(t->p.conv, mi->key, &rep)) {
+		log_info("takeover: migration %s role=%s stays with this vmigd until it ends: it is "
+			 "under convergence control",
+			 mi->key, px_role_str(mi->role));
+		return;
+	}
+	if (px_migration_move_begin(t->p.node, mi->key, mi->role, move_ready, t, why,
+				    sizeof(why)) < 0) {
+		log_info("takeover: migration %s role=%s stays with this vmigd until it ends: %s",
+			 mi->key, px_role_str(mi->role), why);
+		return;
+	}
+	t->moving++;
+}
+
 static void give_commit(struct ctl_takeover *t)
 {
 	char to[48];
@@ -187,9 +295,10 @@ static void give_commit(struct ctl_takeover *t)
 	}
 	t->p.ctl_ops->release(t->p.ctl);
 	t->p.committed(t->p.arg, t->down.pid);
-	log_info("takeover: vmigd pid %d has the listeners now; this one carries what it has until "
-		 "it ends, then exits",
-		 t->down.pid);
+	px_node_foreach(t->p.node, move_begin, t);
+	log_info("takeover: vmigd pid %d has the listeners now; live migrations moving to it: %u; "
+		 "this one carries the rest until it ends, then exits",
+		 t->down.pid, t->moving);
 	px_node_retire(t->p.node, t->p.drain_timeout_s, t->p.retired, t->p.arg);
 }
 
@@ -197,17 +306,33 @@ static void give_commit(struct ctl_takeover *t)
 static void give_line(struct tk_link *l, char *line)
 {
 	struct ctl_takeover *t = l->tk;
-	struct json_object *o;
+	struct json_object *o = NULL;
 	const char *op;
 	char *reply;
 
 	if (!line) {
-		if (t->state == GIVE_OFFERED)
+		if (t->state == GIVE_OFFERED) {
 			give_rollback(t, "it went away before it took over");
-		else
+		} else {
 			link_close(l);
+			moves_end(t, "it went away before it answered");
+		}
 		return;
 	}
+	if (t->state == GIVE_COMMITTED && (o = json_tokener_parse(line)) &&
+	    (op = ctl_json_member_cstring(o, "op")) &&
+	    (!strcmp(op, "adopted") || !strcmp(op, "refused"))) {
+		const char *key = ctl_json_member_cstring(o, "key");
+		const char *role = ctl_json_member_cstring(o, "role");
+
+		if (key && role)
+			move_answered(t, key, role, !strcmp(op, "adopted"),
+				      ctl_json_member_cstring(o, "error"));
+		json_object_put(o);
+		return;
+	}
+	json_object_put(o);
+	o = NULL;
 	if (t->state == GIVE_COMMITTED) {
 		reply = t->p.ctl_ops->handle(t->p.ctl, line, strlen(line));
 		if (reply) {
@@ -578,88 +703,124 @@ static void take_line(struct tk_link *l, char *line)
 	link_close(l);
 }
 
-static void take_read(struct xp_watch *w, int fd, uint32_t events, void *arg)
+/* Recomputes which targets are elsewhere from the kept list (after a move took one). */
+static void kept_drop(struct ctl_takeover *t, const char *key, enum px_role role)
 {
-	read_lines(arg, take_line);
+	const char *keys[64];
+	unsigned int nkeys = 0;
+	char who[64];
+
+	for (size_t i = 0; t->kept && i < json_object_array_length(t->kept); i++) {
+		struct json_object *k = json_object_array_get_idx(t->kept, i);
+		const char *kk = ctl_json_member_cstring(k, "key");
+		const char *kr = ctl_json_member_cstring(k, "role");
+
+		if (kk && kr && !strcmp(kk, key) && !strcmp(kr, px_role_str(role))) {
+			json_object_array_del_idx(t->kept, i, 1);
+			break;
+		}
+	}
+	for (size_t i = 0; t->kept && i < json_object_array_length(t->kept); i++) {
+		struct json_object *k = json_object_array_get_idx(t->kept, i);
+		const char *kk = ctl_json_member_cstring(k, "key");
+		const char *kr = ctl_json_member_cstring(k, "role");
+
+		if (kk && kr && !strcmp(kr, "target") && nkeys < ARRAY_SIZE(keys))
+			keys[nkeys++] = kk;
+	}
+	snprintf(who, sizeof(who), "an older vmigd (pid %d, or the one before it)", t->up.pid);
+	if (px_node_set_elsewhere(t->p.node, keys, nkeys, who) < 0)
+		log_warn("takeover: out of memory noting the migrations left with vmigd pid %d",
+			 t->up.pid);
 }
 
-int ctl_takeover_parse_target(struct json_object *m, struct ctl_takeover_target *out, char *err,
-			      size_t errlen)
+/* Whether fd is one mv still holds (not taken by the adoption). */
+static bool move_holds(const struct px_move *mv, int fd)
 {
-	struct json_object *socks, *v;
-	const char *key = ctl_json_member_cstring(m, "key");
-	const char *hex = ctl_json_member_cstring(m, "secret");
-	uint32_t ids[PX_PORTS_MAX];
-	size_t n;
+	if (mv->dirfd == fd)
+		return true;
+	for (unsigned int i = 0; i < mv->nports; i++)
+		if (mv->ports[i].lfd == fd)
+			return true;
+	for (unsigned int i = 0; i < mv->nconns; i++)
+		if (mv->conns[i].fd == fd)
+			return true;
+	return false;
+}
 
-	memset(out, 0, sizeof(*out));
-	out->opts.has_secret = true;
-	if (!json_object_is_type(m, json_type_object) || !key || !px_key_valid(key)) {
-		snprintf(err, errlen, "the offer has a target without a valid key");
-		return -EPROTO;
-	}
-	strcpy(out->key, key);
-	if (!hex || strlen(hex) != 2 * PX_SECRET_LEN) {
-		snprintf(err, errlen, "target %s: the offer has no secret of %d hex digits", key,
-			 2 * PX_SECRET_LEN);
-		return -EPROTO;
-	}
-	for (unsigned int i = 0; i < 2 * PX_SECRET_LEN; i++) {
-		char c = hex[i];
-		int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+/* A live migration the old vmigd sends: adopted here, or refused (it carries it on). */
+static void take_move(struct ctl_takeover *t, struct json_object *o, int *fds, unsigned int nfds)
+{
+	struct px_move *mv = malloc(sizeof(*mv));
+	struct px_move *before = malloc(sizeof(*before));
+	struct json_object *a = json_object_new_object();
+	char err[256] = "out of memory", from[48];
+	int r = -ENOMEM;
 
-		if (d < 0) {
-			snprintf(err, errlen, "target %s: the offer's secret is not lower-case hex",
-				 key);
-			return -EPROTO;
+	snprintf(from, sizeof(from), "vmigd pid %d", t->up.pid);
+	if (mv && before) {
+		r = ctl_move_from_json(o, fds, nfds, mv, err, sizeof(err));
+		*before = *mv;
+	}
+	if (r == 0)
+		r = px_migration_adopt(t->p.node, mv, from, err, sizeof(err));
+	/* what the adoption did not take, and what the line named not at all, closes here */
+	for (unsigned int i = 0; i < nfds; i++)
+		if (r < 0 || !mv || move_holds(mv, fds[i]) || !move_holds(before, fds[i]))
+			close(fds[i]);
+	json_object_object_add(a, "op", json_object_new_string(r == 0 ? "adopted" : "refused"));
+	json_object_object_add(a, "key", json_object_new_string(mv ? mv->key : ""));
+	json_object_object_add(a, "role", json_object_new_string(mv ? px_role_str(mv->role) : ""));
+	if (r < 0)
+		json_object_object_add(a, "error", json_object_new_string(err));
+	send_line(t->up.fd, a);
+	json_object_put(a);
+	if (r == 0)
+		kept_drop(t, mv->key, mv->role);
+	else
+		log_warn("takeover: a live migration (%s) stays with vmigd pid %d: %s",
+			 mv && mv->key[0] ? mv->key : "?", t->up.pid, err);
+	free(before);
+	free(mv);
+}
+
+static void take_read(struct xp_watch *w, int fd, uint32_t events, void *arg)
+{
+	struct tk_link *l = arg;
+	struct ctl_takeover *t = l->tk;
+	char *line = malloc(MOVE_LINE_MAX + 1);
+	int fds[XP_FDS_MAX];
+
+	/* line by line, each with the fds on its first byte (a move's), while there are lines */
+	do {
+		unsigned int nfds = XP_FDS_MAX;
+		struct json_object *o;
+		ssize_t k;
+		const char *op;
+
+		if (!line) {
+			take_line(l, NULL);
+			return;
 		}
-		out->opts.secret[i / 2] = (uint8_t)(out->opts.secret[i / 2] << 4 | d);
-	}
-	if (!json_object_object_get_ex(m, "sockets", &socks) ||
-	    !json_object_is_type(socks, json_type_array) ||
-	    (n = json_object_array_length(socks)) == 0 || n > PX_PORTS_MAX) {
-		snprintf(err, errlen, "target %s: the offer has no sockets, or over %d", key,
-			 PX_PORTS_MAX);
-		return -EPROTO;
-	}
-	for (size_t i = 0; i < n; i++) {
-		struct json_object *p = json_object_array_get_idx(socks, i), *id;
-		const char *path = ctl_json_member_cstring(p, "path");
-
-		if (!json_object_object_get_ex(p, "id", &id) ||
-		    !json_object_is_type(id, json_type_int) || json_object_get_int64(id) < 0 ||
-		    json_object_get_int64(id) > PX_PORT_MAX || !path || !path[0] ||
-		    strlen(path) >= sizeof(out->ports[i].path)) {
-			snprintf(err, errlen, "target %s: the offer describes socket %zu badly",
-				 key, i);
-			return -EPROTO;
+		k = xp_recv_line_fds(fd, line, MOVE_LINE_MAX + 1, fds, &nfds, SEND_TIMEOUT_MS);
+		if (k < 0) {
+			free(line);
+			take_line(l, NULL);
+			return;
 		}
-		out->ports[i].id = (uint32_t)json_object_get_int64(id);
-		ids[i] = out->ports[i].id;
-		strcpy(out->ports[i].path, path);
-	}
-	out->nports = (unsigned int)n;
-	for (size_t i = 0; i < n; i++)
-		for (size_t j = 0; j < i; j++)
-			if (ids[i] == ids[j]) {
-				snprintf(err, errlen, "target %s: the offer has port %u twice", key,
-					 ids[i]);
-				return -EPROTO;
-			}
-	v = json_object_object_get(m, "bandwidth");
-	if (v && (!json_object_is_type(v, json_type_int) || json_object_get_int64(v) < 0 ||
-		  json_object_get_uint64(v) > VM_RATE_MAX)) {
-		snprintf(err, errlen, "target %s: the offer's bandwidth is not a rate", key);
-		return -EPROTO;
-	}
-	out->opts.cap = v ? json_object_get_uint64(v) : 0;
-	v = json_object_object_get(m, "tls");
-	if (!v || !json_object_is_type(v, json_type_boolean)) {
-		snprintf(err, errlen, "target %s: the offer does not say whether it is TLS", key);
-		return -EPROTO;
-	}
-	out->opts.tls = json_object_get_boolean(v) ? PX_TLS_ON : PX_TLS_OFF;
-	return 0;
+		line[k - 1] = '\0';
+		o = json_tokener_parse(line);
+		op = o ? ctl_json_member_cstring(o, "op") : NULL;
+		if (op && !strcmp(op, "move")) {
+			take_move(t, o, fds, nfds);
+		} else {
+			for (unsigned int i = 0; i < nfds; i++)
+				close(fds[i]);
+			take_line(l, line);
+		}
+		json_object_put(o);
+	} while (recv(fd, line, 1, MSG_PEEK | MSG_DONTWAIT) > 0);
+	free(line);
 }
 
 /* One moved target, as the old vmigd described it. */
@@ -805,76 +966,4 @@ void ctl_takeover_status(struct ctl_takeover *t, struct json_object *status)
 	json_object_object_add(o, "kept",
 			       t->kept ? json_object_get(t->kept) : json_object_new_array());
 	json_object_object_add(status, "takeover", o);
-}
-
-/* ---- SIGUSR2: starting the vmigd that takes over ---- */
-
-/*
- * SIGUSR2: start the binary at this vmigd's path (a package upgrade put the new one there) with
- * the same arguments and --takeover. Forked twice, so that the new vmigd is no child of this one
- * (which exits first) and the service manager reaps it; under systemd it stays in the service's
- * cgroup. If it fails before it took over, this one carries on.
- */
-void ctl_takeover_spawn(const struct ctl_takeover_cmd *c, bool busy)
-{
-	sigset_t all;
-	pid_t child;
-	int status;
-
-	if (busy || !c->exe[0]) {
-		log_warn("SIGUSR2: %s; no takeover started",
-			 busy ? "this vmigd is handing over or draining already"
-				     : "its own binary's path is unknown");
-		return;
-	}
-	child = fork();
-	if (child < 0) {
-		log_err("SIGUSR2: cannot fork: %s", strerror(errno));
-		return;
-	}
-	if (child == 0) {
-		pid_t grandchild = fork();
-
-		if (grandchild != 0)
-			_exit(grandchild < 0 ? 1 : 0);
-		/* exec keeps the signal mask: the new vmigd blocks what it watches itself. */
-		sigemptyset(&all);
-		pthread_sigmask(SIG_SETMASK, &all, NULL);
-		execv(c->exe, c->argv);
-		fprintf(stderr, "vmigd: SIGUSR2: cannot run %s: %s\n", c->exe, strerror(errno));
-		_exit(127);
-	}
-	if (waitpid(child, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-		log_err("SIGUSR2: cannot start %s --takeover", c->exe);
-		return;
-	}
-	log_info("SIGUSR2: started %s --takeover; this vmigd carries on until it has taken over",
-		 c->exe);
-}
-
-int ctl_takeover_cmd_init(struct ctl_takeover_cmd *c, int argc, char **argv)
-{
-	ssize_t n = readlink("/proc/self/exe", c->exe, sizeof(c->exe) - 1);
-	int k = 0;
-
-	if (n <= 0 || (size_t)n >= sizeof(c->exe) - 1) {
-		c->exe[0] = '\0';
-		return 0;
-	}
-	c->exe[n] = '\0';
-	c->argv = calloc(argc + 2, sizeof(char *));
-	if (!c->argv)
-		return -ENOMEM;
-	for (int i = 0; i < argc; i++)
-		if (strcmp(argv[i], "--takeover") != 0)
-			c->argv[k++] = argv[i];
-	c->argv[k++] = "--takeover";
-	c->argv[k] = NULL;
-	return 0;
-}
-
-void ctl_takeover_cmd_done(struct ctl_takeover_cmd *c)
-{
-	free(c->argv);
-	c->argv = NULL;
 }

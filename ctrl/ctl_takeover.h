@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Takeover (vmigd --takeover, doc/design.md "Upgrades without losing a migration"): a new vmigd
  * asks the running one on its control socket for its listeners (SCM_RIGHTS) and the targets that
- * have had no connection yet; the old one carries what it has connections for until that ends. */
+ * have had no connection yet, then takes the live migrations whose connections all resume; the
+ * old one carries the rest until they end. */
 #ifndef CTL_TAKEOVER_H
 #define CTL_TAKEOVER_H
 
@@ -14,6 +15,7 @@
 
 struct ctl_server;
 struct ctl_metrics_server;
+struct cv_set;
 struct json_object;
 struct ctl_takeover;
 
@@ -42,6 +44,7 @@ struct ctl_takeover_parts {
 	struct ctl_server *ctl;
 	const struct ctl_takeover_server_ops *ctl_ops; /* how to reach ctl */
 	struct ctl_metrics_server *metrics; /* NULL without --metrics */
+	struct cv_set *conv; /* a migration under convergence control stays with the old vmigd */
 	unsigned int drain_timeout_s;	    /* the old one's bound on what it still carries */
 	/* Old side: the new vmigd (pid) has taken over; stop serving metrics and treat a signal
 	 * as a second one (cut and exit). */

@@ -521,6 +521,7 @@ static int start_takeover(struct daemon *d, const struct ctl_options *o)
 							   .ctl = d->ctl,
 							   .ctl_ops = &ctl_server_takeover_ops,
 							   .metrics = d->metrics,
+							   .conv = d->conv,
 							   .drain_timeout_s = d->drain_timeout_s,
 							   .committed = handed_over,
 							   .retired = retired,

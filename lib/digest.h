@@ -19,6 +19,16 @@ void vm_digest_update(struct vm_digest *d, const void *buf, size_t len);
 uint64_t vm_digest_value(const struct vm_digest *d);
 uint64_t vm_digest_bytes(const struct vm_digest *d);
 
+/*
+ * A running digest's whole state as bytes, for another process (a takeover moves a connection
+ * with its digests): save writes at most VM_DIGEST_STATE_MAX bytes and returns how many (or
+ * -ENOSPC); load takes them back into d, or -EPROTO where they come from another libxxhash or
+ * layout (d is then unchanged).
+ */
+#define VM_DIGEST_STATE_MAX 1024
+int vm_digest_save(const struct vm_digest *d, uint8_t *buf, size_t len);
+int vm_digest_load(struct vm_digest *d, const uint8_t *buf, size_t len);
+
 /* One buffer at once, the same value as a reset, one update and vm_digest_value(). */
 uint64_t vm_digest_of(const void *buf, size_t len);
 

@@ -195,6 +195,18 @@ void px_conn_done(void *cookie, const struct xp_link_result *res, void *arg)
 	struct px_conn *c = cookie;
 	struct px_migration *m = c->m;
 
+	if (res->end == XP_END_QUIESCED) {
+		px_move_quiesced(c, res);
+		return;
+	}
+	if (res->end == XP_END_MOVED) {
+		/* another vmigd carries it on: its figures and its check are that one's */
+		px_conn_release(c);
+		return;
+	}
+	if (m->moving)
+		px_move_off(m, res->end == XP_END_SUSPENDED ? "a connection lost its node hop"
+							    : "a connection ended");
 	if (res->end == XP_END_SUSPENDED) {
 		px_resume_suspended(c, res);
 		return;

@@ -266,6 +266,10 @@ void px_migration_finish(struct px_migration *m)
 	char outcome[300], undelivered[128] = "", verified[64];
 	enum px_outcome o;
 
+	if (m->moved) {
+		px_move_finish(m);
+		return;
+	}
 	px_verify_note(m, verified, sizeof(verified));
 	if (m->v.corrupt) {
 		o = PX_OUT_CORRUPT;

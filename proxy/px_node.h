@@ -337,6 +337,68 @@ int px_target_secret(struct px_node *n, const char *key, uint8_t out[PX_SECRET_L
  * without touching its sockets: 0, -ENOENT, or -EBUSY when it has had connections.
  */
 int px_migration_hand_over(struct px_node *n, const char *key, enum px_role role, const char *to);
+
+/*
+ * Moving a live migration to the vmigd taking over (doc/design.md, "Upgrades without losing a
+ * migration"): every connection resumable and carried, none ended or in set-up. The old vmigd
+ * quiesces its links (nothing held, everything acknowledged and delivered), describes them in a
+ * struct px_move with QEMU's sockets, the source's listeners and socket directory as fds (still
+ * its own: the caller passes copies on), and the new one adopts it: its links start suspended
+ * and resume over new node-hop connections, as after a failed one. The old one then lets go.
+ */
+#define PX_MOVE_CONNS_MAX 48
+struct px_move_conn {
+	uint32_t port, seq;
+	int fd; /* QEMU's socket */
+	uint8_t token[PX_TOKEN_LEN];
+	bool digest;
+	char peer[80];
+	char addr[64];
+	struct xp_link_state st;
+};
+
+struct px_move {
+	char key[PX_KEY_MAX + 1];
+	enum px_role role;
+	bool tls;
+	uint64_t cap;
+	uint64_t age_ms; /* since it started, for its duration */
+	/* target: its secret, and the source that came (address, certificate subject) */
+	uint8_t secret[PX_SECRET_LEN];
+	char peer_addr[64];
+	char peer_name[160];
+	/* source: the target's map, and the directory of its sockets */
+	struct px_portmap target;
+	int dirfd;
+	unsigned int nports;
+	struct {
+		uint32_t id;
+		char path[108];
+		int lfd;	   /* source: the unix listener */
+		uint32_t next_seq; /* source: the next to hand out; target: the next in order */
+	} ports[PX_PORTS_MAX];
+	unsigned int nconns;
+	struct px_move_conn conns[PX_MOVE_CONNS_MAX];
+};
+
+/* The old side's answer: mv ready (the callee may keep it until px_migration_move_end), or NULL
+ * with why it cannot move; then it carries on here, as before. */
+typedef void (*px_move_fn)(void *arg, const char *key, enum px_role role, struct px_move *mv,
+			   const char *why);
+/* Quiesces migration (key, role) for a move; fn follows, within PX_MOVE_QUIESCE_MS. 0, or
+ * -ENOENT / -EBUSY with why (it cannot move; nothing changed). */
+#define PX_MOVE_QUIESCE_MS 3000
+int px_migration_move_begin(struct px_node *n, const char *key, enum px_role role, px_move_fn fn,
+			    void *arg, char *why, size_t whylen);
+/* After fn's mv: moved (the new vmigd has it: its links here end, its sockets stay) to to, or
+ * not (its links go on here). mv is freed. */
+void px_migration_move_end(struct px_node *n, struct px_move *mv, bool moved, const char *to);
+/* New side: carries mv on here, from whom (for the log); 0, or -errno with err (the old vmigd
+ * carries it on then). Each fd of mv it took is -1 in mv after, success or not: the caller
+ * closes the rest. */
+int px_migration_adopt(struct px_node *n, struct px_move *mv, const char *from, char *err,
+		       size_t errlen);
+
 /*
  * After a takeover, on the vmigd that handed over: closes its copy of the node-hop listener,
  * keeps the migrations it carries (and their own listeners) until none has a connection or is

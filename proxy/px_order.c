@@ -134,6 +134,12 @@ bool px_order_expire(struct px_order *o, uint64_t now_ms)
 	return true;
 }
 
+void px_order_set_next(struct px_order *o, uint32_t next)
+{
+	if (o->nparked == 0)
+		o->next = next;
+}
+
 uint32_t px_order_next(const struct px_order *o)
 {
 	return o->next;

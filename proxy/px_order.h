@@ -39,6 +39,8 @@ void px_order_fail(struct px_order *o);
 /* 0 when nothing waits, else when px_order_expire() should run. */
 uint64_t px_order_deadline(const struct px_order *o);
 uint32_t px_order_next(const struct px_order *o);
+/* A sequence moved here from another vmigd goes on at next (nothing may be parked). */
+void px_order_set_next(struct px_order *o, uint32_t next);
 unsigned int px_order_parked(const struct px_order *o);
 bool px_order_failed(const struct px_order *o);
 

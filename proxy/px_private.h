@@ -149,6 +149,9 @@ struct px_conn {
 	uint64_t refused_ms; /* since when every attempt was refused; 0: the last was not */
 	unsigned int resumptions, attempts;
 	uint64_t unhopped_ms, replayed;
+	/* its migration moves to another vmigd: its link asked to hold still, and holds still;
+	 * adopted: moved here from another vmigd */
+	bool quiescing, quiesced, adopted;
 	char lost[160];
 	struct px_conn *resumer, *resumes;
 	struct xp_timer *rt;
@@ -228,6 +231,17 @@ struct px_migration {
 	unsigned int resumptions, resume_refused;
 	uint64_t replayed, unhopped_ms;
 	bool unresumable; /* a connection was carried that is not resumable */
+	/*
+	 * Moving to the vmigd taking over (px_move.c): moving while its links quiesce (quiet
+	 * counts those still to), until move_timer gives up; moved once the other has it: its
+	 * links end here without a trace (moved_to says where it went).
+	 */
+	bool moving, offered, moved; /* offered: described, the other vmigd's answer awaited */
+	unsigned int quiet;
+	struct xp_timer *move_timer;
+	px_move_fn move_fn;
+	void *move_arg;
+	char moved_to[64];
 	struct vm_list node; /* in its node's migrations, or stopped once stopping */
 };
 
@@ -378,6 +392,14 @@ void px_resume_go(struct px_conn *o);
 void px_resume_ended(struct px_conn *c);
 /* c goes: its ties to a resumer, or to the connection it resumes, and its timer go first. */
 void px_resume_forget(struct px_conn *c);
+
+/* px_move.c: moving a migration to another vmigd */
+/* c's link reported XP_END_QUIESCED (res->err: 0, or it cannot). */
+void px_move_quiesced(struct px_conn *c, const struct xp_link_result *res);
+/* c's link was suspended or ended while its migration was moving: the move is off. */
+void px_move_off(struct px_migration *m, const char *why);
+/* px_migration_finish() of a moved migration: a line saying where it went, no stop line. */
+void px_move_finish(struct px_migration *m);
 
 /* px_migration.c: the lifecycle of a migration */
 struct px_migration *px_migration_new(struct px_node *n, const char *key, enum px_role role);

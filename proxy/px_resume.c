@@ -103,6 +103,24 @@ static void attempt(void *arg)
 	px_source_connect(r);
 }
 
+/* Why c's node hop went, kept for the deadline's message, and said once. */
+static void lost_note(struct px_conn *c, const struct xp_link_result *res)
+{
+	struct px_migration *m = c->m;
+	struct px_node *n = c->n;
+
+	snprintf(c->lost, sizeof(c->lost), "%s%s%.100s",
+		 res->asked ? "the peer resumes it over a new connection" : strerror(-res->err),
+		 res->detail[0] ? ": TLS: " : "", res->detail);
+	log_warn("migration %s role=%s: port %u connection %u: node hop lost after %llu/%llu bytes "
+		 "(tx/rx): %s; QEMU's socket stays, %llu bytes kept for the peer; resuming "
+		 "(--resume-timeout %llu s)",
+		 m->key, px_role_str(m->role), c->port->id, c->seq,
+		 (unsigned long long)res->bytes[0], (unsigned long long)res->bytes[1], c->lost,
+		 (unsigned long long)(c->kept_to - c->kept_from),
+		 (unsigned long long)(n->conf.resume_timeout_ms / 1000));
+}
+
 void px_resume_suspended(struct px_conn *c, const struct xp_link_result *res)
 {
 	struct px_migration *m = c->m;
@@ -114,16 +132,19 @@ void px_resume_suspended(struct px_conn *c, const struct xp_link_result *res)
 	c->kept_from = res->kept_from;
 	c->kept_to = res->kept_to;
 	c->attempts = 0;
-	snprintf(c->lost, sizeof(c->lost), "%s%s%.100s",
-		 res->asked ? "the peer resumes it over a new connection" : strerror(-res->err),
-		 res->detail[0] ? ": TLS: " : "", res->detail);
-	log_warn("migration %s role=%s: port %u connection %u: node hop lost after %llu/%llu bytes "
-		 "(tx/rx): %s; QEMU's socket stays, %llu bytes kept for the peer; resuming "
-		 "(--resume-timeout %llu s)",
-		 m->key, px_role_str(m->role), c->port->id, c->seq,
-		 (unsigned long long)res->bytes[0], (unsigned long long)res->bytes[1], c->lost,
-		 (unsigned long long)(c->kept_to - c->kept_from),
-		 (unsigned long long)(n->conf.resume_timeout_ms / 1000));
+	if (c->adopted) {
+		/* the first suspension of a link moved here: it never had a node hop here */
+		c->adopted = false;
+		snprintf(c->lost, sizeof(c->lost), "moved here from another vmigd at a takeover");
+		log_info("migration %s role=%s: port %u connection %u: moved here after %llu/%llu "
+			 "bytes (tx/rx); resuming it over a new node-hop connection "
+			 "(--resume-timeout %llu s)",
+			 m->key, px_role_str(m->role), c->port->id, c->seq,
+			 (unsigned long long)res->bytes[0], (unsigned long long)res->bytes[1],
+			 (unsigned long long)(n->conf.resume_timeout_ms / 1000));
+	} else {
+		lost_note(c, res);
+	}
 	if (m->failed) {
 		IO(n, link_abort, c->link);
 		return;

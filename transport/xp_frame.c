@@ -55,8 +55,7 @@ int xp_frame_get(const uint8_t buf[XP_FRAME_LEN], struct xp_frame *ret)
 	return 0;
 }
 
-/* Direction 1's count of what it is done with: delivered, or dropped for a closed local peer. */
-static uint64_t in_done(const struct xp_pump *p)
+uint64_t xp_frame_in_done(const struct xp_pump *p)
 {
 	return atomic_load_explicit(&p->bytes, memory_order_relaxed) + p->dropped;
 }
@@ -64,10 +63,10 @@ static uint64_t in_done(const struct xp_pump *p)
 /* ... and of what it took from the node hop: where the peer resends from after a failure. */
 static uint64_t in_have(const struct xp_pump *p)
 {
-	return in_done(p) + p->held;
+	return xp_frame_in_done(p) + p->held;
 }
 
-static void publish_kept(struct pool_link *l)
+void xp_frame_publish_kept(struct pool_link *l)
 {
 	const struct xp_pump *p = &l->p[0];
 	uint64_t kept = p->ring ? p->sent - p->acked : p->teed - p->acked;
@@ -199,6 +198,10 @@ size_t xp_frame_room(const struct xp_pump *p)
 {
 	size_t kept;
 
+	/* a link about to move reads nothing more from its local socket */
+	if (p->link->quiescing)
+		return 0;
+
 	if (p->ring) {
 		kept = p->sent - p->acked + p->held;
 		return kept < p->ring ? p->ring - kept : 0;
@@ -227,7 +230,7 @@ static void tee_more(struct xp_pump *p)
 		if (k > 0) {
 			kc->cnt[kc->tail] += (size_t)k;
 			p->teed += (uint64_t)k;
-			publish_kept(p->link);
+			xp_frame_publish_kept(p->link);
 			return;
 		}
 		/* this one is full (its bytes or its slots): the next, if it is free */
@@ -296,7 +299,7 @@ static void hdr_start(struct pool_link *l, enum xp_frame_type type, uint32_t len
 static bool ack_due(const struct pool_link *l)
 {
 	const struct xp_pump *in = &l->p[1];
-	uint64_t done = in_done(in);
+	uint64_t done = xp_frame_in_done(in);
 
 	/* every ack_every delivered, when the peer asks (it waits), and for the direction's end */
 	return done > l->ack_sent &&
@@ -312,13 +315,13 @@ static void ack_start(struct pool_link *l)
 		return;
 	if (l->p[1].fin.discard && !l->gone_sent) {
 		l->gone_sent = true;
-		hdr_start(l, XP_FRAME_GONE, 0, in_done(&l->p[1]));
+		hdr_start(l, XP_FRAME_GONE, 0, xp_frame_in_done(&l->p[1]));
 		return;
 	}
 	if (!ack_due(l))
 		return;
 	l->ping_due = false;
-	l->ack_sent = in_done(&l->p[1]);
+	l->ack_sent = xp_frame_in_done(&l->p[1]);
 	hdr_start(l, XP_FRAME_ACK, 0, l->ack_sent);
 }
 
@@ -439,7 +442,7 @@ ssize_t xp_frame_send(struct xp_worker *w, struct xp_pump *p, int dst)
 			total += (size_t)n;
 			atomic_store_explicit(&l->pub_sent, p->sent, memory_order_relaxed);
 			if (p->ring)
-				publish_kept(l);
+				xp_frame_publish_kept(l);
 			continue;
 		}
 		ack_start(l);
@@ -574,7 +577,7 @@ static int on_ack(struct xp_worker *w, struct pool_link *l, uint64_t off)
 	o->acked = off;
 	l->pinged = false;
 	atomic_store_explicit(&l->pub_acked, off, memory_order_relaxed);
-	publish_kept(l);
+	xp_frame_publish_kept(l);
 	if (o->wait_ack && !o->armed && !o->done) {
 		o->wait_ack = false;
 		ready_push(w, o);
@@ -837,8 +840,10 @@ bool xp_frame_complete(const struct pool_link *l)
 
 void xp_frame_suspend(struct xp_worker *w, struct pool_link *l, int err)
 {
-	if (l->suspending || l->suspended || l->closing)
+	/* a link that holds still for its move is left alone: the other process resumes it */
+	if (l->suspending || l->suspended || l->closing || l->freezing || l->quiesced)
 		return;
+	l->quiescing = false;
 	l->suspending = true;
 	l->res.err = err;
 	l->res.err_side = 1;
@@ -963,7 +968,7 @@ void xp_frame_resume(struct xp_worker *w, struct pool_link *l)
 	o->sent = o->acked = have;
 	atomic_store_explicit(&l->pub_acked, have, memory_order_relaxed);
 	atomic_store_explicit(&l->pub_sent, have, memory_order_relaxed);
-	publish_kept(l);
+	xp_frame_publish_kept(l);
 	/* A completed direction says so again: the END may not have arrived. */
 	if (o->eof)
 		o->done = false;

@@ -406,10 +406,15 @@ static int io_attach(void *arg, int local_fd, struct xp_conn *c, const struct xp
 		     struct xp_link **ret)
 {
 	struct xp_io *io = arg;
-	struct io_conn *ic = IO_CONN(c);
+	struct io_conn *ic = c ? IO_CONN(c) : NULL;
 	struct xp_link_opts lo = *o;
 	int one = 1, r;
 
+	/* a link moved here from another process: no node hop until it resumes */
+	if (!c)
+		return o->adopt && o->resume.keep && !o->dpdk.ip
+			       ? xp_pool_attach(io->pool, local_fd, -1, &lo, ret)
+			       : -EINVAL;
 	if (o->dpdk.ip)
 		return attach_dpdk(io, local_fd, ic, o, ret);
 	/* The return path carries small messages that must not wait for Nagle. */
@@ -464,6 +469,21 @@ static int io_link_resume(void *arg, struct xp_link *l, struct xp_conn *c, uint6
 static uint64_t io_link_kept(void *arg, const struct xp_link *l)
 {
 	return xp_link_kept(l);
+}
+
+static void io_link_quiesce(void *arg, struct xp_link *l, bool on)
+{
+	xp_link_quiesce(l, on);
+}
+
+static int io_link_state(void *arg, const struct xp_link *l, struct xp_link_state *out)
+{
+	return xp_link_state(l, out);
+}
+
+static void io_link_release(void *arg, struct xp_link *l)
+{
+	xp_link_release(l);
 }
 
 static void io_link_range(void *arg, const struct xp_link *l, uint64_t *acked, uint64_t *sent)
@@ -527,6 +547,9 @@ const struct xp_io_ops xp_io_ops = {
 	.link_resume = io_link_resume,
 	.link_kept = io_link_kept,
 	.link_range = io_link_range,
+	.link_quiesce = io_link_quiesce,
+	.link_state = io_link_state,
+	.link_release = io_link_release,
 };
 
 int xp_io_new(struct xp_loop *loop, const struct xp_pool_conf *pool, struct xp_tls *tls,

@@ -175,7 +175,8 @@ struct xp_io_ops {
 
 	/*
 	 * Hands local_fd and c to the data path as a link: on success both belong to it (c is
-	 * gone), and done follows when the link ends. -EBUSY when every slot is taken.
+	 * gone), and done follows when the link ends. -EBUSY when every slot is taken. c NULL: a
+	 * resumable link moved here from another process (o->adopt), suspended until resumed.
 	 */
 	int (*attach)(void *io, int local_fd, struct xp_conn *c, const struct xp_link_opts *o,
 		      struct xp_link **ret);
@@ -194,6 +195,11 @@ struct xp_io_ops {
 	int (*link_resume)(void *io, struct xp_link *l, struct xp_conn *c, uint64_t have);
 	uint64_t (*link_kept)(void *io, const struct xp_link *l);
 	void (*link_range)(void *io, const struct xp_link *l, uint64_t *acked, uint64_t *sent);
+	/* Moving a resumable link to another process (a takeover): xp_link.h's quiesce, state
+	 * and release. */
+	void (*link_quiesce)(void *io, struct xp_link *l, bool on);
+	int (*link_state)(void *io, const struct xp_link *l, struct xp_link_state *out);
+	void (*link_release)(void *io, struct xp_link *l);
 };
 
 /* The real table: sockets, OpenSSL (tls NULL: plain text), the loop and the io_uring pool. */

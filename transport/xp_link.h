@@ -6,10 +6,27 @@
 #define XP_LINK_H
 
 #include <errno.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+
+#include "digest.h"
 
 struct xp_link;
 struct xp_tls_sess;
+
+/*
+ * A quiesced resumable link, for the process it moves to (a takeover): sent, the offset of the
+ * local socket's stream that went out and the peer acknowledged; have, the offset of the other
+ * direction that was delivered to the local socket; each direction's digest state
+ * (vm_digest_save; dg_len 0: no digests).
+ */
+struct xp_link_state {
+	int fd; /* the local socket, still the link's: the caller passes a copy on */
+	uint64_t sent, have;
+	size_t dg_len[2];
+	uint8_t dg[2][VM_DIGEST_STATE_MAX];
+};
 
 /* Every call runs on the control thread. */
 struct xp_link_ops {
@@ -35,6 +52,18 @@ struct xp_link_ops {
 	uint64_t (*kept)(const struct xp_link *l);
 	/* The offsets a peer's have may take now: what it acknowledged, what was sent. */
 	void (*range)(const struct xp_link *l, uint64_t *acked, uint64_t *sent);
+	/*
+	 * Moving a resumable link to another process. quiesce(true): it stops reading its local
+	 * socket, sends what it holds, asks the peer to acknowledge it all and delivers what it
+	 * took from the node hop; then it holds still and reports XP_END_QUIESCED (err -EBUSY: it
+	 * cannot, being at its end or suspended; it goes on then). quiesce(false): it goes on.
+	 * state: a quiesced link's offsets and digests. release: a quiesced link ends
+	 * (XP_END_MOVED): its node hop reset, its local socket closed without a shutdown (the
+	 * other process has it).
+	 */
+	void (*quiesce)(struct xp_link *l, bool on);
+	int (*state)(const struct xp_link *l, struct xp_link_state *out);
+	void (*release)(struct xp_link *l);
 };
 
 /* The head of every link: a data path embeds it first in a link of its own. */
@@ -84,6 +113,23 @@ static inline void xp_link_range(const struct xp_link *l, uint64_t *acked, uint6
 	*acked = *sent = 0;
 	if (l->ops->range)
 		l->ops->range(l, acked, sent);
+}
+
+static inline void xp_link_quiesce(struct xp_link *l, bool on)
+{
+	if (l->ops->quiesce)
+		l->ops->quiesce(l, on);
+}
+
+static inline int xp_link_state(const struct xp_link *l, struct xp_link_state *out)
+{
+	return l->ops->state ? l->ops->state(l, out) : -ENOTSUP;
+}
+
+static inline void xp_link_release(struct xp_link *l)
+{
+	if (l->ops->release)
+		l->ops->release(l);
 }
 
 #endif

@@ -36,7 +36,17 @@
 #include "xp_sock.h"
 #include "xp_tls.h"
 
-enum { MSG_ATTACH = 1, MSG_ABORT, MSG_QUIT, MSG_PACE, MSG_SUSPEND, MSG_RESUME };
+enum {
+	MSG_ATTACH = 1,
+	MSG_ABORT,
+	MSG_QUIT,
+	MSG_PACE,
+	MSG_SUSPEND,
+	MSG_RESUME,
+	MSG_QUIESCE,
+	MSG_UNQUIESCE,
+	MSG_RELEASE,
+};
 
 #define MSG(type, idx) ((uint32_t)(type) << 24 | (idx))
 
@@ -126,7 +136,8 @@ void xp_link_result_digest(struct xp_link_result *res, unsigned int dir, struct 
 
 static void link_finalize(struct xp_worker *w, struct pool_link *l)
 {
-	bool clean = l->res.end == XP_END_CLEAN;
+	/* a moved link's local socket is the other process's now: closed, never reset */
+	bool clean = l->res.end == XP_END_CLEAN || l->res.end == XP_END_MOVED;
 
 	xp_ready_unlink(w, l);
 	if (framed(l)) {
@@ -166,15 +177,20 @@ static void link_finalize(struct xp_worker *w, struct pool_link *l)
 		xp_tls_sess_free(l->tls);
 		l->tls = NULL;
 	}
+	free(l->adopt);
+	l->adopt = NULL;
+	l->opts.adopt = NULL;
 	l->live = false;
 	l->suspended = l->suspending = false;
+	l->quiescing = l->freezing = l->quiesced = false;
 	w->nlive--;
 	xp_outbox_post(w, l->idx);
 }
 
 void xp_outbox_post(struct xp_worker *w, uint32_t v)
 {
-	/* Two entries per slot, the most outstanding: a suspension report and the end. */
+	/* Four entries per slot, the most outstanding: a quiescence report, a suspension
+	 * report (after a quiescence let go), another quiescence report and the end. */
 	spsc_push(&w->outbox, v);
 	w->posted = true;
 }
@@ -251,10 +267,13 @@ static void run_ready(struct xp_worker *w)
 static enum pump_kind pump_kind(const struct pool_link *l, unsigned int dir,
 				const struct xp_pool_conf *conf)
 {
-	if (l->tls && dir == 1)
+	/* a link moved here has its TLS session only once it resumes */
+	bool tls = l->tls || (l->opts.adopt && l->opts.adopt_tls);
+
+	if (tls && dir == 1)
 		return PUMP_TLS_RX;
 	/* kTLS encrypts whatever reaches the socket, spliced bytes included. */
-	if (l->tls && !xp_tls_ktls_tx(l->tls))
+	if (tls && !(l->tls && xp_tls_ktls_tx(l->tls)))
 		return PUMP_TLS_TX;
 	return conf->path == XP_PATH_COPY ? PUMP_COPY : PUMP_SPLICE;
 }
@@ -296,6 +315,7 @@ static void link_start(struct xp_worker *w, struct pool_link *l)
 	l->closing = false;
 	/* a slot's last link may have been resumable: none of its state carries over */
 	l->suspending = l->suspended = l->hop_closing = l->gone_sent = false;
+	l->quiescing = l->freezing = l->quiesced = false;
 	l->inflight = 0;
 	memset(&l->res, 0, sizeof(l->res));
 	w->nlive++;
@@ -339,6 +359,11 @@ static void link_start(struct xp_worker *w, struct pool_link *l)
 	}
 	if (r == 0 && framed(l))
 		r = xp_frame_open(w, l);
+	if (r == 0 && framed(l) && l->opts.adopt) {
+		r = xp_frame_adopt(w, l);
+		if (r == 0)
+			return; /* suspended until its resumption */
+	}
 	if (r < 0) {
 		xp_link_close(w, l, XP_END_ERROR, r, 0);
 		return;
@@ -384,6 +409,20 @@ static void handle_inbox(struct xp_worker *w)
 		case MSG_RESUME:
 			xp_frame_resume(w, l);
 			break;
+		case MSG_QUIESCE:
+		case MSG_UNQUIESCE:
+			xp_frame_quiesce(w, l, m >> 24 == MSG_QUIESCE);
+			break;
+		case MSG_RELEASE:
+			/* quiesced for its move, or moved here and handed back unresumed */
+			if (!l->live || !(l->quiesced || (l->suspended && l->fd[1] < 0)))
+				break;
+			l->quiesced = l->suspended = false;
+			if (l->fd[1] >= 0)
+				xp_close_reset(l->fd[1]);
+			l->fd[1] = -1;
+			xp_link_close(w, l, XP_END_MOVED, 0, 0);
+			break;
 		case MSG_QUIT:
 			w->quit = true;
 			for (unsigned int i = 0; i < w->pool->conf.slots; i++)
@@ -423,6 +462,11 @@ static void handle_cqe(struct xp_worker *w, const struct io_uring_cqe *cqe)
 				xp_frame_suspended(w, l);
 			return;
 		}
+		if (l->freezing) {
+			if (l->inflight == 0)
+				xp_frame_frozen(w, l);
+			return;
+		}
 		/* POLLERR and POLLHUP come back as events; the splice reports the actual error. */
 		if (cqe->res < 0 && cqe->res != -ECANCELED &&
 		    !(UD_OP(ud) == OP_TIMER && cqe->res == -ETIME)) {
@@ -441,7 +485,8 @@ static void handle_cqe(struct xp_worker *w, const struct io_uring_cqe *cqe)
 		 */
 		l = &w->links[UD_IDX(ud)];
 		p = &l->p[UD_DIR(ud)];
-		if (cqe->res == -EALREADY && l->live && (l->closing || l->suspending) && p->armed)
+		if (cqe->res == -EALREADY && l->live &&
+		    (l->closing || l->suspending || l->freezing) && p->armed)
 			xp_pump_cancel(w, l, UD_DIR(ud));
 		return;
 	default:
@@ -535,10 +580,10 @@ static int worker_init(struct xp_pool *pool, struct xp_worker *w, unsigned int i
 	w->devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
 	if (w->devnull < 0)
 		return -errno;
-	r = spsc_init(&w->inbox, 5 * slots + 2);
+	r = spsc_init(&w->inbox, 8 * slots + 2);
 	if (r < 0)
 		return r;
-	r = spsc_init(&w->outbox, 2 * slots);
+	r = spsc_init(&w->outbox, 4 * slots);
 	if (r < 0)
 		return r;
 	for (unsigned int i = 0; i < slots; i++) {
@@ -661,11 +706,11 @@ void xp_pool_reap(struct xp_pool *p)
 		uint32_t idx;
 
 		while (spsc_pop(&w->outbox, &idx)) {
-			struct pool_link *l = &w->links[idx & ~OUTBOX_SUSPENDED];
+			struct pool_link *l = &w->links[OUTBOX_IDX(idx)];
 			struct xp_link_result res = l->res;
 			void *cookie = l->cookie;
 
-			if (idx & OUTBOX_SUSPENDED) {
+			if (idx & (OUTBOX_SUSPENDED | OUTBOX_QUIESCED)) {
 				/* still the worker's: only its report changes hands */
 				p->done(cookie, &res, p->arg);
 				continue;
@@ -768,6 +813,46 @@ static void pool_link_range(const struct xp_link *xl, uint64_t *acked, uint64_t 
 	*sent = atomic_load_explicit(&l->pub_sent, memory_order_relaxed);
 }
 
+static void pool_link_quiesce(struct xp_link *xl, bool on)
+{
+	struct pool_link *l = POOL_LINK(xl);
+
+	if (l->abort_sent || l->release_sent || !framed(l))
+		return;
+	worker_post(l->w, MSG(on ? MSG_QUIESCE : MSG_UNQUIESCE, l->idx));
+}
+
+/* After the XP_END_QUIESCED report (err 0): the worker leaves a quiesced link alone. */
+static int pool_link_state(const struct xp_link *xl, struct xp_link_state *out)
+{
+	const struct pool_link *l = CONST_POOL_LINK(xl);
+
+	if (!framed(l))
+		return -ENOTSUP;
+	memset(out, 0, sizeof(*out));
+	out->fd = l->fd[0];
+	out->sent = atomic_load_explicit(&l->pub_sent, memory_order_relaxed);
+	out->have = atomic_load_explicit(&l->pub_have, memory_order_relaxed);
+	for (int d = 0; d < 2; d++) {
+		int r = l->p[d].dg ? vm_digest_save(l->p[d].dg, out->dg[d], sizeof(out->dg[d])) : 0;
+
+		if (r < 0)
+			return r;
+		out->dg_len[d] = (size_t)r;
+	}
+	return 0;
+}
+
+static void pool_link_release(struct xp_link *xl)
+{
+	struct pool_link *l = POOL_LINK(xl);
+
+	if (l->abort_sent || l->release_sent)
+		return;
+	l->release_sent = true;
+	worker_post(l->w, MSG(MSG_RELEASE, l->idx));
+}
+
 static const struct xp_link_ops pool_link_ops = {
 	.abort = pool_link_abort,
 	.bytes = pool_link_bytes,
@@ -777,6 +862,9 @@ static const struct xp_link_ops pool_link_ops = {
 	.resume = pool_link_resume,
 	.kept = pool_link_kept,
 	.range = pool_link_range,
+	.quiesce = pool_link_quiesce,
+	.state = pool_link_state,
+	.release = pool_link_release,
 };
 
 int xp_pool_attach(struct xp_pool *p, int fd_a, int fd_b, const struct xp_link_opts *o,
@@ -791,14 +879,27 @@ int xp_pool_attach(struct xp_pool *p, int fd_a, int fd_b, const struct xp_link_o
 			best = &p->w[i];
 	if (!best)
 		return -EBUSY;
-	l = &best->links[best->free_slots[--best->nfree]];
+	if (o->adopt) {
+		/* the caller's may go before the worker starts the link: a copy of its own */
+		struct xp_link_state *st = malloc(sizeof(*st));
+
+		if (!st)
+			return -ENOMEM;
+		*st = *o->adopt;
+		best->nfree--;
+		l = &best->links[best->free_slots[best->nfree]];
+		l->adopt = st;
+	} else {
+		l = &best->links[best->free_slots[--best->nfree]];
+	}
 	l->fd[0] = fd_a;
 	l->fd[1] = fd_b;
 	l->opts = *o;
+	l->opts.adopt = l->adopt;
 	l->tls = o->tls;
 	l->cookie = o->cookie;
-	l->abort_sent = l->suspend_sent = false;
-	if (framed(l))
+	l->abort_sent = l->suspend_sent = l->release_sent = false;
+	if (framed(l) && fd_b >= 0)
 		hop_options(fd_b, o);
 	atomic_store_explicit(&l->pace_rate, 0, memory_order_relaxed);
 	atomic_store(&l->pace_posted, false);

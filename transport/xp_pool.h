@@ -44,6 +44,13 @@ enum xp_link_end {
 	 * callback runs again when it ends.
 	 */
 	XP_END_SUSPENDED,
+	/*
+	 * Not an end either: xp_link_quiesce() holds the link still (err 0), ready to move to
+	 * another process; or it cannot (err -EBUSY) and goes on. The done callback runs again.
+	 */
+	XP_END_QUIESCED,
+	/* xp_link_release() of a quiesced link: another process carries it on. */
+	XP_END_MOVED,
 };
 
 struct xp_link_result {
@@ -135,6 +142,13 @@ struct xp_link_opts {
 		size_t keep;
 		unsigned int silence_ms;
 	} resume;
+	/*
+	 * Resumable: a link another process quiesced and passed on (fd_b -1): it starts
+	 * suspended (an XP_END_SUSPENDED report follows at once) from these offsets and digests,
+	 * to be resumed over a new node hop; adopt_tls: that hop will be TLS.
+	 */
+	const struct xp_link_state *adopt;
+	bool adopt_tls;
 };
 
 struct vm_digest;

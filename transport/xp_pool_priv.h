@@ -19,8 +19,11 @@
 
 enum { OP_INBOX = 1, OP_POLL, OP_CANCEL, OP_TIMER };
 
-/* An outbox entry with this bit reports a suspended link (its slot stays taken). */
+/* An outbox entry with this bit reports a suspended link (its slot stays taken)... */
 #define OUTBOX_SUSPENDED 0x80000000u
+/* ... with this one, a quiesced link, or one that cannot be (its slot stays taken too). */
+#define OUTBOX_QUIESCED 0x40000000u
+#define OUTBOX_IDX(v)	((v) & ~(OUTBOX_SUSPENDED | OUTBOX_QUIESCED))
 
 #define UD(op, dir, idx) ((uint64_t)(op) << 56 | (uint64_t)(dir) << 48 | (uint64_t)(idx))
 #define UD_OP(ud)	 ((unsigned int)((ud) >> 56))
@@ -147,10 +150,11 @@ struct pool_link {
 	struct xp_tls_sess *tls; /* on fd[1], or NULL */
 	void *cookie;
 	struct xp_link_opts opts;
+	struct xp_link_state *adopt; /* opts.adopt's copy, the link's own until it ends */
 	_Atomic uint64_t pace_rate;
 	_Atomic bool pace_posted;
 	/* control thread only */
-	bool abort_sent, suspend_sent;
+	bool abort_sent, suspend_sent, release_sent;
 	/* worker only */
 	bool live;
 	bool closing;
@@ -165,6 +169,11 @@ struct pool_link {
 	 */
 	bool suspending, suspended, hop_closing;
 	bool gone_sent; /* direction 1 in discard mode said GONE */
+	/*
+	 * Moving to another process (xp_link_quiesce): quiescing until all is acknowledged and
+	 * delivered, freezing while its polls are cancelled, quiesced once it holds still.
+	 */
+	bool quiescing, freezing, quiesced;
 	bool ping_due;	/* the peer asked for an ACK (PING) */
 	bool pinged;	/* direction 0 asked for one, and none came since */
 	uint64_t ack_sent, ack_every;
@@ -255,6 +264,10 @@ static inline bool framed(const struct pool_link *l)
 {
 	return l->opts.resume.keep > 0;
 }
+/* Direction 1's count of what it is done with: delivered, or dropped for a closed local peer. */
+uint64_t xp_frame_in_done(const struct xp_pump *p);
+/* What direction 0 keeps now, for the control thread's figures. */
+void xp_frame_publish_kept(struct pool_link *l);
 /* Per link, at its start: the kept pipe or the ring (direction 0), the ACK pace. */
 int xp_frame_open(struct xp_worker *w, struct pool_link *l);
 void xp_frame_close(struct pool_link *l);
@@ -305,5 +318,14 @@ void xp_frame_suspend(struct xp_worker *w, struct pool_link *l, int err);
 void xp_frame_suspended(struct xp_worker *w, struct pool_link *l);
 /* MSG_RESUME: carries on over the new node hop from the peer's offset. */
 void xp_frame_resume(struct xp_worker *w, struct pool_link *l);
+/* xp_frame_move.c, on the link's worker: moving a link to another process */
+/* MSG_QUIESCE: starts quiescing, or (on false) lets a quiescing or quiesced link go on. */
+void xp_frame_quiesce(struct xp_worker *w, struct pool_link *l, bool on);
+/* After a step of either direction, and after an ACK: a quiescing link that is still freezes. */
+void xp_frame_quiesce_check(struct xp_worker *w, struct pool_link *l);
+/* Once the freezing link's last poll came back: it holds still, and the control thread hears. */
+void xp_frame_frozen(struct xp_worker *w, struct pool_link *l);
+/* At the start of a link moved here (opts.adopt): its offsets and digests, then suspended. */
+int xp_frame_adopt(struct xp_worker *w, struct pool_link *l);
 
 #endif

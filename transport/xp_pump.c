@@ -599,7 +599,8 @@ void xp_pump_step(struct xp_worker *w, struct xp_pump *p)
 	unsigned int side = p->dir;
 	int r;
 
-	if (l->closing || l->suspending || l->suspended || p->done || p->armed)
+	if (l->closing || l->suspending || l->suspended || l->freezing || l->quiesced || p->done ||
+	    p->armed)
 		return;
 	if (l->hop_closing) {
 		if (p->dir == 1)
@@ -622,6 +623,10 @@ void xp_pump_step(struct xp_worker *w, struct xp_pump *p)
 
 		(void)xp_tls_flush(l->tls, &want);
 	}
+	if (l->quiescing)
+		xp_frame_quiesce_check(w, l);
+	if (l->freezing)
+		return;
 	if (r > 0)
 		ready_push(w, p);
 	else if (framed(l) && xp_frame_complete(l))

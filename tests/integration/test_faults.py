@@ -7,8 +7,9 @@ namespaces, and one fault in its middle:
 - the veth link down for 2 s, and for 20 s;
 - the destination QEMU killed;
 - `source stop` and `target stop` mid-stream (at 8 MiB/s: the 5 s grace ends before it does);
-- a takeover (vmigd --takeover) of the source daemon, and of the target daemon: the old one
-  carries the migration to its end and exits 0 on its own.
+- a takeover (vmigd --takeover) of the source daemon, and of the target daemon: the live
+  migration moves to the new one (its connections resume there), which ends it and writes its
+  stop line; the old one exits 0 on its own.
 After each: the migration completed or failed within BOUND_S of the fault's end (a fault that
 only pauses the hop must complete); the guest runs on exactly one side (a failed migration: on
 the source, its serial going on; a completed one: on the destination once let run); the stop
@@ -183,8 +184,6 @@ def run_case(ck, tb, label, name, fault, want, killed, bandwidth):
     for d, role in ((tb.source, 'source'), (tb.target, 'target')):
         if killed == role:
             continue
-        if tb.fault_carrier and tb.fault_carrier[0] == role:
-            d = tb.fault_carrier[1]         # the old daemon carried it to its end
         rec = stop_line(d, key, role)
         lines.append(f'{role}: {rec.get("outcome")}')
         if status == 'completed':
@@ -233,7 +232,9 @@ def run_matrix(ck, tls):
         tb.close_qemus(src, dst)
         base = {d.proc.pid: (pid_fds(d.proc.pid), pid_rss_kib(d.proc.pid))
                 for d in (tb.source, tb.target)}
-        for case in CASES:
+        # VMIG_FAULT_CASES=takeover-source,link-2s: those only (by hand)
+        only = [x for x in os.environ.get('VMIG_FAULT_CASES', '').split(',') if x]
+        for case in (c for c in CASES if not only or c[0] in only):
             try:
                 vt.log(f'  {run_case(ck, tb, label, *case)}')
             except vt.HarnessError as e:
