@@ -259,17 +259,14 @@ void px_migration_maybe_finish(struct px_migration *m)
 		px_migration_finish(m);
 }
 
-void px_migration_finish(struct px_migration *m)
+/* The stop line: what the migration carried and how it ended, counted by outcome. */
+static void stop_line(struct px_migration *m)
 {
 	struct px_node *n = m->n;
 	double secs = (px_now(n) - m->started_ms) / 1000.0;
 	char outcome[300], undelivered[128] = "", verified[64];
 	enum px_outcome o;
 
-	if (m->moved) {
-		px_move_finish(m);
-		return;
-	}
 	px_verify_note(m, verified, sizeof(verified));
 	if (m->v.corrupt) {
 		o = PX_OUT_CORRUPT;
@@ -311,6 +308,17 @@ void px_migration_finish(struct px_migration *m)
 	       m->key, px_role_str(m->role), m->conns_total, m->conns_reordered,
 	       (unsigned long long)(m->bytes[0] + m->bytes[1]), (unsigned long long)m->bytes[0],
 	       (unsigned long long)m->bytes[1], undelivered, secs, verified, outcome);
+}
+
+void px_migration_finish(struct px_migration *m)
+{
+	struct px_node *n = m->n;
+
+	/* a moved migration's stop line is the other vmigd's */
+	if (m->moved)
+		px_move_finish(m);
+	else
+		stop_line(m);
 	vm_list_del(&m->node);
 	for (unsigned int i = 0; i < m->nports; i++) {
 		px_port_close(&m->ports[i]);
@@ -318,6 +326,7 @@ void px_migration_finish(struct px_migration *m)
 	}
 	IO(n, timer_del, m->order_timer);
 	IO(n, timer_del, m->stop_timer);
+	IO(n, timer_del, m->move_timer);
 	px_verify_free(m);
 	px_migration_discard(m);
 }

@@ -250,21 +250,9 @@ void px_migration_move_end(struct px_node *n, struct px_move *mv, bool moved, co
 
 void px_move_finish(struct px_migration *m)
 {
-	struct px_node *n = m->n;
-
 	log_info("migration %s role=%s: its links here have let go (%s carries it on, and writes "
 		 "its stop line)",
 		 m->key, px_role_str(m->role), m->moved_to);
-	vm_list_del(&m->node);
-	for (unsigned int i = 0; i < m->nports; i++) {
-		px_port_close(&m->ports[i]);
-		px_order_free(m->ports[i].order);
-	}
-	IO(n, timer_del, m->order_timer);
-	IO(n, timer_del, m->stop_timer);
-	IO(n, timer_del, m->move_timer);
-	px_verify_free(m);
-	px_migration_discard(m);
 }
 
 /* ---- the new side ---- */

@@ -398,7 +398,8 @@ void px_resume_forget(struct px_conn *c);
 void px_move_quiesced(struct px_conn *c, const struct xp_link_result *res);
 /* c's link was suspended or ended while its migration was moving: the move is off. */
 void px_move_off(struct px_migration *m, const char *why);
-/* px_migration_finish() of a moved migration: a line saying where it went, no stop line. */
+/* px_migration_finish() of a moved migration: a line saying where it went, instead of the stop
+ * line (the rest of the finish is the same). */
 void px_move_finish(struct px_migration *m);
 
 /* px_migration.c: the lifecycle of a migration */
