@@ -752,21 +752,22 @@ static bool move_holds(const struct px_move *mv, int fd)
 static void take_move(struct ctl_takeover *t, struct json_object *o, int *fds, unsigned int nfds)
 {
 	struct px_move *mv = malloc(sizeof(*mv));
-	struct px_move *before = malloc(sizeof(*before));
 	struct json_object *a = json_object_new_object();
 	char err[256] = "out of memory", from[48];
+	bool named[XP_FDS_MAX] = { false };
 	int r = -ENOMEM;
 
 	snprintf(from, sizeof(from), "vmigd pid %d", t->up.pid);
-	if (mv && before) {
+	if (mv)
 		r = ctl_move_from_json(o, fds, nfds, mv, err, sizeof(err));
-		*before = *mv;
-	}
+	for (unsigned int i = 0; r == 0 && i < nfds; i++)
+		named[i] = move_holds(mv, fds[i]);
 	if (r == 0)
 		r = px_migration_adopt(t->p.node, mv, from, err, sizeof(err));
-	/* what the adoption did not take, and what the line named not at all, closes here */
+	/* what the adoption did not take (all, when the line was refused), and what the line
+	 * named not at all, closes here; what links took, they close */
 	for (unsigned int i = 0; i < nfds; i++)
-		if (r < 0 || !mv || move_holds(mv, fds[i]) || !move_holds(before, fds[i]))
+		if (!named[i] || move_holds(mv, fds[i]))
 			close(fds[i]);
 	json_object_object_add(a, "op", json_object_new_string(r == 0 ? "adopted" : "refused"));
 	json_object_object_add(a, "key", json_object_new_string(mv ? mv->key : ""));
@@ -780,7 +781,6 @@ static void take_move(struct ctl_takeover *t, struct json_object *o, int *fds, u
 	else
 		log_warn("takeover: a live migration (%s) stays with vmigd pid %d: %s",
 			 mv && mv->key[0] ? mv->key : "?", t->up.pid, err);
-	free(before);
 	free(mv);
 }
 
