@@ -58,6 +58,45 @@ int ctl_json_hex_digit(char c)
 	return -1;
 }
 
+struct json_object *ctl_json_new_hex(const uint8_t *b, size_t len)
+{
+	static const char digits[] = "0123456789abcdef";
+	char *s = malloc(2 * len + 1);
+	struct json_object *o;
+
+	if (!s)
+		return NULL;
+	for (size_t i = 0; i < len; i++) {
+		s[2 * i] = digits[b[i] >> 4];
+		s[2 * i + 1] = digits[b[i] & 15];
+	}
+	s[2 * len] = '\0';
+	o = json_object_new_string(s);
+	free(s);
+	return o;
+}
+
+static bool upper_hex(char c)
+{
+	return c >= 'A' && c <= 'F';
+}
+
+int ctl_json_hex_decode(const char *s, bool lower_only, uint8_t *buf, size_t max)
+{
+	size_t n = strlen(s);
+
+	if (n % 2 || n / 2 > max)
+		return -EINVAL;
+	for (size_t i = 0; i < n; i += 2) {
+		int hi = ctl_json_hex_digit(s[i]), lo = ctl_json_hex_digit(s[i + 1]);
+
+		if (hi < 0 || lo < 0 || (lower_only && (upper_hex(s[i]) || upper_hex(s[i + 1]))))
+			return -EINVAL;
+		buf[i / 2] = (uint8_t)(hi << 4 | lo);
+	}
+	return (int)(n / 2);
+}
+
 static int hex4(const char *s, unsigned int *out)
 {
 	unsigned int v = 0;

@@ -7,6 +7,7 @@
 #include <json-c/json.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /*
  * The C string of a JSON string, or NULL when v is not a string or holds a NUL, where a C string
@@ -17,6 +18,11 @@ const char *ctl_json_member_cstring(struct json_object *o, const char *name);
 
 /* The value of hex digit c (either case), -1 when it is none. */
 int ctl_json_hex_digit(char c);
+/* len bytes as a JSON string of lower-case hex; NULL when out of memory. */
+struct json_object *ctl_json_new_hex(const uint8_t *b, size_t len);
+/* The bytes hex string s spells (lower case only, or either), at most max of them: how many, or
+ * -EINVAL for an odd length, a character that is no such digit, or more than max bytes. */
+int ctl_json_hex_decode(const char *s, bool lower_only, uint8_t *buf, size_t max);
 
 /*
  * Whether text[0, len), JSON that json-c has parsed, has an object holding one key twice, at any

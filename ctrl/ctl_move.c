@@ -14,24 +14,6 @@
 #include "ctl_takeover.h"
 #include "units.h"
 
-static struct json_object *hex(const uint8_t *b, size_t len)
-{
-	static const char digits[] = "0123456789abcdef";
-	char *s = malloc(2 * len + 1);
-	struct json_object *o;
-
-	if (!s)
-		return NULL;
-	for (size_t i = 0; i < len; i++) {
-		s[2 * i] = digits[b[i] >> 4];
-		s[2 * i + 1] = digits[b[i] & 15];
-	}
-	s[2 * len] = '\0';
-	o = json_object_new_string(s);
-	free(s);
-	return o;
-}
-
 /* An fd's index in fds, the fd appended. */
 static struct json_object *fd_index(int fd, int *fds, unsigned int *nfds)
 {
@@ -53,14 +35,14 @@ static struct json_object *conn_json(const struct px_move_conn *mc, int *fds, un
 	add(c, "port", json_object_new_int64(mc->port));
 	add(c, "seq", json_object_new_int64(mc->seq));
 	add(c, "fd", fd_index(mc->fd, fds, nfds));
-	add(c, "token", hex(mc->token, sizeof(mc->token)));
+	add(c, "token", ctl_json_new_hex(mc->token, sizeof(mc->token)));
 	add(c, "digest", json_object_new_boolean(mc->digest));
 	add(c, "peer", json_object_new_string(mc->peer));
 	add(c, "addr", json_object_new_string(mc->addr));
 	add(c, "sent", json_object_new_int64((int64_t)mc->st.sent));
 	add(c, "have", json_object_new_int64((int64_t)mc->st.have));
 	for (int d = 0; d < 2; d++)
-		json_object_array_add(dg, hex(mc->st.dg[d], mc->st.dg_len[d]));
+		json_object_array_add(dg, ctl_json_new_hex(mc->st.dg[d], mc->st.dg_len[d]));
 	add(c, "digests", dg);
 	return c;
 }
@@ -79,7 +61,7 @@ struct json_object *ctl_move_to_json(const struct px_move *mv, int *fds, unsigne
 	add(o, "bandwidth", json_object_new_int64((int64_t)mv->cap));
 	add(o, "age_ms", json_object_new_int64((int64_t)mv->age_ms));
 	if (mv->role == PX_ROLE_TARGET) {
-		add(o, "secret", hex(mv->secret, sizeof(mv->secret)));
+		add(o, "secret", ctl_json_new_hex(mv->secret, sizeof(mv->secret)));
 		add(o, "peer_addr", json_object_new_string(mv->peer_addr));
 		add(o, "peer_name", json_object_new_string(mv->peer_name));
 	} else {
@@ -152,22 +134,15 @@ static int get_str(struct json_object *o, const char *k, char *buf, size_t len)
 	return 0;
 }
 
-/* Exactly len bytes (want 0: up to max, *got says how many) of lower-case hex. */
+/* Lower-case hex, at most max bytes: *got says how many. */
 static int get_hex(struct json_object *v, uint8_t *buf, size_t max, size_t *got)
 {
 	const char *s = ctl_json_cstring(v);
-	size_t n = s ? strlen(s) : 0;
+	int n = s ? ctl_json_hex_decode(s, true, buf, max) : -EPROTO;
 
-	if (!s || n % 2 || n / 2 > max)
+	if (n < 0)
 		return -EPROTO;
-	for (size_t i = 0; i < n; i++) {
-		int d = ctl_json_hex_digit(s[i]);
-
-		if (d < 0 || (s[i] >= 'A' && s[i] <= 'F'))
-			return -EPROTO;
-		buf[i / 2] = (uint8_t)(i % 2 ? buf[i / 2] << 4 | d : d);
-	}
-	*got = n / 2;
+	*got = (size_t)n;
 	return 0;
 }
 
@@ -377,16 +352,9 @@ int ctl_takeover_parse_target(struct json_object *m, struct ctl_takeover_target 
 			 2 * PX_SECRET_LEN);
 		return -EPROTO;
 	}
-	for (unsigned int i = 0; i < 2 * PX_SECRET_LEN; i++) {
-		char c = hex[i];
-		int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-
-		if (d < 0) {
-			snprintf(err, errlen, "target %s: the offer's secret is not lower-case hex",
-				 key);
-			return -EPROTO;
-		}
-		out->opts.secret[i / 2] = (uint8_t)(out->opts.secret[i / 2] << 4 | d);
+	if (ctl_json_hex_decode(hex, true, out->opts.secret, PX_SECRET_LEN) < 0) {
+		snprintf(err, errlen, "target %s: the offer's secret is not lower-case hex", key);
+		return -EPROTO;
 	}
 	if (!json_object_object_get_ex(m, "sockets", &socks) ||
 	    !json_object_is_type(socks, json_type_array) ||

@@ -13,13 +13,9 @@
 /* "secret": PX_SECRET_LEN bytes as lower-case hex, where the map has one. */
 static void add_secret(struct json_object *o, const struct px_portmap *t)
 {
-	char hex[2 * PX_SECRET_LEN + 1];
-
 	if (!t->has_secret)
 		return;
-	for (unsigned int i = 0; i < PX_SECRET_LEN; i++)
-		snprintf(hex + 2 * i, 3, "%02x", t->secret[i]);
-	json_object_object_add(o, "secret", json_object_new_string(hex));
+	json_object_object_add(o, "secret", ctl_json_new_hex(t->secret, PX_SECRET_LEN));
 }
 
 /* "dpdk": the target's DPDK node hop, "IPV4:UDP", where it has one. */
@@ -104,15 +100,9 @@ static int get_secret(struct json_object *o, struct px_portmap *t)
 	if (!json_object_object_get_ex(o, "secret", &v))
 		return 0;
 	s = ctl_json_cstring(v);
-	if (!s || strlen(s) != 2 * PX_SECRET_LEN)
+	if (!s || strlen(s) != 2 * PX_SECRET_LEN ||
+	    ctl_json_hex_decode(s, false, t->secret, PX_SECRET_LEN) < 0)
 		return -EINVAL;
-	for (unsigned int i = 0; i < PX_SECRET_LEN; i++) {
-		int hi = ctl_json_hex_digit(s[2 * i]), lo = ctl_json_hex_digit(s[2 * i + 1]);
-
-		if (hi < 0 || lo < 0)
-			return -EINVAL;
-		t->secret[i] = (uint8_t)(hi << 4 | lo);
-	}
 	t->has_secret = true;
 	return 0;
 }

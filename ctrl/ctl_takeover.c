@@ -379,13 +379,10 @@ static void offer_migration(const struct px_migration_info *mi, void *arg)
 	if (mi->role == PX_ROLE_TARGET && !mi->kubevirt && mi->conns_total == 0 &&
 	    mi->conns_active == 0 && mi->conns_failed == 0 && strcmp(mi->state, "active") == 0) {
 		uint8_t secret[PX_SECRET_LEN];
-		char hex[2 * PX_SECRET_LEN + 1];
 		struct json_object *ports = json_object_new_array();
 
 		if (px_target_secret(ow->t->p.node, mi->key, secret) < 0)
 			goto keep;
-		for (unsigned int i = 0; i < PX_SECRET_LEN; i++)
-			snprintf(hex + 2 * i, 3, "%02x", secret[i]);
 		for (unsigned int i = 0; i < mi->nports; i++) {
 			struct json_object *p = json_object_new_object();
 
@@ -398,7 +395,7 @@ static void offer_migration(const struct px_migration_info *mi, void *arg)
 		json_object_object_add(o, "sockets", ports);
 		json_object_object_add(o, "bandwidth", json_object_new_int64((int64_t)mi->cap));
 		json_object_object_add(o, "tls", json_object_new_boolean(mi->tls));
-		json_object_object_add(o, "secret", json_object_new_string(hex));
+		json_object_object_add(o, "secret", ctl_json_new_hex(secret, PX_SECRET_LEN));
 		json_object_array_add(ow->moved, o);
 		json_object_array_add(ow->moved_keys, json_object_new_string(mi->key));
 		return;

@@ -462,6 +462,27 @@ static void test_key_embedded_nul(void **state)
 	check_reject("{\"version\":1,\"key\":\"vm\\u0000\"," VALID_TAIL "}");
 }
 
+/* The hex helpers the secret goes through (and the takeover's lines). */
+static void test_hex(void **state)
+{
+	static const uint8_t b[] = { 0x00, 0x9f, 0xa0, 0xff };
+	struct json_object *o = ctl_json_new_hex(b, sizeof(b));
+	uint8_t out[4];
+
+	(void)state;
+	assert_string_equal(json_object_get_string(o), "009fa0ff");
+	json_object_put(o);
+	assert_int_equal(ctl_json_hex_decode("009fa0ff", true, out, sizeof(out)), 4);
+	assert_memory_equal(out, b, sizeof(b));
+	assert_int_equal(ctl_json_hex_decode("009FA0FF", false, out, sizeof(out)), 4);
+	assert_memory_equal(out, b, sizeof(b));
+	assert_int_equal(ctl_json_hex_decode("009FA0FF", true, out, sizeof(out)), -EINVAL);
+	assert_int_equal(ctl_json_hex_decode("009", false, out, sizeof(out)), -EINVAL);
+	assert_int_equal(ctl_json_hex_decode("0g", false, out, sizeof(out)), -EINVAL);
+	assert_int_equal(ctl_json_hex_decode("0011223344", false, out, sizeof(out)), -EINVAL);
+	assert_int_equal(ctl_json_hex_decode("", true, out, sizeof(out)), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -479,6 +500,7 @@ int main(void)
 		cmocka_unit_test(test_key_embedded_nul),
 		cmocka_unit_test(test_kubevirt_form),
 		cmocka_unit_test(test_dpdk),
+		cmocka_unit_test(test_hex),
 	};
 
 	return cmocka_run_group_tests_name("px_target", tests, NULL, NULL);
