@@ -848,10 +848,7 @@ void xp_frame_suspend(struct xp_worker *w, struct pool_link *l, int err)
 	l->res.err = err;
 	l->res.err_side = 1;
 	l->res.asked = err == 0;
-	for (unsigned int d = 0; d < 2; d++)
-		if (l->p[d].armed)
-			xp_pump_cancel(w, l, d);
-	if (l->inflight == 0)
+	if (xp_link_cancel_polls(w, l))
 		xp_frame_suspended(w, l);
 }
 

@@ -65,10 +65,7 @@ void xp_frame_quiesce_check(struct xp_worker *w, struct pool_link *l)
 		return;
 	l->quiescing = false;
 	l->freezing = true;
-	for (unsigned int d = 0; d < 2; d++)
-		if (l->p[d].armed)
-			xp_pump_cancel(w, l, d);
-	if (l->inflight == 0)
+	if (xp_link_cancel_polls(w, l))
 		xp_frame_frozen(w, l);
 }
 

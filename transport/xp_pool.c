@@ -195,6 +195,14 @@ void xp_outbox_post(struct xp_worker *w, uint32_t v)
 	w->posted = true;
 }
 
+bool xp_link_cancel_polls(struct xp_worker *w, struct pool_link *l)
+{
+	for (unsigned int d = 0; d < 2; d++)
+		if (l->p[d].armed)
+			xp_pump_cancel(w, l, d);
+	return l->inflight == 0;
+}
+
 /* Its completion finalizes (or suspends) the link. */
 void xp_pump_cancel(struct xp_worker *w, struct pool_link *l, unsigned int d)
 {
@@ -216,10 +224,7 @@ void xp_link_close(struct xp_worker *w, struct pool_link *l, enum xp_link_end en
 	l->res.end = end;
 	l->res.err = err;
 	l->res.err_side = side;
-	for (unsigned int d = 0; d < 2; d++)
-		if (l->p[d].armed)
-			xp_pump_cancel(w, l, d);
-	if (l->inflight == 0)
+	if (xp_link_cancel_polls(w, l))
 		link_finalize(w, l);
 }
 

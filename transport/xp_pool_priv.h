@@ -241,6 +241,10 @@ static inline void ready_push(struct xp_worker *w, struct xp_pump *p)
 /* xp_pool.c, on the link's worker */
 /* Asks the kernel to end direction d's armed poll or timer. */
 void xp_pump_cancel(struct xp_worker *w, struct pool_link *l, unsigned int d);
+/* Cancels both directions' armed polls and timers: true when none is in flight, so the caller
+ * goes on at once; otherwise handle_cqe() does, once the last one came back (closing,
+ * suspending or freezing says how). */
+bool xp_link_cancel_polls(struct xp_worker *w, struct pool_link *l);
 /* Tells the control thread about a slot: ended, or (OUTBOX_SUSPENDED) suspended. */
 void xp_outbox_post(struct xp_worker *w, uint32_t v);
 /* Takes the link's directions off the ready list. */
