@@ -72,13 +72,22 @@ def finish(ck, tb, m, src, dst, label, want_resumed):
            f'{tb.source.stop_record(m.key, "source").get("replayed", 0)} bytes')
 
 
-def precopy(ck, tb, label, cuts, gap, cap=CAP):
+def key_of(tb, label):
+    return tb.new_key(label.replace(' ', '-').replace('TLS', 'tls'))
+
+
+def start_capped(tb, label, cap=CAP):
+    """The running guest's capped multifd migration, a second into its pre-copy."""
     src, dst = tb.qemu_pair(MIB, guest=GUEST)
     src.start_guest()
-    m = tb.start_migration(src, dst, tb.new_key(label.replace(' ', '-').replace('TLS', 'tls')),
-                           CHANNELS, bandwidth=f'{cap}')
+    m = tb.start_migration(src, dst, key_of(tb, label), CHANNELS, bandwidth=f'{cap}')
     m.wait_active()
     time.sleep(1.0)
+    return src, dst, m
+
+
+def precopy(ck, tb, label, cuts, gap, cap=CAP):
+    src, dst, m = start_capped(tb, label, cap)
     killed = []
     for _ in range(cuts):
         killed.append(kill_hop(tb))
@@ -101,8 +110,8 @@ def postcopy(ck, tb, label):
     # post-copy at 8 MiB/s (QEMU's own limit there; the daemon's cap is lifted at the
     # switchover): some seconds with the guest on the destination and pages still coming
     src.execute('migrate-set-parameters', {'max-postcopy-bandwidth': 8 << 20})
-    m = tb.start_migration(src, dst, tb.new_key(label.replace(' ', '-').replace('TLS', 'tls')),
-                           0, bandwidth='16Mi', max_bandwidth=1 << 40)
+    m = tb.start_migration(src, dst, key_of(tb, label), 0, bandwidth='16Mi',
+                           max_bandwidth=1 << 40)
     m.wait_active()
     time.sleep(1.0)
     src.execute('migrate-start-postcopy')
@@ -140,12 +149,7 @@ def postcopy(ck, tb, label):
 
 
 def link_30s(ck, tb, label):
-    src, dst = tb.qemu_pair(MIB, guest=GUEST)
-    src.start_guest()
-    m = tb.start_migration(src, dst, tb.new_key(label.replace(' ', '-').replace('TLS', 'tls')),
-                           CHANNELS, bandwidth=f'{CAP}')
-    m.wait_active()
-    time.sleep(1.0)
+    src, dst, m = start_capped(tb, label)
     link_down(tb, 30)
     finish(ck, tb, m, src, dst, f'{label} (the link down 30 s)', 1)
     tb.close_qemus(src, dst)
@@ -181,8 +185,7 @@ def forged(ck, tb, label):
     src, dst = tb.qemu_pair(MIB, guest=GUEST)
     src.start_guest()
     other = tb.target.target_start(tb.new_key('other'), {49152: tb.path('dst', 'none.sock')})[1]
-    m = tb.start_migration(src, dst, tb.new_key(label.replace(' ', '-').replace('TLS', 'tls')),
-                           CHANNELS, bandwidth=f'{CAP}')
+    m = tb.start_migration(src, dst, key_of(tb, label), CHANNELS, bandwidth=f'{CAP}')
     m.wait_active()
     time.sleep(0.5)
     secret = m.target['secret']
