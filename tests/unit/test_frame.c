@@ -377,29 +377,41 @@ static void test_codec(void **state)
 	assert_int_equal(xp_frame_get(buf, &g), -EBADMSG);
 }
 
-/* One link whose peer is the test: it reads the link's frames and answers with a bad one. */
-static void bad_peer(const struct xp_frame *answer, const char *what)
+/*
+ * A link whose node-hop peer is the test: hb (blocking) is that peer's socket, q[0] the local
+ * QEMU's. The local QEMU writes a page, and the test reads it as one DATA frame from offset 0.
+ */
+static struct xp_pool *peer_link(struct side *a, int q[2], int *hb)
 {
 	struct xp_pool_conf conf = { .threads = 1, .slots = 2, .pipe_size = 1u << 20 };
-	struct side a = { 0 };
-	struct xp_pool *p;
 	uint8_t hdr[XP_FRAME_LEN], page[4096];
+	struct xp_pool *p;
 	struct xp_frame f;
-	int q[2], ha, hb;
+	int ha;
 
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, q), 0);
-	tcp_pair(&ha, &hb);
+	tcp_pair(&ha, hb);
 	assert_int_equal(xp_pool_new(&conf, on_done, NULL, &p), 0);
-	attach(p, &a, q[1], ha, 1u << 20);
-	assert_int_equal(fcntl(hb, F_SETFL, 0), 0);
+	attach(p, a, q[1], ha, 1u << 20);
+	assert_int_equal(fcntl(*hb, F_SETFL, 0), 0);
 	memset(page, 7, sizeof(page));
 	assert_int_equal(write(q[0], page, sizeof(page)), sizeof(page));
-	/* the link frames QEMU's bytes: one DATA frame from offset 0 */
-	assert_int_equal(recv(hb, hdr, sizeof(hdr), MSG_WAITALL), sizeof(hdr));
+	assert_int_equal(recv(*hb, hdr, sizeof(hdr), MSG_WAITALL), sizeof(hdr));
 	assert_int_equal(xp_frame_get(hdr, &f), 0);
 	assert_int_equal(f.type, XP_FRAME_DATA);
 	assert_true(f.off == 0 && f.len == sizeof(page));
-	assert_int_equal(recv(hb, page, sizeof(page), MSG_WAITALL), sizeof(page));
+	assert_int_equal(recv(*hb, page, sizeof(page), MSG_WAITALL), sizeof(page));
+	return p;
+}
+
+/* One link whose peer is the test: it reads the link's frames and answers with a bad one. */
+static void bad_peer(const struct xp_frame *answer, const char *what)
+{
+	struct side a = { 0 };
+	uint8_t hdr[XP_FRAME_LEN];
+	int q[2], hb;
+	struct xp_pool *p = peer_link(&a, q, &hb);
+
 	xp_frame_put(answer, hdr);
 	assert_int_equal(write(hb, hdr, sizeof(hdr)), sizeof(hdr));
 	while (!a.ended && !a.suspended) {
@@ -423,22 +435,12 @@ static void bad_peer(const struct xp_frame *answer, const char *what)
  */
 static void gone_peer(bool ended_first)
 {
-	struct xp_pool_conf conf = { .threads = 1, .slots = 2, .pipe_size = 1u << 20 };
 	struct side a = { 0 };
-	struct xp_pool *p;
 	uint8_t hdr[XP_FRAME_LEN], page[4096];
 	struct xp_frame f;
-	int q[2], ha, hb;
+	int q[2], hb;
+	struct xp_pool *p = peer_link(&a, q, &hb);
 
-	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, q), 0);
-	tcp_pair(&ha, &hb);
-	assert_int_equal(xp_pool_new(&conf, on_done, NULL, &p), 0);
-	attach(p, &a, q[1], ha, 1u << 20);
-	assert_int_equal(fcntl(hb, F_SETFL, 0), 0);
-	memset(page, 7, sizeof(page));
-	assert_int_equal(write(q[0], page, sizeof(page)), sizeof(page));
-	assert_int_equal(recv(hb, hdr, sizeof(hdr), MSG_WAITALL), sizeof(hdr));
-	assert_int_equal(recv(hb, page, sizeof(page), MSG_WAITALL), sizeof(page));
 	if (ended_first) {
 		/* the local QEMU ends: END goes out, the peer acknowledges all, then GONE */
 		assert_int_equal(shutdown(q[0], SHUT_WR), 0);
@@ -500,6 +502,99 @@ static void test_bad_peer(void **state)
 	bad_peer(&(struct xp_frame){ .type = 7 }, "a frame of no known type");
 }
 
+/* Reaps until s has a report (an end, or a suspension or quiescence: res.end says which). */
+static void wait_report(struct xp_pool *p, struct side *s)
+{
+	s->ended = s->suspended = false;
+	while (!s->ended && !s->suspended) {
+		struct pollfd pf = { .fd = xp_pool_event_fd(p), .events = POLLIN };
+
+		assert_true(poll(&pf, 1, 5000) > 0);
+		xp_pool_reap(p);
+	}
+}
+
+static void hop_frame(int fd, enum xp_frame_type type, uint64_t off)
+{
+	struct xp_frame f = { .type = type, .off = off };
+	uint8_t hdr[XP_FRAME_LEN];
+
+	xp_frame_put(&f, hdr);
+	assert_int_equal(write(fd, hdr, sizeof(hdr)), sizeof(hdr));
+}
+
+/*
+ * A link moved to another process, in one pool: it quiesces (it asks for the ACK of what it
+ * sent, and holds still once it has it), its state is read, a link refuses a state whose digests
+ * do not match its own, the first one is released (the local socket stays open), and a link
+ * adopting the state starts suspended and goes on from its offsets over a new node hop.
+ */
+static void test_quiesce_adopt(void **state)
+{
+	struct side a = { 0 }, bad = { 0 }, c = { 0 };
+	struct xp_link_opts o = { .resume = { .keep = 1u << 20, .silence_ms = 5000 } };
+	struct xp_link_state st, wrong;
+	uint8_t hdr[XP_FRAME_LEN], page[4096];
+	struct xp_frame f;
+	int q[2], hb, other[2], hc, hd;
+	struct xp_pool *p = peer_link(&a, q, &hb);
+
+	(void)state;
+	xp_link_quiesce(a.l, true);
+	assert_int_equal(recv(hb, hdr, sizeof(hdr), MSG_WAITALL), sizeof(hdr));
+	assert_int_equal(xp_frame_get(hdr, &f), 0);
+	assert_true(f.type == XP_FRAME_PING && f.off == sizeof(page));
+	hop_frame(hb, XP_FRAME_ACK, sizeof(page));
+	wait_report(p, &a);
+	assert_true(a.res.end == XP_END_QUIESCED && a.res.err == 0);
+	assert_int_equal(xp_link_state(a.l, &st), 0);
+	assert_true(st.sent == sizeof(page) && st.have == 0 && st.fd >= 0);
+	assert_true(st.dg_len[0] == 0 && st.dg_len[1] == 0);
+
+	/* digests on one side only: refused at the start, before a byte moves */
+	wrong = st;
+	wrong.dg_len[0] = 8;
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, other), 0);
+	o.cookie = &bad;
+	o.adopt = &wrong;
+	assert_int_equal(xp_pool_attach(p, other[1], -1, &o, &bad.l), 0);
+	wait_report(p, &bad);
+	assert_true(bad.res.end == XP_END_ERROR && bad.res.err == -EPROTO);
+	close(other[0]);
+
+	/* released: the node hop is reset, QEMU's socket stays open for the other process */
+	o.cookie = &c;
+	o.adopt = &st;
+	st.fd = dup(st.fd);
+	xp_link_release(a.l);
+	wait_report(p, &a);
+	assert_int_equal(a.res.end, XP_END_MOVED);
+	close(a.hop_dup); /* the test's own handle would keep the hop open */
+	assert_true(recv(hb, hdr, sizeof(hdr), 0) <= 0);
+	assert_int_equal(xp_pool_attach(p, st.fd, -1, &o, &c.l), 0);
+	wait_report(p, &c);
+	assert_true(c.suspended && c.res.kept_from == sizeof(page) &&
+		    c.res.kept_to == sizeof(page) && c.res.have == 0);
+
+	/* resumed from the peer's offset: the next bytes go out from there */
+	tcp_pair(&hc, &hd);
+	assert_int_equal(fcntl(hd, F_SETFL, 0), 0);
+	assert_int_equal(xp_link_resume(c.l, hc, NULL, sizeof(page)), 0);
+	memset(page, 9, sizeof(page));
+	assert_int_equal(write(q[0], page, sizeof(page)), sizeof(page));
+	assert_int_equal(recv(hd, hdr, sizeof(hdr), MSG_WAITALL), sizeof(hdr));
+	assert_int_equal(xp_frame_get(hdr, &f), 0);
+	assert_true(f.type == XP_FRAME_DATA && f.off == sizeof(page) && f.len == sizeof(page));
+	assert_int_equal(recv(hd, page, sizeof(page), MSG_WAITALL), sizeof(page));
+	assert_int_equal(page[0], 9);
+	xp_link_abort(c.l);
+	wait_report(p, &c);
+	xp_pool_free(p);
+	close(hb);
+	close(hd);
+	close(q[0]);
+}
+
 int main(void)
 {
 	/* as vmigd does: a closed peer is an EPIPE to look at, not the end of the test */
@@ -514,6 +609,7 @@ int main(void)
 		cmocka_unit_test(test_gone),
 		cmocka_unit_test(test_slot_reuse),
 		cmocka_unit_test(test_bad_peer),
+		cmocka_unit_test(test_quiesce_adopt),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
