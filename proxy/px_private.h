@@ -305,6 +305,17 @@ static inline struct px_migration *px_next_any(const struct px_node *n,
 	return at == &n->stopped ? NULL : vm_list_entry(at, struct px_migration, node);
 }
 
+/* Whether a and b hold the same len bytes, in time that does not depend on where they differ
+ * (a peer's secret or token against ours). */
+static inline bool px_same_secret(const uint8_t *a, const uint8_t *b, size_t len)
+{
+	uint8_t d = 0;
+
+	for (size_t i = 0; i < len; i++)
+		d |= a[i] ^ b[i];
+	return d == 0;
+}
+
 /* Counts a TLS refusal of a node-hop connection (why: the transport's xp_conn_why). */
 static inline void px_count_refusal(struct px_node *n, const struct xp_conn_why *why)
 {

@@ -271,15 +271,6 @@ static struct px_conn *find(struct px_migration *m, const struct px_port *port, 
 	return NULL;
 }
 
-static bool token_ok(const struct px_conn *o, const struct px_preamble *p)
-{
-	uint8_t d = 0;
-
-	for (unsigned int i = 0; i < PX_TOKEN_LEN; i++)
-		d |= o->token[i] ^ p->token[i];
-	return d == 0;
-}
-
 /* A resumption turned away: the connection it names (if any) is not touched. */
 static void refuse(struct px_conn *c, struct px_migration *m, uint32_t port, uint32_t seq,
 		   const char *why)
@@ -315,7 +306,7 @@ void px_resume_arrive(struct px_conn *c, struct px_port *port, const struct px_p
 	uint64_t acked, sent;
 	char why[160];
 
-	if (!o || !token_ok(o, p)) {
+	if (!o || !px_same_secret(o->token, p->token, PX_TOKEN_LEN)) {
 		refuse(c, m, p->port, p->seq,
 		       o ? "a wrong token" : "no resumable connection of that number");
 		return;

@@ -173,16 +173,6 @@ static bool tgt_same_peer(struct px_migration *m, const struct px_conn *c, char 
 	return true;
 }
 
-/* A preamble's secret against the migration's, in constant time. */
-static bool tgt_secret_ok(const struct px_migration *m, const struct px_preamble *p)
-{
-	uint8_t d = 0;
-
-	for (unsigned int i = 0; i < PX_SECRET_LEN; i++)
-		d |= p->secret[i] ^ m->secret[i];
-	return d == 0;
-}
-
 /* Refused as not the migration's peer: the connection goes, the migration carries on. */
 static void tgt_refuse_peer(struct px_conn *c, const struct px_migration *m, uint32_t port,
 			    const char *why)
@@ -242,7 +232,8 @@ static void tgt_dispatch(struct px_conn *c, const struct px_preamble *p)
 	/* KubeVirt's API carries no secret from target to source: in that mode a source comes
 	 * without one, to the migration's own listeners only, which their private ports, TLS
 	 * and the first peer protect. On the shared port every migration needs its secret. */
-	if (p->has_secret ? !tgt_secret_ok(m, p) : !(m->kubevirt && c->lport)) {
+	if (p->has_secret ? !px_same_secret(p->secret, m->secret, PX_SECRET_LEN)
+			  : !(m->kubevirt && c->lport)) {
 		tgt_refuse_peer(c, m, p->port,
 				p->has_secret ? "a wrong secret"
 				: m->kubevirt ? "no secret on the shared port (a KubeVirt-mode "
