@@ -177,6 +177,8 @@ static void link_finalize(struct xp_worker *w, struct pool_link *l)
 		xp_tls_sess_free(l->tls);
 		l->tls = NULL;
 	}
+	if (l->adopt)
+		free((void *)l->adopt->kept);
 	free(l->adopt);
 	l->adopt = NULL;
 	l->opts.adopt = NULL;
@@ -887,10 +889,16 @@ int xp_pool_attach(struct xp_pool *p, int fd_a, int fd_b, const struct xp_link_o
 	if (o->adopt) {
 		/* the caller's may go before the worker starts the link: a copy of its own */
 		struct xp_link_state *st = malloc(sizeof(*st));
+		uint8_t *kept = NULL;
 
-		if (!st)
+		if (!st || (o->adopt->kept_len && !(kept = malloc(o->adopt->kept_len)))) {
+			free(st);
 			return -ENOMEM;
+		}
 		*st = *o->adopt;
+		if (kept)
+			memcpy(kept, o->adopt->kept, st->kept_len);
+		st->kept = kept;
 		best->nfree--;
 		l = &best->links[best->free_slots[best->nfree]];
 		l->adopt = st;

@@ -113,9 +113,10 @@ static void fuzz_reply(const uint8_t *data, size_t size)
 {
 	size_t max = size < PX_REPLY_MAX + 1 ? size : PX_REPLY_MAX + 1;
 	unsigned int status = size >= PX_REPLY_LEN ? (unsigned int)(data[6] << 8 | data[7]) : 0;
-	bool dpdk = status == PX_OK_DPDK;
+	bool dpdk = status == PX_OK_DPDK || status == PX_OK_DPDK_RESUMABLE;
 	/* how long a reply of this status is: the length its status gives, nothing more */
-	size_t whole = dpdk			    ? PX_REPLY_DPDK_LEN
+	size_t whole = status == PX_OK_DPDK_RESUMABLE ? PX_REPLY_DPDK_RESUMABLE_LEN
+		       : dpdk			    ? PX_REPLY_DPDK_LEN
 		       : status == PX_VERIFIED	    ? PX_REPLY_VERIFY_LEN
 		       : status == PX_OK_RESUMABLE ? PX_REPLY_RESUMABLE_LEN
 		       : status == PX_RESUMED	    ? PX_REPLY_RESUMED_LEN
@@ -144,7 +145,10 @@ static void fuzz_reply(const uint8_t *data, size_t size)
 		FUZZ_CHECK(!dpdk || (d.ip && d.port && d.stream));
 		if (st == PX_OK_RESUMABLE) {
 			px_reply_token(data, tok);
-			px_reply_encode_resumable(tok, buf);
+			px_reply_encode_resumable(tok, NULL, buf);
+		} else if (st == PX_OK_DPDK_RESUMABLE) {
+			px_reply_token(data, tok);
+			px_reply_encode_resumable(tok, &d, buf);
 		} else if (st == PX_RESUMED) {
 			px_reply_encode_resumed(px_reply_have(data), buf);
 		} else {
