@@ -440,7 +440,6 @@ static size_t link_io(struct dhop_link *l)
 	return moved;
 }
 
-
 /*
  * The figures status reads: the live links' summed now, and ended's (a link that just ended)
  * moved to the ended ones' in the same step, so that a counter never goes back.
@@ -573,13 +572,12 @@ static void *dhop_thread(void *arg)
 				continue;
 			if (l->rel) {
 				struct iovec iov[2];
+				uint64_t sent;
 
 				tcp_check(l);
 				moved += link_io(l);
-				atomic_store_explicit(&l->acked,
-						      atomic_load_explicit(&l->bytes[0],
-									   memory_order_relaxed) -
-							      xp_rel_unacked(l->rel, iov),
+				sent = atomic_load_explicit(&l->bytes[0], memory_order_relaxed);
+				atomic_store_explicit(&l->acked, sent - xp_rel_unacked(l->rel, iov),
 						      memory_order_relaxed);
 			}
 			if (xp_dhop_link_ended(d, l, now)) {

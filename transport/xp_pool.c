@@ -368,6 +368,9 @@ static void link_start(struct xp_worker *w, struct pool_link *l)
 		r = xp_frame_open(w, l);
 	if (r == 0 && framed(l) && l->opts.adopt) {
 		r = xp_frame_adopt(w, l);
+		/* what the peer may lack is in the link's keep now */
+		free((void *)l->adopt->kept);
+		l->adopt->kept = NULL;
 		if (r == 0)
 			return; /* suspended until its resumption */
 	}
