@@ -7,6 +7,8 @@ the memif client first (a server that is not started yet refuses the client's ha
 DPDK 22.11 never tries again by itself), and a client whose server comes up only after it is up
 (vmigd used to exit). Each time the link comes up, `status` says so, and migrations (8 channels)
 go over DPDK with memory verified. VMIG_DPDK_ORDER_RUNS (default 3) runs each together-order.
+Then, the memif link up, every node-hop TCP connection under it is reset mid-migration (`ss -K`):
+every connection falls back to the kernel path and the migration completes there.
 
 Failures, over net_af_packet on a veth pair of the test's own that a bridge in the target
 namespace joins: with the target's end left out of the bridge, the source's ARP goes unanswered,
@@ -185,12 +187,23 @@ def memif_orders(sockdir, checks):
                              f'{label}: the client alone should say it has no server and '
                              f'restart its port: restarts {restarts}')
             migrate_ok(tb, label, checks, 'dpdk', ORDER_MIB)
+            if not together:
+                # the memif link stays up; the TCP connections under it are reset
+                migrate_falls_back(tb, 'memif-hop-reset', checks,
+                                   'the peer vmigd closed the node-hop connection before the '
+                                   'stream ended', during=lambda: kill_hop(tb))
             key = first if together else label
             tally.setdefault(key, [0, 0])[0] += 1
             tally[key][1] += refused > 0
     for key, (runs, refused) in tally.items():
         vt.log(f'    {key}: {runs} of {runs} migrations over DPDK, {refused} after a refused '
                'handshake tried again')
+
+
+def kill_hop(tb):
+    """ss -K every node-hop TCP connection of the source daemon: both ends see a reset."""
+    subprocess.run(['ip', 'netns', 'exec', tb.net.source_ns, 'ss', '-K', '-tn', 'dst',
+                    tb.net.target_addr], capture_output=True, check=True)
 
 
 def ip(ns, *args):
