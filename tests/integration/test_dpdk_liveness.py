@@ -276,19 +276,21 @@ def failures(sockdir, checks):
 
 def plain_link_down(sockdir, checks):
     """In plain text (the kernel path splices, and keeps what it sent in pipes) a link down
-    mid-migration falls back the same way; VMIG_DPDK_DOWN_RUNS (default 1) times in a row."""
-    s = None
-    with vt.Testbed(tls=False, before_daemons=dpdk_wires,
+    mid-migration falls back the same way; VMIG_DPDK_DOWN_RUNS (default 1) times in a row
+    (VMIG_DPDK_DOWN_TLS=1: with TLS instead, for a longer manual loop)."""
+    tls = os.environ.get('VMIG_DPDK_DOWN_TLS') == '1'
+    with vt.Testbed(tls=tls, before_daemons=dpdk_wires,
                     source_args=vt.dpdk.daemon_args('source', 'afpacket', sockdir, 'ps',
                                                     iface='dS'),
                     target_args=vt.dpdk.daemon_args('target', 'afpacket', sockdir, 'pt',
                                                     iface='dT')) as tb:
         s, t = tb.net.source_ns, tb.net.target_ns
+        mode = 'tls' if tls else 'plain'
         ip(t, 'link', 'set', 'dY', 'master', 'br0')
         vt.dpdk.wait_link(tb)
         for i in range(DOWN_RUNS):
-            migrate_ok(tb, f'plain-up-{i}', checks, 'dpdk')
-            migrate_falls_back(tb, f'plain-link-down-{i}', checks, r'DPDK link down for \d s: '
+            migrate_ok(tb, f'{mode}-up-{i}', checks, 'dpdk')
+            migrate_falls_back(tb, f'{mode}-link-down-{i}', checks, r'DPDK link down for \d s: '
                                'net_af_packet: interface dS down',
                                during=lambda: ip(s, 'link', 'set', 'dS', 'down'))
             since = tb.source.log_offset()
