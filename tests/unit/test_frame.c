@@ -675,6 +675,35 @@ static void adopt_kept_run(enum xp_path path)
 	close(q[0]);
 }
 
+/*
+ * A link suspended (its node hop reset) and aborted before the control thread reaped the
+ * suspension: both reports come, in order, the suspension as it was posted and then the end,
+ * never the end twice (which once freed a connection its second report then used).
+ */
+static void test_suspended_then_aborted_unreaped(void **state)
+{
+	struct side a = { 0 };
+	struct pollfd pf;
+	int q[2], hb;
+	struct xp_pool *p = peer_link(&a, q, &hb);
+
+	(void)state;
+	a.suspended = a.ended = false;
+	setsockopt(hb, SOL_SOCKET, SO_LINGER, &(struct linger){ .l_onoff = 1, .l_linger = 0 },
+		   sizeof(struct linger));
+	close(hb);
+	close(a.hop_dup);
+	pf = (struct pollfd){ .fd = xp_pool_event_fd(p), .events = POLLIN };
+	assert_true(poll(&pf, 1, 5000) > 0); /* the suspension is posted, not reaped */
+	xp_link_abort(a.l);
+	usleep(200000); /* the end is posted behind it */
+	xp_pool_reap(p);
+	assert_true(a.suspended);
+	assert_true(a.ended && a.res.end == XP_END_ABORTED);
+	xp_pool_free(p);
+	close(q[0]);
+}
+
 static void test_adopt_kept(void **state)
 {
 	(void)state;
@@ -698,6 +727,7 @@ int main(void)
 		cmocka_unit_test(test_bad_peer),
 		cmocka_unit_test(test_quiesce_adopt),
 		cmocka_unit_test(test_adopt_kept),
+		cmocka_unit_test(test_suspended_then_aborted_unreaped),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
