@@ -8,7 +8,8 @@ DPDK 22.11 never tries again by itself), and a client whose server comes up only
 (vmigd used to exit). Each time the link comes up, `status` says so, and migrations (8 channels)
 go over DPDK with memory verified. VMIG_DPDK_ORDER_RUNS (default 3) runs each together-order.
 Then, the memif link up, every node-hop TCP connection under it is reset mid-migration (`ss -K`):
-every connection falls back to the kernel path and the migration completes there.
+every connection falls back to the kernel path and the migration completes there; and the same
+in post-copy, with the guest running on the destination (test_resume.py's case).
 
 Failures, over net_af_packet on a veth pair of the test's own that a bridge in the target
 namespace joins: with the target's end left out of the bridge, the source's ARP goes unanswered,
@@ -30,6 +31,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
 import vmigtest as vt  # noqa: E402
+import test_resume  # noqa: E402  (its post-copy case, run here over DPDK)
 
 MIB = 32
 CHANNELS = 8
@@ -192,12 +194,30 @@ def memif_orders(sockdir, checks):
                 migrate_falls_back(tb, 'memif-hop-reset', checks,
                                    'the peer vmigd closed the node-hop connection before the '
                                    'stream ended', during=lambda: kill_hop(tb))
+                postcopy_falls_back(tb, checks)
             key = first if together else label
             tally.setdefault(key, [0, 0])[0] += 1
             tally[key][1] += refused > 0
     for key, (runs, refused) in tally.items():
         vt.log(f'    {key}: {runs} of {runs} migrations over DPDK, {refused} after a refused '
                'handshake tried again')
+
+
+def postcopy_falls_back(tb, checks):
+    """Post-copy over DPDK, the guest running on the destination, every TCP connection under
+    the hop reset: the connection falls back to the kernel path, and post-copy completes with no
+    pause and no recovery asked of QEMU (test_resume.py's case: digests verified, the guest on
+    the destination only)."""
+    since = tb.source.log_offset()
+    test_resume.postcopy(checks, tb, 'memif post-copy')
+    lines = tb.source.log_since(since).splitlines()
+    fell = [ln for ln in lines if 'falling back to the kernel path' in ln]
+    paths = {r.get('path') for r in map(vt.parse_linked, lines) if r}
+    vt.log(f'[memif-postcopy] linked over {sorted(paths)}, {len(fell)} fell back: '
+           f'{fell[0].split(": ", 2)[-1] if fell else "(no line)"}')
+    checks.check(paths == {'dpdk'} and len(fell) >= 1,
+                 f'memif post-copy: linked over {paths}, {len(fell)} fell back; expected dpdk '
+                 'and a fallback')
 
 
 def kill_hop(tb):
