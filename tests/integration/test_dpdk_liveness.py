@@ -67,10 +67,9 @@ def ended(qemu):
     return info if info.get('status') not in ('setup', 'active', 'device') else None
 
 
-def migrate_fails(tb, label, checks, reason, during=None):
-    """A migration over DPDK that must fail, its source's log naming reason (a regex), within the
-    bound (counted from when it started, or from `during`'s return: the fault it made
-    mid-stream)."""
+def start_faulted(tb, label, during):
+    """A capped migration over DPDK, and during() half a second into it (if given): its QEMUs,
+    key, migration, both logs' offsets before it, and when the fault (or the start) was."""
     src, dst = tb.qemu_pair(MIB)
     key = tb.new_key(label)
     since = {d: d.log_offset() for d in (tb.source, tb.target)}
@@ -81,6 +80,14 @@ def migrate_fails(tb, label, checks, reason, during=None):
         time.sleep(0.5)
         during()
         t0 = time.monotonic()
+    return src, dst, key, m, since, t0
+
+
+def migrate_fails(tb, label, checks, reason, during=None):
+    """A migration over DPDK that must fail, its source's log naming reason (a regex), within the
+    bound (counted from when it started, or from `during`'s return: the fault it made
+    mid-stream)."""
+    src, dst, key, m, since, t0 = start_faulted(tb, label, during)
     info = vt.wait_until(lambda: ended(src), BOUND + 30,
                          f'{label}: the source QEMU to end its migration', 0.1)
     took = time.monotonic() - t0
@@ -112,16 +119,7 @@ def migrate_falls_back(tb, label, checks, reason, during=None):
     """A migration over DPDK whose DPDK path fails (from the start, or mid-stream from `during`):
     every connection falls back to the kernel path within the bound, the source's log naming
     reason (a regex), and the migration completes there, memory and digests verified."""
-    src, dst = tb.qemu_pair(MIB)
-    key = tb.new_key(label)
-    since = {d: d.log_offset() for d in (tb.source, tb.target)}
-    m = tb.start_migration(src, dst, key, CHANNELS, bandwidth=8 << 20)
-    t0 = time.monotonic()
-    if during:
-        m.wait_active()
-        time.sleep(0.5)
-        during()
-        t0 = time.monotonic()
+    src, dst, key, m, since, t0 = start_faulted(tb, label, during)
     tb.source.wait_log(rf'migration {key} role=source: .* falling back to the kernel path',
                        timeout=BOUND + 30, since=since[tb.source])
     took = time.monotonic() - t0

@@ -2141,6 +2141,15 @@ static void test_dpdk_target_kernel_for_unreachable_peer(void **state)
 #define T(f)  cmocka_unit_test_setup_teardown(f, setup_plain, teardown)
 #define TT(f) cmocka_unit_test_setup_teardown(f, setup_tls, teardown)
 
+/* A node with a DPDK hop at DPDK_HIGH that resumes connections (1 MiB kept each), started. */
+static void dpdk_resume_node(struct t *t)
+{
+	t->conf.resume_timeout_ms = 60000;
+	t->conf.resume_keep = 1u << 20;
+	dpdk_node(t, DPDK_HIGH);
+	start(t);
+}
+
 /* Both resume connections: the target says so in its JSON ("resume_dpdk"), a source that offers
  * DPDK and resumption asks for both (PX_PREAMBLE_F_DPDK_RESUME) and takes status 16, and its
  * link is the DPDK hop's and resumable. */
@@ -2155,10 +2164,7 @@ static void test_dpdk_source_resumable(void **state)
 	char err[256];
 	size_t n;
 
-	t->conf.resume_timeout_ms = 60000;
-	t->conf.resume_keep = 1u << 20;
-	dpdk_node(t, DPDK_HIGH);
-	start(t);
+	dpdk_resume_node(t);
 	strcpy(pm.key, KEY);
 	strcpy(pm.address, "198.18.0.2");
 	pm.dpdk = d;
@@ -2202,10 +2208,7 @@ static void test_dpdk_target_resumable_falls_back(void **state)
 	char err[256];
 	int n;
 
-	t->conf.resume_timeout_ms = 60000;
-	t->conf.resume_keep = 1u << 20;
-	dpdk_node(t, DPDK_HIGH);
-	start(t);
+	dpdk_resume_node(t);
 	strcpy(pi.path, DST_SOCK);
 	assert_int_equal(
 		px_target_start(t->n, KEY, 1, &pi, &(struct px_start){ 0 }, &out, err, sizeof(err)),
