@@ -170,6 +170,11 @@ static const struct ctl_fig node_figs[] = {
 	  PROM("vmigd_dpdk_link_restarts_total", COUNTER,
 	       "Restarts of a memif client port whose link stayed down, to try its handshake "
 	       "again.") },
+	{ "dpdk.fallbacks", CTL_COUNT, FIELD(dpdk.fallbacks), OMIT_UNLESS(dpdk.on),
+	  TEXT("dpdk", ", %s connections fell back to the kernel path"), NONZERO,
+	  PROM("vmigd_dpdk_fallbacks_total", COUNTER,
+	       "Resumable connections whose DPDK path failed and that went on over the kernel "
+	       "path from where they stood.") },
 	{ "dpdk.unreachable_peers", CTL_COUNT, DPDK(unreachable_peers),
 	  TEXT("dpdk", ", %s peers unreachable"), NONZERO,
 	  PROM("vmigd_dpdk_unreachable_peers", GAUGE,
@@ -338,6 +343,11 @@ static const struct ctl_fig migration_figs[] = {
 	  PROM("vmigd_migration_resumptions_total", COUNTER,
 	       "Times the migration's connections went on over new node-hop connections after "
 	       "theirs failed.") },
+	{ "resume.fallbacks", CTL_COUNT, FIELD(resume.fallbacks),
+	  TEXT("resume", ", %s fell back from DPDK"), NONZERO,
+	  PROM("vmigd_migration_dpdk_fallbacks_total", COUNTER,
+	       "Times the migration's connections went on over the kernel path when their DPDK "
+	       "path failed.") },
 	{ "resume.replayed", CTL_BYTES, FIELD(resume.replayed), TEXT("resume", ", %s sent again"),
 	  NONZERO,
 	  PROM("vmigd_migration_replayed_bytes_total", COUNTER,
@@ -478,6 +488,11 @@ static const struct ctl_fig conn_figs[] = {
 	  TEXT("resume", "resumed %s times"), NONZERO,
 	  PROM("vmigd_connection_resumptions_total", COUNTER,
 	       "Times a resumable connection went on over a new node-hop connection.") },
+	{ "resume.fallbacks", CTL_COUNT, FIELD(fallbacks), OMIT_UNLESS(resumable),
+	  TEXT("resume", ", fell back from DPDK %s times"), NONZERO,
+	  PROM("vmigd_connection_dpdk_fallbacks_total", COUNTER,
+	       "Times a resumable connection went on over the kernel path when its DPDK path "
+	       "failed.") },
 	{ "resume.replayed", CTL_BYTES, FIELD(replayed), OMIT_UNLESS(resumable),
 	  TEXT("resume", ", %s sent again"), NONZERO,
 	  PROM("vmigd_connection_replayed_bytes_total", COUNTER,

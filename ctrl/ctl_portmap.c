@@ -41,18 +41,26 @@ static void add_resume(struct json_object *o, const struct px_portmap *t)
 {
 	if (t->resume)
 		json_object_object_add(o, "resume", json_object_new_boolean(true));
+	if (t->resume && t->resume_dpdk)
+		json_object_object_add(o, "resume_dpdk", json_object_new_boolean(true));
 }
 
-/* An optional "resume" member into t: 0, or -EINVAL when it is not a boolean. */
+/* The optional "resume" and "resume_dpdk" members into t: 0, or -EINVAL when one is not a
+ * boolean. */
 static int get_resume(struct json_object *o, struct px_portmap *t)
 {
 	struct json_object *v;
 
-	if (!json_object_object_get_ex(o, "resume", &v))
-		return 0;
-	if (!json_object_is_type(v, json_type_boolean))
-		return -EINVAL;
-	t->resume = json_object_get_boolean(v);
+	if (json_object_object_get_ex(o, "resume", &v)) {
+		if (!json_object_is_type(v, json_type_boolean))
+			return -EINVAL;
+		t->resume = json_object_get_boolean(v);
+	}
+	if (json_object_object_get_ex(o, "resume_dpdk", &v)) {
+		if (!json_object_is_type(v, json_type_boolean))
+			return -EINVAL;
+		t->resume_dpdk = json_object_get_boolean(v);
+	}
 	return 0;
 }
 

@@ -264,6 +264,14 @@ static int daemon_configure(struct daemon *d, struct ctl_options *o)
 	pc->socket_gid = o->socket_gid;
 	pc->resume_timeout_ms = (uint64_t)o->resume_timeout_s * 1000;
 	pc->resume_keep = o->resume_keep;
+	/* a DPDK connection that falls back to the kernel path keeps there what DPDK held */
+	if (o->dpdk_eal && o->resume_timeout_s && o->resume_keep < o->dpdk_buffer) {
+		vm_log_early(VM_LOG_INFO,
+			     "--resume-buffer %lu raised to --dpdk-buffer's %lu: a DPDK connection "
+			     "that falls back to the kernel path keeps there what DPDK held",
+			     o->resume_keep, o->dpdk_buffer);
+		pc->resume_keep = o->dpdk_buffer;
+	}
 	if (!o->dpdk_eal != !o->dpdk_address) {
 		vm_log_early(VM_LOG_ERR, "--dpdk and --dpdk-address go together");
 		return -EINVAL;

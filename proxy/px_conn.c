@@ -78,10 +78,12 @@ int px_conn_reply(struct px_conn *c, enum px_status st)
 		struct px_dpdk self = c->n->dpdk;
 
 		self.stream = c->dpdk.stream;
-		st = PX_OK_DPDK;
-		len = px_reply_encode(st, &self, r);
+		if (c->resumable)
+			len = px_reply_encode_resumable(c->token, &self, r);
+		else
+			len = px_reply_encode(PX_OK_DPDK, &self, r);
 	} else if (st == PX_OK && c->resumable) {
-		len = px_reply_encode_resumable(c->token, r);
+		len = px_reply_encode_resumable(c->token, NULL, r);
 	} else {
 		len = px_reply_encode(st, NULL, r);
 	}
@@ -199,6 +201,10 @@ void px_conn_done(void *cookie, const struct xp_link_result *res, void *arg)
 		px_move_quiesced(c, res);
 		return;
 	}
+	if (res->end == XP_END_FALLBACK) {
+		px_dpdk_fallback(c, res);
+		return;
+	}
 	if (res->end == XP_END_MOVED) {
 		/* another vmigd carries it on: its figures and its check are that one's */
 		px_conn_release(c);
@@ -216,6 +222,7 @@ void px_conn_done(void *cookie, const struct xp_link_result *res, void *arg)
 			c->unhopped_ms += px_now(c->n) - c->suspended_ms;
 		c->suspended = false;
 		m->resumptions += res->resumed;
+		m->fallbacks += c->fallbacks;
 		m->replayed += res->replayed;
 		m->unhopped_ms += c->unhopped_ms;
 		px_resume_ended(c);

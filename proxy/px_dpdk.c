@@ -76,3 +76,61 @@ bool px_dpdk_usable(struct px_node *n, uint32_t peer_ip)
 	note(n, &h, true);
 	return h.link_up && !has_peer(&h, peer_ip);
 }
+
+/*
+ * A resumable connection whose DPDK path failed, or that the peer resumes over the kernel path:
+ * its link goes on there from where it stood (the bytes the peer may lack included), suspended
+ * until a new node-hop connection carries it on (px_resume.c), with its caps, its inspector and
+ * its digests as they were. One it cannot carry on there ends as a failed connection.
+ */
+void px_dpdk_fallback(struct px_conn *c, const struct xp_link_result *res)
+{
+	const struct xp_link_state *st = res->fallback;
+	struct px_migration *m = c->m;
+	struct px_node *n = c->n;
+	struct xp_link_opts o = { 0 };
+	struct xp_link_result end;
+	int r;
+
+	snprintf(c->lost, sizeof(c->lost), "DPDK node hop: %s%s%.100s",
+		 res->asked ? "the peer resumes it over the kernel path" : strerror(-res->err),
+		 res->detail[0] ? ": " : "", res->detail);
+	c->fallbacks++;
+	n->dpdk_fallbacks++;
+	c->fell_back = true;
+	log_warn("migration %s role=%s: port %u connection %u: %s, after %llu/%llu bytes (tx/rx); "
+		 "falling back to the kernel path from offset %llu, %zu bytes kept for the peer",
+		 m->key, px_role_str(m->role), c->port->id, c->seq, c->lost,
+		 (unsigned long long)res->bytes[0], (unsigned long long)res->bytes[1],
+		 (unsigned long long)(st->sent - st->kept_len), st->kept_len);
+	memset(&c->dpdk, 0, sizeof(c->dpdk));
+	o.cookie = c;
+	o.digest = c->digest;
+	o.resume.keep = n->conf.resume_keep;
+	o.resume.silence_ms = PX_HOP_SILENCE_MS;
+	o.adopt = st;
+	o.adopt_tls = c->tls.version[0] != '\0';
+	if (n->conf.shaper == PX_SHAPE_BUCKET) {
+		o.bucket[0] = m->bucket;
+		o.bucket[1] = n->bucket;
+	}
+	if (c->insp) {
+		unsigned int d = m->role == PX_ROLE_SOURCE ? 0 : 1;
+
+		o.tap_ops[d] = &px_insp_tap_ops;
+		o.tap_ctx[d] = c->insp;
+	}
+	r = IO(n, attach, st->fd, NULL, &o, &c->link);
+	if (r == 0)
+		return; /* its suspension report follows */
+	IO(n, close_fd, st->fd, true);
+	c->fell_back = false;
+	end = *res;
+	end.end = XP_END_ERROR;
+	end.err = r;
+	end.err_side = 1;
+	end.fallback = NULL;
+	snprintf(end.detail, sizeof(end.detail), "cannot go on over the kernel path (%.120s)",
+		 c->lost);
+	px_conn_done(c, &end, NULL);
+}

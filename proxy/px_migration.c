@@ -300,6 +300,9 @@ static void stop_line(struct px_migration *m)
 		snprintf(undelivered + strlen(undelivered), sizeof(undelivered) - strlen(undelivered),
 			 " resumed=%u replayed=%llu hopless=%.1fs", m->resumptions,
 			 (unsigned long long)m->replayed, m->unhopped_ms / 1000.0);
+	if (m->fallbacks)
+		snprintf(undelivered + strlen(undelivered), sizeof(undelivered) - strlen(undelivered),
+			 " dpdk_fallbacks=%u", m->fallbacks);
 	vm_log(m->v.corrupt				  ? VM_LOG_ERR
 	       : strcmp(outcome, "ok") || m->v.unverified ? VM_LOG_WARN
 							  : VM_LOG_INFO,

@@ -26,8 +26,10 @@ static const char *unmovable(const struct px_migration *m)
 		if (c->st != C_LINKED || c->verify || c->resuming)
 			return "a connection of it is being set up, resumed or checked";
 		if (!c->resumable)
-			return "a connection of it is not resumable (a stock peer, the DPDK "
-			       "node hop, or --resume-timeout 0)";
+			return "a connection of it is not resumable (a stock peer, or "
+			       "--resume-timeout 0)";
+		if (c->dpdk.ip)
+			return "a connection of it is on the DPDK node hop";
 		if (c->suspended)
 			return "a connection of it is without its node hop";
 		k++;

@@ -188,6 +188,7 @@ struct px_conn_info {
 	bool resumable, suspended;
 	unsigned int resumptions;
 	uint64_t replayed, unhopped_ms, kept;
+	unsigned int fallbacks; /* times its DPDK path failed and the kernel path carried it on */
 };
 
 /* A migration's resumable connections, live and ended (px_resume.c). */
@@ -195,6 +196,7 @@ struct px_resume_info {
 	unsigned int conns;	   /* carried now and resumable */
 	unsigned int suspended;	   /* ... without a node hop now */
 	unsigned int resumptions;  /* resumed so far */
+	unsigned int fallbacks;	   /* carried on over the kernel path when DPDK failed */
 	unsigned int refused;	   /* target: resumptions turned away (forged, stale, unknown) */
 	uint64_t replayed;	   /* bytes sent again after resumptions */
 	uint64_t unhopped_ms;	   /* time without a node hop, summed over connections */
@@ -254,6 +256,7 @@ struct px_node_info {
 		bool on, sealed;
 		char address[24]; /* "ADDR:UDP" */
 		struct xp_hop_stats stats;
+		uint64_t fallbacks; /* connections the kernel path carried on when DPDK failed */
 	} dpdk;
 	/* migrations ended since start, by role and outcome */
 	unsigned int ended_source[PX_OUT_N], ended_target[PX_OUT_N];

@@ -40,6 +40,9 @@ struct px_portmap {
 	/* The target resumes a connection over a new one when the node hop fails ("resume":
 	 * true): a source offers it (PX_PREAMBLE_F_RESUMABLE) only then. */
 	bool resume;
+	/* ... and one of the DPDK node hop over the kernel path ("resume_dpdk": true): a source
+	 * offers that (PX_PREAMBLE_F_DPDK_RESUME) only then. */
+	bool resume_dpdk;
 };
 
 /* KubeVirt's logical ports: libvirt's own connection, QEMU's migration stream, NBD. */

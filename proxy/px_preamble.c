@@ -96,7 +96,8 @@ int px_preamble_encode(const struct px_preamble *p, uint8_t *buf, size_t len)
 
 	if (!key_valid_n(p->key, kl) || p->port > PX_PORT_MAX ||
 	    (p->verify && (p->digest || p->dpdk.ip || p->resumable)) ||
-	    (p->resume && (p->digest || p->dpdk.ip || p->verify || p->resumable)))
+	    (p->resume && (p->digest || p->dpdk.ip || p->verify || p->resumable)) ||
+	    (p->dpdk_resume && (!p->dpdk.ip || !p->resumable)))
 		return -EINVAL;
 	if (len < at + (p->has_secret ? PX_SECRET_LEN : 0) + (p->dpdk.ip ? PX_DPDK_LEN : 0) +
 			  (p->verify ? PX_DIGESTS_LEN : 0) + (p->resume ? PX_RESUME_LEN : 0))
@@ -108,7 +109,8 @@ int px_preamble_encode(const struct px_preamble *p, uint8_t *buf, size_t len)
 				     (p->digest ? PX_PREAMBLE_F_DIGEST : 0) |
 				     (p->verify ? PX_PREAMBLE_F_VERIFY : 0) |
 				     (p->resumable ? PX_PREAMBLE_F_RESUMABLE : 0) |
-				     (p->resume ? PX_PREAMBLE_F_RESUME : 0));
+				     (p->resume ? PX_PREAMBLE_F_RESUME : 0) |
+				     (p->dpdk_resume ? PX_PREAMBLE_F_DPDK_RESUME : 0));
 	vm_put_be32(buf + 8, p->port);
 	vm_put_be32(buf + 12, p->seq);
 	vm_put_be16(buf + 16, kl);
@@ -159,7 +161,10 @@ int px_preamble_decode(const uint8_t *buf, size_t len, struct px_preamble *ret)
 	kl = vm_get_be16(buf + 16);
 	flags = vm_get_be16(buf + 6);
 	if ((flags & ~(PX_PREAMBLE_F_SECRET | PX_PREAMBLE_F_DPDK | PX_PREAMBLE_F_DIGEST |
-		       PX_PREAMBLE_F_VERIFY | PX_PREAMBLE_F_RESUMABLE | PX_PREAMBLE_F_RESUME)) ||
+		       PX_PREAMBLE_F_VERIFY | PX_PREAMBLE_F_RESUMABLE | PX_PREAMBLE_F_RESUME |
+		       PX_PREAMBLE_F_DPDK_RESUME)) ||
+	    ((flags & PX_PREAMBLE_F_DPDK_RESUME) &&
+	     (~flags & (PX_PREAMBLE_F_DPDK | PX_PREAMBLE_F_RESUMABLE))) ||
 	    ((flags & PX_PREAMBLE_F_VERIFY) &&
 	     (flags & (PX_PREAMBLE_F_DPDK | PX_PREAMBLE_F_DIGEST | PX_PREAMBLE_F_RESUMABLE))) ||
 	    ((flags & PX_PREAMBLE_F_RESUME) &&
@@ -191,6 +196,7 @@ int px_preamble_decode(const uint8_t *buf, size_t len, struct px_preamble *ret)
 		digests_get(buf + px_preamble_len(buf) - PX_DIGESTS_LEN, &p.dg);
 	p.resumable = flags & PX_PREAMBLE_F_RESUMABLE;
 	p.resume = flags & PX_PREAMBLE_F_RESUME;
+	p.dpdk_resume = flags & PX_PREAMBLE_F_DPDK_RESUME;
 	memset(p.token, 0, sizeof(p.token));
 	p.have = 0;
 	if (p.resume) {
@@ -214,11 +220,18 @@ size_t px_reply_encode(enum px_status st, const struct px_dpdk *dpdk, uint8_t *b
 	return PX_REPLY_DPDK_LEN;
 }
 
-size_t px_reply_encode_resumable(const uint8_t token[PX_TOKEN_LEN], uint8_t *buf)
+size_t px_reply_encode_resumable(const uint8_t token[PX_TOKEN_LEN], const struct px_dpdk *dpdk,
+				 uint8_t *buf)
 {
-	px_reply_encode(PX_OK_RESUMABLE, NULL, buf);
-	memcpy(buf + PX_REPLY_LEN, token, PX_TOKEN_LEN);
-	return PX_REPLY_RESUMABLE_LEN;
+	if (!dpdk) {
+		px_reply_encode(PX_OK_RESUMABLE, NULL, buf);
+		memcpy(buf + PX_REPLY_LEN, token, PX_TOKEN_LEN);
+		return PX_REPLY_RESUMABLE_LEN;
+	}
+	px_reply_encode(PX_OK_DPDK_RESUMABLE, NULL, buf);
+	dpdk_put(dpdk, buf + PX_REPLY_LEN);
+	memcpy(buf + PX_REPLY_DPDK_LEN, token, PX_TOKEN_LEN);
+	return PX_REPLY_DPDK_RESUMABLE_LEN;
 }
 
 size_t px_reply_encode_resumed(uint64_t have, uint8_t *buf)
@@ -230,7 +243,9 @@ size_t px_reply_encode_resumed(uint64_t have, uint8_t *buf)
 
 void px_reply_token(const uint8_t *buf, uint8_t token[PX_TOKEN_LEN])
 {
-	memcpy(token, buf + PX_REPLY_LEN, PX_TOKEN_LEN);
+	bool dpdk = vm_get_be16(buf + 6) == PX_OK_DPDK_RESUMABLE;
+
+	memcpy(token, buf + (dpdk ? PX_REPLY_DPDK_LEN : PX_REPLY_LEN), PX_TOKEN_LEN);
 }
 
 uint64_t px_reply_have(const uint8_t *buf)
@@ -259,6 +274,8 @@ size_t px_reply_len(const uint8_t *buf, size_t have)
 		return PX_REPLY_RESUMABLE_LEN;
 	case PX_RESUMED:
 		return PX_REPLY_RESUMED_LEN;
+	case PX_OK_DPDK_RESUMABLE:
+		return PX_REPLY_DPDK_RESUMABLE_LEN;
 	default:
 		return PX_REPLY_LEN;
 	}
@@ -308,27 +325,25 @@ const char *px_verdict_str(enum px_verdict v)
 int px_reply_decode(const uint8_t *buf, size_t len, enum px_status *ret, struct px_dpdk *dpdk)
 {
 	struct px_dpdk d;
+	enum px_status st;
+	size_t want;
 
 	if (len < PX_REPLY_LEN)
 		return 0;
 	if (vm_get_be32(buf) != PX_REPLY_MAGIC || vm_get_be16(buf + 4) != PX_PROTO_VERSION)
 		return -EBADMSG;
-	if (vm_get_be16(buf + 6) != PX_OK_DPDK) {
-		size_t want = px_reply_len(buf, len);
-
-		if (len < want)
-			return 0;
-		*ret = vm_get_be16(buf + 6);
-		return (int)want;
-	}
-	if (len < PX_REPLY_DPDK_LEN)
+	st = vm_get_be16(buf + 6);
+	want = px_reply_len(buf, len);
+	if (len < want)
 		return 0;
-	if (dpdk_get(buf + PX_REPLY_LEN, &d))
-		return -EBADMSG;
-	*ret = PX_OK_DPDK;
-	if (dpdk)
-		*dpdk = d;
-	return PX_REPLY_DPDK_LEN;
+	if (st == PX_OK_DPDK || st == PX_OK_DPDK_RESUMABLE) {
+		if (dpdk_get(buf + PX_REPLY_LEN, &d))
+			return -EBADMSG;
+		if (dpdk)
+			*dpdk = d;
+	}
+	*ret = st;
+	return (int)want;
 }
 
 const char *px_status_str(enum px_status st)
@@ -342,6 +357,8 @@ const char *px_status_str(enum px_status st)
 		return "verified";
 	case PX_OK_RESUMABLE:
 		return "ok, resumable";
+	case PX_OK_DPDK_RESUMABLE:
+		return "ok, over the DPDK node hop, resumable over the kernel path";
 	case PX_RESUMED:
 		return "resumed";
 	case PX_ERR_RESUME:

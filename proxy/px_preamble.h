@@ -39,6 +39,10 @@
 /* Not a new connection: connection (port, seq), resumable, goes on over this one; its token
  * and the source's offset follow. The target answers PX_RESUMED with its own. */
 #define PX_PREAMBLE_F_RESUME 0x0020
+/* With PX_PREAMBLE_F_DPDK and PX_PREAMBLE_F_RESUMABLE (to a target that advertised
+ * "resume_dpdk"): the source can also resume a connection of the DPDK node hop over the kernel
+ * path; a target that agrees answers PX_OK_DPDK_RESUMABLE. */
+#define PX_PREAMBLE_F_DPDK_RESUME 0x0040
 #define PX_REPLY_LEN	     8
 /* A PX_OK_DPDK reply: the target's DPDK address and port and the stream id follow. */
 #define PX_REPLY_DPDK_LEN (PX_REPLY_LEN + PX_DPDK_LEN)
@@ -47,6 +51,8 @@
 /* A PX_OK_RESUMABLE reply: the connection's token follows; a PX_RESUMED one: the offset. */
 #define PX_REPLY_RESUMABLE_LEN (PX_REPLY_LEN + PX_TOKEN_LEN)
 #define PX_REPLY_RESUMED_LEN   (PX_REPLY_LEN + 8)
+/* A PX_OK_DPDK_RESUMABLE reply: the DPDK address, port and stream, then the token. */
+#define PX_REPLY_DPDK_RESUMABLE_LEN (PX_REPLY_DPDK_LEN + PX_TOKEN_LEN)
 #define PX_REPLY_MAX	    PX_REPLY_VERIFY_LEN
 #define PX_PORT_MAX	  65535
 
@@ -68,6 +74,8 @@ enum px_status {
 	PX_RESUMED = 14,      /* to a resumption: it goes on; the target's offset follows */
 	PX_ERR_RESUME = 15,   /* a resumption of no resumable connection here, or from an offset
 			       * outside what was kept */
+	/* ok, over the DPDK node hop, and resumable over the kernel path: address and token */
+	PX_OK_DPDK_RESUMABLE = 16,
 };
 
 /* What the target found when it compared a source's report with its own digests. */
@@ -116,6 +124,7 @@ struct px_preamble {
 	struct px_digests dg;
 	bool resumable; /* PX_PREAMBLE_F_RESUMABLE */
 	bool resume;	/* PX_PREAMBLE_F_RESUME: token and have follow */
+	bool dpdk_resume; /* PX_PREAMBLE_F_DPDK_RESUME (with dpdk and resumable only) */
 	uint8_t token[PX_TOKEN_LEN];
 	uint64_t have; /* what the source took of the target's direction */
 };
@@ -139,10 +148,13 @@ size_t px_preamble_len(const uint8_t *buf);
  * with PX_OK_DPDK only. */
 size_t px_reply_encode(enum px_status st, const struct px_dpdk *dpdk, uint8_t *buf);
 /* A PX_OK_RESUMABLE reply with the connection's token, a PX_RESUMED one with the target's
- * offset, into buf (PX_REPLY_MAX bytes); each returns its length. */
-size_t px_reply_encode_resumable(const uint8_t token[PX_TOKEN_LEN], uint8_t *buf);
+ * offset, into buf (PX_REPLY_MAX bytes); each returns its length. dpdk non-NULL: a
+ * PX_OK_DPDK_RESUMABLE reply with that address too. */
+size_t px_reply_encode_resumable(const uint8_t token[PX_TOKEN_LEN], const struct px_dpdk *dpdk,
+				 uint8_t *buf);
 size_t px_reply_encode_resumed(uint64_t have, uint8_t *buf);
-/* Once px_reply_decode() took a whole PX_OK_RESUMABLE or PX_RESUMED reply: what follows it. */
+/* Once px_reply_decode() took a whole PX_OK_RESUMABLE, PX_OK_DPDK_RESUMABLE or PX_RESUMED reply:
+ * what follows it. */
 void px_reply_token(const uint8_t *buf, uint8_t token[PX_TOKEN_LEN]);
 uint64_t px_reply_have(const uint8_t *buf);
 /* A PX_VERIFIED reply into buf (PX_REPLY_VERIFY_LEN bytes); returns its length. */
@@ -166,8 +178,8 @@ bool px_digests_equal(const struct px_digests *a, const struct px_digests *b);
  */
 enum px_verdict px_digests_compare(const struct px_digests *src, const struct px_digests *tgt);
 /* 0 while more bytes are needed, the reply's length when decoded (*dpdk written for PX_OK_DPDK
- * unless NULL),
- * -EBADMSG on a bad magic or version or a PX_OK_DPDK without an address. */
+ * and PX_OK_DPDK_RESUMABLE unless NULL), -EBADMSG on a bad magic or version or such a reply
+ * without an address. */
 int px_reply_decode(const uint8_t *buf, size_t len, enum px_status *ret, struct px_dpdk *dpdk);
 
 const char *px_status_str(enum px_status st);

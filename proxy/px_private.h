@@ -119,6 +119,7 @@ struct px_conn {
 	struct px_dpdk
 		dpdk; /* over the DPDK node hop: the peer's address, the stream (ip 0: not) */
 	bool dpdk_offered; /* source: its preamble offered the DPDK node hop */
+	bool dpdk_resume_offered; /* ... and to resume it over the kernel path */
 	char peer[80];
 	char addr[64];	      /* target: the peer's address, no port (peer without it) */
 	uint64_t accepted_ms; /* target, before its preamble: when it was accepted */
@@ -149,6 +150,10 @@ struct px_conn {
 	uint64_t refused_ms; /* since when every attempt was refused; 0: the last was not */
 	unsigned int resumptions, attempts;
 	uint64_t unhopped_ms, replayed;
+	/* times its DPDK path failed and the kernel path carried it on; fell_back: the
+	 * suspension report that follows is of the link that does */
+	unsigned int fallbacks;
+	bool fell_back;
 	/* its migration moves to another vmigd: its link asked to hold still, and holds still;
 	 * adopted: moved here from another vmigd */
 	bool quiescing, quiesced, adopted;
@@ -227,8 +232,9 @@ struct px_migration {
 	struct xp_timer *stop_timer;
 	struct px_verify v;  /* digests of its connections, compared with the peer's */
 	/* resumable connections: of ended ones, resumptions, bytes sent again, time without a
-	 * node hop; refused resumptions (forged or stale) */
-	unsigned int resumptions, resume_refused;
+	 * node hop, falls back from DPDK to the kernel path; refused resumptions (forged or
+	 * stale) */
+	unsigned int resumptions, resume_refused, fallbacks;
 	uint64_t replayed, unhopped_ms;
 	bool unresumable; /* a connection was carried that is not resumable */
 	/*
@@ -274,6 +280,7 @@ struct px_node {
 	struct px_dpdk dpdk;	  /* this node's DPDK node hop (ip 0: none); stream unused */
 	uint32_t dpdk_next;	  /* the stream id the next offer proposes */
 	struct xp_hop_health dpdk_seen; /* the hop's health as last logged (px_dpdk.c) */
+	uint64_t dpdk_fallbacks; /* connections the kernel path carried on, since start */
 	struct xp_timer *tick;
 	uint64_t bytes_done[2]; /* of ended connections */
 	uint64_t conns_total;
@@ -353,6 +360,8 @@ bool px_dpdk_can(const struct px_conn *c);
 bool px_dpdk_usable(struct px_node *n, uint32_t peer_ip);
 /* From the tick: logs a change of the hop's health once it lasts (px_dpdk.c). */
 void px_dpdk_watch(struct px_node *n);
+/* An XP_END_FALLBACK report: c goes on over the kernel path, or fails (px_dpdk.c). */
+void px_dpdk_fallback(struct px_conn *c, const struct xp_link_result *res);
 /* Writes the preamble's reply (PX_OK_DPDK in place of PX_OK when c->dpdk is set): 0, or -errno
  * (-EIO for a short write). */
 int px_conn_reply(struct px_conn *c, enum px_status st);

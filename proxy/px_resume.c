@@ -142,6 +142,9 @@ void px_resume_suspended(struct px_conn *c, const struct xp_link_result *res)
 			 m->key, px_role_str(m->role), c->port->id, c->seq,
 			 (unsigned long long)res->bytes[0], (unsigned long long)res->bytes[1],
 			 (unsigned long long)(n->conf.resume_timeout_ms / 1000));
+	} else if (c->fell_back) {
+		/* off the DPDK node hop: px_dpdk_fallback() said why, and c->lost keeps it */
+		c->fell_back = false;
 	} else {
 		lost_note(c, res);
 	}

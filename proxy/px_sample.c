@@ -137,6 +137,7 @@ static void conn_info(struct px_migration *m, struct px_conn *c, struct px_migra
 		ri->conns++;
 		ri->suspended += c->suspended;
 		ri->resumptions += c->resumptions;
+		ri->fallbacks += c->fallbacks;
 		ri->replayed += c->replayed;
 		ri->unhopped_ms += c->unhopped_ms +
 				   (c->suspended ? px_now(m->n) - c->suspended_ms : 0);
@@ -145,6 +146,7 @@ static void conn_info(struct px_migration *m, struct px_conn *c, struct px_migra
 			i->resumable = true;
 			i->suspended = c->suspended;
 			i->resumptions = c->resumptions;
+			i->fallbacks = c->fallbacks;
 			i->replayed = c->replayed;
 			i->unhopped_ms = c->unhopped_ms;
 			i->kept = kept;
@@ -212,6 +214,7 @@ void px_node_foreach(struct px_node *n, px_migration_fn fn, void *arg)
 			.inspected = n->conf.inspect,
 			.insp = m->insp_done,
 			.resume = { .resumptions = m->resumptions,
+				    .fallbacks = m->fallbacks,
 				    .refused = m->resume_refused,
 				    .replayed = m->replayed,
 				    .unhopped_ms = m->unhopped_ms,
@@ -290,6 +293,7 @@ void px_node_info(struct px_node *n, struct px_node_info *out)
 	memcpy(ni.ended_target, n->ended[PX_ROLE_TARGET], sizeof(ni.ended_target));
 	memcpy(ni.tls_refusals, n->tls_refusals, sizeof(ni.tls_refusals));
 	ni.resume_refused = n->resume_refused;
+	ni.dpdk.fallbacks = n->dpdk_fallbacks;
 	if (n->conf.tls) {
 		ni.tls.on = true;
 		xp_tls_expiry(n->conf.tls, &ni.tls.node_expiry, &ni.tls.ca_expiry);

@@ -162,6 +162,7 @@ static void src_start_send(struct px_conn *c)
 		/* the target sets the top bit (px_target.c says why) */
 		p.dpdk = c->n->dpdk;
 		p.dpdk.stream = (c->n->dpdk_next++ % 0x7fffffffu) + 1;
+		p.dpdk_resume = c->dpdk_resume_offered = p.resumable && c->m->target.resume_dpdk;
 	}
 	r = px_preamble_encode(&p, c->buf, sizeof(c->buf));
 	if (r < 0) {
@@ -293,21 +294,23 @@ static void src_read_reply(struct px_conn *c)
 		src_error(c, "refused (migration-conn-limit) by the target: %s", px_status_str(st));
 		return;
 	}
-	if (st == PX_OK_DPDK && !c->dpdk_offered) {
+	if ((st == PX_OK_DPDK || st == PX_OK_DPDK_RESUMABLE) && !c->dpdk_offered) {
 		src_error(c, "the target chose the DPDK node hop, which this side did not offer");
 		return;
 	}
-	if (st == PX_OK_RESUMABLE && !px_resume_wanted(c)) {
+	if ((st == PX_OK_RESUMABLE && !px_resume_wanted(c)) ||
+	    (st == PX_OK_DPDK_RESUMABLE && !c->dpdk_resume_offered)) {
 		src_error(c, "the target made resumable a connection this side did not offer");
 		return;
 	}
-	if (st != PX_OK && st != PX_OK_DPDK && st != PX_OK_RESUMABLE) {
+	if (st != PX_OK && st != PX_OK_DPDK && st != PX_OK_RESUMABLE &&
+	    st != PX_OK_DPDK_RESUMABLE) {
 		src_error(c, "refused by the target: %s", px_status_str(st));
 		return;
 	}
-	if (st != PX_OK_DPDK)
+	if (st != PX_OK_DPDK && st != PX_OK_DPDK_RESUMABLE)
 		memset(&c->dpdk, 0, sizeof(c->dpdk));
-	if (st == PX_OK_RESUMABLE) {
+	if (st == PX_OK_RESUMABLE || st == PX_OK_DPDK_RESUMABLE) {
 		c->resumable = true;
 		px_reply_token(c->buf, c->token);
 	}

@@ -267,8 +267,9 @@ static void tgt_dispatch(struct px_conn *c, const struct px_preamble *p)
 		if (p->dpdk.ip < n->dpdk.ip)
 			c->dpdk.stream |= 0x80000000u;
 	}
-	/* Resumable: both vmigd (a preamble), the kernel path (the DPDK hop has its own). */
-	if (p->resumable && !c->dpdk.ip && n->conf.resume_timeout_ms &&
+	/* Resumable: both vmigd (a preamble); over DPDK, a source that resumes such a connection
+	 * over the kernel path (an older one does not: it gets PX_OK_DPDK) */
+	if (p->resumable && (!c->dpdk.ip || p->dpdk_resume) && n->conf.resume_timeout_ms &&
 	    getrandom(c->token, sizeof(c->token), 0) == sizeof(c->token))
 		c->resumable = true;
 	if (tgt_bind(c, port, p->seq) < 0)
@@ -721,6 +722,7 @@ static void target_map(const struct px_migration *m, struct px_portmap *out)
 	out->dpdk = n->dpdk;
 	out->digest = n->conf.digest != PX_DIGEST_OFF;
 	out->resume = n->conf.resume_timeout_ms > 0;
+	out->resume_dpdk = out->resume && n->dpdk.ip;
 	out->port = m->kubevirt ? 0 : xp_addr_port(&n->bound);
 	out->nports = m->nports;
 	for (unsigned int i = 0; i < m->nports; i++) {

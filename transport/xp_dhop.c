@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /* The daemon's DPDK node hop (xp_dhop.h): one thread owns the port and the sessions; the control
  * thread hands it links through a slot table under a mutex and reaps ended ones through an
- * eventfd. Each link is an xp_hop peer of its own, keyed from its own TLS session. Liveness: a
- * link that cannot work ends within DEAD_US, and the health new connections are chosen by. */
+ * eventfd. Each link is an xp_hop peer of its own, keyed from its own TLS session. Its liveness,
+ * and its falling back to the kernel path, are xp_dhop_live.c's. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -19,113 +19,18 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "digest.h"
-#include "util.h"
 #include "xp_bucket.h"
-#include "xp_dhop.h"
-#include "xp_dpdk.h"
+#include "xp_dhop_priv.h"
 #include "xp_dpdk_port.h"
-#include "xp_hop.h"
-#include "xp_rel.h"
-
-/* Rounds with nothing moved before the thread sleeps, and how long: short at first (a stream
- * between bursts), up to a millisecond once it has been idle a while. */
-#define IDLE_ROUNDS	8
-#define IDLE_LONG	4096
-#define SLEEP_SHORT_NS	50000
-#define SLEEP_LONG_NS	1000000
-#define SLEEP_NOLINK_NS 10000000
-/* A link whose peer sent no frame this long while bytes of ours waited on it ends with an error. */
-#define PEER_SILENT_US (15 * 1000000ull)
-/*
- * The bound for a link that never worked (doc/design.md, "Liveness"): one whose port's link has
- * been down this long, or that has heard no frame from its peer since it was set up while bytes
- * of ours waited on it this long, ends with the reason. Short, because nothing is lost by it: a
- * link that never carried a byte, or whose port is down, carries none until it fails; once the
- * peer was heard, a slow peer gets PEER_SILENT_US.
- */
-#define DEAD_US	       (5 * 1000000ull)
-#define PROBE_GAP_US   1000000 /* an unreachable peer is asked for by ARP this often */
-#define PUBLISH_GAP_US 250000  /* the health is published on a change, and at least this often */
-#define WRITE_BATCH    (64 * 1024)
-
-enum slot_state {
-	S_FREE,
-	S_NEW,	 /* attached, the thread has not taken it yet */
-	S_LIVE,	 /* the thread's */
-	S_ENDED, /* ended, waiting to be reaped */
-};
-
-struct dhop_link {
-	struct xp_link base; /* first: xp_dhop_attach hands out &base */
-	struct xp_dhop *d;
-	enum slot_state st; /* under d->mu */
-	struct xp_dhop_link_conf c;
-	bool sealed;
-	uint8_t tx[XP_SEAL_SECRET], rx[XP_SEAL_SECRET];
-	atomic_bool abort;
-	_Atomic uint64_t bytes[2]; /* [0]: local socket to the peer, [1]: the peer to it */
-	_Atomic uint64_t shaped_ns;
-	/* the thread's */
-	struct xp_hop_peer *peer;
-	struct xp_rel *rel;
-	bool local_in_done, local_out_done, tcp_gone;
-	bool drop_rx; /* QEMU closed its socket: what still comes for it is undelivered */
-	bool live;    /* the thread carries it */
-	/* readiness from epoll (edge-triggered): a socket is tried only once epoll said so, and
-	 * until it answers EAGAIN, so that an idle link costs no system call */
-	bool in_ready, out_ready, tcp_ready;
-	size_t last_avail; /* in-order bytes for QEMU at the last look, not yet written */
-	bool heard;	   /* a frame of the peer's came since set-up */
-	uint64_t begun_us, last_heard_us, last_frames_in;
-	uint64_t held_until_ns;	 /* the buckets had nothing for the local socket until then */
-	struct vm_digest *dg[2]; /* c.digest: what each direction took, in order */
-	struct xp_link_result res;
-};
-
-struct xp_dhop {
-	struct xp_dhop_conf conf;
-	struct xp_dpdk *port;
-	void *wrapped; /* conf.wrap's port, or NULL */
-	struct xp_hop *hop;
-	uint32_t ip;
-	struct dhop_link *links;
-	pthread_mutex_t mu;
-	pthread_t thread;
-	bool running;
-	atomic_bool stop;
-	int efd;  /* the thread tells the control thread: links ended */
-	int epfd; /* the thread sleeps on local sockets and the TCP connections */
-	xp_link_done_fn done;
-	void *done_arg;
-	/* of links already ended, added to the live ones' by xp_dhop_stats() */
-	struct xp_hop_peer_stats gone;
-	_Atomic uint64_t polls, sleeps;
-	atomic_bool new_links;	       /* attach made an S_NEW slot */
-	unsigned int hw; /* the thread's: links[hw..] are none of its, what a round scans */
-	struct xp_hop_peer_stats live; /* refreshed by the thread, under mu */
-	uint64_t unknown_peer;	       /* the same */
-	/* the thread's: the port's link and the peers found unreachable (port_tend()) */
-	bool link_up;
-	uint64_t link_since_us, published_us;
-	struct unreachable {
-		uint32_t ip;
-		uint64_t probed_us;
-		char why[sizeof(((struct xp_hop_health *)0)->peers[0].why)];
-	} unreachable[XP_HOP_HEALTH_PEERS];
-	unsigned int nunreachable;
-	/* what the thread published of that, under mu (xp_dhop_health()) */
-	struct xp_hop_health health;
-	uint64_t health_since_us;
-	uint64_t link_restarts;
-};
-
-#define DHOP_LINK(xl)	    container_of(xl, struct dhop_link, base)
-#define CONST_DHOP_LINK(xl) container_of(xl, const struct dhop_link, base)
 
 static void dhop_link_abort(struct xp_link *xl)
 {
 	atomic_store(&DHOP_LINK(xl)->abort, true);
+}
+
+static void dhop_link_suspend(struct xp_link *xl)
+{
+	atomic_store(&DHOP_LINK(xl)->suspend, true);
 }
 
 static uint64_t dhop_link_shaped_ns(const struct xp_link *xl)
@@ -141,6 +46,16 @@ static void dhop_link_bytes(const struct xp_link *xl, uint64_t out[2])
 	out[1] = atomic_load_explicit(&l->bytes[1], memory_order_relaxed);
 }
 
+/* What a peer that resumes the link may have of what it sent: at least what it acknowledged
+ * (as of the thread's last round), at most what was read from the local socket. */
+static void dhop_link_range(const struct xp_link *xl, uint64_t *acked, uint64_t *sent)
+{
+	const struct dhop_link *l = CONST_DHOP_LINK(xl);
+
+	*acked = atomic_load_explicit(&l->acked, memory_order_relaxed);
+	*sent = atomic_load_explicit(&l->bytes[0], memory_order_relaxed);
+}
+
 /* The hop paces itself (xp_rel's window), not through the kernel's socket pacing. */
 static void dhop_link_set_pacing(struct xp_link *xl, uint64_t rate)
 {
@@ -151,98 +66,9 @@ static const struct xp_link_ops dhop_link_ops = {
 	.bytes = dhop_link_bytes,
 	.shaped_ns = dhop_link_shaped_ns,
 	.set_pacing = dhop_link_set_pacing,
+	.suspend = dhop_link_suspend,
+	.range = dhop_link_range,
 };
-
-/* The thread's view of the link and the peers, for the control thread (xp_dhop_health()). */
-static void publish(struct xp_dhop *d, uint64_t now)
-{
-	struct xp_hop_health h = { .link_up = d->link_up, .npeers = d->nunreachable };
-	struct xp_dpdk_stats ds;
-
-	if (!d->link_up)
-		xp_dpdk_link_why(d->port, h.link_why, sizeof(h.link_why));
-	for (unsigned int i = 0; i < d->nunreachable; i++) {
-		h.peers[i].ip = d->unreachable[i].ip;
-		memcpy(h.peers[i].why, d->unreachable[i].why, sizeof(h.peers[i].why));
-	}
-	xp_dpdk_stats(d->port, &ds);
-	pthread_mutex_lock(&d->mu);
-	d->health = h;
-	d->health_since_us = d->link_since_us;
-	d->link_restarts = ds.link_restarts;
-	pthread_mutex_unlock(&d->mu);
-	d->published_us = now;
-}
-
-/*
- * The port's upkeep (xp_dpdk_tend(): a memif client's handshake tried again), and the peers
- * found unreachable: each asked for by ARP once a second while the link is up, and reachable
- * again once it answers.
- */
-static void port_tend(struct xp_dhop *d, uint64_t now)
-{
-	bool up = xp_dpdk_tend(d->port, now), changed = false;
-	uint64_t asking;
-
-	if (up != d->link_up || !d->link_since_us) {
-		d->link_up = up;
-		d->link_since_us = now;
-		changed = true;
-	}
-	for (unsigned int i = 0; i < d->nunreachable;) {
-		struct unreachable *u = &d->unreachable[i];
-
-		if (changed && up)
-			u->probed_us = 0; /* a link back up asks at once */
-		if (xp_dpdk_peer_arp(d->port, u->ip, now, &asking) == 1) {
-			*u = d->unreachable[--d->nunreachable];
-			changed = true;
-			continue;
-		}
-		if (up && (!u->probed_us || now - u->probed_us >= PROBE_GAP_US)) {
-			xp_dpdk_arp_probe(d->port, u->ip, now);
-			u->probed_us = now;
-		}
-		i++;
-	}
-	if (changed || now - d->published_us >= PUBLISH_GAP_US)
-		publish(d, now);
-}
-
-/* New connections to ip stop taking the hop (the control thread sees it in the health) until
- * the peer answers ARP again: its MAC is forgotten, as a silent peer may be elsewhere now. */
-static void peer_unreachable(struct xp_dhop *d, uint32_t ip, const char *why, uint64_t now)
-{
-	struct unreachable *u = NULL;
-
-	for (unsigned int i = 0; i < d->nunreachable && !u; i++)
-		if (d->unreachable[i].ip == ip)
-			u = &d->unreachable[i];
-	if (!u && d->nunreachable == XP_HOP_HEALTH_PEERS) {
-		/* full: the oldest makes room, and is tried again by the next connection to it */
-		memmove(&d->unreachable[0], &d->unreachable[1],
-			sizeof(d->unreachable[0]) * (XP_HOP_HEALTH_PEERS - 1));
-		d->nunreachable--;
-	}
-	if (!u)
-		u = &d->unreachable[d->nunreachable++];
-	u->ip = ip;
-	u->probed_us = now;
-	snprintf(u->why, sizeof(u->why), "%s", why);
-	xp_dpdk_peer_forget(d->port, ip);
-	publish(d, now);
-}
-
-int xp_dhop_health(const struct xp_dhop *d, struct xp_hop_health *out)
-{
-	uint64_t now = vm_now_ns() / 1000;
-
-	pthread_mutex_lock((pthread_mutex_t *)&d->mu);
-	*out = d->health;
-	out->link_for_ms = now > d->health_since_us ? (now - d->health_since_us) / 1000 : 0;
-	pthread_mutex_unlock((pthread_mutex_t *)&d->mu);
-	return 0;
-}
 
 int xp_dhop_new(const struct xp_dhop_conf *conf, struct xp_dhop **ret, char *err, size_t errlen)
 {
@@ -307,7 +133,7 @@ int xp_dhop_new(const struct xp_dhop_conf *conf, struct xp_dhop **ret, char *err
 		d->links[i].d = d;
 	}
 	/* the first look, before the thread: health is never unset */
-	port_tend(d, vm_now_ns() / 1000);
+	xp_dhop_port_tend(d, vm_now_ns() / 1000);
 	*ret = d;
 	return 0;
 fail:
@@ -504,21 +330,6 @@ static size_t shape(struct dhop_link *l, size_t room)
 	return grant;
 }
 
-__attribute__((format(printf, 4, 5))) static void link_fail(struct dhop_link *l, int err,
-							    int side, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (l->res.end != XP_END_CLEAN || l->res.err)
-		return; /* the first reason stands */
-	l->res.end = XP_END_ERROR;
-	l->res.err = err;
-	l->res.err_side = side;
-	va_start(ap, fmt);
-	vsnprintf(l->res.detail, sizeof(l->res.detail), fmt, ap);
-	va_end(ap);
-}
-
 /* The TCP connection is the link's liveness: its end or error, and anything on it is drained. */
 static void tcp_check(struct dhop_link *l)
 {
@@ -541,7 +352,8 @@ static size_t link_io(struct dhop_link *l)
 	size_t moved = 0, room;
 	ssize_t k;
 
-	while (l->in_ready && !l->local_in_done && (room = xp_rel_write_space(l->rel, iov)) > 0) {
+	while (l->in_ready && !l->local_in_done && !l->falling &&
+	       (room = xp_rel_write_space(l->rel, iov)) > 0) {
 		size_t grant = shape(l, room);
 
 		if (!grant)
@@ -577,14 +389,14 @@ static size_t link_io(struct dhop_link *l)
 		} else if (errno == EAGAIN || errno == EWOULDBLOCK) {
 			l->in_ready = false;
 		} else if (errno != EINTR) {
-			link_fail(l, -errno, 0, "%s", "");
+			xp_dhop_link_fail(l, -errno, 0, "%s", "");
 		}
 		break;
 	}
 	while (!l->local_out_done && (room = xp_rel_read_space(l->rel, iov)) > 0) {
 		/* QEMU gets its bytes in batches, not a frame at a time: once there are
 		 * WRITE_BATCH of them, or when none came since the last look */
-		if (room < WRITE_BATCH && room != l->last_avail && !l->drop_rx) {
+		if (room < WRITE_BATCH && room != l->last_avail && !l->drop_rx && !l->falling) {
 			l->last_avail = room;
 			break;
 		}
@@ -614,8 +426,10 @@ static size_t link_io(struct dhop_link *l)
 		}
 		if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 			l->out_ready = false;
+		else if (k < 0 && errno != EINTR && l->falling)
+			xp_dhop_fall_broken(l, -errno);
 		else if (k < 0 && errno != EINTR)
-			link_fail(l, -errno, 0, "%s", "");
+			xp_dhop_link_fail(l, -errno, 0, "%s", "");
 		break;
 	}
 	if (!l->local_out_done && xp_rel_eof(l->rel)) {
@@ -624,87 +438,6 @@ static size_t link_io(struct dhop_link *l)
 		l->local_out_done = true;
 	}
 	return moved;
-}
-
-/*
- * Liveness over DPDK, which the TCP connection cannot tell (it tells of a peer daemon that died;
- * this, of a DPDK path that broke or never worked), within the bounds doc/design.md states: the
- * port's link down DEAD_US; nothing heard from the peer since set-up DEAD_US while bytes of ours
- * wait on it (its ARP unanswered, or the peer silent); nothing heard PEER_SILENT_US while bytes
- * wait, once it was heard. A stream with nothing waiting may stay quiet: libvirt's own
- * connection does for most of a migration. A peer that failed a link unheard is unreachable for
- * new connections until it answers ARP again (port_tend()).
- */
-static bool link_dead(struct xp_dhop *d, struct dhop_link *l, uint64_t now)
-{
-	uint64_t since = d->link_since_us > l->begun_us ? d->link_since_us : l->begun_us, asking;
-	struct xp_rel_stats rs;
-	char ip[16], why[160];
-
-	if (!d->link_up && now - since > DEAD_US) {
-		xp_dpdk_link_why(d->port, why, sizeof(why));
-		link_fail(l, -ENETDOWN, 1, "DPDK link down for %llu s: %s", DEAD_US / 1000000ull,
-			  why);
-		return true;
-	}
-	xp_rel_stats(l->rel, &rs);
-	if (rs.frames_received != l->last_frames_in || !xp_rel_waiting(l->rel)) {
-		l->heard |= rs.frames_received != l->last_frames_in;
-		l->last_frames_in = rs.frames_received;
-		l->last_heard_us = now;
-		return false;
-	}
-	if (now - l->last_heard_us <= (l->heard ? PEER_SILENT_US : DEAD_US))
-		return false;
-	if (!d->link_up) {
-		/* the port, not the peer: a link set up just before it went down gets here first */
-		xp_dpdk_link_why(d->port, why, sizeof(why));
-		link_fail(l, -ENETDOWN, 1, "DPDK link down for %llu s: %s",
-			  (now - d->link_since_us) / 1000000ull, why);
-		return true;
-	}
-	snprintf(ip, sizeof(ip), "%u.%u.%u.%u", l->c.peer_ip >> 24, (l->c.peer_ip >> 16) & 255,
-		 (l->c.peer_ip >> 8) & 255, l->c.peer_ip & 255);
-	if (l->heard)
-		link_fail(l, -ETIMEDOUT, 1,
-			  "peer silent for %llu s: no frame from it over DPDK while bytes of ours "
-			  "waited on it",
-			  PEER_SILENT_US / 1000000ull);
-	else if (xp_dpdk_peer_arp(d->port, l->c.peer_ip, now, &asking) != 1)
-		/* asked for, or forgotten a moment ago by another link to it that failed so */
-		link_fail(l, -EHOSTUNREACH, 1,
-			  "ARP for %s unanswered for %llu s: no frame from the peer over DPDK since "
-			  "the link was set up",
-			  ip, DEAD_US / 1000000ull);
-	else
-		link_fail(l, -ETIMEDOUT, 1,
-			  "peer silent for %llu s: no frame from it over DPDK since the link was "
-			  "set up, with bytes of ours waiting",
-			  DEAD_US / 1000000ull);
-	peer_unreachable(d, l->c.peer_ip, l->res.detail, now);
-	return true;
-}
-
-/* Whether the link has ended, and how: its result is filled in. */
-static bool link_ended(struct xp_dhop *d, struct dhop_link *l, uint64_t now)
-{
-	if (l->res.end != XP_END_CLEAN || l->res.err)
-		return true;
-	if (atomic_load(&l->abort)) {
-		l->res.end = XP_END_ABORTED;
-		return true;
-	}
-	if (l->local_in_done && l->local_out_done && xp_rel_send_done(l->rel))
-		return true;
-	if (l->tcp_gone) {
-		/* The peer ends its link once it has every byte of ours and we have all of its. */
-		if (l->local_in_done && l->local_out_done)
-			return true;
-		link_fail(l, -ECONNRESET, 1,
-			  "the peer vmigd closed the node-hop connection before the stream ended");
-		return true;
-	}
-	return link_dead(d, l, now);
 }
 
 /*
@@ -732,17 +465,27 @@ static void link_end(struct xp_dhop *d, struct dhop_link *l)
 {
 	struct xp_hop_peer_stats ps;
 
+	bool fell = l->res.end == XP_END_FALLBACK;
+
 	dhop_link_bytes(&l->base, l->res.bytes);
 	l->res.shaped_ns = dhop_link_shaped_ns(&l->base);
-	for (unsigned int i = 0; i < 2; i++)
-		xp_link_result_digest(&l->res, i, &l->dg[i]);
+	for (unsigned int i = 0; i < 2; i++) {
+		if (fell) {
+			vm_digest_free(l->dg[i]); /* its state is in fb */
+			l->dg[i] = NULL;
+		} else {
+			xp_link_result_digest(&l->res, i, &l->dg[i]);
+		}
+	}
 	epoll_ctl(d->epfd, EPOLL_CTL_DEL, l->c.local_fd, NULL);
 	epoll_ctl(d->epfd, EPOLL_CTL_DEL, l->c.tcp_fd, NULL);
 	if (l->res.end != XP_END_CLEAN)
-		/* a reset, so that QEMU and the peer see an error, not an end of stream */
+		/* a reset, so that QEMU and the peer see an error, not an end of stream (a peer
+		 * that resumes falls back on it too) */
 		setsockopt(l->c.tcp_fd, SOL_SOCKET, SO_LINGER,
 			   &(struct linger){ .l_onoff = 1, .l_linger = 0 }, sizeof(struct linger));
-	close(l->c.local_fd);
+	if (!fell)
+		close(l->c.local_fd); /* else the done callback's */
 	close(l->c.tcp_fd);
 	memset(&ps, 0, sizeof(ps));
 	if (l->peer) {
@@ -820,7 +563,7 @@ static void *dhop_thread(void *arg)
 
 		atomic_fetch_add_explicit(&d->polls, 1, memory_order_relaxed);
 		take_new(d, now);
-		port_tend(d, now);
+		xp_dhop_port_tend(d, now);
 		readiness(d, 0);
 		for (unsigned int i = 0; i < d->hw; i++) {
 			struct dhop_link *l = &d->links[i];
@@ -828,10 +571,16 @@ static void *dhop_thread(void *arg)
 			if (!l->live)
 				continue;
 			if (l->rel) {
+				struct iovec iov[2];
+				uint64_t sent;
+
 				tcp_check(l);
 				moved += link_io(l);
+				sent = atomic_load_explicit(&l->bytes[0], memory_order_relaxed);
+				atomic_store_explicit(&l->acked, sent - xp_rel_unacked(l->rel, iov),
+						      memory_order_relaxed);
 			}
-			if (link_ended(d, l, now)) {
+			if (xp_dhop_link_ended(d, l, now)) {
 				link_end(d, l);
 				continue;
 			}
@@ -894,6 +643,8 @@ void xp_dhop_reap(struct xp_dhop *d)
 		if (!ended)
 			continue;
 		d->done(l->c.cookie, &l->res, d->done_arg);
+		free((void *)l->fb.kept);
+		l->fb.kept = NULL;
 		pthread_mutex_lock(&d->mu);
 		l->st = S_FREE;
 		pthread_mutex_unlock(&d->mu);
@@ -913,6 +664,10 @@ void xp_dhop_stop(struct xp_dhop *d)
 		if (l->st == S_NEW || l->st == S_LIVE) {
 			close(l->c.local_fd);
 			close(l->c.tcp_fd);
+		} else if (l->st == S_ENDED && l->res.end == XP_END_FALLBACK) {
+			close(l->c.local_fd); /* never handed on */
+			free((void *)l->fb.kept);
+			l->fb.kept = NULL;
 		}
 		l->st = S_FREE;
 	}

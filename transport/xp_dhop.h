@@ -54,6 +54,13 @@ struct xp_dhop_link_conf {
 	const struct xp_tap_ops *tap_ops[2];
 	void *tap_ctx[2];
 	bool digest; /* as xp_link_opts: a digest of each direction's bytes in the result */
+	/*
+	 * Both vmigd resume it (xp_link_opts.resume): when its DPDK path fails (a liveness rule,
+	 * or the TCP connection gone before the stream's end) or it is suspended, it delivers
+	 * what came in order, resets the TCP connection and ends XP_END_FALLBACK, for the kernel
+	 * path to carry on from where it stood.
+	 */
+	bool resumable;
 };
 
 /* Opens EAL and the port (err says why not: -ENOTSUP in a build without DPDK). */
@@ -75,8 +82,9 @@ void xp_dhop_stats(const struct xp_dhop *d, struct xp_hop_stats *st);
 /* What the hop's thread last saw of its link and its peers (xp_io.h's xp_hop_health): 0. */
 int xp_dhop_health(const struct xp_dhop *d, struct xp_hop_health *out);
 
-/* Both fds belong to the hop on success; the link answers its ops (xp_link.h). Its set_pacing
- * does nothing: the hop paces itself. -EBUSY when every slot is taken, -EEXIST when the
+/* Both fds belong to the hop on success (the local one goes back with an XP_END_FALLBACK
+ * report); the link answers its ops (xp_link.h). Its set_pacing does nothing: the hop paces
+ * itself; suspend falls back (resumable links only). -EBUSY when every slot is taken, -EEXIST when the
  * peer has a link with that stream id, -ENOMEM. */
 int xp_dhop_attach(struct xp_dhop *d, const struct xp_dhop_link_conf *c, struct xp_link **ret);
 #endif

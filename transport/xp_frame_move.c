@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 /* A resumable link moved to another process at a takeover (xp_link_quiesce): here it quiesces
- * until nothing is held or unacknowledged, then holds still for its description; there it starts
- * suspended from those offsets and digest states, to be resumed over a new node hop. */
+ * until nothing is held or unacknowledged, then holds still for its description; there (or here,
+ * from the DPDK node hop) it starts suspended from those offsets, digest states and kept bytes. */
 #include <errno.h>
 #include <stdatomic.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "xp_pool_priv.h"
 
@@ -86,6 +88,41 @@ void xp_frame_frozen(struct xp_worker *w, struct pool_link *l)
 	quiesce_report(w, l, 0);
 }
 
+/*
+ * A link from the DPDK node hop: what the peer may still lack becomes what direction 0 kept of
+ * what it sent, in the pipe chain or behind the ring's head, to be sent again from the peer's
+ * offset at the resumption. -ENOBUFS where it holds more than this link may keep.
+ */
+static int adopt_kept(struct xp_pump *o, const uint8_t *kept, size_t len)
+{
+	struct keep_chain *kc = &o->kc;
+
+	if (len > o->keep_cap)
+		return -ENOBUFS;
+	if (o->ring) {
+		memcpy(o->buf, kept, len);
+		o->head = len % o->ring;
+		return 0;
+	}
+	while (len > 0) {
+		ssize_t k = write(kc->fd[kc->tail][1], kept, len);
+
+		if (k > 0) {
+			kc->cnt[kc->tail] += (size_t)k;
+			kept += k;
+			len -= (size_t)k;
+			continue;
+		}
+		if (k < 0 && errno != EAGAIN)
+			return -errno;
+		/* this pipe is full: the next, which is empty at the start */
+		if ((kc->tail + 1) % kc->n == kc->head)
+			return -ENOBUFS;
+		kc->tail = (kc->tail + 1) % kc->n;
+	}
+	return 0;
+}
+
 int xp_frame_adopt(struct xp_worker *w, struct pool_link *l)
 {
 	const struct xp_link_state *st = l->opts.adopt;
@@ -102,7 +139,16 @@ int xp_frame_adopt(struct xp_worker *w, struct pool_link *l)
 		if (r < 0)
 			return r;
 	}
-	o->sent = o->acked = o->teed = st->sent;
+	if (st->kept_len > st->sent)
+		return -EINVAL;
+	if (st->kept_len) {
+		int r = adopt_kept(o, st->kept, st->kept_len);
+
+		if (r < 0)
+			return r;
+	}
+	o->sent = o->teed = st->sent;
+	o->acked = st->sent - st->kept_len;
 	atomic_store_explicit(&o->bytes, st->sent, memory_order_relaxed);
 	atomic_store_explicit(&in->bytes, st->have, memory_order_relaxed);
 	l->suspended = true;
@@ -110,11 +156,12 @@ int xp_frame_adopt(struct xp_worker *w, struct pool_link *l)
 	l->res.err = 0;
 	l->res.asked = true;
 	l->res.have = st->have;
-	l->res.kept_from = l->res.kept_to = st->sent;
+	l->res.kept_from = o->acked;
+	l->res.kept_to = st->sent;
 	l->res.bytes[0] = st->sent;
 	l->res.bytes[1] = st->have;
 	atomic_store_explicit(&l->pub_have, st->have, memory_order_relaxed);
-	atomic_store_explicit(&l->pub_acked, st->sent, memory_order_relaxed);
+	atomic_store_explicit(&l->pub_acked, o->acked, memory_order_relaxed);
 	atomic_store_explicit(&l->pub_sent, st->sent, memory_order_relaxed);
 	xp_frame_publish_kept(l);
 	xp_outbox_post(w, l->idx | OUTBOX_SUSPENDED);

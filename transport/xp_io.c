@@ -380,6 +380,7 @@ static int attach_dpdk(struct xp_io *io, int local_fd, struct io_conn *ic,
 		.tap_ops = { o->tap_ops[0], o->tap_ops[1] },
 		.tap_ctx = { o->tap_ctx[0], o->tap_ctx[1] },
 		.digest = o->digest,
+		.resumable = o->resume.keep > 0,
 	};
 	int r;
 

@@ -16,8 +16,9 @@ struct xp_link;
 struct xp_tls_sess;
 
 /*
- * A quiesced resumable link, for the process it moves to (a takeover): sent, the offset of the
- * local socket's stream that went out and the peer acknowledged; have, the offset of the other
+ * A quiesced resumable link, for the process it moves to (a takeover), or one whose DPDK node hop
+ * failed, for the kernel path (XP_END_FALLBACK): sent, the offset of the local socket's stream
+ * that went out (a quiesced link's peer acknowledged all of it); have, the offset of the other
  * direction that was delivered to the local socket; each direction's digest state
  * (vm_digest_save; dg_len 0: no digests).
  */
@@ -26,6 +27,13 @@ struct xp_link_state {
 	uint64_t sent, have;
 	size_t dg_len[2];
 	uint8_t dg[2][VM_DIGEST_STATE_MAX];
+	/*
+	 * A link that left another data path with bytes unacknowledged (XP_END_FALLBACK): the
+	 * kept_len bytes that end at sent, which the peer may lack. 0 for a quiesced link, which
+	 * has none.
+	 */
+	const uint8_t *kept;
+	size_t kept_len;
 };
 
 /* Every call runs on the control thread. */

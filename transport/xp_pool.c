@@ -177,6 +177,8 @@ static void link_finalize(struct xp_worker *w, struct pool_link *l)
 		xp_tls_sess_free(l->tls);
 		l->tls = NULL;
 	}
+	if (l->adopt)
+		free((void *)l->adopt->kept);
 	free(l->adopt);
 	l->adopt = NULL;
 	l->opts.adopt = NULL;
@@ -190,7 +192,16 @@ static void link_finalize(struct xp_worker *w, struct pool_link *l)
 void xp_outbox_post(struct xp_worker *w, uint32_t v)
 {
 	/* Four entries per slot, the most outstanding: a quiescence report, a suspension
-	 * report (after a quiescence let go), another quiescence report and the end. */
+	 * report (after a quiescence let go), another quiescence report and the end. A report
+	 * that is not the end carries a copy of the result as it is now: once the link ends (an
+	 * abort while the report waits), res says that, and the end is reported on its own. */
+	if (v & (OUTBOX_SUSPENDED | OUTBOX_QUIESCED)) {
+		struct pool_link *l = &w->links[OUTBOX_IDX(v)];
+		unsigned int k = l->nrep++ % OUTBOX_REPS;
+
+		l->rep[k] = l->res;
+		v |= (uint32_t)k << OUTBOX_REP_SHIFT;
+	}
 	spsc_push(&w->outbox, v);
 	w->posted = true;
 }
@@ -366,6 +377,9 @@ static void link_start(struct xp_worker *w, struct pool_link *l)
 		r = xp_frame_open(w, l);
 	if (r == 0 && framed(l) && l->opts.adopt) {
 		r = xp_frame_adopt(w, l);
+		/* what the peer may lack is in the link's keep now */
+		free((void *)l->adopt->kept);
+		l->adopt->kept = NULL;
 		if (r == 0)
 			return; /* suspended until its resumption */
 	}
@@ -712,14 +726,17 @@ void xp_pool_reap(struct xp_pool *p)
 
 		while (spsc_pop(&w->outbox, &idx)) {
 			struct pool_link *l = &w->links[OUTBOX_IDX(idx)];
-			struct xp_link_result res = l->res;
+			struct xp_link_result res;
 			void *cookie = l->cookie;
 
 			if (idx & (OUTBOX_SUSPENDED | OUTBOX_QUIESCED)) {
-				/* still the worker's: only its report changes hands */
+				/* still the worker's: only its report changes hands, as it was when
+				 * posted (the link may have ended since: its end follows) */
+				res = l->rep[OUTBOX_REP(idx)];
 				p->done(cookie, &res, p->arg);
 				continue;
 			}
+			res = l->res;
 			l->cookie = NULL;
 			l->abort_sent = false;
 			w->free_slots[w->nfree++] = idx;
@@ -887,10 +904,16 @@ int xp_pool_attach(struct xp_pool *p, int fd_a, int fd_b, const struct xp_link_o
 	if (o->adopt) {
 		/* the caller's may go before the worker starts the link: a copy of its own */
 		struct xp_link_state *st = malloc(sizeof(*st));
+		uint8_t *kept = NULL;
 
-		if (!st)
+		if (!st || (o->adopt->kept_len && !(kept = malloc(o->adopt->kept_len)))) {
+			free(st);
 			return -ENOMEM;
+		}
 		*st = *o->adopt;
+		if (kept)
+			memcpy(kept, o->adopt->kept, st->kept_len);
+		st->kept = kept;
 		best->nfree--;
 		l = &best->links[best->free_slots[best->nfree]];
 		l->adopt = st;

@@ -51,6 +51,14 @@ enum xp_link_end {
 	XP_END_QUIESCED,
 	/* xp_link_release() of a quiesced link: another process carries it on. */
 	XP_END_MOVED,
+	/*
+	 * A resumable link of the DPDK node hop whose hop failed (err, detail) or was dropped
+	 * (xp_link_suspend(), asked): it is over on that path, and fallback says where it stood,
+	 * its local socket and what the peer may lack included, for a link of the kernel path to
+	 * start from (xp_link_opts.adopt). Valid during the done callback only; the socket is the
+	 * callee's from then on.
+	 */
+	XP_END_FALLBACK,
 };
 
 struct xp_link_result {
@@ -84,7 +92,8 @@ struct xp_link_result {
 	 * Always: bytes of direction a to b sent again after resumptions, and how many there were.
 	 */
 	uint64_t have, kept_from, kept_to;
-	bool asked; /* XP_END_SUSPENDED by xp_link_suspend(), not by a failure */
+	bool asked; /* XP_END_SUSPENDED or _FALLBACK by xp_link_suspend(), not by a failure */
+	const struct xp_link_state *fallback; /* XP_END_FALLBACK */
 	uint64_t replayed;
 	unsigned int resumed;
 };
@@ -132,20 +141,22 @@ struct xp_link_opts {
 		uint32_t stream;
 	} dpdk;
 	/*
-	 * Resumable (both vmigd agreed on it; never raw, never DPDK): fd_b carries frames
-	 * (xp_frame.h); direction a to b keeps up to keep bytes it sent until the peer says it
-	 * delivered them, and stops reading when that is full; a failure of fd_b suspends the
-	 * link (XP_END_SUSPENDED) instead of ending it. silence_ms: fd_b's TCP user timeout and
+	 * Resumable (both vmigd agreed on it; never raw): fd_b carries frames (xp_frame.h);
+	 * direction a to b keeps up to keep bytes it sent until the peer says it delivered them,
+	 * and stops reading when that is full; a failure of fd_b suspends the link
+	 * (XP_END_SUSPENDED) instead of ending it. silence_ms: fd_b's TCP user timeout and
 	 * keepalive, how long a node hop that answers nothing is borne. keep 0: not resumable.
+	 * Over DPDK, a failed hop ends the link XP_END_FALLBACK instead (xp_dhop.h).
 	 */
 	struct {
 		size_t keep;
 		unsigned int silence_ms;
 	} resume;
 	/*
-	 * Resumable: a link another process quiesced and passed on (fd_b -1): it starts
-	 * suspended (an XP_END_SUSPENDED report follows at once) from these offsets and digests,
-	 * to be resumed over a new node hop; adopt_tls: that hop will be TLS.
+	 * Resumable: a link another process quiesced and passed on, or one the DPDK hop gave up
+	 * (fd_b -1): it starts suspended (an XP_END_SUSPENDED report follows at once) from these
+	 * offsets, digests and kept bytes, to be resumed over a new node hop; adopt_tls: that hop
+	 * will be TLS.
 	 */
 	const struct xp_link_state *adopt;
 	bool adopt_tls;

@@ -23,7 +23,14 @@ enum { OP_INBOX = 1, OP_POLL, OP_CANCEL, OP_TIMER };
 #define OUTBOX_SUSPENDED 0x80000000u
 /* ... with this one, a quiesced link, or one that cannot be (its slot stays taken too). */
 #define OUTBOX_QUIESCED 0x40000000u
-#define OUTBOX_IDX(v)	((v) & ~(OUTBOX_SUSPENDED | OUTBOX_QUIESCED))
+/* Such a report's copy of the result, in the link's rep[] (the worker may change res before the
+ * control thread reaps: a link aborted while its suspension waits to be reaped). */
+#define OUTBOX_REP_SHIFT 28
+#define OUTBOX_REPS	 4
+#define OUTBOX_REP(v)	 (((v) >> OUTBOX_REP_SHIFT) & (OUTBOX_REPS - 1))
+#define OUTBOX_IDX(v)                                                                          \
+	((v) & ~(OUTBOX_SUSPENDED | OUTBOX_QUIESCED |                                          \
+		 (uint32_t)(OUTBOX_REPS - 1) << OUTBOX_REP_SHIFT))
 
 #define UD(op, dir, idx) ((uint64_t)(op) << 56 | (uint64_t)(dir) << 48 | (uint64_t)(idx))
 #define UD_OP(ud)	 ((unsigned int)((ud) >> 56))
@@ -161,6 +168,9 @@ struct pool_link {
 	unsigned int inflight;
 	struct xp_pump p[2];
 	struct xp_link_result res;
+	/* the worker's copies of res for the reports that are not its end (OUTBOX_REP) */
+	struct xp_link_result rep[OUTBOX_REPS];
+	unsigned int nrep;
 	/*
 	 * Resumable links: suspending while the polls are cancelled, suspended once the node hop
 	 * is closed and the control thread told; hop_closing once both directions are complete

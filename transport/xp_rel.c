@@ -261,6 +261,12 @@ void xp_rel_write_commit(struct xp_rel *r, size_t n)
 	r->snd_end += n;
 }
 
+size_t xp_rel_unacked(struct xp_rel *r, struct iovec iov[2])
+{
+	return ring_spans(r->sbuf, r->cfg.sndbuf, r->snd_una, (size_t)(r->snd_end - r->snd_una),
+			  iov);
+}
+
 void xp_rel_shutdown(struct xp_rel *r)
 {
 	r->shut = true;

@@ -110,6 +110,10 @@ size_t xp_rel_write(struct xp_rel *r, const void *buf, size_t len);
  * those bytes as written (n at most that total). After a shutdown there is no room. */
 size_t xp_rel_write_space(struct xp_rel *r, struct iovec iov[2]);
 void xp_rel_write_commit(struct xp_rel *r, size_t n);
+/* What was written and is not acknowledged in order yet (sent or not, selectively acknowledged
+ * or not), the oldest first, as up to two spans: what a stream handed to another path must send
+ * again from, where the peer tells what it has. Their total is returned. */
+size_t xp_rel_unacked(struct xp_rel *r, struct iovec iov[2]);
 /* No more writes: a FIN follows the data. */
 void xp_rel_shutdown(struct xp_rel *r);
 /* Every byte written and the FIN were acknowledged. */

@@ -113,13 +113,14 @@ static void fuzz_reply(const uint8_t *data, size_t size)
 {
 	size_t max = size < PX_REPLY_MAX + 1 ? size : PX_REPLY_MAX + 1;
 	unsigned int status = size >= PX_REPLY_LEN ? (unsigned int)(data[6] << 8 | data[7]) : 0;
-	bool dpdk = status == PX_OK_DPDK;
+	bool dpdk = status == PX_OK_DPDK || status == PX_OK_DPDK_RESUMABLE;
 	/* how long a reply of this status is: the length its status gives, nothing more */
-	size_t whole = dpdk			    ? PX_REPLY_DPDK_LEN
-		       : status == PX_VERIFIED	    ? PX_REPLY_VERIFY_LEN
-		       : status == PX_OK_RESUMABLE ? PX_REPLY_RESUMABLE_LEN
-		       : status == PX_RESUMED	    ? PX_REPLY_RESUMED_LEN
-						    : PX_REPLY_LEN;
+	size_t whole = status == PX_OK_DPDK_RESUMABLE ? PX_REPLY_DPDK_RESUMABLE_LEN
+		       : dpdk			      ? PX_REPLY_DPDK_LEN
+		       : status == PX_VERIFIED	      ? PX_REPLY_VERIFY_LEN
+		       : status == PX_OK_RESUMABLE    ? PX_REPLY_RESUMABLE_LEN
+		       : status == PX_RESUMED	      ? PX_REPLY_RESUMED_LEN
+						      : PX_REPLY_LEN;
 
 	for (size_t len = 0; len <= max; len++) {
 		uint8_t *copy = malloc(len ? len : 1), buf[PX_REPLY_MAX], tok[PX_TOKEN_LEN];
@@ -144,7 +145,10 @@ static void fuzz_reply(const uint8_t *data, size_t size)
 		FUZZ_CHECK(!dpdk || (d.ip && d.port && d.stream));
 		if (st == PX_OK_RESUMABLE) {
 			px_reply_token(data, tok);
-			px_reply_encode_resumable(tok, buf);
+			px_reply_encode_resumable(tok, NULL, buf);
+		} else if (st == PX_OK_DPDK_RESUMABLE) {
+			px_reply_token(data, tok);
+			px_reply_encode_resumable(tok, &d, buf);
 		} else if (st == PX_RESUMED) {
 			px_reply_encode_resumed(px_reply_have(data), buf);
 		} else {
@@ -164,12 +168,13 @@ static void fuzz_verified(const uint8_t *data, size_t size)
 	FUZZ_CHECK(px_reply_len(data, size < PX_REPLY_LEN ? size : 0) == PX_REPLY_LEN);
 	if (size >= PX_REPLY_LEN)
 		FUZZ_CHECK(px_reply_len(data, size) ==
-			   (verified			  ? PX_REPLY_VERIFY_LEN
-			    : data[6] != 0		  ? PX_REPLY_LEN
-			    : data[7] == PX_OK_DPDK	  ? PX_REPLY_DPDK_LEN
-			    : data[7] == PX_OK_RESUMABLE ? PX_REPLY_RESUMABLE_LEN
-			    : data[7] == PX_RESUMED	  ? PX_REPLY_RESUMED_LEN
-							  : PX_REPLY_LEN));
+			   (verified			      ? PX_REPLY_VERIFY_LEN
+			    : data[6] != 0		      ? PX_REPLY_LEN
+			    : data[7] == PX_OK_DPDK	      ? PX_REPLY_DPDK_LEN
+			    : data[7] == PX_OK_RESUMABLE      ? PX_REPLY_RESUMABLE_LEN
+			    : data[7] == PX_RESUMED	      ? PX_REPLY_RESUMED_LEN
+			    : data[7] == PX_OK_DPDK_RESUMABLE ? PX_REPLY_DPDK_RESUMABLE_LEN
+							      : PX_REPLY_LEN));
 	for (size_t len = 0; len <= max; len++) {
 		uint8_t *copy = malloc(len ? len : 1), buf[PX_REPLY_VERIFY_LEN];
 		enum px_verdict v = (enum px_verdict)0x7777;

@@ -426,13 +426,15 @@ static int f_attach(void *io, int local_fd, struct xp_conn *xc, const struct xp_
 
 	if (f->attach_err)
 		return f->attach_err;
-	if (c->closed || c->attached)
-		die("attach of a closed or attached connection");
+	/* c NULL: a link that starts suspended from o->adopt (a takeover, a DPDK fallback) */
+	if (c ? c->closed || c->attached : !o->adopt)
+		die("attach of a closed or attached connection, or of none without a state");
 	l = &f->links[f->nlinks++];
 	l->local_fd = local_fd;
 	l->conn = c;
 	l->opts = *o;
-	c->attached = true;
+	if (c)
+		c->attached = true;
 	*ret = (struct xp_link *)l;
 	return 0;
 }

@@ -727,7 +727,8 @@ static void test_schema_v2(void **state)
 	snap.node.dpdk.on = true;
 	o = ctl_report_node(&snap.node, &env);
 	check_keys(json_object_object_get(o, "dpdk"),
-		   "address,fast_recoveries,forged,link_restarts,link_up,malformed,polls,replayed,"
+		   "address,fallbacks,fast_recoveries,forged,link_restarts,link_up,malformed,polls,"
+		   "replayed,"
 		   "retransmitted_frames,rx_frames,sealed,sleeps,timeouts,too_old,tx_bursts,"
 		   "tx_frames,unknown_peer,unknown_stream,unreachable_peers");
 	snap.node.dpdk.on = false;
@@ -739,7 +740,7 @@ static void test_schema_v2(void **state)
 		      "inspect,key,kubevirt,limit,mode,nic,peer,ports,rates,resume,role,shaped_ms,"
 		      "started_unix,state,tls");
 	check_keys(json_object_object_get(o, "resume"),
-		   "conns,kept,refused,replayed,resumptions,suspended,unhopped_ms");
+		   "conns,fallbacks,kept,refused,replayed,resumptions,suspended,unhopped_ms");
 	check_keys(json_object_object_get(o, "nic"),
 		   "addresses,device,driver,error,gateway,interface,kind,link_down_ms,link_downs,"
 		   "link_up,mtu,numa_node,peer,pf,pf_interface,queues,source,speed,speed_known,"

@@ -595,6 +595,122 @@ static void test_quiesce_adopt(void **state)
 	close(q[0]);
 }
 
+/*
+ * A link from the DPDK node hop (XP_END_FALLBACK): it starts suspended holding the bytes the peer
+ * may lack as what it sent and kept; resumed from an offset among them, it sends the rest of
+ * them again in order, then what its local socket sends. One that would keep more than it may
+ * is refused at its start. On both paths: kept in pipes (splice) or in the ring (copy).
+ */
+static void adopt_kept_run(enum xp_path path)
+{
+	struct xp_pool_conf conf = { .threads = 1, .slots = 2, .pipe_size = 1u << 16, .path = path };
+	struct xp_link_opts o = { .resume = { .keep = 1u << 18, .silence_ms = 5000 } };
+	enum { KEPT = 150000, FROM = 1234, MORE = 4096 };
+	static uint8_t kept[KEPT], got[KEPT];
+	const uint64_t sent = 1000000;
+	struct side a = { 0 }, big = { 0 };
+	struct xp_link_state st = { .sent = sent, .have = 77, .kept = kept, .kept_len = KEPT };
+	uint8_t hdr[XP_FRAME_LEN];
+	uint64_t at = sent - KEPT + FROM;
+	struct xp_frame f;
+	struct xp_pool *p;
+	int q[2], other[2], hc, hd;
+
+	for (size_t i = 0; i < KEPT; i++)
+		kept[i] = pattern(0, sent - KEPT + i);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, q), 0);
+	assert_int_equal(xp_pool_new(&conf, on_done, NULL, &p), 0);
+	st.fd = q[1];
+	o.cookie = &a;
+	o.adopt = &st;
+	assert_int_equal(xp_pool_attach(p, q[1], -1, &o, &a.l), 0);
+	memset(kept, 0, 16); /* the pool took a copy of its own */
+	for (size_t i = 0; i < 16; i++)
+		kept[i] = pattern(0, sent - KEPT + i);
+	wait_report(p, &a);
+	assert_true(a.suspended && a.res.kept_from == sent - KEPT && a.res.kept_to == sent &&
+		    a.res.have == 77);
+	assert_true(xp_link_kept(a.l) == KEPT);
+
+	/* more than it may keep: refused before a byte moves */
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, other), 0);
+	st.fd = other[1];
+	st.kept_len = KEPT;
+	o.resume.keep = KEPT / 2;
+	o.cookie = &big;
+	assert_int_equal(xp_pool_attach(p, other[1], -1, &o, &big.l), 0);
+	wait_report(p, &big);
+	assert_true(big.res.end == XP_END_ERROR && big.res.err == -ENOBUFS);
+	close(other[0]);
+
+	/* resumed from inside what it kept: the rest of it, in order, then the local socket's */
+	tcp_pair(&hc, &hd);
+	assert_int_equal(fcntl(hd, F_SETFL, 0), 0);
+	assert_int_equal(xp_link_resume(a.l, hc, NULL, at), 0);
+	while (at < sent) {
+		assert_int_equal(recv(hd, hdr, sizeof(hdr), MSG_WAITALL), sizeof(hdr));
+		assert_int_equal(xp_frame_get(hdr, &f), 0);
+		if (f.type != XP_FRAME_DATA)
+			continue;
+		assert_true(f.off == at && f.len <= sent - at);
+		assert_int_equal(recv(hd, got, f.len, MSG_WAITALL), f.len);
+		assert_memory_equal(got, kept + (at - (sent - KEPT)), f.len);
+		at += f.len;
+	}
+	for (size_t i = 0; i < MORE; i++)
+		got[i] = pattern(0, sent + i);
+	assert_int_equal(write(q[0], got, MORE), MORE);
+	do {
+		assert_int_equal(recv(hd, hdr, sizeof(hdr), MSG_WAITALL), sizeof(hdr));
+		assert_int_equal(xp_frame_get(hdr, &f), 0);
+	} while (f.type != XP_FRAME_DATA);
+	assert_true(f.off == sent && f.len <= MORE);
+	assert_int_equal(recv(hd, got, f.len, MSG_WAITALL), f.len);
+	assert_int_equal(got[0], pattern(0, sent));
+	assert_int_equal(got[f.len - 1], pattern(0, sent + f.len - 1));
+	xp_link_abort(a.l);
+	wait_report(p, &a);
+	xp_pool_free(p);
+	close(hd);
+	close(q[0]);
+}
+
+/*
+ * A link suspended (its node hop reset) and aborted before the control thread reaped the
+ * suspension: both reports come, in order, the suspension as it was posted and then the end,
+ * never the end twice (which once freed a connection its second report then used).
+ */
+static void test_suspended_then_aborted_unreaped(void **state)
+{
+	struct side a = { 0 };
+	struct pollfd pf;
+	int q[2], hb;
+	struct xp_pool *p = peer_link(&a, q, &hb);
+
+	(void)state;
+	a.suspended = a.ended = false;
+	setsockopt(hb, SOL_SOCKET, SO_LINGER, &(struct linger){ .l_onoff = 1, .l_linger = 0 },
+		   sizeof(struct linger));
+	close(hb);
+	close(a.hop_dup);
+	pf = (struct pollfd){ .fd = xp_pool_event_fd(p), .events = POLLIN };
+	assert_true(poll(&pf, 1, 5000) > 0); /* the suspension is posted, not reaped */
+	xp_link_abort(a.l);
+	usleep(200000); /* the end is posted behind it */
+	xp_pool_reap(p);
+	assert_true(a.suspended);
+	assert_true(a.ended && a.res.end == XP_END_ABORTED);
+	xp_pool_free(p);
+	close(q[0]);
+}
+
+static void test_adopt_kept(void **state)
+{
+	(void)state;
+	adopt_kept_run(XP_PATH_SPLICE);
+	adopt_kept_run(XP_PATH_COPY);
+}
+
 int main(void)
 {
 	/* as vmigd does: a closed peer is an EPIPE to look at, not the end of the test */
@@ -610,6 +726,8 @@ int main(void)
 		cmocka_unit_test(test_slot_reuse),
 		cmocka_unit_test(test_bad_peer),
 		cmocka_unit_test(test_quiesce_adopt),
+		cmocka_unit_test(test_adopt_kept),
+		cmocka_unit_test(test_suspended_then_aborted_unreaped),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

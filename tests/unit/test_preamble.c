@@ -351,7 +351,7 @@ static void test_encode_key_too_long(void **state)
 	assert_int_equal(px_preamble_encode(&s.p, buf, sizeof(buf)), -EINVAL);
 	fill_key(s.p.key, PX_KEY_MAX);
 	s.p.has_secret = false;
-	s.p.digest = s.p.verify = s.p.resumable = s.p.resume = false;
+	s.p.digest = s.p.verify = s.p.resumable = s.p.resume = s.p.dpdk_resume = false;
 	memset(&s.p.dpdk, 0, sizeof(s.p.dpdk));
 	assert_int_equal(px_preamble_encode(&s.p, buf, sizeof(buf)),
 			 PX_PREAMBLE_FIXED + PX_KEY_MAX);
@@ -602,7 +602,7 @@ static void test_resume(void **state)
 	assert_int_equal(px_preamble_encode(&p, buf, sizeof(buf)), -EINVAL);
 
 	memset(tok, 0x77, sizeof(tok));
-	assert_int_equal(px_reply_encode_resumable(tok, r), PX_REPLY_RESUMABLE_LEN);
+	assert_int_equal(px_reply_encode_resumable(tok, NULL, r), PX_REPLY_RESUMABLE_LEN);
 	assert_int_equal(px_reply_len(r, PX_REPLY_LEN), PX_REPLY_RESUMABLE_LEN);
 	assert_int_equal(px_reply_decode(r, PX_REPLY_LEN, &st, NULL), 0);
 	assert_int_equal(px_reply_decode(r, PX_REPLY_RESUMABLE_LEN, &st, NULL),
@@ -612,6 +612,41 @@ static void test_resume(void **state)
 	px_reply_token(r, tok);
 	assert_int_equal(tok[0], 0x77);
 	assert_int_equal(tok[PX_TOKEN_LEN - 1], 0x77);
+	/* over DPDK, resumable over the kernel path: the address, then the token */
+	{
+		struct px_dpdk d = { .ip = 0x0a000002, .port = 4791, .stream = 9 }, got = { 0 };
+
+		memset(tok, 0x55, sizeof(tok));
+		assert_int_equal(px_reply_encode_resumable(tok, &d, r), PX_REPLY_DPDK_RESUMABLE_LEN);
+		assert_int_equal(px_reply_len(r, PX_REPLY_LEN), PX_REPLY_DPDK_RESUMABLE_LEN);
+		assert_int_equal(px_reply_decode(r, PX_REPLY_DPDK_LEN, &st, &got), 0);
+		assert_int_equal(px_reply_decode(r, PX_REPLY_DPDK_RESUMABLE_LEN, &st, &got),
+				 PX_REPLY_DPDK_RESUMABLE_LEN);
+		assert_int_equal(st, PX_OK_DPDK_RESUMABLE);
+		assert_true(got.ip == d.ip && got.port == d.port && got.stream == d.stream);
+		memset(tok, 0, sizeof(tok));
+		px_reply_token(r, tok);
+		assert_int_equal(tok[0], 0x55);
+		assert_int_equal(tok[PX_TOKEN_LEN - 1], 0x55);
+		/* no address: malformed */
+		memset(r + PX_REPLY_LEN, 0, PX_DPDK_LEN);
+		assert_int_equal(px_reply_decode(r, PX_REPLY_DPDK_RESUMABLE_LEN, &st, &got),
+				 -EBADMSG);
+	}
+	/* the source offers resuming a DPDK connection only with both the offer and
+	 * resumption; a decoder refuses the flag alone */
+	p.resume = false;
+	p.digest = false;
+	p.resumable = true;
+	p.dpdk_resume = true;
+	assert_int_equal(px_preamble_encode(&p, buf, sizeof(buf)), -EINVAL);
+	p.dpdk = (struct px_dpdk){ .ip = 0x0a000001, .port = 4790, .stream = 77 };
+	n = px_preamble_encode(&p, buf, sizeof(buf));
+	assert_true(n > 0);
+	assert_int_equal(px_preamble_decode(buf, (size_t)n, &out), n);
+	assert_true(out.dpdk_resume && out.resumable && out.dpdk.ip);
+	buf[7] &= (uint8_t)~PX_PREAMBLE_F_RESUMABLE;
+	assert_int_equal(px_preamble_decode(buf, (size_t)n, &out), -PX_ERR_MALFORMED);
 	assert_int_equal(px_reply_encode_resumed(12345, r), PX_REPLY_RESUMED_LEN);
 	assert_int_equal(px_reply_decode(r, PX_REPLY_RESUMED_LEN, &st, NULL), PX_REPLY_RESUMED_LEN);
 	assert_int_equal(st, PX_RESUMED);

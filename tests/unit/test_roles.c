@@ -2141,6 +2141,132 @@ static void test_dpdk_target_kernel_for_unreachable_peer(void **state)
 #define T(f)  cmocka_unit_test_setup_teardown(f, setup_plain, teardown)
 #define TT(f) cmocka_unit_test_setup_teardown(f, setup_tls, teardown)
 
+/* A node with a DPDK hop at DPDK_HIGH that resumes connections (1 MiB kept each), started. */
+static void dpdk_resume_node(struct t *t)
+{
+	t->conf.resume_timeout_ms = 60000;
+	t->conf.resume_keep = 1u << 20;
+	dpdk_node(t, DPDK_HIGH);
+	start(t);
+}
+
+/* Both resume connections: the target says so in its JSON ("resume_dpdk"), a source that offers
+ * DPDK and resumption asks for both (PX_PREAMBLE_F_DPDK_RESUME) and takes status 16, and its
+ * link is the DPDK hop's and resumable. */
+static void test_dpdk_source_resumable(void **state)
+{
+	struct t *t = *state;
+	static struct px_port_info out[PX_PORTS_MAX];
+	struct px_portmap pm = { .port = 40000, .nports = 1, .ports = { PORT } };
+	struct px_dpdk d = { .ip = DPDK_LOW, .port = DPDK_UDP };
+	uint8_t r[PX_REPLY_MAX], tok[PX_TOKEN_LEN];
+	struct px_preamble p;
+	char err[256];
+	size_t n;
+
+	dpdk_resume_node(t);
+	strcpy(pm.key, KEY);
+	strcpy(pm.address, "198.18.0.2");
+	pm.dpdk = d;
+	pm.resume = pm.resume_dpdk = true;
+	assert_int_equal(
+		px_source_start(t->n, &pm, t->dir, &(struct px_start){ 0 }, out, err, sizeof(err)),
+		0);
+	fake_qemu_connect(&t->f, out[0].path);
+	fake_settle(&t->f);
+	p = written_preamble(t->f.conns[0]);
+	assert_true(p.dpdk.ip == DPDK_HIGH && p.resumable && p.dpdk_resume);
+	d.stream = p.dpdk.stream | 0x80000000u;
+	memset(tok, 0x5a, sizeof(tok));
+	n = px_reply_encode_resumable(tok, &d, r);
+	fake_feed(t->f.conns[0], r, PX_REPLY_LEN);
+	fake_settle(&t->f);
+	fake_feed(t->f.conns[0], r + PX_REPLY_LEN, n - PX_REPLY_LEN);
+	fake_settle(&t->f);
+	assert_int_equal(t->f.nlinks, 1);
+	assert_int_equal(t->f.links[0].opts.dpdk.ip, DPDK_LOW);
+	assert_int_equal(t->f.links[0].opts.resume.keep, 1u << 20);
+	assert_logged("path=dpdk resume=yes");
+}
+
+/* A target with a hop and resumption: an offer that asks for both gets status 16 and a
+ * resumable DPDK link; one from an older source (resumable, no DPDK_RESUME) gets status 11 and
+ * a link that is not. When the first link's DPDK path fails, the connection goes on from where
+ * it stood on a link of the kernel path, suspended until the source resumes it. */
+static void test_dpdk_target_resumable_falls_back(void **state)
+{
+	struct t *t = *state;
+	struct px_port_info pi = { .id = PORT };
+	struct px_preamble p = { .version = PX_PROTO_VERSION, .port = PORT, .has_secret = true };
+	uint8_t buf[PX_PREAMBLE_MAX], kept[10] = { 0 };
+	struct xp_link_state st = { .fd = 77, .sent = 100, .have = 50 };
+	struct xp_link_result res = { .end = XP_END_FALLBACK, .err = -ENETDOWN, .err_side = 1 };
+	struct px_portmap out;
+	struct fake_conn *c;
+	enum px_status s;
+	struct px_dpdk d;
+	char err[256];
+	int n;
+
+	dpdk_resume_node(t);
+	strcpy(pi.path, DST_SOCK);
+	assert_int_equal(
+		px_target_start(t->n, KEY, 1, &pi, &(struct px_start){ 0 }, &out, err, sizeof(err)),
+		0);
+	assert_true(out.resume && out.resume_dpdk);
+	strcpy(p.key, KEY);
+	memcpy(p.secret, out.secret, PX_SECRET_LEN);
+	p.dpdk = (struct px_dpdk){ .ip = DPDK_LOW, .port = DPDK_UDP, .stream = 42 };
+	p.resumable = p.dpdk_resume = true;
+	n = px_preamble_encode(&p, buf, sizeof(buf));
+	assert_true(n > 0);
+	c = fake_incoming(&t->f, buf, (size_t)n);
+	fake_settle(&t->f);
+	assert_int_equal(c->out_len, PX_REPLY_DPDK_RESUMABLE_LEN);
+	assert_int_equal(px_reply_decode(c->out, c->out_len, &s, &d), PX_REPLY_DPDK_RESUMABLE_LEN);
+	assert_int_equal(s, PX_OK_DPDK_RESUMABLE);
+	assert_int_equal(d.stream, 42 | 0x80000000u);
+	assert_int_equal(t->f.nlinks, 1);
+	assert_true(t->f.links[0].opts.dpdk.ip == DPDK_LOW && t->f.links[0].opts.resume.keep);
+
+	p.seq = 1;
+	p.dpdk.stream = 43;
+	p.dpdk_resume = false;
+	n = px_preamble_encode(&p, buf, sizeof(buf));
+	c = fake_incoming(&t->f, buf, (size_t)n);
+	fake_settle(&t->f);
+	assert_int_equal(px_reply_decode(c->out, c->out_len, &s, &d), PX_REPLY_DPDK_LEN);
+	assert_int_equal(s, PX_OK_DPDK);
+	assert_int_equal(t->f.nlinks, 2);
+	assert_true(t->f.links[1].opts.dpdk.ip && t->f.links[1].opts.resume.keep == 0);
+
+	/* the first one's DPDK path fails: 10 bytes the source had not acknowledged */
+	st.kept = kept;
+	st.kept_len = sizeof(kept);
+	res.fallback = &st;
+	res.bytes[1] = 100;
+	snprintf(res.detail, sizeof(res.detail), "DPDK link down for 5 s: test");
+	t->f.links[0].ended = true;
+	t->f.done(t->f.links[0].opts.cookie, &res, t->f.done_arg);
+	fake_end_pass(&t->f);
+	assert_logged("DPDK node hop: Network is down: DPDK link down for 5 s: test, after 0/100 "
+		      "bytes (tx/rx); falling back to the kernel path from offset 90, 10 bytes kept");
+	assert_int_equal(t->f.nlinks, 3);
+	assert_null(t->f.links[2].conn);
+	assert_int_equal(t->f.links[2].local_fd, 77);
+	assert_ptr_equal(t->f.links[2].opts.adopt, &st);
+	assert_int_equal(t->f.links[2].opts.dpdk.ip, 0);
+	assert_int_equal(t->f.links[2].opts.resume.keep, 1u << 20);
+	/* its suspension: a target waits for the source's resumption */
+	fake_link_end(&t->f, &t->f.links[2], XP_END_SUSPENDED, 0);
+	{
+		struct px_node_info ni;
+
+		px_node_info(t->n, &ni);
+		assert_int_equal(ni.dpdk.fallbacks, 1);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2203,6 +2329,8 @@ int main(void)
 		T(test_dpdk_source_kernel_while_link_down),
 		T(test_dpdk_link_down_logged_once_it_lasts),
 		T(test_dpdk_target_kernel_for_unreachable_peer),
+		T(test_dpdk_source_resumable),
+		T(test_dpdk_target_resumable_falls_back),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
