@@ -32,6 +32,7 @@ from .nodehop import (REPLY_BAD_VERSION, REPLY_DUPLICATE, REPLY_MALFORMED, REPLY
 from .prometheus import http_get, parse_prometheus, prom_value
 from .qemu import (GUEST_READY, QMP, GuestReport, GuestSpec, QMPError, Qemu, guest_binary,
                    random_ram_file)
+from .ramimage import realistic_ram_file, zstd_ratio
 from .qemuversions import machine_for, qemu_binary, qemu_version, resolve_qemu, side_qemu
 from .rates import (RateSample, RateWatch, backlogged, cpu_idle_between, flow_span, fmt_rates,
                     held_back, held_shares, qemu_faults_between, qemu_pending, rate_between,
@@ -60,7 +61,7 @@ __all__ = [  # what `from vmigtest import *` gives; the same names as above
     'plaintext_hits', 'probe_tls_accepted', 'ram_page_prefixes', 'reply_status', 'tls_connect',
     'http_get', 'parse_prometheus', 'prom_value',
     'GUEST_READY', 'QMP', 'GuestReport', 'GuestSpec', 'QMPError', 'Qemu', 'guest_binary',
-    'random_ram_file',
+    'random_ram_file', 'realistic_ram_file', 'zstd_ratio',
     'machine_for', 'qemu_binary', 'qemu_version', 'resolve_qemu', 'side_qemu',
     'RateSample', 'RateWatch', 'backlogged', 'cpu_idle_between', 'flow_span', 'fmt_rates',
     'held_back', 'held_shares', 'qemu_faults_between', 'qemu_pending', 'rate_between',

@@ -221,8 +221,10 @@ class Qemu:
 
     def __init__(self, name, role, size_mib, workdir, prefix=(), binary='qemu-system-x86_64',
                  extra_args=(), ram_variant=0, private=False, prealloc=False, guest=None,
-                 machine='q35', reserve=True, sparse_dir=None, hugepages=False):
+                 machine='q35', reserve=True, sparse_dir=None, hugepages=False, ram_file=None):
         self.name, self.role, self.size_mib = name, role, size_mib
+        # ram_file: a source's RAM image in place of the random one (ramimage.py)
+        self.ram_file = ram_file
         self.ram_variant, self.private, self.prealloc = ram_variant, private, prealloc
         self.guest = GuestSpec(**guest) if isinstance(guest, dict) else guest
         self.guest_path = guest_binary() if self.guest is not None else None
@@ -249,7 +251,7 @@ class Qemu:
             backend = f'memory-backend-ram,id=mem0,size={size}'
         elif self.role == 'source':
             backend = (f'memory-backend-file,id=mem0,size={size},'
-                       f'mem-path={random_ram_file(self.size_mib, self.ram_variant)},'
+                       f'mem-path={self.source_ram()},'
                        f'share={"off" if self.private else "on"}')
         else:
             backend = f'memory-backend-ram,id=mem0,size={size}'
@@ -271,6 +273,10 @@ class Qemu:
         if self.role == 'destination':
             cmd += ['-incoming', 'defer']
         return self.prefix + cmd
+
+    def source_ram(self):
+        """The file a source's RAM is mapped from: ram_file, else the random one."""
+        return self.ram_file or random_ram_file(self.size_mib, self.ram_variant)
 
     def start(self, timeout=30):
         if self.sparse_ram:
@@ -295,7 +301,7 @@ class Qemu:
         if self.role != 'source' or self.guest is not None:
             return 0.0
         started = time.monotonic()
-        with open(random_ram_file(self.size_mib, self.ram_variant), 'rb') as f:
+        with open(self.source_ram(), 'rb') as f:
             while f.read(8 << 20):
                 pass
         return time.monotonic() - started
