@@ -103,37 +103,47 @@ bool px_dpdk_can(const struct px_conn *c)
 	       (!c->tls.version[0] || strcmp(c->tls.version, "TLSv1.3") == 0);
 }
 
+void px_conn_link_opts(const struct px_conn *c, struct xp_link_opts *o)
+{
+	struct px_node *n = c->n;
+
+	memset(o, 0, sizeof(*o));
+	o->cookie = (void *)c;
+	o->raw = c->raw;
+	o->digest = c->digest;
+	if (c->resumable) {
+		o->resume.keep = n->conf.resume_keep;
+		o->resume.silence_ms = PX_HOP_SILENCE_MS;
+	}
+	if (n->conf.shaper == PX_SHAPE_BUCKET) {
+		o->bucket[0] = c->m->bucket;
+		o->bucket[1] = n->bucket;
+	}
+	/* The QEMU stream: from the local socket on a source, from the node hop on a target. */
+	if (c->insp) {
+		unsigned int d = c->m->role == PX_ROLE_SOURCE ? 0 : 1;
+
+		o->tap_ops[d] = &px_insp_tap_ops;
+		o->tap_ctx[d] = c->insp;
+	}
+}
+
 int px_conn_link(struct px_conn *c)
 {
 	struct px_node *n = c->n;
-	struct xp_link_opts o = { 0 };
+	struct xp_link_opts o;
 	int r;
 
 	IO(n, watch_del, c->w);
 	IO(n, timer_del, c->t);
 	c->w = NULL;
 	c->t = NULL;
-	o.cookie = c;
-	o.raw = c->raw;
-	o.digest = c->digest;
+	if (n->conf.inspect && px_insp_new(NULL, &c->insp) < 0)
+		c->insp = NULL;
+	px_conn_link_opts(c, &o);
 	o.dpdk.ip = c->dpdk.ip;
 	o.dpdk.port = c->dpdk.port;
 	o.dpdk.stream = c->dpdk.stream;
-	if (c->resumable) {
-		o.resume.keep = n->conf.resume_keep;
-		o.resume.silence_ms = PX_HOP_SILENCE_MS;
-	}
-	if (n->conf.shaper == PX_SHAPE_BUCKET) {
-		o.bucket[0] = c->m->bucket;
-		o.bucket[1] = n->bucket;
-	}
-	/* The QEMU stream: from the local socket on a source, from the node hop on a target. */
-	if (n->conf.inspect && px_insp_new(NULL, &c->insp) == 0) {
-		unsigned int d = c->m->role == PX_ROLE_SOURCE ? 0 : 1;
-
-		o.tap_ops[d] = &px_insp_tap_ops;
-		o.tap_ctx[d] = c->insp;
-	}
 	/* The description was taken at the handshake: once attached, the data path owns the
 	 * session and may free it at any time. */
 	r = IO(n, attach, c->lfd, c->hop, &o, &c->link);

@@ -88,7 +88,7 @@ void px_dpdk_fallback(struct px_conn *c, const struct xp_link_result *res)
 	const struct xp_link_state *st = res->fallback;
 	struct px_migration *m = c->m;
 	struct px_node *n = c->n;
-	struct xp_link_opts o = { 0 };
+	struct xp_link_opts o;
 	struct xp_link_result end;
 	int r;
 
@@ -104,22 +104,9 @@ void px_dpdk_fallback(struct px_conn *c, const struct xp_link_result *res)
 		 (unsigned long long)res->bytes[0], (unsigned long long)res->bytes[1],
 		 (unsigned long long)(st->sent - st->kept_len), st->kept_len);
 	memset(&c->dpdk, 0, sizeof(c->dpdk));
-	o.cookie = c;
-	o.digest = c->digest;
-	o.resume.keep = n->conf.resume_keep;
-	o.resume.silence_ms = PX_HOP_SILENCE_MS;
+	px_conn_link_opts(c, &o);
 	o.adopt = st;
 	o.adopt_tls = c->tls.version[0] != '\0';
-	if (n->conf.shaper == PX_SHAPE_BUCKET) {
-		o.bucket[0] = m->bucket;
-		o.bucket[1] = n->bucket;
-	}
-	if (c->insp) {
-		unsigned int d = m->role == PX_ROLE_SOURCE ? 0 : 1;
-
-		o.tap_ops[d] = &px_insp_tap_ops;
-		o.tap_ctx[d] = c->insp;
-	}
 	r = IO(n, attach, st->fd, NULL, &o, &c->link);
 	if (r == 0)
 		return; /* its suspension report follows */

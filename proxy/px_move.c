@@ -391,7 +391,7 @@ static int adopt_record(struct px_node *n, struct px_move *mv, struct px_migrati
 static int adopt_conn(struct px_migration *m, struct px_move_conn *mc, char *err, size_t errlen)
 {
 	struct px_node *n = m->n;
-	struct xp_link_opts o = { 0 };
+	struct xp_link_opts o;
 	struct px_conn *c = calloc(1, sizeof(*c));
 	int r;
 
@@ -409,17 +409,10 @@ static int adopt_conn(struct px_migration *m, struct px_move_conn *mc, char *err
 	memcpy(c->token, mc->token, sizeof(c->token));
 	snprintf(c->peer, sizeof(c->peer), "%s", mc->peer);
 	snprintf(c->addr, sizeof(c->addr), "%s", mc->addr);
-	o.cookie = c;
-	o.digest = c->digest;
-	o.resume.keep = n->conf.resume_keep;
-	o.resume.silence_ms = PX_HOP_SILENCE_MS;
+	/* no inspector: the stream is followed from its start or not at all */
+	px_conn_link_opts(c, &o);
 	o.adopt = &mc->st;
 	o.adopt_tls = m->tls;
-	if (n->conf.shaper == PX_SHAPE_BUCKET) {
-		o.bucket[0] = m->bucket;
-		o.bucket[1] = n->bucket;
-	}
-	/* no inspector: the stream is followed from its start or not at all */
 	r = IO(n, attach, mc->fd, NULL, &o, &c->link);
 	if (r < 0) {
 		free(c);

@@ -365,6 +365,9 @@ void px_dpdk_fallback(struct px_conn *c, const struct xp_link_result *res);
 /* Writes the preamble's reply (PX_OK_DPDK in place of PX_OK when c->dpdk is set): 0, or -errno
  * (-EIO for a short write). */
 int px_conn_reply(struct px_conn *c, enum px_status st);
+/* The options a link of c is attached with: its cookie, wire, digests, resumption, caps and
+ * inspector (c->insp, if any); the path (DPDK, adopted) is the caller's to add. */
+void px_conn_link_opts(const struct px_conn *c, struct xp_link_opts *o);
 /* Hands both sockets to the data path. 0, or -errno with the connection still ours. */
 int px_conn_link(struct px_conn *c);
 /* The data path returned a link. */

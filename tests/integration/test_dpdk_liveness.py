@@ -244,16 +244,22 @@ def dpdk_wires(tb):
         ip(ns, 'link', 'set', dev, 'up')
 
 
+def afpacket_bed(sockdir, tag, tls, extra=()):
+    """Two daemons whose DPDK ports are net_af_packet on the wires of dpdk_wires() (dS and dT),
+    their EAL prefixes from tag, extra arguments on both."""
+    return vt.Testbed(tls=tls, before_daemons=dpdk_wires,
+                      source_args=vt.dpdk.daemon_args('source', 'afpacket', sockdir, tag + 's',
+                                                      iface='dS') + list(extra),
+                      target_args=vt.dpdk.daemon_args('target', 'afpacket', sockdir, tag + 't',
+                                                      iface='dT') + list(extra))
+
+
 def failures(sockdir, checks):
     """ARP unanswered, then a link down mid-migration: each falls back to the kernel path within
     the bound with its reason and completes, the kernel path takes the next migration, and DPDK
     the one after the fault."""
     peer = vt.dpdk.DAEMON_ADDR['target']
-    with vt.Testbed(tls=True, before_daemons=dpdk_wires,
-                    source_args=vt.dpdk.daemon_args('source', 'afpacket', sockdir, 'fs',
-                                                    iface='dS'),
-                    target_args=vt.dpdk.daemon_args('target', 'afpacket', sockdir, 'ft',
-                                                    iface='dT')) as tb:
+    with afpacket_bed(sockdir, 'f', True) as tb:
         s, t = tb.net.source_ns, tb.net.target_ns
         vt.dpdk.wait_link(tb)
         since = tb.source.log_offset()
@@ -297,11 +303,7 @@ def plain_link_down(sockdir, checks):
     mid-migration falls back the same way; VMIG_DPDK_DOWN_RUNS (default 1) times in a row
     (VMIG_DPDK_DOWN_TLS=1: with TLS instead, for a longer manual loop)."""
     tls = os.environ.get('VMIG_DPDK_DOWN_TLS') == '1'
-    with vt.Testbed(tls=tls, before_daemons=dpdk_wires,
-                    source_args=vt.dpdk.daemon_args('source', 'afpacket', sockdir, 'ps',
-                                                    iface='dS'),
-                    target_args=vt.dpdk.daemon_args('target', 'afpacket', sockdir, 'pt',
-                                                    iface='dT')) as tb:
+    with afpacket_bed(sockdir, 'p', tls) as tb:
         s, t = tb.net.source_ns, tb.net.target_ns
         mode = 'tls' if tls else 'plain'
         ip(t, 'link', 'set', 'dY', 'master', 'br0')
@@ -321,11 +323,7 @@ def no_resumption(sockdir, checks):
     migration within the bound, with its reason, instead of hanging."""
     peer = vt.dpdk.DAEMON_ADDR['target']
     off = ['--resume-timeout', '0']
-    with vt.Testbed(tls=True, before_daemons=dpdk_wires,
-                    source_args=vt.dpdk.daemon_args('source', 'afpacket', sockdir, 'gs',
-                                                    iface='dS') + off,
-                    target_args=vt.dpdk.daemon_args('target', 'afpacket', sockdir, 'gt',
-                                                    iface='dT') + off) as tb:
+    with afpacket_bed(sockdir, 'g', True, off) as tb:
         vt.dpdk.wait_link(tb)
         migrate_fails(tb, 'arp-unanswered-unresumable', checks,
                       re.escape(f'ARP for {peer} unanswered for {BOUND} s'))
