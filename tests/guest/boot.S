@@ -86,4 +86,12 @@ gdt_desc:
 	.space 16384
 stack_top:
 
+	/* The stack `hlt` runs on, so that the IRQ0 frame lands in a page nothing else writes (see
+	 * guest.c, "QEMU 7.2 TCG"): one whole page, all of it the guest's own. */
+	.section .irqstack, "aw", @progbits
+	.balign 4096
+	.space 4096
+	.globl irq_stack_top
+irq_stack_top:
+
 	.section .note.GNU-stack, "", @progbits

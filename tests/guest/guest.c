@@ -106,7 +106,11 @@ static inline u8 inb(u16 port)
 //   store, whenever the sync fell. If the migration completes before the next burst, the page
 //   still goes out with its final bytes. Without this, a sync during report()'s serial output
 //   followed by QEMU's switchover lost 8 bytes of the stack page (seen 3 times in 17 runs).
-// Outside bursts the guest writes no memory except an interrupt frame that is always the same.
+// Outside bursts the guest writes no memory except the IRQ0 frame of each `hlt`, and that goes to
+// a page of its own (.irqstack: `hlt` runs on that stack), always the same 12 bytes. On the main
+// stack it would land where the bursts' calls left other bytes, after retouch_hot, so a sync
+// before the tick and QEMU's switchover right after it lost those bytes (4 of the top stack page,
+// once in a few dozen runs).
 static inline void invlpg(u32 addr)
 {
 	__asm__ volatile("invlpg (%0)" : : "r"(addr) : "memory");
@@ -583,11 +587,12 @@ static void __attribute__((noreturn)) run_flat_out(void)
 }
 
 // Returns once the TSC reaches deadline, halting until each PIT tick meanwhile (or spinning).
-// All in registers: no store while it waits (see "QEMU 7.2 TCG" above); the flags are fixed
-// before `hlt`, so the interrupt frame is always the same bytes.
+// All in registers: no store while it waits (see "QEMU 7.2 TCG" above). `hlt` runs on the stack
+// of .irqstack, with fixed flags, so the interrupt frame is always the same bytes in a page
+// nothing else writes.
 static void idle_until(u64 deadline, int spin)
 {
-	u32 lo = (u32)deadline, hi = (u32)(deadline >> 32);
+	u32 lo = (u32)deadline, hi = (u32)(deadline >> 32), sp;
 
 	retouch_hot();
 	if (spin)
@@ -598,16 +603,19 @@ static void idle_until(u64 deadline, int spin)
 				 : : "r"(lo), "r"(hi) : "eax", "edx", "cc");
 	else
 		__asm__ volatile("1:	rdtsc\n\t"
-				 "subl %0, %%eax\n\t"
-				 "sbbl %1, %%edx\n\t"
+				 "subl %1, %%eax\n\t"
+				 "sbbl %2, %%edx\n\t"
 				 "jns 2f\n\t"
+				 "movl %%esp, %0\n\t"
+				 "movl $irq_stack_top, %%esp\n\t"
 				 "xorl %%eax, %%eax\n\t"
 				 "sti\n\t"
 				 "hlt\n\t"
 				 "cli\n\t"
+				 "movl %0, %%esp\n\t"
 				 "jmp 1b\n"
 				 "2:"
-				 : : "r"(lo), "r"(hi) : "eax", "edx", "cc", "memory");
+				 : "=&r"(sp) : "r"(lo), "r"(hi) : "eax", "edx", "cc", "memory");
 }
 
 // Slices of 1 ms: each adds rate*256 thousandths of a page of credit and writes the whole pages.
