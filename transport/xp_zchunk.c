@@ -40,6 +40,12 @@ static void put_hdr(uint8_t *p, uint8_t type, uint32_t plain, uint32_t payload)
 	put24(p + 5, payload);
 }
 
+/* The memory a static zstd context lives in: 64-byte aligned, its size rounded up to that. */
+static void *ctx_mem(size_t size)
+{
+	return aligned_alloc(64, (size + 63) & ~(size_t)63);
+}
+
 size_t xp_zchunk_bound(size_t len)
 {
 	return XP_ZCHUNK_HDR + len;
@@ -80,7 +86,7 @@ int xp_zenc_new(int level, struct xp_zenc **ret)
 	/* What compressing XP_ZCHUNK_MAX bytes at this level needs, with its window and tables;
 	 * a static context never allocates more and fails cleanly if it would. */
 	size = ZSTD_estimateCCtxSize_usingCParams(ZSTD_getCParams(level, XP_ZCHUNK_MAX, 0));
-	z->mem = aligned_alloc(64, (size + 63) & ~(size_t)63);
+	z->mem = ctx_mem(size);
 	if (!z->mem)
 		goto fail;
 	z->cctx = ZSTD_initStaticCCtx(z->mem, size);
@@ -129,7 +135,7 @@ int xp_zdec_new(struct xp_zdec **ret)
 	z = calloc(1, sizeof(*z));
 	if (!z)
 		return -ENOMEM;
-	z->mem = aligned_alloc(64, (size + 63) & ~(size_t)63);
+	z->mem = ctx_mem(size);
 	if (!z->mem)
 		goto fail;
 	z->dctx = ZSTD_initStaticDCtx(z->mem, size);
