@@ -4,7 +4,8 @@ connections are cut under them, plain and TLS (`test_resume.py plain` or `tls` r
 meson: tests resume and resume_tls). A running test guest writes 48 of its 128 MiB, migrated
 with 8 multifd channels at a 24 MiB/s cap (about 4 s of pre-copy):
 - every node-hop connection killed once mid-stream (`ss -K` in the source's namespace: a reset
-  at both ends), and ten times in a row, 0.3 s apart;
+  at both ends), and ten times in a row (each cut 0.3 s after the last one's
+  resumptions);
 - post-copy (no multifd: QEMU 7.2 cannot combine them), the connection killed after
   migrate-start-postcopy: the guest runs on the destination, with no recovery asked of QEMU;
 - plain only: the veth down for 30 s, past the 10 s the daemons bear a node hop that answers
@@ -72,6 +73,12 @@ def finish(ck, tb, m, src, dst, label, want_resumed):
            f'{tb.source.stop_record(m.key, "source").get("replayed", 0)} bytes')
 
 
+def resumptions(d, key, role):
+    """The resumptions status counts for migration KEY so far (0 when it has no entry)."""
+    entry = d.migration_status(key, role) or {}
+    return int((entry.get('resume') or {}).get('resumptions', 0))
+
+
 def key_of(tb, label):
     return tb.new_key(label.replace(' ', '-').replace('TLS', 'tls'))
 
@@ -89,8 +96,14 @@ def start_capped(tb, label, cap=CAP):
 def precopy(ck, tb, label, cuts, gap, cap=CAP):
     src, dst, m = start_capped(tb, label, cap)
     killed = []
-    for _ in range(cuts):
+    for i in range(cuts):
         killed.append(kill_hop(tb))
+        # the next cut comes once both sides have resumed all of this one's connections (a cut
+        # that fell inside a handshake would cut a resumption, not a stream, and count once)
+        want = (CHANNELS + 1) * (i + 1)
+        vt.wait_until(lambda: all(resumptions(d, m.key, role) >= want
+                                  for d, role in tb.sides()), 30,
+                      f'{label}: cut {i + 1}\'s {CHANNELS + 1} resumptions')
         time.sleep(gap)
     ck.check(all(k == CHANNELS + 1 for k in killed),
              f'{label}: the cuts killed {killed} connections, expected {CHANNELS + 1} each')
