@@ -74,6 +74,33 @@ static uint64_t age_ms(const struct px_migration_info *mi, const struct ctl_env 
 	return env->now_ms > mi->started_ms ? env->now_ms - mi->started_ms : 0;
 }
 
+/* Compression: the chunks' bytes as a share of their plain bytes, in %; CPU time in ms. */
+static bool pct_of(uint64_t part, uint64_t whole, struct ctl_value *out)
+{
+	if (!whole)
+		return false;
+	out->kind = CTL_V_U64;
+	out->u = (part * 100 + whole / 2) / whole;
+	return true;
+}
+
+static bool mig_z_ratio(const void *obj, const struct ctl_env *env, struct ctl_value *v)
+{
+	const struct px_migration_info *mi = obj;
+
+	return pct_of(mi->z.tx_wire, mi->z.tx_plain, v);
+}
+
+static bool mig_z_tx_cpu(const void *obj, const struct ctl_env *env, struct ctl_value *v)
+{
+	return ms(((const struct px_migration_info *)obj)->z.tx_ns / 1000000, v);
+}
+
+static bool mig_z_rx_cpu(const void *obj, const struct ctl_env *env, struct ctl_value *v)
+{
+	return ms(((const struct px_migration_info *)obj)->z.rx_ns / 1000000, v);
+}
+
 static bool mig_duration(const void *obj, const struct ctl_env *env, struct ctl_value *v)
 {
 	return ms(age_ms(obj, env), v);
@@ -365,6 +392,52 @@ static const struct ctl_fig migration_figs[] = {
 	  PROM("vmigd_migration_resumptions_refused_total", COUNTER,
 	       "Target: resumptions turned away (a wrong token, an unknown connection, an offset "
 	       "outside what was kept); the migration goes on.") },
+	{ "wire.tx", CTL_BYTES, FIELD(wire_tx), TEXT("wire", "node hop: sent %s"),
+	  PROM("vmigd_migration_wire_sent_bytes_total", COUNTER,
+	       "Bytes the migration's connections sent on the node hop: the stream's, compressed "
+	       "chunks counted as sent (frame headers and TLS not counted).") },
+	{ "wire.tx_1s", CTL_RATE, FIELD(wire_1s), TEXT("wire", ", rate %s (1s)"),
+	  PROM_L("vmigd_migration_wire_rate_bytes_per_second", GAUGE,
+		 "Node-hop bytes per second over the window (see wire_sent_bytes).",
+		 "window=\"1s\"") },
+	{ "wire.tx_10s", CTL_RATE, FIELD(wire_10s), TEXT("wire", " %s (10s)"),
+	  PROM_L("vmigd_migration_wire_rate_bytes_per_second", GAUGE,
+		 "Node-hop bytes per second over the window (see wire_sent_bytes).",
+		 "window=\"10s\"") },
+	{ "compress.mode", CTL_STR, FIELD(zmode), OMIT_UNLESS(zmode),
+	  TEXT("compress", "compression %s") },
+	{ "compress.conns_on", CTL_COUNT, FIELD(zconns_on), OMIT_UNLESS(zmode),
+	  TEXT("compress", ", on for %s connections now"),
+	  PROM("vmigd_migration_compressing_connections", GAUGE,
+	       "Source: connections sending compressed chunks now.") },
+	{ "compress.plain", CTL_BYTES, FIELD(z.tx_plain), OMIT_UNLESS(zmode),
+	  TEXT("compress", ", %s of the stream"),
+	  PROM("vmigd_migration_compress_plain_bytes_total", COUNTER,
+	       "Source: stream bytes sent compressed, before compression.") },
+	{ "compress.wire", CTL_BYTES, FIELD(z.tx_wire), OMIT_UNLESS(zmode),
+	  TEXT("compress", " sent as %s"),
+	  PROM("vmigd_migration_compress_wire_bytes_total", COUNTER,
+	       "Source: the compressed chunks those bytes went as.") },
+	{ "compress.ratio_pct", CTL_COUNT, CALC(mig_z_ratio), OMIT_UNLESS(z.tx_plain),
+	  TEXT("compress", " (%s%%)") },
+	{ "compress.cpu_ms", CTL_MS, CALC(mig_z_tx_cpu), OMIT_UNLESS(zmode),
+	  TEXT("compress", ", CPU %s"),
+	  PROM("vmigd_migration_compress_cpu_seconds_total", COUNTER,
+	       "Source: CPU time spent compressing.") },
+	{ "compress.changes", CTL_COUNT, FIELD(z.flips), OMIT_UNLESS(zmode),
+	  TEXT("compress", ", turned on or off %s times"), NONZERO },
+	{ "decompress.plain", CTL_BYTES, FIELD(z.rx_plain), OMIT_UNLESS(z.rx_plain),
+	  TEXT("compress", "decoded %s"),
+	  PROM("vmigd_migration_decompress_plain_bytes_total", COUNTER,
+	       "Target: stream bytes that came compressed, decoded.") },
+	{ "decompress.wire", CTL_BYTES, FIELD(z.rx_wire), OMIT_UNLESS(z.rx_plain),
+	  TEXT("compress", " from %s"),
+	  PROM("vmigd_migration_decompress_wire_bytes_total", COUNTER,
+	       "Target: the compressed chunks those bytes came as.") },
+	{ "decompress.cpu_ms", CTL_MS, CALC(mig_z_rx_cpu), OMIT_UNLESS(z.rx_plain),
+	  TEXT("compress", ", CPU %s"),
+	  PROM("vmigd_migration_decompress_cpu_seconds_total", COUNTER,
+	       "Target: CPU time spent decoding compressed chunks.") },
 };
 TABLE(ctl_migration_table, "migration", migration_figs);
 #undef OBJ
@@ -505,6 +578,30 @@ static const struct ctl_fig conn_figs[] = {
 	  TEXT("bytes", ", kept %s"),
 	  PROM("vmigd_connection_kept_bytes", GAUGE,
 	       "Bytes a resumable connection keeps until the peer says it delivered them.") },
+	{ "compress.mode", CTL_STR, FIELD(zmode), OMIT_UNLESS(zmode),
+	  TEXT("compress", "compression %s") },
+	{ "compress.on", CTL_BOOL, FIELD(zon), OMIT_UNLESS(zwhy), TEXT("compress", ", ON|, off"),
+	  PROM("vmigd_connection_compressing", GAUGE,
+	       "1 while a source connection sends compressed chunks.") },
+	{ "compress.why", CTL_STR, FIELD(zwhy), OMIT_UNLESS(zwhy), TEXT("compress", ": %s") },
+	{ "compress.idle_pct", CTL_COUNT, FIELD(zidle_pct), OMIT_UNLESS(zwhy),
+	  TEXT("compress", " (worker idle %s%%") },
+	{ "compress.recent_pct", CTL_COUNT, FIELD(zratio_pct), OMIT_UNLESS(zwhy),
+	  TEXT("compress", ", recent chunks %s%% of their size)") },
+	{ "compress.plain", CTL_BYTES, FIELD(z.tx_plain), OMIT_UNLESS(zwhy),
+	  TEXT("compress", ", %s"),
+	  PROM("vmigd_connection_compress_plain_bytes_total", COUNTER,
+	       "Stream bytes a source connection sent compressed, before compression.") },
+	{ "compress.wire", CTL_BYTES, FIELD(z.tx_wire), OMIT_UNLESS(zwhy),
+	  TEXT("compress", " sent as %s"),
+	  PROM("vmigd_connection_compress_wire_bytes_total", COUNTER,
+	       "The compressed chunks a source connection sent those bytes as.") },
+	{ "decompress.plain", CTL_BYTES, FIELD(z.rx_plain), OMIT_UNLESS(z.rx_plain),
+	  TEXT("compress", ", decoded %s"),
+	  PROM("vmigd_connection_decompress_plain_bytes_total", COUNTER,
+	       "Stream bytes that came compressed to a target connection, decoded.") },
+	{ "decompress.wire", CTL_BYTES, FIELD(z.rx_wire), OMIT_UNLESS(z.rx_plain),
+	  TEXT("compress", " from %s") },
 };
 TABLE(ctl_conn_table, "connection", conn_figs);
 #undef OBJ

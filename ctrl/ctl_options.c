@@ -89,6 +89,12 @@ static const struct opt_word digests[] = {
 	{ "off", PX_DIGEST_OFF },
 	{ NULL, 0 },
 };
+static const struct opt_word compress_modes[] = {
+	{ "auto", PX_COMPRESS_AUTO },
+	{ "off", PX_COMPRESS_OFF },
+	{ "always", PX_COMPRESS_ALWAYS },
+	{ NULL, 0 },
+};
 static const struct opt_word shapers[] = {
 	{ "bucket", PX_SHAPE_BUCKET },
 	{ "pacing", PX_SHAPE_PACING },
@@ -220,6 +226,13 @@ static const struct opt opts[] = {
 		  "their end (outcome=corrupt on a mismatch): auto, those whose bytes pass through "
 		  "user space anyway (TLS, DPDK, --data-path copy); on, all (the splice path then "
 		  "reads each byte once more); off, none" },
+	{ "compress", 0, WORDS(compress, compress_modes), .def = "auto",
+	  .help = "compress what a source sends to a vmigd target (zstd, on resumable "
+		  "connections of the kernel path; a target that is not off decodes): auto, a "
+		  "connection while its cap or the node hop holds it back, its worker has time to "
+		  "spare and its bytes shrink; always; off (never, either role)" },
+	{ "compress-level", 0, ULONG(compress_level, 1, 19), .arg = "N", .def = "1",
+	  .help = "zstd's level for --compress" },
 	{ "keep-cap-at-switchover", 0, FLAG(keep_cap_at_switchover), .flags = OPT_DEF_TEXT,
 	  .def = "lifted", .help = "keep a migration's cap after its VM stopped for switchover" },
 	{ "dpdk", 0, STR(dpdk_eal), .arg = "EAL_ARGS", .flags = OPT_DEF_TEXT,

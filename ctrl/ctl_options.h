@@ -42,6 +42,8 @@ struct ctl_options {
 	int shaper; /* enum px_shaper */
 	bool no_inspect;
 	int digest; /* enum px_digest */
+	int compress; /* enum px_compress */
+	unsigned long compress_level;
 	bool keep_cap_at_switchover;
 	const char *dpdk_eal;
 	const char *dpdk_address;

@@ -43,10 +43,13 @@ static void add_resume(struct json_object *o, const struct px_portmap *t)
 		json_object_object_add(o, "resume", json_object_new_boolean(true));
 	if (t->resume && t->resume_dpdk)
 		json_object_object_add(o, "resume_dpdk", json_object_new_boolean(true));
+	/* compression rides the resumable frames */
+	if (t->resume && t->compress)
+		json_object_object_add(o, "compress", json_object_new_string("zstd"));
 }
 
-/* The optional "resume" and "resume_dpdk" members into t: 0, or -EINVAL when one is not a
- * boolean. */
+/* The optional "resume" and "resume_dpdk" members into t, and "compress": 0, or -EINVAL when
+ * one is not a boolean (a string). */
 static int get_resume(struct json_object *o, struct px_portmap *t)
 {
 	struct json_object *v;
@@ -60,6 +63,12 @@ static int get_resume(struct json_object *o, struct px_portmap *t)
 		if (!json_object_is_type(v, json_type_boolean))
 			return -EINVAL;
 		t->resume_dpdk = json_object_get_boolean(v);
+	}
+	/* another algorithm than ours: none */
+	if (json_object_object_get_ex(o, "compress", &v)) {
+		if (!json_object_is_type(v, json_type_string))
+			return -EINVAL;
+		t->compress = !strcmp(json_object_get_string(v), "zstd");
 	}
 	return 0;
 }

@@ -208,7 +208,8 @@ static int run_source_start(struct px_node *n, const struct ctl_daemon_info *d,
 			    const struct ctl_request *req, struct json_object **reply, char *err,
 			    size_t errlen)
 {
-	struct px_start opts = { .cap = req->bandwidth, .tls = req->tls, .hook = req->hook };
+	struct px_start opts = { .cap = req->bandwidth, .tls = req->tls, .hook = req->hook,
+				 .compress = req->compress };
 	struct px_port_info socks[PX_PORTS_MAX];
 	struct json_object *arr, *map;
 	int r;

@@ -459,6 +459,28 @@ static int parse_tls(struct json_object *o, struct ctl_request *req, char *err, 
 	return r;
 }
 
+/* "compress": this migration's compression, instead of the daemon's --compress. */
+static int parse_compress(struct json_object *o, struct ctl_request *req, char *err,
+			  size_t errlen)
+{
+	static const char *const names[] = { [PX_COMPRESS_OFF] = "off",
+					     [PX_COMPRESS_AUTO] = "auto",
+					     [PX_COMPRESS_ALWAYS] = "always" };
+	struct json_object *v;
+	const char *s;
+
+	if (!json_object_object_get_ex(o, "compress", &v))
+		return 0;
+	s = json_object_is_type(v, json_type_string) ? json_object_get_string(v) : "";
+	for (size_t i = PX_COMPRESS_OFF; i < ARRAY_SIZE(names); i++) {
+		if (!strcmp(s, names[i])) {
+			req->compress = (enum px_compress)i;
+			return 0;
+		}
+	}
+	return bad(err, errlen, "\"compress\": expected \"off\", \"auto\" or \"always\"");
+}
+
 /*
  * "listen": {"PORTID": TCPPORT}, KubeVirt mode only: the TCP port each named logical port's
  * listener binds (a restarted daemon keeps the ports it published). Ports not named bind any.
@@ -522,6 +544,7 @@ static int parse_source_start(struct json_object *o, struct ctl_request *req, ch
 
 	r = r ?: parse_source(o, req, err, errlen);
 	r = r ?: parse_tls(o, req, err, errlen);
+	r = r ?: parse_compress(o, req, err, errlen);
 	r = r ?: parse_bandwidth(o, false, req, err, errlen);
 	r = r ?: parse_convergence(o, req, err, errlen);
 	r = r ?: join_bandwidth(o, req, err, errlen);
@@ -585,7 +608,8 @@ static const struct ctl_op_def {
 			       parse_target_start },
 	[CTL_TARGET_STOP] = { "target-stop", FIELDS("key"), parse_stop },
 	[CTL_SOURCE_START] = { "source-start",
-			       FIELDS("key", "target", "dir", "bandwidth", "convergence", "tls"),
+			       FIELDS("key", "target", "dir", "bandwidth", "convergence", "tls",
+				      "compress"),
 			       parse_source_start },
 	[CTL_SOURCE_STOP] = { "source-stop", FIELDS("key"), parse_stop },
 	[CTL_LIST] = { "list", NO_FIELDS, parse_nothing },

@@ -51,6 +51,8 @@ struct ctl_request {
 	uint64_t bandwidth;
 	bool kubevirt;	/* target-start: one listener per logical port, KubeVirt's map */
 	enum px_tls tls; /* target-start, source-start: "tls" true or false, else the daemon's */
+	/* source-start: "compress": "off", "auto" or "always", else the daemon's --compress */
+	enum px_compress compress;
 	bool converge;	/* source-start: "convergence" was given */
 	struct cv_spec conv;
 	int pid; /* takeover: the process asking */

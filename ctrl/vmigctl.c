@@ -93,6 +93,7 @@ enum {
 	O_MAX_DOWNTIME,
 	O_EVIDENCE_WINDOW,
 	O_TEST_DELAY_FIRST,
+	O_COMPRESS,
 	O_INTERVAL,
 	O_COUNT,
 };
@@ -249,6 +250,9 @@ static void source_start(const struct vc_call *c)
 		bad_arg("--target: not a JSON object (pass what target start printed)");
 	json_object_object_add(req, "target", t);
 	json_object_object_add(req, "dir", json_object_new_string(vc_opt_val(c, O_DIR)));
+	if (vc_opt_has(c, O_COMPRESS))
+		json_object_object_add(req, "compress",
+				       json_object_new_string(vc_opt_val(c, O_COMPRESS)));
 	common_start_opts(req);
 	if (qmp || dom) {
 		struct json_object *conv = json_object_new_object();
@@ -800,6 +804,12 @@ static const struct vc_opt source_start_opts[] = {
 	  .help = "make the sockets in BASEDIR/migrationproxy/",
 	  .flags = VC_OPT_REQUIRED,
 	  .complete = "@dir" },
+	{ .name = "compress",
+	  .id = O_COMPRESS,
+	  .arg = "MODE",
+	  .help = "off, auto or always: compression toward a vmigd target (default: the "
+		  "daemon's --compress)",
+	  .complete = "off auto always" },
 	{ .name = "qmp",
 	  .id = O_QMP,
 	  .arg = "PATH",

@@ -259,6 +259,8 @@ static int daemon_configure(struct daemon *d, struct ctl_options *o)
 	pc->shaper = o->shaper;
 	pc->inspect = !o->no_inspect;
 	pc->digest = o->digest;
+	pc->compress = (enum px_compress)o->compress;
+	pc->compress_level = (int)o->compress_level;
 	pc->keep_cap_at_switchover = o->keep_cap_at_switchover;
 	pc->socket_uid = o->socket_uid;
 	pc->socket_gid = o->socket_gid;
@@ -576,12 +578,13 @@ static void log_start(struct daemon *d, const struct ctl_options *o)
 		 VMIGD_VERSION, px_node_listen_str(d->node), px_node_advertise(d->node), o->control,
 		 px_node_threads(d->node), px_node_data_path(d->node),
 		 d->cpus[0] ? d->cpus : "any");
-	log_info("bandwidth: node cap %s, shaper %s, inspection %s, digests %s, caps %s at "
-		 "switchover",
+	log_info("bandwidth: node cap %s, shaper %s, inspection %s, digests %s, compression %s "
+		 "(zstd level %lu), caps %s at switchover",
 		 vm_format_rate(o->node_share_pct > 0 ? d->node_bandwidth : o->node_bandwidth, rate,
 				sizeof(rate)),
 		 px_shaper_str(o->shaper), o->no_inspect ? "off" : "on",
-		 px_digest_str(o->digest), o->keep_cap_at_switchover ? "kept" : "lifted");
+		 px_digest_str(o->digest), px_compress_str((enum px_compress)o->compress),
+		 o->compress_level, o->keep_cap_at_switchover ? "kept" : "lifted");
 	if (o->dpdk_eal)
 		log_info("DPDK node hop: %s udp %lu, %s, for peers that have one too",
 			 o->dpdk_address, o->dpdk_port,

@@ -200,3 +200,26 @@ const char *px_digest_str(enum px_digest d)
 {
 	return d == PX_DIGEST_ON ? "on" : d == PX_DIGEST_OFF ? "off" : "auto";
 }
+
+const char *px_zwhy_str(unsigned int why)
+{
+	static const char *const words[] = {
+		[XP_ZWHY_NONE] = "undecided",
+		[XP_ZWHY_ALWAYS] = "--compress always",
+		[XP_ZWHY_CAPPED] = "its cap holds it back",
+		[XP_ZWHY_HOP_FULL] = "the node hop is full and its worker has time to spare",
+		[XP_ZWHY_IDLE_HOP] = "nothing waits for the node hop or a cap",
+		[XP_ZWHY_CPU] = "its worker has no time to spare",
+		[XP_ZWHY_RATIO] = "recent chunks did not shrink; it tries again later",
+	};
+
+	return why < ARRAY_SIZE(words) && words[why] ? words[why] : "?";
+}
+
+const char *px_compress_str(enum px_compress c)
+{
+	return c == PX_COMPRESS_OFF	 ? "off"
+	       : c == PX_COMPRESS_ALWAYS ? "always"
+	       : c == PX_COMPRESS_AUTO	 ? "auto"
+					 : "default";
+}

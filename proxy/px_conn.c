@@ -103,6 +103,22 @@ bool px_dpdk_can(const struct px_conn *c)
 	       (!c->tls.version[0] || strcmp(c->tls.version, "TLSv1.3") == 0);
 }
 
+void px_zinfo_add(struct px_zinfo *to, const struct xp_zfig *f)
+{
+	to->tx_plain += f->tx_plain;
+	to->tx_wire += f->tx_wire;
+	to->tx_ns += f->tx_ns;
+	to->rx_plain += f->rx_plain;
+	to->rx_wire += f->rx_wire;
+	to->rx_ns += f->rx_ns;
+	to->flips += f->flips;
+}
+
+enum px_compress px_compress_mode(const struct px_migration *m)
+{
+	return m->opts.compress != PX_COMPRESS_DEFAULT ? m->opts.compress : m->n->conf.compress;
+}
+
 void px_conn_link_opts(const struct px_conn *c, struct xp_link_opts *o)
 {
 	struct px_node *n = c->n;
@@ -114,6 +130,16 @@ void px_conn_link_opts(const struct px_conn *c, struct xp_link_opts *o)
 	if (c->resumable) {
 		o->resume.keep = n->conf.resume_keep;
 		o->resume.silence_ms = PX_HOP_SILENCE_MS;
+	}
+	/* compression: what a source sends on the kernel path's frames, to a target that agreed */
+	if (c->resumable && !c->dpdk.ip) {
+		enum px_compress z = c->zout_offered ? px_compress_mode(c->m) : PX_COMPRESS_OFF;
+
+		o->z.out = z == PX_COMPRESS_ALWAYS ? XP_Z_ALWAYS
+			   : z == PX_COMPRESS_AUTO ? XP_Z_AUTO
+						   : XP_Z_OFF;
+		o->z.level = n->conf.compress_level;
+		o->z.in = c->zin;
 	}
 	if (n->conf.shaper == PX_SHAPE_BUCKET) {
 		o->bucket[0] = c->m->bucket;
@@ -160,10 +186,14 @@ int px_conn_link(struct px_conn *c)
 	c->m->conns_total++;
 	c->port->conns_total++;
 	n->conns_total++;
-	log_info("migration %s role=%s: port %u connection %u linked %s wire=%s path=%s resume=%s",
+	log_info("migration %s role=%s: port %u connection %u linked %s wire=%s path=%s resume=%s "
+		 "compress=%s",
 		 c->m->key, px_role_str(c->m->role), c->port->id, c->seq,
 		 c->tls.describe[0] ? c->tls.describe : "tls=off", c->raw ? "raw" : "vmigd",
-		 c->dpdk.ip ? "dpdk" : "kernel", c->resumable ? "yes" : "no");
+		 c->dpdk.ip ? "dpdk" : "kernel", c->resumable ? "yes" : "no",
+		 c->zin		   ? "in"
+		 : o.z.out == XP_Z_OFF ? "off"
+				       : px_compress_str(px_compress_mode(c->m)));
 	return 0;
 }
 
@@ -237,6 +267,7 @@ void px_conn_done(void *cookie, const struct xp_link_result *res, void *arg)
 		m->unhopped_ms += c->unhopped_ms;
 		px_resume_ended(c);
 	}
+	px_zinfo_add(&m->zdone, &res->z);
 	m->bytes[0] += res->bytes[0];
 	m->bytes[1] += res->bytes[1];
 	c->port->bytes[0] += res->bytes[0];

@@ -264,7 +264,7 @@ static void stop_line(struct px_migration *m)
 {
 	struct px_node *n = m->n;
 	double secs = (px_now(n) - m->started_ms) / 1000.0;
-	char outcome[300], undelivered[128] = "", verified[64];
+	char outcome[300], undelivered[256] = "", verified[64];
 	enum px_outcome o;
 
 	px_verify_note(m, verified, sizeof(verified));
@@ -303,6 +303,13 @@ static void stop_line(struct px_migration *m)
 	if (m->fallbacks)
 		snprintf(undelivered + strlen(undelivered), sizeof(undelivered) - strlen(undelivered),
 			 " dpdk_fallbacks=%u", m->fallbacks);
+	/* compression: the plain bytes that went (came) as chunks, the chunks, the CPU time */
+	if (m->zdone.tx_plain || m->zdone.rx_plain)
+		snprintf(undelivered + strlen(undelivered), sizeof(undelivered) - strlen(undelivered),
+			 " compressed=%llu wire=%llu zcpu=%.2fs",
+			 (unsigned long long)(m->zdone.tx_plain + m->zdone.rx_plain),
+			 (unsigned long long)(m->zdone.tx_wire + m->zdone.rx_wire),
+			 (double)(m->zdone.tx_ns + m->zdone.rx_ns) / 1e9);
 	vm_log(m->v.corrupt				  ? VM_LOG_ERR
 	       : strcmp(outcome, "ok") || m->v.unverified ? VM_LOG_WARN
 							  : VM_LOG_INFO,

@@ -30,6 +30,8 @@ static const char *unmovable(const struct px_migration *m)
 			       "--resume-timeout 0)";
 		if (c->dpdk.ip)
 			return "a connection of it is on the DPDK node hop";
+		if (c->zout_offered || c->zin)
+			return "a connection of it carries compressed chunks";
 		if (c->suspended)
 			return "a connection of it is without its node hop";
 		k++;

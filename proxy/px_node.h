@@ -35,6 +35,13 @@ enum px_shaper {
  */
 enum px_digest { PX_DIGEST_AUTO, PX_DIGEST_ON, PX_DIGEST_OFF };
 
+/*
+ * Compression of what a source sends to a vmigd target, on resumable kernel-path connections
+ * (a target that is not off takes it): off; auto, a connection's chunks go compressed while
+ * its cap or the node hop holds it back, its worker has time to spare and they shrink; always.
+ */
+enum px_compress { PX_COMPRESS_DEFAULT, PX_COMPRESS_OFF, PX_COMPRESS_AUTO, PX_COMPRESS_ALWAYS };
+
 struct px_config {
 	struct xp_addr listen;
 	char advertise[PX_HOST_MAX]; /* empty: derive from the listen address */
@@ -69,6 +76,8 @@ struct px_config {
 	 */
 	uint64_t resume_timeout_ms;
 	size_t resume_keep;
+	enum px_compress compress; /* never PX_COMPRESS_DEFAULT */
+	int compress_level;	   /* zstd's */
 };
 
 /* A migration's TLS: the daemon's (on unless --no-tls), or set per migration. */
@@ -87,6 +96,7 @@ struct px_start {
 	uint64_t cap;  /* bytes/s; 0: none */
 	bool kubevirt; /* target: one TCP listener per logical port, KubeVirt's map */
 	enum px_tls tls;
+	enum px_compress compress; /* source; PX_COMPRESS_DEFAULT: the node's */
 	struct px_source_hook hook; /* source; .hold_ms NULL: none */
 	/* target: the migration's secret, given (a takeover moves a target with its own) */
 	bool has_secret;
@@ -168,6 +178,15 @@ struct px_port_info {
 	unsigned int conns_active, conns_total;
 };
 
+/* Compression (xp_link.h's xp_zfig), of a connection or summed over a migration's, live and
+ * ended: plain bytes sent as chunks, the chunks' bytes, the CPU time it took; the same of what
+ * came in so and was decoded. */
+struct px_zinfo {
+	uint64_t tx_plain, tx_wire, tx_ns;
+	uint64_t rx_plain, rx_wire, rx_ns;
+	unsigned int flips; /* times a connection turned it on or off */
+};
+
 struct px_conn_info {
 	uint32_t port, seq;
 	const char *state;	     /* "connecting", "handshake", ..., "linked" */
@@ -189,6 +208,14 @@ struct px_conn_info {
 	unsigned int resumptions;
 	uint64_t replayed, unhopped_ms, kept;
 	unsigned int fallbacks; /* times its DPDK path failed and the kernel path carried it on */
+	/* compression: it may send chunks (zmode: "auto", "always") or take them ("in"), NULL:
+	 * neither; compressing now, the last decision's reason, its worker's idle share then,
+	 * the recent chunks' size as a share of their plain bytes */
+	const char *zmode;
+	bool zon;
+	const char *zwhy;
+	unsigned int zidle_pct, zratio_pct;
+	struct px_zinfo z;
 };
 
 /* A migration's resumable connections, live and ended (px_resume.c). */
@@ -236,6 +263,13 @@ struct px_migration_info {
 	bool inspected;
 	struct px_insp_summary insp;
 	struct px_resume_info resume;
+	/* compression: the source's mode ("off", "auto", "always"; NULL on a target), its
+	 * connections compressing now, the figures, and bytes/s on the node hop (what the
+	 * connections sent, chunks counted as sent) over the last second and ten */
+	const char *zmode;
+	unsigned int zconns_on;
+	struct px_zinfo z;
+	uint64_t wire_tx, wire_1s, wire_10s;
 };
 
 struct px_node_info {
@@ -309,6 +343,9 @@ void px_node_info(struct px_node *n, struct px_node_info *out);
 const char *px_shaper_str(enum px_shaper s);
 /* "auto", "on", "off" */
 const char *px_digest_str(enum px_digest d);
+const char *px_compress_str(enum px_compress c);
+/* A compression decision's reason (enum xp_zwhy), in words. */
+const char *px_zwhy_str(unsigned int why);
 int px_source_stop(struct px_node *n, const char *key, char *err, size_t errlen);
 /* Fails the migration now, as an error of its own would: why is logged and shown in status,
  * every connection is cut (QEMU sees its migration fail). 0, or -ENOENT; one that failed

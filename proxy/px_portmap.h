@@ -43,6 +43,9 @@ struct px_portmap {
 	/* ... and one of the DPDK node hop over the kernel path ("resume_dpdk": true): a source
 	 * offers that (PX_PREAMBLE_F_DPDK_RESUME) only then. */
 	bool resume_dpdk;
+	/* The target decodes compressed chunks on resumable connections ("compress":"zstd"): a
+	 * source that compresses asks for it (PX_PREAMBLE_F_COMPRESS) only then. */
+	bool compress;
 };
 
 /* KubeVirt's logical ports: libvirt's own connection, QEMU's migration stream, NBD. */

@@ -43,6 +43,10 @@
  * "resume_dpdk"): the source can also resume a connection of the DPDK node hop over the kernel
  * path; a target that agrees answers PX_OK_DPDK_RESUMABLE. */
 #define PX_PREAMBLE_F_DPDK_RESUME 0x0040
+/* With PX_PREAMBLE_F_RESUMABLE (to a target that advertised "compress":"zstd"): should the
+ * connection be resumable on the kernel path (PX_OK_RESUMABLE), the source may send compressed
+ * chunks (ZDATA frames) in it; a target that did not advertise it ignores the flag. */
+#define PX_PREAMBLE_F_COMPRESS 0x0080
 #define PX_REPLY_LEN	     8
 /* A PX_OK_DPDK reply: the target's DPDK address and port and the stream id follow. */
 #define PX_REPLY_DPDK_LEN (PX_REPLY_LEN + PX_DPDK_LEN)
@@ -125,6 +129,7 @@ struct px_preamble {
 	bool resumable; /* PX_PREAMBLE_F_RESUMABLE */
 	bool resume;	/* PX_PREAMBLE_F_RESUME: token and have follow */
 	bool dpdk_resume; /* PX_PREAMBLE_F_DPDK_RESUME (with dpdk and resumable only) */
+	bool compress;	  /* PX_PREAMBLE_F_COMPRESS (with resumable only) */
 	uint8_t token[PX_TOKEN_LEN];
 	uint64_t have; /* what the source took of the target's direction */
 };

@@ -120,6 +120,13 @@ struct px_conn {
 		dpdk; /* over the DPDK node hop: the peer's address, the stream (ip 0: not) */
 	bool dpdk_offered; /* source: its preamble offered the DPDK node hop */
 	bool dpdk_resume_offered; /* ... and to resume it over the kernel path */
+	/* source: its preamble asked to send compressed chunks (PX_PREAMBLE_F_COMPRESS); target:
+	 * it agreed, so its link decodes them */
+	bool zout_offered, zin;
+	/* source: the compression state last logged (px_sample.c), and when */
+	bool zlogged_on;
+	unsigned int zlogged_why;
+	uint64_t zlogged_ms;
 	char peer[80];
 	char addr[64];	      /* target: the peer's address, no port (peer without it) */
 	uint64_t accepted_ms; /* target, before its preamble: when it was accepted */
@@ -237,6 +244,9 @@ struct px_migration {
 	unsigned int resumptions, resume_refused, fallbacks;
 	uint64_t replayed, unhopped_ms;
 	bool unresumable; /* a connection was carried that is not resumable */
+	/* compression: ended connections' figures; what the node hop carried (wire bytes) */
+	struct px_zinfo zdone;
+	struct vm_rate wire;
 	/*
 	 * Moving to the vmigd taking over (px_move.c): moving while its links quiesce (quiet
 	 * counts those still to), until move_timer gives up; moved once the other has it: its
@@ -368,6 +378,10 @@ int px_conn_reply(struct px_conn *c, enum px_status st);
 /* The options a link of c is attached with: its cookie, wire, digests, resumption, caps and
  * inspector (c->insp, if any); the path (DPDK, adopted) is the caller's to add. */
 void px_conn_link_opts(const struct px_conn *c, struct xp_link_opts *o);
+/* Adds a link's compression figures to a sum. */
+void px_zinfo_add(struct px_zinfo *to, const struct xp_zfig *f);
+/* A source's compression: its start's, else the node's. */
+enum px_compress px_compress_mode(const struct px_migration *m);
 /* Hands both sockets to the data path. 0, or -errno with the connection still ours. */
 int px_conn_link(struct px_conn *c);
 /* The data path returned a link. */

@@ -32,10 +32,32 @@ static void lift_cap_at_switchover(struct px_migration *m, const struct px_conn 
 		px_migration_apply_limit(m, 0);
 }
 
+/*
+ * A source connection's compression decisions, logged as they change with what they went on, at
+ * most a line a second per connection (the state by then); not while it has never compressed.
+ */
+static void zwatch(const struct px_migration *m, struct px_conn *c, const struct xp_zfig *f,
+		   uint64_t now)
+{
+	if (!c->zout_offered || f->why == XP_ZWHY_NONE || (!c->zlogged_ms && !f->on) ||
+	    (f->on == c->zlogged_on && f->why == c->zlogged_why) || now - c->zlogged_ms < 1000)
+		return;
+	log_info("migration %s role=source: port %u connection %u compression %s: %s (worker idle "
+		 "%u%%, recent chunks %u%% of their plain size; %llu bytes sent as %llu so far, "
+		 "%u changes)",
+		 m->key, c->port->id, c->seq, f->on ? "on" : "off", px_zwhy_str(f->why),
+		 f->idle_pct, f->ratio_pct, (unsigned long long)f->tx_plain,
+		 (unsigned long long)f->tx_wire, f->flips);
+	c->zlogged_on = f->on;
+	c->zlogged_why = f->why;
+	c->zlogged_ms = now;
+}
+
 /* Brings a migration's meters up to date; adds its live bytes to node[]. */
 static void migration_sample(struct px_migration *m, uint64_t now, uint64_t node[2])
 {
 	uint64_t mb[2] = { m->bytes[0], m->bytes[1] };
+	uint64_t wire = m->bytes[0] - m->zdone.tx_plain + m->zdone.tx_wire;
 	uint64_t pb[PX_PORTS_MAX][2];
 
 	for (unsigned int i = 0; i < m->nports; i++) {
@@ -48,15 +70,21 @@ static void migration_sample(struct px_migration *m, uint64_t now, uint64_t node
 
 		if (c->st != C_LINKED)
 			continue;
+		struct xp_zfig zf;
+
 		IO(m->n, link_bytes, c->link, b);
+		IO(m->n, link_zfig, c->link, &zf);
 		for (int d = 0; d < 2; d++) {
 			vm_rate_sample(&c->rate[d], now, b[d]);
 			mb[d] += b[d];
 			pb[pi][d] += b[d];
 			node[d] += b[d];
 		}
+		wire += b[0] - zf.tx_plain + zf.tx_wire;
+		zwatch(m, c, &zf, now);
 		lift_cap_at_switchover(m, c);
 	}
+	vm_rate_sample(&m->wire, now, wire);
 	for (int d = 0; d < 2; d++) {
 		vm_rate_sample(&m->rate[d], now, mb[d]);
 		for (unsigned int i = 0; i < m->nports; i++)
@@ -112,12 +140,17 @@ static void conn_info(struct px_migration *m, struct px_conn *c, struct px_migra
 {
 	struct px_port_info *pi = &mi->ports[c->port - m->ports];
 	uint64_t b[2] = { 0, 0 }, sn = 0;
+	struct xp_zfig zf = { 0 };
 	struct px_insp_stats st;
 
 	pi->conns_active++;
 	if (c->st == C_LINKED) {
 		IO(m->n, link_bytes, c->link, b);
 		sn = IO(m->n, link_shaped_ns, c->link);
+		IO(m->n, link_zfig, c->link, &zf);
+		px_zinfo_add(&mi->z, &zf);
+		mi->zconns_on += zf.on;
+		mi->wire_tx += b[0] - zf.tx_plain + zf.tx_wire;
 		*shaped_ns += sn;
 		mi->bytes_tx += b[0];
 		mi->bytes_rx += b[1];
@@ -174,6 +207,14 @@ static void conn_info(struct px_migration *m, struct px_conn *c, struct px_migra
 	i->inspected = c->insp != NULL;
 	if (c->insp)
 		i->insp = st;
+	if (c->zout_offered || c->zin) {
+		i->zmode = c->zin ? "in" : px_compress_str(px_compress_mode(m));
+		i->zon = zf.on;
+		i->zwhy = c->zout_offered ? px_zwhy_str(zf.why) : NULL;
+		i->zidle_pct = zf.idle_pct;
+		i->zratio_pct = zf.ratio_pct;
+		px_zinfo_add(&i->z, &zf);
+	}
 }
 
 void px_node_foreach(struct px_node *n, px_migration_fn fn, void *arg)
@@ -219,6 +260,12 @@ void px_node_foreach(struct px_node *n, px_migration_fn fn, void *arg)
 				    .replayed = m->replayed,
 				    .unhopped_ms = m->unhopped_ms,
 				    .all = m->conns_total > 0 && !m->unresumable },
+			.zmode = m->role == PX_ROLE_SOURCE ? px_compress_str(px_compress_mode(m))
+							   : NULL,
+			.z = m->zdone,
+			.wire_tx = m->bytes[0] - m->zdone.tx_plain + m->zdone.tx_wire,
+			.wire_1s = vm_rate_get(&m->wire, 1000),
+			.wire_10s = vm_rate_get(&m->wire, 10000),
 		};
 		uint64_t shaped_ns = m->shaped_ns_done;
 

@@ -155,6 +155,8 @@ static void src_start_send(struct px_conn *c)
 		p.digest = c->digest = px_verify_wanted(c);
 	}
 	p.resumable = px_resume_wanted(c);
+	p.compress = c->zout_offered = p.resumable && !c->resuming && c->m->target.compress &&
+				       px_compress_mode(c->m) != PX_COMPRESS_OFF;
 	/* not while the hop's link is down or the target's address unreachable (px_dpdk.c) */
 	c->dpdk_offered = !c->verify && !c->resuming && px_dpdk_can(c) &&
 			  px_dpdk_usable(c->n, c->m->target.dpdk.ip);
@@ -314,6 +316,8 @@ static void src_read_reply(struct px_conn *c)
 		c->resumable = true;
 		px_reply_token(c->buf, c->token);
 	}
+	/* the target decodes chunks on a resumable kernel-path connection it was asked for */
+	c->zout_offered = c->zout_offered && st == PX_OK_RESUMABLE;
 	src_link(c);
 }
 
@@ -436,7 +440,8 @@ static bool same_source(const struct px_migration *m, const struct px_portmap *t
 {
 	char path[sizeof(m->ports[0].path)];
 
-	if (m->tls != tls || m->opts.cap != o->cap || m->kubevirt != t->kubevirt ||
+	if (m->tls != tls || m->opts.cap != o->cap || m->opts.compress != o->compress ||
+	    m->kubevirt != t->kubevirt ||
 	    strcmp(m->target.address, t->address) || m->target.port != t->port ||
 	    m->nports != t->nports)
 		return false;

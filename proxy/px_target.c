@@ -272,6 +272,8 @@ static void tgt_dispatch(struct px_conn *c, const struct px_preamble *p)
 	if (p->resumable && (!c->dpdk.ip || p->dpdk_resume) && n->conf.resume_timeout_ms &&
 	    getrandom(c->token, sizeof(c->token), 0) == sizeof(c->token))
 		c->resumable = true;
+	/* compressed chunks come on the kernel path's frames only */
+	c->zin = p->compress && c->resumable && !c->dpdk.ip && n->conf.compress != PX_COMPRESS_OFF;
 	if (tgt_bind(c, port, p->seq) < 0)
 		return;
 	if (p->seq > px_order_next(port->order))
@@ -723,6 +725,7 @@ static void target_map(const struct px_migration *m, struct px_portmap *out)
 	out->digest = n->conf.digest != PX_DIGEST_OFF;
 	out->resume = n->conf.resume_timeout_ms > 0;
 	out->resume_dpdk = out->resume && n->dpdk.ip;
+	out->compress = out->resume && n->conf.compress != PX_COMPRESS_OFF;
 	out->port = m->kubevirt ? 0 : xp_addr_port(&n->bound);
 	out->nports = m->nports;
 	for (unsigned int i = 0; i < m->nports; i++) {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-/* A resumable link's node hop, on its worker: the frame codec (xp_frame.h), DATA frames out of
+/* A resumable link's node hop, on its worker: DATA frames (ZDATA: xp_frame_z.c) out of
  * direction 0 with a copy kept until the peer acknowledges it (tee(2) into a second pipe, or a
  * ring the bytes were read into), ACKs of what direction 1 delivered, END, the clean close, and
  * suspending and resuming the link around a failed node hop. xp_pump.c calls in here. */
@@ -19,41 +19,6 @@
 #include "xp_pool_priv.h"
 #include "xp_sock.h"
 #include "xp_tls.h"
-
-void xp_frame_put(const struct xp_frame *f, uint8_t buf[XP_FRAME_LEN])
-{
-	vm_put_be16(buf, XP_FRAME_MAGIC);
-	buf[2] = (uint8_t)f->type;
-	buf[3] = 0;
-	vm_put_be32(buf + 4, f->len);
-	vm_put_be64(buf + 8, f->off);
-}
-
-int xp_frame_get(const uint8_t buf[XP_FRAME_LEN], struct xp_frame *ret)
-{
-	struct xp_frame f = { .type = buf[2], .len = vm_get_be32(buf + 4),
-			      .off = vm_get_be64(buf + 8) };
-
-	if (vm_get_be16(buf) != XP_FRAME_MAGIC || buf[3] != 0)
-		return -EBADMSG;
-	switch (f.type) {
-	case XP_FRAME_DATA:
-		if (f.len == 0 || f.len > XP_FRAME_MAX)
-			return -EBADMSG;
-		break;
-	case XP_FRAME_ACK:
-	case XP_FRAME_END:
-	case XP_FRAME_GONE:
-	case XP_FRAME_PING:
-		if (f.len != 0)
-			return -EBADMSG;
-		break;
-	default:
-		return -EBADMSG;
-	}
-	*ret = f;
-	return 0;
-}
 
 uint64_t xp_frame_in_done(const struct xp_pump *p)
 {
@@ -252,7 +217,7 @@ void xp_frame_filled(struct xp_pump *p, size_t n)
 }
 
 /* Writes raw bytes toward the node hop: the socket, or the TLS session's batch. */
-static ssize_t hop_write(struct pool_link *l, const void *buf, size_t len, bool more)
+ssize_t xp_frame_hop_write(struct pool_link *l, const void *buf, size_t len, bool more)
 {
 	struct xp_pump *p = &l->p[0];
 	ssize_t n;
@@ -275,7 +240,7 @@ static int hdr_flush(struct pool_link *l)
 	struct frame_out *f = &l->p[0].fout;
 
 	while (f->off < f->len) {
-		ssize_t n = hop_write(l, f->hdr + f->off, f->len - f->off, f->left > 0);
+		ssize_t n = xp_frame_hop_write(l, f->hdr + f->off, f->len - f->off, f->left > 0);
 
 		if (n < 0)
 			return -1;
@@ -293,7 +258,8 @@ static void hdr_start(struct pool_link *l, enum xp_frame_type type, uint32_t len
 	xp_frame_put(&fr, f->hdr);
 	f->len = XP_FRAME_LEN;
 	f->off = 0;
-	f->left = type == XP_FRAME_DATA ? len : 0;
+	f->left = type == XP_FRAME_DATA || type == XP_FRAME_ZDATA ? len : 0;
+	f->zdata = type == XP_FRAME_ZDATA;
 }
 
 static bool ack_due(const struct pool_link *l)
@@ -340,7 +306,7 @@ static ssize_t payload_write(struct xp_pump *p, int dst, size_t len)
 			p->held -= (size_t)n;
 		return n;
 	}
-	n = hop_write(p->link, p->buf + p->head, len, false);
+	n = xp_frame_hop_write(p->link, p->buf + p->head, len, false);
 	if (n > 0) {
 		p->head = (p->head + (size_t)n) % p->ring;
 		p->held -= (size_t)n;
@@ -417,13 +383,23 @@ ssize_t xp_frame_send(struct xp_worker *w, struct xp_pump *p, int dst)
 	int err = 0; /* what stopped it: EAGAIN (the node hop is full), another, 0: nothing left */
 	ssize_t n;
 
-	(void)w;
 	for (;;) {
 		size_t can;
 
 		if (hdr_flush(l) < 0) {
 			err = errno;
 			break;
+		}
+		if (f->left > 0 && f->zdata) {
+			n = xp_frame_z_write(l);
+			if (n < 0 && errno == EAGAIN && p->kind == PUMP_TLS_TX && tls_flush(l) == 0)
+				continue;
+			if (n < 0) {
+				err = errno;
+				break;
+			}
+			total += (size_t)n;
+			continue;
 		}
 		if (f->left > 0) {
 			/* the open frame's payload comes from where its header said */
@@ -453,7 +429,13 @@ ssize_t xp_frame_send(struct xp_worker *w, struct xp_pump *p, int dst)
 			err = n < 0 ? errno : 0;
 			break;
 		}
-		hdr_start(l, XP_FRAME_DATA, n > XP_FRAME_MAX ? XP_FRAME_MAX : (uint32_t)n, p->sent);
+		size_t z = xp_frame_z_start(w, p, (size_t)n);
+
+		if (z)
+			hdr_start(l, XP_FRAME_ZDATA, (uint32_t)z, p->sent);
+		else
+			hdr_start(l, XP_FRAME_DATA, n > XP_FRAME_MAX ? XP_FRAME_MAX : (uint32_t)n,
+				  p->sent);
 	}
 	if ((err == 0 || err == EAGAIN) && tls_flush(l) < 0)
 		err = errno;
@@ -509,7 +491,7 @@ int xp_frame_finish_out(struct xp_worker *w, struct xp_pump *p, int dst)
 }
 
 /* Reads header bytes from the node hop: the socket, or the TLS session. */
-static ssize_t hop_read(struct xp_pump *p, int src, void *buf, size_t len)
+ssize_t xp_frame_hop_read(struct xp_pump *p, int src, void *buf, size_t len)
 {
 	if (p->kind == PUMP_TLS_RX) {
 		ssize_t n = xp_tls_read(p->link->tls, buf, len, &p->want);
@@ -603,7 +585,7 @@ static int frames(struct xp_worker *w, struct xp_pump *p, int src, bool control)
 			return 1;
 		if (f->end && !control)
 			return 0;
-		n = hop_read(p, src, f->hdr + f->have, XP_FRAME_LEN - f->have);
+		n = xp_frame_hop_read(p, src, f->hdr + f->have, XP_FRAME_LEN - f->have);
 		if (n == 0) {
 			errno = ECONNRESET;
 			return -1;
@@ -619,12 +601,16 @@ static int frames(struct xp_worker *w, struct xp_pump *p, int src, bool control)
 			return -1;
 		}
 		switch (fr.type) {
+		case XP_FRAME_ZDATA:
 		case XP_FRAME_DATA:
-			if (f->end || fr.off != in_have(p)) {
+			/* ZDATA only from a peer that was told it may */
+			if (f->end || fr.off != in_have(p) ||
+			    (fr.type == XP_FRAME_ZDATA && !(l->z && l->opts.z.in))) {
 				errno = EBADMSG;
 				return -1;
 			}
 			f->left = fr.len;
+			f->zdata = fr.type == XP_FRAME_ZDATA;
 			break;
 		case XP_FRAME_ACK: {
 			int r = on_ack(w, l, fr.off);
@@ -868,6 +854,7 @@ void xp_frame_suspended(struct xp_worker *w, struct pool_link *l)
 	l->fd[1] = -1;
 	/* The frame on its way is abandoned: the peer's offset says where to go on. */
 	memset(&o->fout, 0, sizeof(o->fout));
+	xp_frame_z_reset(l);
 	in->fin.have = 0;
 	in->fin.left = 0;
 	in->final_acked = false;

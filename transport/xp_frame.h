@@ -23,7 +23,13 @@ enum xp_frame_type {
 	XP_FRAME_GONE = 4,
 	/* off: what the sender sent; it waits for an ACK (what it keeps is full): one is due now */
 	XP_FRAME_PING = 5,
+	/* len bytes follow: one compressed chunk (xp_zchunk.h) of the stream, whose plain bytes
+	 * start at off; only on a link whose peer agreed to take them (flag COMPRESS) */
+	XP_FRAME_ZDATA = 6,
 };
+
+/* The longest ZDATA payload: a chunk's header and at most XP_ZCHUNK_MAX bytes stored. */
+#define XP_FRAME_ZMAX (8u + 65536u)
 
 struct xp_frame {
 	enum xp_frame_type type;
@@ -32,8 +38,8 @@ struct xp_frame {
 };
 
 void xp_frame_put(const struct xp_frame *f, uint8_t buf[XP_FRAME_LEN]);
-/* 0, or -EBADMSG: a bad magic, type or pad, a DATA frame of 0 or over XP_FRAME_MAX bytes, or
- * another type with a length. */
+/* 0, or -EBADMSG: a bad magic, type or pad, a DATA frame of 0 or over XP_FRAME_MAX bytes, a
+ * ZDATA frame of 0 or over XP_FRAME_ZMAX, or another type with a length. */
 int xp_frame_get(const uint8_t buf[XP_FRAME_LEN], struct xp_frame *ret);
 
 #endif

@@ -472,6 +472,11 @@ static uint64_t io_link_kept(void *arg, const struct xp_link *l)
 	return xp_link_kept(l);
 }
 
+static void io_link_zfig(void *arg, const struct xp_link *l, struct xp_zfig *out)
+{
+	xp_link_zfig(l, out);
+}
+
 static void io_link_quiesce(void *arg, struct xp_link *l, bool on)
 {
 	xp_link_quiesce(l, on);
@@ -547,6 +552,7 @@ const struct xp_io_ops xp_io_ops = {
 	.link_suspend = io_link_suspend,
 	.link_resume = io_link_resume,
 	.link_kept = io_link_kept,
+	.link_zfig = io_link_zfig,
 	.link_range = io_link_range,
 	.link_quiesce = io_link_quiesce,
 	.link_state = io_link_state,

@@ -200,6 +200,8 @@ struct xp_io_ops {
 	void (*link_quiesce)(void *io, struct xp_link *l, bool on);
 	int (*link_state)(void *io, const struct xp_link *l, struct xp_link_state *out);
 	void (*link_release)(void *io, struct xp_link *l);
+	/* Compression figures (xp_link.h's zfig). */
+	void (*link_zfig)(void *io, const struct xp_link *l, struct xp_zfig *out);
 };
 
 /* The real table: sockets, OpenSSL (tls NULL: plain text), the loop and the io_uring pool. */

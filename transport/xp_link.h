@@ -36,6 +36,28 @@ struct xp_link_state {
 	size_t kept_len;
 };
 
+/* Why a compressing link sends compressed chunks now, or not (xp_link_zfig). */
+enum xp_zwhy {
+	XP_ZWHY_NONE,	  /* it decided nothing yet */
+	XP_ZWHY_ALWAYS,	  /* --compress always */
+	XP_ZWHY_CAPPED,	  /* its cap held it back in the last 250 ms */
+	XP_ZWHY_HOP_FULL, /* the node hop was full in the last 250 ms, the worker had time */
+	XP_ZWHY_IDLE_HOP, /* nothing waited for the node hop or a cap */
+	XP_ZWHY_CPU,	  /* the worker had no time to spare */
+	XP_ZWHY_RATIO,	  /* recent chunks did not compress: it tries again later */
+};
+
+/* A link's compression figures: what went out compressed and came in so, cumulative. */
+struct xp_zfig {
+	uint64_t tx_plain, tx_wire, tx_ns; /* plain bytes sent as chunks, their chunks, CPU time */
+	uint64_t rx_plain, rx_wire, rx_ns; /* ... and of the chunks the peer sent, decoded */
+	bool on;			   /* compressing now */
+	enum xp_zwhy why;		   /* the last decision's reason */
+	unsigned int flips;		   /* decisions that turned it on or off */
+	unsigned int idle_pct;		   /* the worker's time to spare at that decision */
+	unsigned int ratio_pct;		   /* chunk / plain of the recent chunks, in % */
+};
+
 /* Every call runs on the control thread. */
 struct xp_link_ops {
 	/* Asks the data path to cut the link; its done callback follows. Idempotent. */
@@ -72,6 +94,8 @@ struct xp_link_ops {
 	void (*quiesce)(struct xp_link *l, bool on);
 	int (*state)(const struct xp_link *l, struct xp_link_state *out);
 	void (*release)(struct xp_link *l);
+	/* Compression figures (all 0 on a link without, or a path with none). */
+	void (*zfig)(const struct xp_link *l, struct xp_zfig *out);
 };
 
 /* The head of every link: a data path embeds it first in a link of its own. */
@@ -138,6 +162,13 @@ static inline void xp_link_release(struct xp_link *l)
 {
 	if (l->ops->release)
 		l->ops->release(l);
+}
+
+static inline void xp_link_zfig(const struct xp_link *l, struct xp_zfig *out)
+{
+	*out = (struct xp_zfig){ 0 };
+	if (l->ops->zfig)
+		l->ops->zfig(l, out);
 }
 
 #endif

@@ -35,6 +35,7 @@
 #include "xp_pool_priv.h"
 #include "xp_sock.h"
 #include "xp_tls.h"
+#include "xp_zchunk.h"
 
 enum {
 	MSG_ATTACH = 1,
@@ -291,6 +292,9 @@ static enum pump_kind pump_kind(const struct pool_link *l, unsigned int dir,
 	/* kTLS encrypts whatever reaches the socket, spliced bytes included. */
 	if (tls && !(l->tls && xp_tls_ktls_tx(l->tls)))
 		return PUMP_TLS_TX;
+	/* chunks are made and decoded in user space */
+	if (l->z && (dir == 0 ? l->opts.z.out != XP_Z_OFF : l->opts.z.in))
+		return PUMP_COPY;
 	return conf->path == XP_PATH_COPY ? PUMP_COPY : PUMP_SPLICE;
 }
 
@@ -304,6 +308,9 @@ static int pump_open(struct xp_pump *p, const struct xp_pool_conf *conf)
 
 	if (p->kind != PUMP_SPLICE) {
 		p->cap = p->kind == PUMP_COPY ? conf->pipe_size : TLS_BUF_SIZE;
+		/* a chunk is decoded whole into the buffer */
+		if (p->link->z && p->cap < XP_ZCHUNK_MAX)
+			p->cap = XP_ZCHUNK_MAX;
 		p->buf = malloc(p->cap);
 		return p->buf ? 0 : -ENOMEM;
 	}
@@ -546,6 +553,22 @@ static void post_done(struct xp_worker *w)
 	}
 }
 
+/* Waits for completions, and counts the time it waited (xp_worker.idle_pct). */
+static int wait_timed(struct xp_worker *w)
+{
+	uint64_t t0 = vm_now_ns(), t1;
+	int r = io_uring_submit_and_wait(&w->ring, w->ready_head ? 0 : 1);
+
+	t1 = vm_now_ns();
+	w->win_wait += t1 - t0;
+	if (t1 - w->win_start >= 100000000ull) {
+		w->idle_pct = (unsigned int)(w->win_wait * 100 / (t1 - w->win_start));
+		w->win_start = t1;
+		w->win_wait = 0;
+	}
+	return r;
+}
+
 static void *worker_main(void *arg)
 {
 	struct xp_worker *w = arg;
@@ -565,7 +588,7 @@ static void *worker_main(void *arg)
 		/* A link that ended in a ready pump, with nothing armed, brings no completion:
 		 * tell the control thread before waiting, or it hears only after the next one. */
 		post_done(w);
-		r = io_uring_submit_and_wait(&w->ring, w->ready_head ? 0 : 1);
+		r = wait_timed(w);
 		if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY) {
 			log_err("worker %u: io_uring_submit_and_wait: %s", w->id, strerror(-r));
 			break;
@@ -594,6 +617,7 @@ static int worker_init(struct xp_pool *pool, struct xp_worker *w, unsigned int i
 	w->links = calloc(slots, sizeof(*w->links));
 	w->free_slots = calloc(slots, sizeof(*w->free_slots));
 	w->dg_peek = malloc(DIGEST_PEEK_MAX);
+	w->idle_pct = 100; /* until its first 100 ms are measured */
 	if (!w->links || !w->free_slots || !w->dg_peek)
 		return -ENOMEM;
 	w->devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
@@ -656,6 +680,8 @@ void xp_pool_free(struct xp_pool *p)
 			close(w->inbox_fd);
 		if (w->devnull > 0)
 			close(w->devnull);
+		for (unsigned int k = 0; w->links && k < p->conf.slots; k++)
+			xp_frame_z_close(&w->links[k]);
 		free(w->links);
 		free(w->free_slots);
 		free(w->dg_peek);
@@ -737,6 +763,8 @@ void xp_pool_reap(struct xp_pool *p)
 				continue;
 			}
 			res = l->res;
+			xp_frame_z_fig(l, &res.z);
+			xp_frame_z_close(l);
 			l->cookie = NULL;
 			l->abort_sent = false;
 			w->free_slots[w->nfree++] = idx;
@@ -875,6 +903,11 @@ static void pool_link_release(struct xp_link *xl)
 	worker_post(l->w, MSG(MSG_RELEASE, l->idx));
 }
 
+static void pool_link_zfig(const struct xp_link *xl, struct xp_zfig *out)
+{
+	xp_frame_z_fig(CONST_POOL_LINK(xl), out);
+}
+
 static const struct xp_link_ops pool_link_ops = {
 	.abort = pool_link_abort,
 	.bytes = pool_link_bytes,
@@ -887,6 +920,7 @@ static const struct xp_link_ops pool_link_ops = {
 	.quiesce = pool_link_quiesce,
 	.state = pool_link_state,
 	.release = pool_link_release,
+	.zfig = pool_link_zfig,
 };
 
 int xp_pool_attach(struct xp_pool *p, int fd_a, int fd_b, const struct xp_link_opts *o,
@@ -894,6 +928,7 @@ int xp_pool_attach(struct xp_pool *p, int fd_a, int fd_b, const struct xp_link_o
 {
 	struct xp_worker *best = NULL;
 	struct pool_link *l;
+	int r;
 
 	/* The worker with the most free slots carries the fewest links. */
 	for (unsigned int i = 0; i < p->nthreads; i++)
@@ -920,10 +955,17 @@ int xp_pool_attach(struct xp_pool *p, int fd_a, int fd_b, const struct xp_link_o
 	} else {
 		l = &best->links[best->free_slots[--best->nfree]];
 	}
-	l->fd[0] = fd_a;
-	l->fd[1] = fd_b;
 	l->opts = *o;
 	l->opts.adopt = l->adopt;
+	r = xp_frame_z_open(l);
+	if (r < 0) {
+		free(l->adopt);
+		l->adopt = NULL;
+		best->free_slots[best->nfree++] = l->idx;
+		return r;
+	}
+	l->fd[0] = fd_a;
+	l->fd[1] = fd_b;
 	l->tls = o->tls;
 	l->cookie = o->cookie;
 	l->abort_sent = l->suspend_sent = l->release_sent = false;

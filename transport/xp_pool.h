@@ -96,6 +96,7 @@ struct xp_link_result {
 	const struct xp_link_state *fallback; /* XP_END_FALLBACK */
 	uint64_t replayed;
 	unsigned int resumed;
+	struct xp_zfig z; /* compression, at the link's end (xp_link_zfig) */
 };
 
 /*
@@ -109,6 +110,13 @@ struct xp_tap_ops {
 	uint64_t (*plan)(void *ctx, size_t *want);
 	/* The next len bytes; buf NULL when they passed unseen (len <= the last plan()). */
 	void (*feed)(void *ctx, const uint8_t *buf, size_t len);
+};
+
+/* What a resumable link does with the bytes it sends (xp_link_opts.z). */
+enum xp_zmode {
+	XP_Z_OFF,
+	XP_Z_AUTO,   /* while the node hop or a cap holds it back, there is time, and they shrink */
+	XP_Z_ALWAYS, /* every chunk, whatever it saves */
 };
 
 /* What a link carries besides its two sockets. */
@@ -160,6 +168,17 @@ struct xp_link_opts {
 	 */
 	const struct xp_link_state *adopt;
 	bool adopt_tls;
+	/*
+	 * Resumable links on the kernel path only: compression (xp_frame_z.c). out: how direction
+	 * a to b sends, in compressed chunks (ZDATA frames) at zstd level or as DATA; its buckets
+	 * then count the chunks' bytes, not QEMU's. in: the peer may send ZDATA frames (both vmigd
+	 * agreed). Either puts that direction's bytes through user space (no splice).
+	 */
+	struct {
+		enum xp_zmode out;
+		int level;
+		bool in;
+	} z;
 };
 
 struct vm_digest;

@@ -68,6 +68,7 @@ struct frame_in {
 	uint64_t left;	   /* payload of the open DATA frame still to come */
 	bool end;	   /* END read: the peer's direction is complete */
 	bool discard;	   /* the local peer closed: what comes is read, dropped and acknowledged */
+	bool zdata;	   /* the open frame is ZDATA: its chunk is gathered whole (xp_frame_z.c) */
 	bool local_done;   /* after END: the local socket was half-closed */
 };
 
@@ -94,6 +95,7 @@ struct frame_out {
 	unsigned int len, off; /* a header on its way: off of its len bytes written */
 	uint64_t left;	       /* payload of the open DATA frame still to send */
 	bool end_sent;
+	bool zdata; /* the open frame is ZDATA: its payload is the link's compressed chunk */
 };
 
 struct xp_pump {
@@ -194,6 +196,8 @@ struct pool_link {
 	/* for the control thread: stable while suspended, otherwise figures */
 	_Atomic uint64_t pub_acked, pub_sent, pub_kept, pub_replayed, pub_have;
 	_Atomic unsigned int pub_resumed;
+	/* compression, with opts.z (xp_frame_z.c); NULL without */
+	struct frame_z *z;
 };
 
 #define POOL_LINK(xl)	    container_of(xl, struct pool_link, base)
@@ -220,6 +224,10 @@ struct xp_worker {
 	struct xp_pump *ready_head, *ready_tail;
 	uint8_t *dg_peek; /* DIGEST_PEEK_MAX: spliced bytes shown to a digest */
 	int devnull;	  /* where acknowledged kept bytes and dropped ones are spliced */
+	/* the share of the last full 100 ms the worker spent waiting (%), and the window's own
+	 * start and wait so far: compression's measure of time to spare */
+	unsigned int idle_pct;
+	uint64_t win_start, win_wait;
 	int init_err;
 };
 
@@ -341,5 +349,33 @@ void xp_frame_quiesce_check(struct xp_worker *w, struct pool_link *l);
 void xp_frame_frozen(struct xp_worker *w, struct pool_link *l);
 /* At the start of a link moved here (opts.adopt): its offsets and digests, then suspended. */
 int xp_frame_adopt(struct xp_worker *w, struct pool_link *l);
+
+/* xp_frame.c, for xp_frame_z.c: the node hop's raw writes and reads (the socket or the TLS
+ * session), in send(2)'s and recv(2)'s terms. */
+ssize_t xp_frame_hop_write(struct pool_link *l, const void *buf, size_t len, bool more);
+ssize_t xp_frame_hop_read(struct xp_pump *p, int src, void *buf, size_t len);
+
+/* xp_frame_z.c: compressed chunks (ZDATA frames) */
+/* On the control thread, at attach with opts.z: contexts and buffers (all of its memory);
+ * they go at the reap of its end (after its figures), so the control thread may read them
+ * until then. 0, -errno. */
+int xp_frame_z_open(struct pool_link *l);
+void xp_frame_z_close(struct pool_link *l);
+void xp_frame_z_fig(const struct pool_link *l, struct xp_zfig *out);
+/* On the worker. A suspended link's chunks on their way, in or out, are abandoned. */
+void xp_frame_z_reset(struct pool_link *l);
+/* Direction 0 after a round: whether it waited for tokens or for the node hop. */
+void xp_frame_z_note(struct pool_link *l, bool throttled, bool hop_full);
+/* Direction 0, ring: whether the next of avail held bytes go compressed; if so the chunk is
+ * made, and its length (> 0) returned; 0: send them as DATA. */
+size_t xp_frame_z_start(struct xp_worker *w, struct xp_pump *p, size_t avail);
+/* Direction 0: writes what is left of the open ZDATA frame; at its end the chunk's plain bytes
+ * count as sent: those (> 0), 0 while some is left, or -1 with errno. */
+ssize_t xp_frame_z_write(struct pool_link *l);
+/* Direction 1, a ZDATA frame open: reads of it what has come; once it is whole, decodes it into
+ * dst (room for XP_ZCHUNK_MAX) and returns the plain length; with dst NULL (discard mode) drops
+ * it, digested and counted, and returns 0. 0 while some is to come; -1 with errno (EBADMSG: a
+ * chunk no vmigd writes, said in res.detail). */
+ssize_t xp_frame_z_read(struct xp_worker *w, struct xp_pump *p, int src, uint8_t *dst);
 
 #endif

@@ -16,6 +16,7 @@
 #include "xp_bucket.h"
 #include "xp_pool_priv.h"
 #include "xp_tls.h"
+#include "xp_zchunk.h"
 
 /* Bytes one direction may move before it yields to the other links of its worker. */
 #define PUMP_BUDGET_PIPES 4
@@ -313,6 +314,38 @@ struct pump_round {
 };
 
 /*
+ * Direction 1, a ZDATA frame open: its chunk, read as it comes and decoded whole into the buffer
+ * at at (in discard mode, dropped). 1: go on taking, 0: stop (r says why, or there is no room
+ * for a whole chunk until the local socket takes what is held), or -errno.
+ */
+static int take_chunk(struct xp_worker *w, struct xp_pump *p, int src, uint8_t *at,
+		      struct pump_round *r)
+{
+	ssize_t n;
+
+	if (!p->fin.discard && pump_room(p) < XP_ZCHUNK_MAX)
+		return 0;
+	n = xp_frame_z_read(w, p, src, p->fin.discard ? NULL : at);
+	if (n < 0 && errno == EAGAIN) {
+		r->src_blocked = true;
+		return 0;
+	}
+	if (n < 0)
+		return -errno;
+	r->progress = true;
+	if (n > 0) {
+		if (p->dg)
+			vm_digest_update(p->dg, at, (size_t)n);
+		if (p->tap)
+			tap_filled(p, at, (size_t)n);
+		p->held += (size_t)n;
+	} else if (p->fin.discard) {
+		xp_frame_ack(w, p->link);
+	}
+	return 1;
+}
+
+/*
  * Fills the pump from src as far as the shaper, the tap and src allow, saying in r what stopped
  * it. TLS hands out one record per read: several are gathered before one write(2). Returns 0,
  * or -errno on src's error.
@@ -341,6 +374,13 @@ static int pump_take(struct xp_worker *w, struct xp_pump *p, int src, struct pum
 			}
 			if (open < 0)
 				return -errno;
+			if (p->fin.zdata) {
+				int k = take_chunk(w, p, src, at, r);
+
+				if (k <= 0)
+					return k;
+				continue;
+			}
 			if (p->fin.discard) {
 				n = xp_frame_discard(w, p, src, (size_t)open);
 				if (n < 0 && errno == EAGAIN) {
@@ -570,6 +610,8 @@ static int pump_run(struct xp_worker *w, struct xp_pump *p, unsigned int *side)
 		if (!rd.progress)
 			break;
 	}
+	if (p->dir == 0 && l->z)
+		xp_frame_z_note(l, rd.throttled, rd.dst_blocked);
 	if (moved >= budget)
 		return 1;
 	/*

@@ -473,6 +473,11 @@ static uint64_t f_link_kept(void *io, const struct xp_link *xl)
 	return 0;
 }
 
+static void f_link_zfig(void *io, const struct xp_link *xl, struct xp_zfig *out)
+{
+	*out = (struct xp_zfig){ 0 };
+}
+
 static void f_link_range(void *io, const struct xp_link *xl, uint64_t *acked, uint64_t *sent)
 {
 	*acked = *sent = 0;
@@ -519,6 +524,7 @@ const struct xp_io_ops fake_io_ops = {
 	.link_suspend = f_link_suspend,
 	.link_resume = f_link_resume,
 	.link_kept = f_link_kept,
+	.link_zfig = f_link_zfig,
 	.link_range = f_link_range,
 };
 

@@ -406,7 +406,7 @@ static void test_source_start_bad(void **state)
 	check_reject_says(
 		SS "\"target\":" TARGET_JSON("vm") ",\"dir\":\"/b\",\"test_delay_first_ms\":250}",
 		"source-start: unknown field \"test_delay_first_ms\" (it takes key, target, "
-		"dir, bandwidth, convergence, tls)");
+		"dir, bandwidth, convergence, tls, compress)");
 }
 
 static void test_source_start_key_message(void **state)
@@ -1092,7 +1092,7 @@ static void test_test_build_field(void **state)
 	check_reject_says(
 		SS "\"target\":" TARGET_JSON("vm") ",\"dir\":\"/b\",\"test_delay_firstms\":1}",
 		"did you mean \"test_delay_first_ms\"? (it takes key, target, dir, bandwidth, "
-		"convergence, tls, test_delay_first_ms)");
+		"convergence, tls, compress, test_delay_first_ms)");
 }
 
 int main(void)

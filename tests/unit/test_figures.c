@@ -75,7 +75,13 @@ static void fill(void)
 					  .rate = { 11, 12, 13, 14 },
 					  .shaped_ms = 1500,
 					  .path = "kernel",
-					  .inspected = true };
+					  .inspected = true,
+					  .zmode = "auto",
+					  .zon = true,
+					  .zwhy = "its cap holds it back",
+					  .zidle_pct = 60,
+					  .zratio_pct = 31,
+					  .z = { .tx_plain = 3000, .tx_wire = 1000, .tx_ns = 5000000 } };
 	conns[0].insp = (struct px_insp_stats){ .kind = PX_INSP_MAIN,
 						.stream_version = 3,
 						.channel_id = -1,
@@ -126,7 +132,16 @@ static void fill(void)
 					      .nports = 2,
 					      .nconns = 3,
 					      .conns = conns,
-					      .inspected = true };
+					      .inspected = true,
+					      .zmode = "auto",
+					      .zconns_on = 1,
+					      .z = { .tx_plain = 1 << 20,
+						     .tx_wire = 1 << 18,
+						     .tx_ns = 1500000000,
+						     .flips = 2 },
+					      .wire_tx = 1073741824 - (3 << 18),
+					      .wire_1s = 1000,
+					      .wire_10s = 900 };
 	migs[0].ports[0] = (struct px_port_info){ .id = 49152,
 						  .path = "/run/a.sock",
 						  .bytes_tx = 1073741800,
@@ -736,9 +751,15 @@ static void test_schema_v2(void **state)
 	check_keys(json_object_object_get(o, "rates"), "rx_10s,rx_1s,tx_10s,tx_1s");
 	json_object_put(o);
 	o = mig_json(0);
-	check_keys(o, "bytes_rx,bytes_tx,cap,cap_lifted,connections,conns,convergence,duration_s,"
-		      "inspect,key,kubevirt,limit,mode,nic,peer,ports,rates,resume,role,shaped_ms,"
-		      "started_unix,state,tls");
+	check_keys(o, "bytes_rx,bytes_tx,cap,cap_lifted,compress,connections,conns,convergence,"
+		      "duration_s,inspect,key,kubevirt,limit,mode,nic,peer,ports,rates,resume,role,"
+		      "shaped_ms,started_unix,state,tls,wire");
+	check_keys(json_object_object_get(o, "compress"),
+		   "changes,conns_on,cpu_ms,mode,plain,ratio_pct,wire");
+	check_keys(json_object_object_get(o, "wire"), "tx,tx_10s,tx_1s");
+	assert_int_equal(json_object_get_int(json_object_object_get(
+				 json_object_object_get(o, "compress"), "ratio_pct")),
+			 25);
 	check_keys(json_object_object_get(o, "resume"),
 		   "conns,fallbacks,kept,refused,replayed,resumptions,suspended,unhopped_ms");
 	check_keys(json_object_object_get(o, "nic"),
@@ -754,8 +775,12 @@ static void test_schema_v2(void **state)
 			json_object_array_get_idx(json_object_object_get(o, "ports"), 0), "conns"),
 		"active,total");
 	check_keys(json_object_array_get_idx(json_object_object_get(o, "connections"), 0),
-		   "bytes_rx,bytes_tx,inspect,pacing,path,port,rates,raw,resume,seq,shaped_ms,state,"
-		   "tls");
+		   "bytes_rx,bytes_tx,compress,inspect,pacing,path,port,rates,raw,resume,seq,"
+		   "shaped_ms,state,tls");
+	check_keys(json_object_object_get(
+			   json_object_array_get_idx(json_object_object_get(o, "connections"), 0),
+			   "compress"),
+		   "idle_pct,mode,on,plain,recent_pct,why,wire");
 	check_keys(json_object_array_get_idx(json_object_object_get(o, "connections"), 1),
 		   "bytes_rx,bytes_tx,cipher,crypto,inspect,pacing,path,port,rates,raw,resume,resumed,"
 		   "seq,shaped_ms,state,tls");
@@ -790,7 +815,7 @@ static void test_schema_v2(void **state)
 		o,
 		"bytes_rx,bytes_tx,cap,cap_lifted,connections,conns,convergence,duration_s,"
 		"error,inspect,key,kubevirt,limit,mode,nic,ports,rates,resume,role,shaped_ms,started_unix,"
-		"state,tls");
+		"state,tls,wire");
 	json_object_put(o);
 	o = mig_json(2);
 	check_keys(json_object_object_get(o, "convergence"),

@@ -352,6 +352,7 @@ static void test_encode_key_too_long(void **state)
 	fill_key(s.p.key, PX_KEY_MAX);
 	s.p.has_secret = false;
 	s.p.digest = s.p.verify = s.p.resumable = s.p.resume = s.p.dpdk_resume = false;
+	s.p.compress = false;
 	memset(&s.p.dpdk, 0, sizeof(s.p.dpdk));
 	assert_int_equal(px_preamble_encode(&s.p, buf, sizeof(buf)),
 			 PX_PREAMBLE_FIXED + PX_KEY_MAX);

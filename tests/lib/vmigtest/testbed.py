@@ -287,21 +287,24 @@ class Testbed:
         return f'{label}-{os.getpid()}-{self._keys}'
 
     def qemu_pair(self, size_mib, ram_variant=0, private=False, steady=False, guest=None,
-                  src_args=(), qemu=None, reserve=True, sparse_dir=None, hugepages=False):
+                  src_args=(), qemu=None, reserve=True, sparse_dir=None, hugepages=False,
+                  ram_file=None):
         """Start a source QEMU (source namespace) and a destination QEMU (target namespace).
         steady=True, for rate measurements: the destination's RAM is allocated at start
         (prealloc=on) and the source's RAM file read into the page cache, so that neither
         QEMU stalls on first touches or the disk while the migration runs. guest: a GuestSpec
         (or dict) to boot the test guest on both (see Qemu); both stay paused until
         src.start_guest(). src_args: more QEMU arguments for the source (a QMP socket of
-        vmigd's own, say). qemu: a QEMU binary for both sides instead of the testbed's."""
+        vmigd's own, say). qemu: a QEMU binary for both sides instead of the testbed's.
+        ram_file: the source's RAM image instead of random bytes (realistic_ram_file())."""
         self._pairs += 1
         src_bin, dst_bin = (qemu, qemu) if qemu else (self.qemu, self.qemu_dst)
         machine = machine_for(src_bin, dst_bin) if qemu else self.machine
         pair = (Qemu(f'q{self._pairs}-src', 'source', size_mib, self.workdir,
                      self.net.prefix('source'), src_bin, extra_args=src_args,
                      ram_variant=ram_variant, private=private, guest=guest, machine=machine,
-                     reserve=reserve, sparse_dir=sparse_dir, hugepages=hugepages),
+                     reserve=reserve, sparse_dir=sparse_dir, hugepages=hugepages,
+                     ram_file=ram_file),
                 Qemu(f'q{self._pairs}-dst', 'destination', size_mib, self.workdir,
                      self.net.prefix('target'), dst_bin, prealloc=steady, guest=guest,
                      machine=machine, reserve=reserve, sparse_dir=sparse_dir,
