@@ -90,8 +90,8 @@ static const struct opt_word digests[] = {
 	{ NULL, 0 },
 };
 static const struct opt_word compress_modes[] = {
-	{ "auto", PX_COMPRESS_AUTO },
 	{ "off", PX_COMPRESS_OFF },
+	{ "auto", PX_COMPRESS_AUTO },
 	{ "always", PX_COMPRESS_ALWAYS },
 	{ NULL, 0 },
 };

@@ -807,8 +807,7 @@ static const struct vc_opt source_start_opts[] = {
 	{ .name = "compress",
 	  .id = O_COMPRESS,
 	  .arg = "MODE",
-	  .help = "off, auto or always: compression toward a vmigd target (default: the "
-		  "daemon's --compress)",
+	  .help = "off, auto or always (default: the daemon's --compress)",
 	  .complete = "off auto always" },
 	{ .name = "qmp",
 	  .id = O_QMP,
