@@ -56,6 +56,7 @@ const char *cv_act_str(enum cv_act a)
 	static const char *const names[] = {
 		[CV_ACT_NONE] = "none",
 		[CV_ACT_RAISE_CAP] = "raise-cap",
+		[CV_ACT_COMPRESS] = "compress",
 		[CV_ACT_DOWNTIME] = "relax-downtime",
 		[CV_ACT_THROTTLE] = "auto-converge",
 		[CV_ACT_POSTCOPY] = "post-copy",
@@ -438,7 +439,7 @@ static void predictive(const struct cv_policy *p, struct cv_state *s, const stru
 	else
 		snprintf(why, sizeof(why), "not converging: %s", s->evidence);
 
-	/* The ladder: headroom, auto-converge, post-copy, pause, abort. */
+	/* The ladder: headroom, compression, auto-converge, post-copy, pause, abort. */
 	room = headroom(in);
 	if (!done(s, CV_ACT_RAISE_CAP) && room > in->cap + in->cap / 10) {
 		a->cap = room;
@@ -447,6 +448,14 @@ static void predictive(const struct cv_policy *p, struct cv_state *s, const stru
 			 room / MIB,
 			 ceiling(in) < in->node_cap ? ", held to the link's speed" : "");
 		take(s, in, a, CV_ACT_RAISE_CAP);
+		return;
+	}
+	/* fewer bytes for the same pages, where they shrink: nothing slows the guest */
+	if (in->can_compress && !done(s, CV_ACT_COMPRESS)) {
+		snprintf(a->reason, sizeof(a->reason),
+			 "%s: compress every chunk (%u of its connections compressed before)", why,
+			 in->compressing);
+		take(s, in, a, CV_ACT_COMPRESS);
 		return;
 	}
 	if (p->allow_auto_converge && !done(s, CV_ACT_THROTTLE)) {

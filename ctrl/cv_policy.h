@@ -71,11 +71,16 @@ struct cv_inputs {
 	uint64_t node_cap;	  /* 0: none */
 	uint64_t node_rate;	  /* bytes/s all migrations on this node sent */
 	uint64_t link_speed;	  /* bytes/s of the node hop's link, where known; 0: not */
+	/* vmigd may compress every chunk of it (--compress auto, a target that decodes): the
+	 * rung before auto-converge; how many of its connections compress now */
+	bool can_compress;
+	unsigned int compressing;
 };
 
 enum cv_act {
 	CV_ACT_NONE,
 	CV_ACT_RAISE_CAP, /* use the node's headroom */
+	CV_ACT_COMPRESS,  /* compress every chunk of it, before slowing the guest */
 	CV_ACT_DOWNTIME,  /* stall: relax the downtime limit so pre-copy can switch over */
 	CV_ACT_THROTTLE,  /* make auto-converge bite */
 	CV_ACT_POSTCOPY,

@@ -37,6 +37,7 @@ struct cv_watch {
 	/* to the loop */
 	uint64_t want_cap;
 	bool want_cap_set;
+	bool want_compress;
 	/* held by the loop (cv_watch_hold): since when, why, and how long held before */
 	bool held;
 	int64_t held_since_ms, held_total_ms;
@@ -77,6 +78,12 @@ static int execute(struct cv_watch *w, const struct cv_action *a)
 		pthread_mutex_unlock(&w->lock);
 		/* The hypervisor may hold its own limit at the old cap (libvirt, KubeVirt). */
 		return ops->set_bandwidth(w->b, a->cap);
+	case CV_ACT_COMPRESS:
+		/* vmigd's own: the loop tells the migration's connections */
+		pthread_mutex_lock(&w->lock);
+		w->want_compress = true;
+		pthread_mutex_unlock(&w->lock);
+		return 0;
 	case CV_ACT_DOWNTIME:
 		return ops->set_downtime(w->b, a->downtime_ms);
 	case CV_ACT_THROTTLE:
@@ -403,6 +410,8 @@ static void take_figures(const struct px_migration_info *mi, void *arg)
 		w->px.wire_rate = mi->rate.tx_1s;
 		w->px.cap = mi->cap;
 		w->px.limit = mi->limit;
+		w->px.can_compress = mi->zconns > 0 && mi->zmode && !strcmp(mi->zmode, "auto");
+		w->px.compressing = mi->zconns_on;
 		pthread_mutex_unlock(&w->lock);
 	}
 }
@@ -419,7 +428,7 @@ static void publish(void *arg)
 	px_node_foreach(set->node, take_figures, set);
 	for (struct cv_watch *w = set->watches; w; w = w->next) {
 		uint64_t cap = 0;
-		bool apply;
+		bool apply, compress;
 
 		pthread_mutex_lock(&w->lock);
 		w->px.node_cap = ni.bandwidth;
@@ -428,7 +437,11 @@ static void publish(void *arg)
 		if (apply)
 			cap = w->want_cap;
 		w->want_cap_set = false;
+		compress = w->want_compress;
+		w->want_compress = false;
 		pthread_mutex_unlock(&w->lock);
+		if (compress)
+			px_migration_compress_all(set->node, w->key);
 		if (apply) {
 			char err[200];
 

@@ -116,7 +116,29 @@ void px_zinfo_add(struct px_zinfo *to, const struct xp_zfig *f)
 
 enum px_compress px_compress_mode(const struct px_migration *m)
 {
-	return m->opts.compress != PX_COMPRESS_DEFAULT ? m->opts.compress : m->n->conf.compress;
+	enum px_compress z =
+		m->opts.compress != PX_COMPRESS_DEFAULT ? m->opts.compress : m->n->conf.compress;
+
+	return z == PX_COMPRESS_AUTO && m->zforced ? PX_COMPRESS_ALWAYS : z;
+}
+
+void px_migration_compress_all(struct px_node *n, const char *key)
+{
+	struct px_migration *m = px_migration_find(n, key, PX_ROLE_SOURCE);
+	unsigned int k = 0;
+
+	if (!m || m->zforced || px_compress_mode(m) != PX_COMPRESS_AUTO)
+		return;
+	m->zforced = true;
+	vm_list_each (struct px_conn, c, &m->conns, node) {
+		if (c->st == C_LINKED && c->zout_offered) {
+			IO(n, link_set_zmode, c->link, XP_Z_ALWAYS);
+			k++;
+		}
+	}
+	log_info("migration %s role=source: convergence: every chunk compressed from now on (%u "
+		 "connections now)",
+		 m->key, k);
 }
 
 void px_conn_link_opts(const struct px_conn *c, struct xp_link_opts *o)

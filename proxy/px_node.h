@@ -267,7 +267,7 @@ struct px_migration_info {
 	 * connections compressing now, the figures, and bytes/s on the node hop (what the
 	 * connections sent, chunks counted as sent) over the last second and ten */
 	const char *zmode;
-	unsigned int zconns_on;
+	unsigned int zconns, zconns_on; /* carried now that may compress, and do */
 	struct px_zinfo z;
 	uint64_t wire_tx, wire_1s, wire_10s;
 };
@@ -344,6 +344,9 @@ const char *px_shaper_str(enum px_shaper s);
 /* "auto", "on", "off" */
 const char *px_digest_str(enum px_digest d);
 const char *px_compress_str(enum px_compress c);
+/* Convergence's rung: a source migration in --compress auto compresses every chunk from now
+ * on, its connections carried now and those to come (logged). Unknown keys: nothing. */
+void px_migration_compress_all(struct px_node *n, const char *key);
 /* A compression decision's reason (enum xp_zwhy), in words. */
 const char *px_zwhy_str(unsigned int why);
 int px_source_stop(struct px_node *n, const char *key, char *err, size_t errlen);

@@ -244,7 +244,9 @@ struct px_migration {
 	unsigned int resumptions, resume_refused, fallbacks;
 	uint64_t replayed, unhopped_ms;
 	bool unresumable; /* a connection was carried that is not resumable */
-	/* compression: ended connections' figures; what the node hop carried (wire bytes) */
+	/* compression: every chunk from now on (convergence's rung; px_compress_mode());
+	 * ended connections' figures; what the node hop carried (wire bytes) */
+	bool zforced;
 	struct px_zinfo zdone;
 	struct vm_rate wire;
 	/*

@@ -150,6 +150,7 @@ static void conn_info(struct px_migration *m, struct px_conn *c, struct px_migra
 		IO(m->n, link_zfig, c->link, &zf);
 		px_zinfo_add(&mi->z, &zf);
 		mi->zconns_on += zf.on;
+		mi->zconns += c->zout_offered;
 		mi->wire_tx += b[0] - zf.tx_plain + zf.tx_wire;
 		*shaped_ns += sn;
 		mi->bytes_tx += b[0];

@@ -26,7 +26,7 @@
 #define BACKOFF_MAX_NS	 (8000 * MS)
 
 struct frame_z {
-	enum xp_zmode mode;
+	_Atomic int mode; /* enum xp_zmode: the control thread may change it */
 	struct xp_zenc *enc;
 	struct xp_zdec *dec;
 	/* direction 0: the chunk on its way, of plain bytes at the ring's head */
@@ -290,6 +290,12 @@ ssize_t xp_frame_z_read(struct xp_worker *w, struct xp_pump *p, int src, uint8_t
 	p->dropped += (uint64_t)plain;
 	l->res.undelivered += (uint64_t)plain;
 	return 0;
+}
+
+void xp_frame_z_set_mode(struct pool_link *l, int mode)
+{
+	if (l->z && atomic_load(&l->z->mode) != XP_Z_OFF && mode != XP_Z_OFF)
+		atomic_store(&l->z->mode, mode);
 }
 
 void xp_frame_z_fig(const struct pool_link *l, struct xp_zfig *out)

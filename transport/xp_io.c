@@ -477,6 +477,11 @@ static void io_link_zfig(void *arg, const struct xp_link *l, struct xp_zfig *out
 	xp_link_zfig(l, out);
 }
 
+static void io_link_set_zmode(void *arg, struct xp_link *l, int mode)
+{
+	xp_link_set_zmode(l, mode);
+}
+
 static void io_link_quiesce(void *arg, struct xp_link *l, bool on)
 {
 	xp_link_quiesce(l, on);
@@ -553,6 +558,7 @@ const struct xp_io_ops xp_io_ops = {
 	.link_resume = io_link_resume,
 	.link_kept = io_link_kept,
 	.link_zfig = io_link_zfig,
+	.link_set_zmode = io_link_set_zmode,
 	.link_range = io_link_range,
 	.link_quiesce = io_link_quiesce,
 	.link_state = io_link_state,

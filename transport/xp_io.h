@@ -200,8 +200,9 @@ struct xp_io_ops {
 	void (*link_quiesce)(void *io, struct xp_link *l, bool on);
 	int (*link_state)(void *io, const struct xp_link *l, struct xp_link_state *out);
 	void (*link_release)(void *io, struct xp_link *l);
-	/* Compression figures (xp_link.h's zfig). */
+	/* Compression figures (xp_link.h's zfig); a compressing link's mode from now on. */
 	void (*link_zfig)(void *io, const struct xp_link *l, struct xp_zfig *out);
+	void (*link_set_zmode)(void *io, struct xp_link *l, int mode);
 };
 
 /* The real table: sockets, OpenSSL (tls NULL: plain text), the loop and the io_uring pool. */

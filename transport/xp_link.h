@@ -94,8 +94,10 @@ struct xp_link_ops {
 	void (*quiesce)(struct xp_link *l, bool on);
 	int (*state)(const struct xp_link *l, struct xp_link_state *out);
 	void (*release)(struct xp_link *l);
-	/* Compression figures (all 0 on a link without, or a path with none). */
+	/* Compression figures (all 0 on a link without, or a path with none); set_zmode: a link
+	 * that compresses (enum xp_zmode but off) does so from its next chunk on in this mode. */
 	void (*zfig)(const struct xp_link *l, struct xp_zfig *out);
+	void (*set_zmode)(struct xp_link *l, int mode);
 };
 
 /* The head of every link: a data path embeds it first in a link of its own. */
@@ -162,6 +164,12 @@ static inline void xp_link_release(struct xp_link *l)
 {
 	if (l->ops->release)
 		l->ops->release(l);
+}
+
+static inline void xp_link_set_zmode(struct xp_link *l, int mode)
+{
+	if (l->ops->set_zmode)
+		l->ops->set_zmode(l, mode);
 }
 
 static inline void xp_link_zfig(const struct xp_link *l, struct xp_zfig *out)

@@ -908,6 +908,11 @@ static void pool_link_zfig(const struct xp_link *xl, struct xp_zfig *out)
 	xp_frame_z_fig(CONST_POOL_LINK(xl), out);
 }
 
+static void pool_link_set_zmode(struct xp_link *xl, int mode)
+{
+	xp_frame_z_set_mode(POOL_LINK(xl), mode);
+}
+
 static const struct xp_link_ops pool_link_ops = {
 	.abort = pool_link_abort,
 	.bytes = pool_link_bytes,
@@ -921,6 +926,7 @@ static const struct xp_link_ops pool_link_ops = {
 	.state = pool_link_state,
 	.release = pool_link_release,
 	.zfig = pool_link_zfig,
+	.set_zmode = pool_link_set_zmode,
 };
 
 int xp_pool_attach(struct xp_pool *p, int fd_a, int fd_b, const struct xp_link_opts *o,

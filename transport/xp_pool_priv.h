@@ -362,6 +362,8 @@ ssize_t xp_frame_hop_read(struct xp_pump *p, int src, void *buf, size_t len);
 int xp_frame_z_open(struct pool_link *l);
 void xp_frame_z_close(struct pool_link *l);
 void xp_frame_z_fig(const struct pool_link *l, struct xp_zfig *out);
+/* A compressing link's mode from its next chunk on (not to or from XP_Z_OFF: ignored). */
+void xp_frame_z_set_mode(struct pool_link *l, int mode);
 /* On the worker. A suspended link's chunks on their way, in or out, are abandoned. */
 void xp_frame_z_reset(struct pool_link *l);
 /* Direction 0 after a round: whether it waited for tokens or for the node hop. */

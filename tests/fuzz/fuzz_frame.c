@@ -24,8 +24,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			continue;
 		}
 		FUZZ_CHECK(f.type == XP_FRAME_DATA || f.type == XP_FRAME_ACK || f.type == XP_FRAME_END ||
-			   f.type == XP_FRAME_GONE || f.type == XP_FRAME_PING);
-		FUZZ_CHECK(f.type == XP_FRAME_DATA ? f.len >= 1 && f.len <= XP_FRAME_MAX : f.len == 0);
+			   f.type == XP_FRAME_GONE || f.type == XP_FRAME_PING ||
+			   f.type == XP_FRAME_ZDATA);
+		FUZZ_CHECK(f.type == XP_FRAME_DATA    ? f.len >= 1 && f.len <= XP_FRAME_MAX
+			   : f.type == XP_FRAME_ZDATA ? f.len >= 1 && f.len <= XP_FRAME_ZMAX
+						      : f.len == 0);
 		xp_frame_put(&f, buf);
 		FUZZ_CHECK(memcmp(buf, data + at, XP_FRAME_LEN) == 0);
 	}

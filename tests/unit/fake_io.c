@@ -478,6 +478,10 @@ static void f_link_zfig(void *io, const struct xp_link *xl, struct xp_zfig *out)
 	*out = (struct xp_zfig){ 0 };
 }
 
+static void f_link_set_zmode(void *io, struct xp_link *xl, int mode)
+{
+}
+
 static void f_link_range(void *io, const struct xp_link *xl, uint64_t *acked, uint64_t *sent)
 {
 	*acked = *sent = 0;
@@ -525,6 +529,7 @@ const struct xp_io_ops fake_io_ops = {
 	.link_resume = f_link_resume,
 	.link_kept = f_link_kept,
 	.link_zfig = f_link_zfig,
+	.link_set_zmode = f_link_set_zmode,
 	.link_range = f_link_range,
 };
 

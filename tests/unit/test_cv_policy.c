@@ -389,6 +389,25 @@ static const struct policy_case cases[] = {
 };
 /* clang-format on */
 
+/* vmigd may compress every chunk (cv_inputs.can_compress) in these */
+static const struct policy_case zcases[] = {
+	{ "predictive: compression before auto-converge", CV_MODE_PREDICTIVE, true, false, false,
+	  150, 150, { 32, 0, 0, 256, 0 },
+	  { { 2000, A, 40, 2, 32, 64, 0, NONE },
+	    { 4000, A, 40, 3, 32, 64, 0, NONE },
+	    { 6000, A, 40, 4, 32, 64, 0, NONE },
+	    { 8000, A, 40, 5, 32, 64, 0, CV_ACT_COMPRESS,
+	      "compress every chunk (0 of its connections compressed before)" },
+	    { 10000, A, 40, 6, 32, 64, 0, NONE },
+	    { 12000, A, 40, 7, 32, 64, 0, NONE },
+	    { 14000, A, 40, 8, 32, 64, 0, NONE },
+	    /* the passes show no new low with every chunk compressed either: the next rung */
+	    { 16000, A, 40, 9, 32, 64, 0, CV_ACT_THROTTLE, "throttle the guest" },
+	    { 18000, A, 40, 10, 32, 64, 60, NONE },
+	    END } },
+};
+static bool zauto;
+
 static void run_case(const struct policy_case *c)
 {
 	struct cv_policy p;
@@ -420,6 +439,7 @@ static void run_case(const struct policy_case *c)
 		in.node_cap = c->env.node_cap_mib * MI;
 		in.node_rate = c->env.node_rate_mib * MI;
 		in.link_speed = c->env.link_mib * MI;
+		in.can_compress = zauto;
 		cv_decide(&p, &st, &in, &a);
 		if (a.act != s->expect)
 			fail_msg("%s: at %lld ms: %s, expected %s (%s)", c->name,
@@ -438,6 +458,10 @@ static void test_cases(void **state)
 	(void)state;
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
 		run_case(&cases[i]);
+	zauto = true;
+	for (size_t i = 0; i < sizeof(zcases) / sizeof(zcases[0]); i++)
+		run_case(&zcases[i]);
+	zauto = false;
 }
 
 /* No job this time (the backend failed): nothing is decided and nothing is recorded. */
