@@ -8,11 +8,14 @@ paused) between two vmigd in two namespaces, at a 16 MiB/s cap on the source:
   they compress (status says so while it runs);
 - random memory with `auto`: the chunks do not shrink, so the connections soon stop
   compressing and only probe now and then;
+- `always` with every node-hop connection killed once mid-stream (`ss -K`): the connections
+  resume and compress what they send again;
 - a target daemon with `--compress off`: it advertises nothing, and nothing is compressed.
 After each: QEMU says completed, guest memory is identical on both sides, both daemons' digests of
 every connection match, and the stop lines count what went compressed."""
 
 import os
+import subprocess
 import sys
 import time
 
@@ -28,13 +31,18 @@ def compress_status(d, key, role):
     return entry.get('compress')
 
 
-def migrate(ck, tb, label, ram_file, source_args=(), watch=None):
+def migrate(ck, tb, label, ram_file, source_args=(), watch=None, during=None):
     """One capped migration; its source and target stop lines and what watch() returned while
-    it ran (called every 0.2 s with the key until it returns a true value)."""
+    it ran (called every 0.2 s with the key until it returns a true value). during: called
+    once, a second into the migration."""
     src, dst = tb.qemu_pair(MIB, ram_file=ram_file)
     key = tb.new_key(label)
     m = tb.start_migration(src, dst, key, CHANNELS, bandwidth=f'{CAP}',
                            source_args=source_args)
+    if during:
+        m.wait_active()
+        time.sleep(1.0)
+        during()
     seen = None
     deadline = time.monotonic() + 120
     while watch and not seen and time.monotonic() < deadline:
@@ -53,14 +61,17 @@ def migrate(ck, tb, label, ram_file, source_args=(), watch=None):
     return recs, seen, result
 
 
-def shrunk(ck, label, recs, most):
-    """Both stop lines say the same bytes went compressed, as chunks of at most most of them."""
+def shrunk(ck, label, recs, most, same=True):
+    """Both stop lines say the same bytes went compressed (same=False, after cuts: the target
+    decoded no more than the source sent, chunks lost in flight going again), as chunks of at
+    most most of them."""
     s, t = recs['source'], recs['target']
     plain, wire = int(s.get('compressed', 0)), int(s.get('wire', 0))
+    tplain, twire = int(t.get('compressed', 0)), int(t.get('wire', 0))
     ck.check(plain > 0, f'{label}: the source sent nothing compressed: {s}')
-    ck.check((int(t.get('compressed', 0)), int(t.get('wire', 0))) == (plain, wire),
-             f'{label}: the target decoded {t.get("compressed")} bytes from {t.get("wire")}, '
-             f'the source sent {plain} as {wire}')
+    ck.check((tplain, twire) == (plain, wire) if same else 0 < tplain <= plain,
+             f'{label}: the target decoded {tplain} bytes from {twire}, the source sent {plain} '
+             f'as {wire}')
     ck.check(plain and wire <= most * plain,
              f'{label}: {plain} bytes went as {wire}, more than {most:.0%} of them')
     return plain, wire
@@ -106,6 +117,23 @@ def auto_random(ck, tb):
     ck.check(wire >= plain * 0.95, f'{label}: random pages went {plain} -> {wire}')
 
 
+def always_cut(ck, tb, image):
+    label = 'always, every connection cut once'
+    killed = []
+
+    def cut():
+        out = subprocess.run(['ip', 'netns', 'exec', tb.net.source_ns, 'ss', '-K', '-tn', 'dst',
+                              tb.net.target_addr], capture_output=True, text=True).stdout
+        killed.append(sum(1 for line in out.splitlines() if line.startswith('ESTAB')))
+
+    recs, _, _ = migrate(ck, tb, 'always-cut', image, ('--compress', 'always'), during=cut)
+    ck.check(killed and killed[0] >= 1, f'{label}: the cut killed {killed} connections')
+    for role, rec in recs.items():
+        ck.check(int(rec.get('resumed', 0)) >= (killed[0] if killed else 1),
+                 f'{label}: {role} resumed {rec.get("resumed")} connections of {killed}')
+    shrunk(ck, label, recs, 0.7, same=False)
+
+
 def target_off(ck, image):
     label = 'target --compress off'
     with vt.Testbed(target_args=('--compress', 'off')) as tb:
@@ -129,6 +157,7 @@ def main():
     ck = vt.Checks('compression cases')
     with vt.Testbed() as tb:
         always_plain(ck, tb, image)
+        always_cut(ck, tb, image)
         auto_random(ck, tb)
     with vt.Testbed(tls=True) as tb:
         auto_tls(ck, tb, image)
