@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /* A resumable link's compressed chunks, on its worker: when direction 0 sends its held bytes as
  * ZDATA frames (xp_zchunk.h) and when as DATA (auto: only while a cap or the node hop holds it
- * back, the worker has time to spare and recent chunks shrank), and direction 1's decoding. */
+ * back and recent chunks shrank), and direction 1's decoding. */
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -15,8 +15,10 @@
 
 #define MS 1000000ull
 /* A wait for tokens or for the node hop counts for this long after it ended. */
-#define RECENT_NS (250 * MS)
-/* The worker's time to spare: compression starts above the first, stops below the second. */
+#define RECENT_NS (1000 * MS)
+/* A worker starts compressing only when it waited at least this share of the last 100 ms (it
+ * waits for the link, not the link for it); below the second, a compressing worker that nothing
+ * held back is what the migration waited for (the reason then says so). */
 #define IDLE_ON_PCT  30
 #define IDLE_OFF_PCT 10
 /* A chunk that keeps more than this share (of 1024) did not pay; this many in a row stop it */
@@ -145,15 +147,21 @@ static bool decide(struct xp_worker *w, struct frame_z *z, uint64_t now)
 	} else if (now < z->backoff_until) {
 		why = XP_ZWHY_RATIO;
 		on = false;
-	} else if (now - z->throttled_ns > RECENT_NS && now - z->hop_full_ns > RECENT_NS) {
-		why = XP_ZWHY_IDLE_HOP;
-		on = false;
-	} else if (idle < IDLE_OFF_PCT || (!z->on && idle < IDLE_ON_PCT)) {
+	} else if (!z->on && idle < IDLE_ON_PCT) {
+		/* busy already: the hop may be full because the peer is (the CPU is what the
+		 * migration waits for); compressing would slow it */
 		why = XP_ZWHY_CPU;
 		on = false;
-	} else {
+	} else if (now - z->throttled_ns <= RECENT_NS || now - z->hop_full_ns <= RECENT_NS) {
+		/* held back: fewer bytes go faster, as long as compressing keeps it so (the time
+		 * compressing takes is then the worker's to spend) */
 		why = now - z->throttled_ns <= RECENT_NS ? XP_ZWHY_CAPPED : XP_ZWHY_HOP_FULL;
 		on = true;
+	} else {
+		/* nothing holds it back: compressing would only cost time, or (its worker busy)
+		 * it is what the migration waited for */
+		why = z->on && idle < IDLE_OFF_PCT ? XP_ZWHY_CPU : XP_ZWHY_IDLE_HOP;
+		on = false;
 	}
 	if (on != z->on || atomic_load_explicit(&z->why, memory_order_relaxed) != why) {
 		if (on != z->on)

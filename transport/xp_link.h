@@ -40,10 +40,10 @@ struct xp_link_state {
 enum xp_zwhy {
 	XP_ZWHY_NONE,	  /* it decided nothing yet */
 	XP_ZWHY_ALWAYS,	  /* --compress always */
-	XP_ZWHY_CAPPED,	  /* its cap held it back in the last 250 ms */
-	XP_ZWHY_HOP_FULL, /* the node hop was full in the last 250 ms, the worker had time */
+	XP_ZWHY_CAPPED,	  /* its cap held it back in the last second */
+	XP_ZWHY_HOP_FULL, /* the node hop was full in the last second */
 	XP_ZWHY_IDLE_HOP, /* nothing waited for the node hop or a cap */
-	XP_ZWHY_CPU,	  /* the worker had no time to spare */
+	XP_ZWHY_CPU,	  /* the worker had no time to spare (or compressing took it all) */
 	XP_ZWHY_RATIO,	  /* recent chunks did not compress: it tries again later */
 };
 
@@ -54,7 +54,7 @@ struct xp_zfig {
 	bool on;			   /* compressing now */
 	enum xp_zwhy why;		   /* the last decision's reason */
 	unsigned int flips;		   /* decisions that turned it on or off */
-	unsigned int idle_pct;		   /* the worker's time to spare at that decision */
+	unsigned int idle_pct;		   /* the worker's share of waiting at that decision */
 	unsigned int ratio_pct;		   /* chunk / plain of the recent chunks, in % */
 };
 

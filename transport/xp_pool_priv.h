@@ -225,7 +225,7 @@ struct xp_worker {
 	uint8_t *dg_peek; /* DIGEST_PEEK_MAX: spliced bytes shown to a digest */
 	int devnull;	  /* where acknowledged kept bytes and dropped ones are spliced */
 	/* the share of the last full 100 ms the worker spent waiting (%), and the window's own
-	 * start and wait so far: compression's measure of time to spare */
+	 * start and wait so far: what compression's reasons report */
 	unsigned int idle_pct;
 	uint64_t win_start, win_wait;
 	int init_err;
