@@ -229,8 +229,8 @@ static const struct opt opts[] = {
 	{ "compress", 0, WORDS(compress, compress_modes), .def = "auto",
 	  .help = "compress what a source sends to a vmigd target (zstd, on resumable "
 		  "connections of the kernel path; a target that is not off decodes): auto, a "
-		  "connection while its cap or the node hop holds it back and its bytes shrink; "
-		  "always; off (never, either role)" },
+		  "connection while its cap holds it back and its bytes shrink; always (also for a "
+		  "hop bound by its link); off (never, either role)" },
 	{ "compress-level", 0, ULONG(compress_level, 1, 19), .arg = "N", .def = "1",
 	  .help = "zstd's level for --compress" },
 	{ "keep-cap-at-switchover", 0, FLAG(keep_cap_at_switchover), .flags = OPT_DEF_TEXT,

@@ -207,7 +207,6 @@ const char *px_zwhy_str(unsigned int why)
 		[XP_ZWHY_NONE] = "undecided",
 		[XP_ZWHY_ALWAYS] = "--compress always",
 		[XP_ZWHY_CAPPED] = "its cap holds it back",
-		[XP_ZWHY_HOP_FULL] = "the node hop is full",
 		[XP_ZWHY_IDLE_HOP] = "nothing waits for the node hop or a cap",
 		[XP_ZWHY_CPU] = "its worker has no time to spare",
 		[XP_ZWHY_RATIO] = "recent chunks did not shrink; it tries again later",

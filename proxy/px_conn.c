@@ -122,6 +122,15 @@ enum px_compress px_compress_mode(const struct px_migration *m)
 	return z == PX_COMPRESS_AUTO && m->zforced ? PX_COMPRESS_ALWAYS : z;
 }
 
+bool px_compress_wanted(const struct px_conn *c)
+{
+	enum px_compress z = px_compress_mode(c->m);
+
+	if (z != PX_COMPRESS_AUTO)
+		return z == PX_COMPRESS_ALWAYS;
+	return c->m->tls || c->n->conf.copy_path || c->m->cap || c->n->conf.node_bandwidth;
+}
+
 void px_migration_compress_all(struct px_node *n, const char *key)
 {
 	struct px_migration *m = px_migration_find(n, key, PX_ROLE_SOURCE);

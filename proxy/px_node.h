@@ -38,7 +38,7 @@ enum px_digest { PX_DIGEST_AUTO, PX_DIGEST_ON, PX_DIGEST_OFF };
 /*
  * Compression of what a source sends to a vmigd target, on resumable kernel-path connections
  * (a target that is not off takes it): off; auto, a connection's chunks go compressed while
- * its cap or the node hop holds it back and they shrink; always.
+ * its cap holds it back, its worker has time to spare and they shrink; always.
  */
 enum px_compress { PX_COMPRESS_DEFAULT, PX_COMPRESS_OFF, PX_COMPRESS_AUTO, PX_COMPRESS_ALWAYS };
 

@@ -382,6 +382,13 @@ int px_conn_reply(struct px_conn *c, enum px_status st);
 void px_conn_link_opts(const struct px_conn *c, struct xp_link_opts *o);
 /* Adds a link's compression figures to a sum. */
 void px_zinfo_add(struct px_zinfo *to, const struct xp_zfig *f);
+/*
+ * Whether a source connection asks to send compressed chunks: always; auto where its bytes pass
+ * through user space anyway (TLS, --data-path copy) or a cap (the migration's or the node's) can
+ * hold it back. On the plain splice path without a cap auto could never start, and asking would
+ * cost both nodes a copy of every byte.
+ */
+bool px_compress_wanted(const struct px_conn *c);
 /* A source's compression: its start's, else the node's. */
 enum px_compress px_compress_mode(const struct px_migration *m);
 /* Hands both sockets to the data path. 0, or -errno with the connection still ours. */

@@ -156,7 +156,7 @@ static void src_start_send(struct px_conn *c)
 	}
 	p.resumable = px_resume_wanted(c);
 	p.compress = c->zout_offered = p.resumable && !c->resuming && c->m->target.compress &&
-				       px_compress_mode(c->m) != PX_COMPRESS_OFF;
+				       px_compress_wanted(c);
 	/* not while the hop's link is down or the target's address unreachable (px_dpdk.c) */
 	c->dpdk_offered = !c->verify && !c->resuming && px_dpdk_can(c) &&
 			  px_dpdk_usable(c->n, c->m->target.dpdk.ip);

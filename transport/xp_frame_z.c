@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /* A resumable link's compressed chunks, on its worker: when direction 0 sends its held bytes as
- * ZDATA frames (xp_zchunk.h) and when as DATA (auto: only while a cap or the node hop holds it
- * back and recent chunks shrank), and direction 1's decoding. */
+ * ZDATA frames (xp_zchunk.h) and when as DATA (auto: only while its cap holds it back, its worker
+ * has time and recent chunks shrank), and direction 1's decoding. */
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -14,7 +14,7 @@
 #include "xp_zchunk.h"
 
 #define MS 1000000ull
-/* A wait for tokens or for the node hop counts for this long after it ended. */
+/* A wait for tokens counts for this long after it ended. */
 #define RECENT_NS (1000 * MS)
 /* A worker starts compressing only when it waited at least this share of the last 100 ms (it
  * waits for the link, not the link for it); below the second, a compressing worker that nothing
@@ -38,7 +38,7 @@ struct frame_z {
 	uint8_t *ibuf;
 	size_t ihave;
 	/* auto: what it saw, what it decided */
-	uint64_t throttled_ns, hop_full_ns, backoff_until, backoff_ns;
+	uint64_t throttled_ns, backoff_until, backoff_ns;
 	unsigned int bad;
 	unsigned int ratio; /* recent chunks' chunk / plain, of 1024 */
 	bool on;
@@ -120,18 +120,12 @@ void xp_frame_z_reset(struct pool_link *l)
 	l->p[1].fin.zdata = false;
 }
 
-void xp_frame_z_note(struct pool_link *l, bool throttled, bool hop_full)
+void xp_frame_z_note(struct pool_link *l, bool throttled)
 {
 	struct frame_z *z = l->z;
-	uint64_t now;
 
-	if (!z || z->mode != XP_Z_AUTO || (!throttled && !hop_full))
-		return;
-	now = vm_now_ns();
-	if (throttled)
-		z->throttled_ns = now;
-	if (hop_full)
-		z->hop_full_ns = now;
+	if (z && throttled && z->mode == XP_Z_AUTO)
+		z->throttled_ns = vm_now_ns();
 }
 
 /* auto: whether the next chunk goes compressed, and why (published when it changes). */
@@ -152,10 +146,14 @@ static bool decide(struct xp_worker *w, struct frame_z *z, uint64_t now)
 		 * migration waits for); compressing would slow it */
 		why = XP_ZWHY_CPU;
 		on = false;
-	} else if (now - z->throttled_ns <= RECENT_NS || now - z->hop_full_ns <= RECENT_NS) {
-		/* held back: fewer bytes go faster, as long as compressing keeps it so (the time
-		 * compressing takes is then the worker's to spend) */
-		why = now - z->throttled_ns <= RECENT_NS ? XP_ZWHY_CAPPED : XP_ZWHY_HOP_FULL;
+	} else if (now - z->throttled_ns <= RECENT_NS) {
+		/*
+		 * Its cap holds it back: fewer bytes go faster, as long as compressing keeps it so
+		 * (the time compressing takes is then the worker's to spend). A full node hop alone
+		 * is no such sign: a peer short of CPU fills it as well as a slow link does, and
+		 * compressing then slows the migration (doc/performance.md, "Compression").
+		 */
+		why = XP_ZWHY_CAPPED;
 		on = true;
 	} else {
 		/* nothing holds it back: compressing would only cost time, or (its worker busy)

@@ -41,7 +41,6 @@ enum xp_zwhy {
 	XP_ZWHY_NONE,	  /* it decided nothing yet */
 	XP_ZWHY_ALWAYS,	  /* --compress always */
 	XP_ZWHY_CAPPED,	  /* its cap held it back in the last second */
-	XP_ZWHY_HOP_FULL, /* the node hop was full in the last second */
 	XP_ZWHY_IDLE_HOP, /* nothing waited for the node hop or a cap */
 	XP_ZWHY_CPU,	  /* the worker had no time to spare (or compressing took it all) */
 	XP_ZWHY_RATIO,	  /* recent chunks did not compress: it tries again later */

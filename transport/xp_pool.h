@@ -115,7 +115,7 @@ struct xp_tap_ops {
 /* What a resumable link does with the bytes it sends (xp_link_opts.z). */
 enum xp_zmode {
 	XP_Z_OFF,
-	XP_Z_AUTO,   /* while the node hop or a cap holds it back, there is time, and they shrink */
+	XP_Z_AUTO,   /* while its cap holds it back, there is time, and they shrink */
 	XP_Z_ALWAYS, /* every chunk, whatever it saves */
 };
 

@@ -366,8 +366,8 @@ void xp_frame_z_fig(const struct pool_link *l, struct xp_zfig *out);
 void xp_frame_z_set_mode(struct pool_link *l, int mode);
 /* On the worker. A suspended link's chunks on their way, in or out, are abandoned. */
 void xp_frame_z_reset(struct pool_link *l);
-/* Direction 0 after a round: whether it waited for tokens or for the node hop. */
-void xp_frame_z_note(struct pool_link *l, bool throttled, bool hop_full);
+/* Direction 0 after a round: whether it waited for tokens. */
+void xp_frame_z_note(struct pool_link *l, bool throttled);
 /* Direction 0, ring: whether the next of avail held bytes go compressed; if so the chunk is
  * made, and its length (> 0) returned; 0: send them as DATA. */
 size_t xp_frame_z_start(struct xp_worker *w, struct xp_pump *p, size_t avail);

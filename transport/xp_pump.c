@@ -611,7 +611,7 @@ static int pump_run(struct xp_worker *w, struct xp_pump *p, unsigned int *side)
 			break;
 	}
 	if (p->dir == 0 && l->z)
-		xp_frame_z_note(l, rd.throttled, rd.dst_blocked);
+		xp_frame_z_note(l, rd.throttled);
 	if (moved >= budget)
 		return 1;
 	/*
