@@ -618,6 +618,7 @@ static int worker_init(struct xp_pool *pool, struct xp_worker *w, unsigned int i
 	w->free_slots = calloc(slots, sizeof(*w->free_slots));
 	w->dg_peek = malloc(DIGEST_PEEK_MAX);
 	w->idle_pct = 100; /* until its first 100 ms are measured */
+	w->win_start = vm_now_ns();
 	if (!w->links || !w->free_slots || !w->dg_peek)
 		return -ENOMEM;
 	w->devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
@@ -965,6 +966,8 @@ int xp_pool_attach(struct xp_pool *p, int fd_a, int fd_b, const struct xp_link_o
 	l->opts.adopt = l->adopt;
 	r = xp_frame_z_open(l);
 	if (r < 0) {
+		if (l->adopt)
+			free((void *)l->adopt->kept);
 		free(l->adopt);
 		l->adopt = NULL;
 		best->free_slots[best->nfree++] = l->idx;
