@@ -136,7 +136,7 @@ def always_cut(ck, tb, image):
 
 def target_off(ck, image):
     label = 'target --compress off'
-    with vt.Testbed(target_args=('--compress', 'off')) as tb:
+    with vt.Testbed(source_args=('--compress', 'auto'), target_args=('--compress', 'off')) as tb:
         src, dst = tb.qemu_pair(MIB, ram_file=image)
         key = tb.new_key('off')
         m = tb.start_migration(src, dst, key, CHANNELS, bandwidth=f'{CAP}',
@@ -155,11 +155,13 @@ def main():
     image = vt.realistic_ram_file(MIB)
     vt.log(f'realistic image {image}: zstd -1 ratio {vt.zstd_ratio(image, 1):.2f}')
     ck = vt.Checks('compression cases')
-    with vt.Testbed() as tb:
+    # the daemons' own default; the harness's is off (vt.Daemon says why)
+    auto = ('--compress', 'auto')
+    with vt.Testbed(daemon_args=auto) as tb:
         always_plain(ck, tb, image)
         always_cut(ck, tb, image)
         auto_random(ck, tb)
-    with vt.Testbed(tls=True) as tb:
+    with vt.Testbed(tls=True, daemon_args=auto) as tb:
         auto_tls(ck, tb, image)
     target_off(ck, image)
     ck.finish()
