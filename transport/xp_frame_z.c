@@ -142,8 +142,8 @@ static bool decide(struct xp_worker *w, struct frame_z *z, uint64_t now)
 		why = XP_ZWHY_RATIO;
 		on = false;
 	} else if (!z->on && idle < IDLE_ON_PCT) {
-		/* busy already: the hop may be full because the peer is (the CPU is what the
-		 * migration waits for); compressing would slow it */
+		/* busy already: the CPU, not the cap, is what the migration waits for, and
+		 * compressing would slow it */
 		why = XP_ZWHY_CPU;
 		on = false;
 	} else if (now - z->throttled_ns <= RECENT_NS) {
