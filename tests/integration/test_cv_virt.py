@@ -285,7 +285,9 @@ def test_abort(drive, a, b, work):
         vt.log(f'  {fmt(q[-1])}')
         check(getspeed(a) == 8, 'set_bandwidth 8 MiB/s: migrate-getspeed says 8')
         shown = ', '.join(f'{s["rate"] / MIB:.1f}' for s in q)
-        check(all(5 * MIB <= s['rate'] <= 10 * MIB for s in q),
+        # a maximum on every sample; the rate reaching it in one (a sample taken while QEMU
+        # skips zero pages shows less, as above)
+        check(all(s['rate'] <= 10 * MIB for s in q) and max(s['rate'] for s in q) >= 5 * MIB,
               f'QEMU\'s rate follows: {shown} MiB/s')
         # A limit so short that the paused guest below cannot let the migration converge.
         drive.ok(a.uri, DOM, 'bandwidth', BANDWIDTH_MIB * MIB, 'downtime', 5)
