@@ -3,7 +3,7 @@
 paused) between two vmigd in two namespaces, at a 16 MiB/s cap on the source:
 - a realistic memory image (tests/lib/vmigtest/ramimage.py) with `source start --compress
   always`, plain text: compressed chunks on every connection; the cap counts what the node hop
-  carries, so the stream goes faster than the cap while the chunks never do;
+  carries, so the chunks never go faster than the cap;
 - the same image under TLS with the default `auto`: the cap holds the connections back, so
   they compress (status says so while it runs);
 - random memory with `auto`: the chunks do not shrink, so the connections soon stop
@@ -86,13 +86,12 @@ def always_plain(ck, tb, image):
     secs = float(s['duration'].rstrip('s'))
     sent = int(s['tx'])
     on_wire = sent - plain + wire
-    # the cap is a maximum on what the node hop carries (a second of burst allowed); the
-    # sender had more to send, so the stream itself went faster than the cap
+    # the cap is a maximum on what the node hop carries (a second of burst allowed); how much
+    # faster the stream itself went depends on the CPU (under ASan it may not), so that is the
+    # bench's to measure (doc/performance.md), not a bound here
     ck.check(on_wire <= CAP * (secs + 1),
              f'{label}: the node hop carried {on_wire} bytes in {secs:.2f}s, over the cap')
-    ck.check(sent > CAP * secs * 1.2,
-             f'{label}: {sent} stream bytes in {secs:.2f}s: not faster than the cap, although '
-             f'they went as {on_wire}')
+    vt.log(f'  {label}: {sent} stream bytes in {secs:.2f}s, {on_wire} on the node hop')
 
 
 def auto_tls(ck, tb, image):
