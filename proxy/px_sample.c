@@ -32,6 +32,12 @@ static void lift_cap_at_switchover(struct px_migration *m, const struct px_conn 
 		px_migration_apply_limit(m, 0);
 }
 
+/* What bytes sent (plain) took on the node hop: chunks in place of what they compressed. */
+static uint64_t on_wire(uint64_t sent, uint64_t plain, uint64_t wire)
+{
+	return sent - plain + wire;
+}
+
 /*
  * A source connection's compression decisions, logged as they change with what they went on, at
  * most a line a second per connection (the state by then); not while it has never compressed.
@@ -57,7 +63,7 @@ static void zwatch(const struct px_migration *m, struct px_conn *c, const struct
 static void migration_sample(struct px_migration *m, uint64_t now, uint64_t node[2])
 {
 	uint64_t mb[2] = { m->bytes[0], m->bytes[1] };
-	uint64_t wire = m->bytes[0] - m->zdone.tx_plain + m->zdone.tx_wire;
+	uint64_t wire = on_wire(m->bytes[0], m->zdone.tx_plain, m->zdone.tx_wire);
 	uint64_t pb[PX_PORTS_MAX][2];
 
 	for (unsigned int i = 0; i < m->nports; i++) {
@@ -80,7 +86,7 @@ static void migration_sample(struct px_migration *m, uint64_t now, uint64_t node
 			pb[pi][d] += b[d];
 			node[d] += b[d];
 		}
-		wire += b[0] - zf.tx_plain + zf.tx_wire;
+		wire += on_wire(b[0], zf.tx_plain, zf.tx_wire);
 		zwatch(m, c, &zf, now);
 		lift_cap_at_switchover(m, c);
 	}
@@ -151,7 +157,7 @@ static void conn_info(struct px_migration *m, struct px_conn *c, struct px_migra
 		px_zinfo_add(&mi->z, &zf);
 		mi->zconns_on += zf.on;
 		mi->zconns += c->zout_offered;
-		mi->wire_tx += b[0] - zf.tx_plain + zf.tx_wire;
+		mi->wire_tx += on_wire(b[0], zf.tx_plain, zf.tx_wire);
 		*shaped_ns += sn;
 		mi->bytes_tx += b[0];
 		mi->bytes_rx += b[1];
@@ -264,7 +270,7 @@ void px_node_foreach(struct px_node *n, px_migration_fn fn, void *arg)
 			.zmode = m->role == PX_ROLE_SOURCE ? px_compress_str(px_compress_mode(m))
 							   : NULL,
 			.z = m->zdone,
-			.wire_tx = m->bytes[0] - m->zdone.tx_plain + m->zdone.tx_wire,
+			.wire_tx = on_wire(m->bytes[0], m->zdone.tx_plain, m->zdone.tx_wire),
 			.wire_1s = vm_rate_get(&m->wire, 1000),
 			.wire_10s = vm_rate_get(&m->wire, 10000),
 		};
