@@ -46,10 +46,12 @@ static void add_resume(struct json_object *o, const struct px_portmap *t)
 	/* compression rides the resumable frames */
 	if (t->resume && t->compress)
 		json_object_object_add(o, "compress", json_object_new_string("zstd"));
+	if (t->resume && t->compress && t->resume_dpdk && t->compress_dpdk)
+		json_object_object_add(o, "compress_dpdk", json_object_new_boolean(true));
 }
 
-/* The optional "resume" and "resume_dpdk" members into t, and "compress": 0, or -EINVAL when
- * one is not a boolean (a string). */
+/* The optional "resume" and "resume_dpdk" members into t, "compress" and "compress_dpdk": 0, or
+ * -EINVAL when one is not a boolean (a string). */
 static int get_resume(struct json_object *o, struct px_portmap *t)
 {
 	struct json_object *v;
@@ -69,6 +71,11 @@ static int get_resume(struct json_object *o, struct px_portmap *t)
 		if (!json_object_is_type(v, json_type_string))
 			return -EINVAL;
 		t->compress = !strcmp(json_object_get_string(v), "zstd");
+	}
+	if (json_object_object_get_ex(o, "compress_dpdk", &v)) {
+		if (!json_object_is_type(v, json_type_boolean))
+			return -EINVAL;
+		t->compress_dpdk = json_object_get_boolean(v);
 	}
 	return 0;
 }

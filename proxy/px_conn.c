@@ -162,8 +162,9 @@ void px_conn_link_opts(const struct px_conn *c, struct xp_link_opts *o)
 		o->resume.keep = n->conf.resume_keep;
 		o->resume.silence_ms = PX_HOP_SILENCE_MS;
 	}
-	/* compression: what a source sends on the kernel path's frames, to a target that agreed */
-	if (c->resumable && !c->dpdk.ip) {
+	/* compression: what a source sends in the kernel path's frames or the DPDK hop's stream,
+	 * to a target that agreed on that path */
+	if (c->resumable) {
 		enum px_compress z = c->zout_offered ? px_compress_mode(c->m) : PX_COMPRESS_OFF;
 
 		o->z.out = z == PX_COMPRESS_ALWAYS ? XP_Z_ALWAYS

@@ -46,6 +46,9 @@ struct px_portmap {
 	/* The target decodes compressed chunks on resumable connections ("compress":"zstd"): a
 	 * source that compresses asks for it (PX_PREAMBLE_F_COMPRESS) only then. */
 	bool compress;
+	/* ... and on the DPDK node hop ("compress_dpdk": true, with "resume_dpdk"): a source asks
+	 * for it there (PX_PREAMBLE_F_COMPRESS_DPDK) only then. */
+	bool compress_dpdk;
 };
 
 /* KubeVirt's logical ports: libvirt's own connection, QEMU's migration stream, NBD. */

@@ -97,7 +97,8 @@ int px_preamble_encode(const struct px_preamble *p, uint8_t *buf, size_t len)
 	if (!key_valid_n(p->key, kl) || p->port > PX_PORT_MAX ||
 	    (p->verify && (p->digest || p->dpdk.ip || p->resumable)) ||
 	    (p->resume && (p->digest || p->dpdk.ip || p->verify || p->resumable)) ||
-	    (p->dpdk_resume && (!p->dpdk.ip || !p->resumable)) || (p->compress && !p->resumable))
+	    (p->dpdk_resume && (!p->dpdk.ip || !p->resumable)) || (p->compress && !p->resumable) ||
+	    (p->compress_dpdk && (!p->compress || !p->dpdk_resume)))
 		return -EINVAL;
 	if (len < at + (p->has_secret ? PX_SECRET_LEN : 0) + (p->dpdk.ip ? PX_DPDK_LEN : 0) +
 			  (p->verify ? PX_DIGESTS_LEN : 0) + (p->resume ? PX_RESUME_LEN : 0))
@@ -111,7 +112,8 @@ int px_preamble_encode(const struct px_preamble *p, uint8_t *buf, size_t len)
 				     (p->resumable ? PX_PREAMBLE_F_RESUMABLE : 0) |
 				     (p->resume ? PX_PREAMBLE_F_RESUME : 0) |
 				     (p->dpdk_resume ? PX_PREAMBLE_F_DPDK_RESUME : 0) |
-				     (p->compress ? PX_PREAMBLE_F_COMPRESS : 0));
+				     (p->compress ? PX_PREAMBLE_F_COMPRESS : 0) |
+				     (p->compress_dpdk ? PX_PREAMBLE_F_COMPRESS_DPDK : 0));
 	vm_put_be32(buf + 8, p->port);
 	vm_put_be32(buf + 12, p->seq);
 	vm_put_be16(buf + 16, kl);
@@ -161,10 +163,13 @@ int px_preamble_decode(const uint8_t *buf, size_t len, struct px_preamble *ret)
 		return 0;
 	kl = vm_get_be16(buf + 16);
 	flags = vm_get_be16(buf + 6);
-	if ((flags & ~(PX_PREAMBLE_F_SECRET | PX_PREAMBLE_F_DPDK | PX_PREAMBLE_F_DIGEST |
+	if ((flags &
+	     ~(PX_PREAMBLE_F_SECRET | PX_PREAMBLE_F_DPDK | PX_PREAMBLE_F_DIGEST |
 		       PX_PREAMBLE_F_VERIFY | PX_PREAMBLE_F_RESUMABLE | PX_PREAMBLE_F_RESUME |
-		       PX_PREAMBLE_F_DPDK_RESUME | PX_PREAMBLE_F_COMPRESS)) ||
+	       PX_PREAMBLE_F_DPDK_RESUME | PX_PREAMBLE_F_COMPRESS | PX_PREAMBLE_F_COMPRESS_DPDK)) ||
 	    ((flags & PX_PREAMBLE_F_COMPRESS) && !(flags & PX_PREAMBLE_F_RESUMABLE)) ||
+	    ((flags & PX_PREAMBLE_F_COMPRESS_DPDK) &&
+	     (~flags & (PX_PREAMBLE_F_COMPRESS | PX_PREAMBLE_F_DPDK_RESUME))) ||
 	    ((flags & PX_PREAMBLE_F_DPDK_RESUME) &&
 	     (~flags & (PX_PREAMBLE_F_DPDK | PX_PREAMBLE_F_RESUMABLE))) ||
 	    ((flags & PX_PREAMBLE_F_VERIFY) &&
@@ -200,6 +205,7 @@ int px_preamble_decode(const uint8_t *buf, size_t len, struct px_preamble *ret)
 	p.resume = flags & PX_PREAMBLE_F_RESUME;
 	p.dpdk_resume = flags & PX_PREAMBLE_F_DPDK_RESUME;
 	p.compress = flags & PX_PREAMBLE_F_COMPRESS;
+	p.compress_dpdk = flags & PX_PREAMBLE_F_COMPRESS_DPDK;
 	memset(p.token, 0, sizeof(p.token));
 	p.have = 0;
 	if (p.resume) {

@@ -47,6 +47,10 @@
  * connection be resumable on the kernel path (PX_OK_RESUMABLE), the source may send compressed
  * chunks (ZDATA frames) in it; a target that did not advertise it ignores the flag. */
 #define PX_PREAMBLE_F_COMPRESS 0x0080
+/* With PX_PREAMBLE_F_COMPRESS and PX_PREAMBLE_F_DPDK_RESUME (to a target that advertised
+ * "compress_dpdk": true): should the connection go over the DPDK node hop
+ * (PX_OK_DPDK_RESUMABLE), the source's stream there is made of compressed chunks. */
+#define PX_PREAMBLE_F_COMPRESS_DPDK 0x0100
 #define PX_REPLY_LEN	     8
 /* A PX_OK_DPDK reply: the target's DPDK address and port and the stream id follow. */
 #define PX_REPLY_DPDK_LEN (PX_REPLY_LEN + PX_DPDK_LEN)
@@ -130,6 +134,7 @@ struct px_preamble {
 	bool resume;	/* PX_PREAMBLE_F_RESUME: token and have follow */
 	bool dpdk_resume; /* PX_PREAMBLE_F_DPDK_RESUME (with dpdk and resumable only) */
 	bool compress;	  /* PX_PREAMBLE_F_COMPRESS (with resumable only) */
+	bool compress_dpdk; /* PX_PREAMBLE_F_COMPRESS_DPDK (with compress and dpdk_resume) */
 	uint8_t token[PX_TOKEN_LEN];
 	uint64_t have; /* what the source took of the target's direction */
 };

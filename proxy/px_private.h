@@ -123,6 +123,7 @@ struct px_conn {
 	/* source: its preamble asked to send compressed chunks (PX_PREAMBLE_F_COMPRESS); target:
 	 * it agreed, so its link decodes them */
 	bool zout_offered, zin;
+	bool zdpdk_offered; /* source: ... and on the DPDK node hop (PX_PREAMBLE_F_COMPRESS_DPDK) */
 	/* source: the compression state last logged (px_sample.c), and when */
 	bool zlogged_on;
 	unsigned int zlogged_why;

@@ -155,8 +155,9 @@ static void src_start_send(struct px_conn *c)
 		p.digest = c->digest = px_verify_wanted(c);
 	}
 	p.resumable = px_resume_wanted(c);
-	p.compress = c->zout_offered = p.resumable && !c->resuming && c->m->target.compress &&
-				       px_compress_wanted(c);
+	p.compress = c->zout_offered =
+		p.resumable && !c->resuming && c->m->target.compress && px_compress_wanted(c);
+	c->zdpdk_offered = false;
 	/* not while the hop's link is down or the target's address unreachable (px_dpdk.c) */
 	c->dpdk_offered = !c->verify && !c->resuming && px_dpdk_can(c) &&
 			  px_dpdk_usable(c->n, c->m->target.dpdk.ip);
@@ -165,6 +166,8 @@ static void src_start_send(struct px_conn *c)
 		p.dpdk = c->n->dpdk;
 		p.dpdk.stream = (c->n->dpdk_next++ % 0x7fffffffu) + 1;
 		p.dpdk_resume = c->dpdk_resume_offered = p.resumable && c->m->target.resume_dpdk;
+		p.compress_dpdk = c->zdpdk_offered =
+			p.compress && p.dpdk_resume && c->m->target.compress_dpdk;
 	}
 	r = px_preamble_encode(&p, c->buf, sizeof(c->buf));
 	if (r < 0) {
@@ -317,7 +320,8 @@ static void src_read_reply(struct px_conn *c)
 		px_reply_token(c->buf, c->token);
 	}
 	/* the target decodes chunks on a resumable kernel-path connection it was asked for */
-	c->zout_offered = c->zout_offered && st == PX_OK_RESUMABLE;
+	c->zout_offered = c->zout_offered && (st == PX_OK_RESUMABLE ||
+					      (st == PX_OK_DPDK_RESUMABLE && c->zdpdk_offered));
 	src_link(c);
 }
 

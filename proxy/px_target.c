@@ -272,8 +272,9 @@ static void tgt_dispatch(struct px_conn *c, const struct px_preamble *p)
 	if (p->resumable && (!c->dpdk.ip || p->dpdk_resume) && n->conf.resume_timeout_ms &&
 	    getrandom(c->token, sizeof(c->token), 0) == sizeof(c->token))
 		c->resumable = true;
-	/* compressed chunks come on the kernel path's frames only */
-	c->zin = p->compress && c->resumable && !c->dpdk.ip && n->conf.compress != PX_COMPRESS_OFF;
+	/* compressed chunks: in the kernel path's frames, or (asked for) the DPDK hop's stream */
+	c->zin = p->compress && c->resumable && (!c->dpdk.ip || p->compress_dpdk) &&
+		 n->conf.compress != PX_COMPRESS_OFF;
 	if (tgt_bind(c, port, p->seq) < 0)
 		return;
 	if (p->seq > px_order_next(port->order))
@@ -726,6 +727,7 @@ static void target_map(const struct px_migration *m, struct px_portmap *out)
 	out->resume = n->conf.resume_timeout_ms > 0;
 	out->resume_dpdk = out->resume && n->dpdk.ip;
 	out->compress = out->resume && n->conf.compress != PX_COMPRESS_OFF;
+	out->compress_dpdk = out->compress && out->resume_dpdk;
 	out->port = m->kubevirt ? 0 : xp_addr_port(&n->bound);
 	out->nports = m->nports;
 	for (unsigned int i = 0; i < m->nports; i++) {

@@ -61,6 +61,16 @@ static void dhop_link_set_pacing(struct xp_link *xl, uint64_t rate)
 {
 }
 
+static void dhop_link_zfig(const struct xp_link *xl, struct xp_zfig *out)
+{
+	xp_dhop_z_fig(CONST_DHOP_LINK(xl), out);
+}
+
+static void dhop_link_set_zmode(struct xp_link *xl, int mode)
+{
+	xp_dhop_z_set_mode(DHOP_LINK(xl), mode);
+}
+
 static const struct xp_link_ops dhop_link_ops = {
 	.abort = dhop_link_abort,
 	.bytes = dhop_link_bytes,
@@ -68,6 +78,8 @@ static const struct xp_link_ops dhop_link_ops = {
 	.set_pacing = dhop_link_set_pacing,
 	.suspend = dhop_link_suspend,
 	.range = dhop_link_range,
+	.zfig = dhop_link_zfig,
+	.set_zmode = dhop_link_set_zmode,
 };
 
 int xp_dhop_new(const struct xp_dhop_conf *conf, struct xp_dhop **ret, char *err, size_t errlen)
@@ -208,16 +220,20 @@ int xp_dhop_attach(struct xp_dhop *d, const struct xp_dhop_link_conf *c, struct 
 {
 	struct dhop_link *l = NULL;
 	struct vm_digest *dg[2] = { NULL, NULL };
+	struct dhop_z *z = NULL;
 	int r = 0;
 
 	if (!c->stream || !c->peer_ip || !c->tx_secret != !c->rx_secret)
 		return -EINVAL;
-	if (c->digest && (!(dg[0] = vm_digest_new()) || !(dg[1] = vm_digest_new()))) {
-		vm_digest_free(dg[0]);
-		return -ENOMEM;
-	}
 	if (fcntl(c->local_fd, F_SETFL, fcntl(c->local_fd, F_GETFL) | O_NONBLOCK) < 0)
 		return -errno;
+	r = xp_dhop_z_new(c, &z);
+	if (r < 0)
+		return r;
+	if (c->digest && (!(dg[0] = vm_digest_new()) || !(dg[1] = vm_digest_new()))) {
+		r = -ENOMEM;
+		goto out;
+	}
 	pthread_mutex_lock(&d->mu);
 	for (unsigned int i = 0; i < d->conf.max_links && r == 0; i++) {
 		struct dhop_link *x = &d->links[i];
@@ -241,11 +257,15 @@ int xp_dhop_attach(struct xp_dhop *d, const struct xp_dhop_link_conf *c, struct 
 		l->dg[0] = dg[0];
 		l->dg[1] = dg[1];
 		dg[0] = dg[1] = NULL;
+		l->z = z;
+		z = NULL;
 		l->st = S_NEW;
 		*ret = &l->base;
 		atomic_store(&d->new_links, true);
 	}
 	pthread_mutex_unlock(&d->mu);
+out:
+	xp_dhop_z_free(z);
 	vm_digest_free(dg[0]);
 	vm_digest_free(dg[1]);
 	return r;
@@ -274,6 +294,8 @@ static void link_begin(struct xp_dhop *d, struct dhop_link *l, uint64_t now)
 	r = xp_hop_peer_add(d->hop, &pc, &l->peer);
 	if (!r)
 		r = xp_hop_stream_open(l->peer, l->c.stream, now, &l->rel);
+	if (!r && xp_dhop_z_out(l))
+		xp_rel_hold(l->rel); /* chunks go only whole: xp_dhop_z_release() */
 	explicit_bzero(l->tx, sizeof(l->tx));
 	explicit_bzero(l->rx, sizeof(l->rx));
 	if (!r && (epoll_ctl(d->epfd, EPOLL_CTL_ADD, l->c.local_fd, &ev) < 0 ||
@@ -288,7 +310,7 @@ static void link_begin(struct xp_dhop *d, struct dhop_link *l, uint64_t now)
 }
 
 /* Shows the first n bytes of iov to direction dir's tap. */
-static void tap_feed(struct dhop_link *l, unsigned int dir, const struct iovec iov[2], size_t n)
+void xp_dhop_tap_feed(struct dhop_link *l, unsigned int dir, const struct iovec iov[2], size_t n)
 {
 	size_t a = n < iov[0].iov_len ? n : iov[0].iov_len;
 
@@ -300,7 +322,7 @@ static void tap_feed(struct dhop_link *l, unsigned int dir, const struct iovec i
 }
 
 /* The first n bytes of iov into direction dir's digest, if it keeps one. */
-static void digest_feed(struct dhop_link *l, unsigned int dir, const struct iovec iov[2], size_t n)
+void xp_dhop_digest_feed(struct dhop_link *l, unsigned int dir, const struct iovec iov[2], size_t n)
 {
 	size_t a = n < iov[0].iov_len ? n : iov[0].iov_len;
 
@@ -312,7 +334,7 @@ static void digest_feed(struct dhop_link *l, unsigned int dir, const struct iove
 }
 
 /* How much of room the caps let the local socket's bytes have now (room when not capped). */
-static size_t shape(struct dhop_link *l, size_t room)
+size_t xp_dhop_shape(struct dhop_link *l, size_t room)
 {
 	uint64_t now, wait = 0;
 	size_t grant;
@@ -352,9 +374,11 @@ static size_t link_io(struct dhop_link *l)
 	size_t moved = 0, room;
 	ssize_t k;
 
-	while (l->in_ready && !l->local_in_done && !l->falling &&
+	if (xp_dhop_z_out(l))
+		moved += xp_dhop_z_send(l);
+	while (!xp_dhop_z_out(l) && l->in_ready && !l->local_in_done && !l->falling &&
 	       (room = xp_rel_write_space(l->rel, iov)) > 0) {
-		size_t grant = shape(l, room);
+		size_t grant = xp_dhop_shape(l, room);
 
 		if (!grant)
 			break;
@@ -370,8 +394,8 @@ static size_t link_io(struct dhop_link *l)
 		room = grant;
 		if (k > 0) {
 			xp_rel_write_commit(l->rel, (size_t)k);
-			tap_feed(l, 0, iov, (size_t)k);
-			digest_feed(l, 0, iov, (size_t)k);
+			xp_dhop_tap_feed(l, 0, iov, (size_t)k);
+			xp_dhop_digest_feed(l, 0, iov, (size_t)k);
 			atomic_fetch_add_explicit(&l->bytes[0], (uint64_t)k, memory_order_relaxed);
 			moved += (size_t)k;
 			if ((size_t)k < room)
@@ -393,7 +417,10 @@ static size_t link_io(struct dhop_link *l)
 		}
 		break;
 	}
-	while (!l->local_out_done && (room = xp_rel_read_space(l->rel, iov)) > 0) {
+	if (xp_dhop_z_in(l))
+		moved += xp_dhop_z_recv(l);
+	while (!xp_dhop_z_in(l) && !l->local_out_done &&
+	       (room = xp_rel_read_space(l->rel, iov)) > 0) {
 		/* QEMU gets its bytes in batches, not a frame at a time: once there are
 		 * WRITE_BATCH of them, or when none came since the last look */
 		if (room < WRITE_BATCH && room != l->last_avail && !l->drop_rx && !l->falling) {
@@ -402,7 +429,7 @@ static size_t link_io(struct dhop_link *l)
 		}
 		l->last_avail = 0;
 		if (l->drop_rx) {
-			digest_feed(l, 1, iov, room);
+			xp_dhop_digest_feed(l, 1, iov, room);
 			l->res.undelivered += room;
 			xp_rel_read_commit(l->rel, room);
 			continue;
@@ -411,8 +438,8 @@ static size_t link_io(struct dhop_link *l)
 			break;
 		k = writev(l->c.local_fd, iov, iov[1].iov_len ? 2 : 1);
 		if (k > 0) {
-			tap_feed(l, 1, iov, (size_t)k);
-			digest_feed(l, 1, iov, (size_t)k);
+			xp_dhop_tap_feed(l, 1, iov, (size_t)k);
+			xp_dhop_digest_feed(l, 1, iov, (size_t)k);
 			xp_rel_read_commit(l->rel, (size_t)k);
 			atomic_fetch_add_explicit(&l->bytes[1], (uint64_t)k, memory_order_relaxed);
 			moved += (size_t)k;
@@ -432,7 +459,11 @@ static size_t link_io(struct dhop_link *l)
 			xp_dhop_link_fail(l, -errno, 0, "%s", "");
 		break;
 	}
-	if (!l->local_out_done && xp_rel_eof(l->rel)) {
+	if (!l->local_out_done && xp_rel_eof(l->rel) && xp_dhop_z_drained(l)) {
+		if (!xp_dhop_z_eof(l)) {
+			xp_dhop_link_fail(l, -EBADMSG, 1, "the peer's stream ended inside a chunk");
+			return moved;
+		}
 		if (!l->drop_rx)
 			shutdown(l->c.local_fd, SHUT_WR);
 		l->local_out_done = true;
@@ -468,6 +499,7 @@ static void link_end(struct xp_dhop *d, struct dhop_link *l)
 	bool fell = l->res.end == XP_END_FALLBACK;
 
 	dhop_link_bytes(&l->base, l->res.bytes);
+	xp_dhop_z_fig(l, &l->res.z);
 	l->res.shaped_ns = dhop_link_shaped_ns(&l->base);
 	for (unsigned int i = 0; i < 2; i++) {
 		if (fell) {
@@ -549,17 +581,40 @@ static void take_new(struct xp_dhop *d, uint64_t now)
 	}
 }
 
+/* Every 100 ms: the share of them the thread moved nothing, for auto compression. */
+static void idle_window(struct xp_dhop *d, uint64_t now)
+{
+	uint64_t span = now - d->win_start_ns;
+
+	if (span < 100 * 1000000ull)
+		return;
+	atomic_store_explicit(&d->idle_pct, (unsigned int)(d->win_idle_ns * 100 / span),
+			      memory_order_relaxed);
+	d->win_start_ns = now;
+	d->win_idle_ns = 0;
+}
+
 static void *dhop_thread(void *arg)
 {
 	struct xp_dhop *d = arg;
-	uint64_t idle = 0, last_refresh = 0;
+	uint64_t idle = 0, last_refresh = 0, last_t0 = 0;
+	bool spare = false;
 
 	/* without an lcore id, every packet buffer comes from the pool's shared ring */
 	xp_dpdk_thread_register();
+	d->win_start_ns = vm_now_ns();
+	atomic_store(&d->idle_pct, 100); /* until its first 100 ms are measured */
 	while (!atomic_load(&d->stop)) {
-		uint64_t now = vm_now_ns() / 1000, deadline;
+		uint64_t t0 = vm_now_ns(), now = t0 / 1000, deadline;
 		unsigned int live = 0;
 		size_t moved = 0;
+
+		/* a round that moved nothing, and the sleep after it, were time to spare */
+		if (spare)
+			d->win_idle_ns += t0 - last_t0;
+		last_t0 = t0;
+		spare = false;
+		idle_window(d, t0);
 
 		atomic_fetch_add_explicit(&d->polls, 1, memory_order_relaxed);
 		take_new(d, now);
@@ -577,7 +632,11 @@ static void *dhop_thread(void *arg)
 				tcp_check(l);
 				moved += link_io(l);
 				sent = atomic_load_explicit(&l->bytes[0], memory_order_relaxed);
-				atomic_store_explicit(&l->acked, sent - xp_rel_unacked(l->rel, iov),
+				if (xp_dhop_z_out(l))
+					xp_dhop_z_release(l);
+				else
+					atomic_store_explicit(&l->acked,
+							      sent - xp_rel_unacked(l->rel, iov),
 						      memory_order_relaxed);
 			}
 			if (xp_dhop_link_ended(d, l, now)) {
@@ -595,6 +654,7 @@ static void *dhop_thread(void *arg)
 			idle = 0;
 			continue;
 		}
+		spare = true;
 		if (!live) {
 			/* ARP for the next link's peer still gets an answer within this */
 			readiness(d, SLEEP_NOLINK_NS);
@@ -645,6 +705,8 @@ void xp_dhop_reap(struct xp_dhop *d)
 		d->done(l->c.cookie, &l->res, d->done_arg);
 		free((void *)l->fb.kept);
 		l->fb.kept = NULL;
+		xp_dhop_z_free(l->z);
+		l->z = NULL;
 		pthread_mutex_lock(&d->mu);
 		l->st = S_FREE;
 		pthread_mutex_unlock(&d->mu);
@@ -669,6 +731,8 @@ void xp_dhop_stop(struct xp_dhop *d)
 			free((void *)l->fb.kept);
 			l->fb.kept = NULL;
 		}
+		xp_dhop_z_free(l->z);
+		l->z = NULL;
 		l->st = S_FREE;
 	}
 }

@@ -61,6 +61,14 @@ struct xp_dhop_link_conf {
 	 * path to carry on from where it stood.
 	 */
 	bool resumable;
+	size_t keep; /* resumable: the most bytes the kernel path keeps (xp_link_opts.resume) */
+	/* As xp_link_opts.z, resumable links only: the local socket's bytes go as compressed
+	 * chunks (out), the peer's come so (in): that direction's stream is chunks only. */
+	struct {
+		enum xp_zmode out;
+		int level;
+		bool in;
+	} z;
 };
 
 /* Opens EAL and the port (err says why not: -ENOTSUP in a build without DPDK). */

@@ -253,14 +253,20 @@ static bool fall_drained(struct dhop_link *l)
 		l->falling = false;
 		return true;
 	}
-	if (xp_rel_read_space(l->rel, iov) > 0)
+	if (xp_rel_read_space(l->rel, iov) > 0 || !xp_dhop_z_drained(l))
 		return false;
-	n = xp_rel_unacked(l->rel, iov);
-	if (n && !(kept = malloc(n))) {
-		xp_dhop_fall_broken(l, -ENOMEM);
+	if (xp_dhop_z_out(l)) {
+		/* chunks: what the peer may lack is the plain bytes of those it had not whole */
+		int r = xp_dhop_z_kept(l, &kept, &n);
+
+		if (r < 0) {
+			xp_dhop_fall_broken(l, r);
 		return true;
 	}
-	if (n) {
+	} else if ((n = xp_rel_unacked(l->rel, iov)) && !(kept = malloc(n))) {
+		xp_dhop_fall_broken(l, -ENOMEM);
+		return true;
+	} else if (n) {
 		memcpy(kept, iov[0].iov_base, iov[0].iov_len);
 		memcpy(kept + iov[0].iov_len, iov[1].iov_base, iov[1].iov_len);
 	}

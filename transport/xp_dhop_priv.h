@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include "digest.h"
 #include "util.h"
@@ -79,6 +80,8 @@ struct dhop_link {
 	bool falling;
 	struct xp_link_state fb;
 	struct xp_link_result res;
+	/* compression (c.z, xp_dhop_z.c): made at attach, freed once reaped; NULL without */
+	struct dhop_z *z;
 };
 
 struct xp_dhop {
@@ -116,6 +119,9 @@ struct xp_dhop {
 	struct xp_hop_health health;
 	uint64_t health_since_us;
 	uint64_t link_restarts;
+	/* the share of the last 100 ms the thread moved nothing (auto compression's input) */
+	_Atomic unsigned int idle_pct;
+	uint64_t win_start_ns, win_idle_ns;
 };
 
 #define DHOP_LINK(xl)	    container_of(xl, struct dhop_link, base)
@@ -132,5 +138,32 @@ __attribute__((format(printf, 4, 5))) void xp_dhop_link_fail(struct dhop_link *l
 void xp_dhop_fall_broken(struct dhop_link *l, int err);
 /* Whether the link has ended on this path (over, or fallen back): its result is filled in. */
 bool xp_dhop_link_ended(struct xp_dhop *d, struct dhop_link *l, uint64_t now);
+
+/* xp_dhop.c, for xp_dhop_z.c: each direction's bytes to its tap and digest, and the caps */
+void xp_dhop_tap_feed(struct dhop_link *l, unsigned int dir, const struct iovec iov[2], size_t n);
+void xp_dhop_digest_feed(struct dhop_link *l, unsigned int dir, const struct iovec iov[2],
+			 size_t n);
+/* How much of room the caps let the local socket's bytes have now (room when not capped). */
+size_t xp_dhop_shape(struct dhop_link *l, size_t room);
+
+/* xp_dhop_z.c: compressed chunks. new/free on the control thread (attach, reap), the rest on
+ * the hop's thread. */
+int xp_dhop_z_new(const struct xp_dhop_link_conf *c, struct dhop_z **ret);
+void xp_dhop_z_free(struct dhop_z *z);
+bool xp_dhop_z_out(const struct dhop_link *l); /* its local socket's bytes go as chunks */
+bool xp_dhop_z_in(const struct dhop_link *l);  /* the peer's come as chunks */
+/* Local socket to chunks in the stream, and chunks to the local socket: bytes moved. */
+size_t xp_dhop_z_send(struct dhop_link *l);
+size_t xp_dhop_z_recv(struct dhop_link *l);
+/* The chunks the peer acknowledged whole leave the stream's buffer; acked follows. */
+void xp_dhop_z_release(struct dhop_link *l);
+/* Every decoded byte went to the local socket; ... and no chunk is half in. */
+bool xp_dhop_z_drained(const struct dhop_link *l);
+bool xp_dhop_z_eof(const struct dhop_link *l);
+/* Falling back: the plain bytes of the chunks the stream holds (those the peer may lack), which
+ * end at bytes[0], in *ret (malloc'd, *len of them; NULL for none): 0, -ENOMEM, -EPROTO. */
+int xp_dhop_z_kept(struct dhop_link *l, uint8_t **ret, size_t *len);
+void xp_dhop_z_fig(const struct dhop_link *l, struct xp_zfig *out);
+void xp_dhop_z_set_mode(struct dhop_link *l, int mode);
 
 #endif

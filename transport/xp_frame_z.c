@@ -92,8 +92,8 @@ size_t xp_frame_z_start(struct xp_worker *w, struct xp_pump *p, size_t avail)
 	if (!xp_zlink_decide(&z->zl, w->idle_pct, now))
 		return 0;
 	/* the ring is mapped twice in a row: len bytes from its head are one run */
-	n = xp_zlink_encode(&z->zl, p->buf + p->head, len, z->obuf,
-			    xp_zchunk_bound(XP_ZCHUNK_MAX), now);
+	n = xp_zlink_encode(&z->zl, p->buf + p->head, len, z->obuf, xp_zchunk_bound(XP_ZCHUNK_MAX),
+			    now);
 	if (n <= 0)
 		return 0; /* never for a len in range: sent as DATA then */
 	z->olen = (size_t)n;

@@ -381,6 +381,8 @@ static int attach_dpdk(struct xp_io *io, int local_fd, struct io_conn *ic,
 		.tap_ctx = { o->tap_ctx[0], o->tap_ctx[1] },
 		.digest = o->digest,
 		.resumable = o->resume.keep > 0,
+		.keep = o->resume.keep,
+		.z = { .out = o->z.out, .level = o->z.level, .in = o->z.in },
 	};
 	int r;
 

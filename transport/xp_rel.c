@@ -21,6 +21,8 @@ struct xp_rel {
 	/* sending: offset o of the stream is at sbuf[o % sndbuf] while unacknowledged */
 	uint8_t *sbuf;
 	uint64_t snd_una, snd_nxt, snd_end; /* oldest unacknowledged, next new, end written */
+	bool hold;	   /* xp_rel_hold(): acknowledged bytes stay until released */
+	uint64_t snd_keep; /* with hold, the oldest byte kept (at most snd_una) */
 	bool shut, fin_sent, fin_acked;
 	struct seg *segs; /* frames in flight, oldest first, a ring */
 	uint32_t seg_cap, seg_head, nsegs;
@@ -226,9 +228,15 @@ static void ring_copy(uint8_t *ring, uint64_t cap, uint64_t off, void *flat, siz
 	}
 }
 
+/* The oldest byte the send buffer still holds. */
+static uint64_t snd_base(const struct xp_rel *r)
+{
+	return r->hold ? r->snd_keep : r->snd_una;
+}
+
 size_t xp_rel_write(struct xp_rel *r, const void *buf, size_t len)
 {
-	uint64_t room = r->cfg.sndbuf - (r->snd_end - r->snd_una);
+	uint64_t room = r->cfg.sndbuf - (r->snd_end - snd_base(r));
 
 	if (r->shut)
 		return 0;
@@ -251,7 +259,7 @@ static size_t ring_spans(uint8_t *ring, uint64_t cap, uint64_t off, size_t len, 
 
 size_t xp_rel_write_space(struct xp_rel *r, struct iovec iov[2])
 {
-	uint64_t room = r->shut ? 0 : r->cfg.sndbuf - (r->snd_end - r->snd_una);
+	uint64_t room = r->shut ? 0 : r->cfg.sndbuf - (r->snd_end - snd_base(r));
 
 	return ring_spans(r->sbuf, r->cfg.sndbuf, r->snd_end, room, iov);
 }
@@ -265,6 +273,36 @@ size_t xp_rel_unacked(struct xp_rel *r, struct iovec iov[2])
 {
 	return ring_spans(r->sbuf, r->cfg.sndbuf, r->snd_una, (size_t)(r->snd_end - r->snd_una),
 			  iov);
+}
+
+void xp_rel_hold(struct xp_rel *r)
+{
+	if (!r->hold)
+		r->snd_keep = r->snd_una;
+	r->hold = true;
+}
+
+uint64_t xp_rel_acked(const struct xp_rel *r)
+{
+	return r->snd_una;
+}
+
+size_t xp_rel_kept(struct xp_rel *r, uint64_t *from, struct iovec iov[2])
+{
+	uint64_t base = snd_base(r);
+
+	*from = base;
+	return ring_spans(r->sbuf, r->cfg.sndbuf, base, (size_t)(r->snd_end - base), iov);
+}
+
+void xp_rel_release(struct xp_rel *r, uint64_t upto)
+{
+	if (upto > r->snd_una)
+		upto = r->snd_una;
+	if (upto > r->snd_end)
+		upto = r->snd_end; /* the FIN's one byte is no byte of the buffer */
+	if (r->hold && upto > r->snd_keep)
+		r->snd_keep = upto;
 }
 
 void xp_rel_shutdown(struct xp_rel *r)

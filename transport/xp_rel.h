@@ -114,6 +114,18 @@ void xp_rel_write_commit(struct xp_rel *r, size_t n);
  * or not), the oldest first, as up to two spans: what a stream handed to another path must send
  * again from, where the peer tells what it has. Their total is returned. */
 size_t xp_rel_unacked(struct xp_rel *r, struct iovec iov[2]);
+/*
+ * For a writer whose bytes make sense only whole (compressed chunks): from now on bytes the peer
+ * acknowledged stay in the send buffer, taking its room, until xp_rel_release() lets them go, so
+ * that the writer can hand another path what the peer may not have used yet. xp_rel_kept():
+ * what is held (released or not, acknowledged or not), from *from, as up to two spans, their
+ * total returned. xp_rel_release() lets the bytes before upto go (at most what was
+ * acknowledged). xp_rel_acked(): every byte before it was acknowledged.
+ */
+void xp_rel_hold(struct xp_rel *r);
+size_t xp_rel_kept(struct xp_rel *r, uint64_t *from, struct iovec iov[2]);
+void xp_rel_release(struct xp_rel *r, uint64_t upto);
+uint64_t xp_rel_acked(const struct xp_rel *r);
 /* No more writes: a FIN follows the data. */
 void xp_rel_shutdown(struct xp_rel *r);
 /* Every byte written and the FIN were acknowledged. */

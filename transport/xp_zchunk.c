@@ -58,13 +58,13 @@ int xp_zchunk_parse(const uint8_t *buf, size_t len, struct xp_zchunk_hdr *h, con
 	h->type = buf[0];
 	h->plain = get24(buf + 1);
 	h->payload = get24(buf + 5);
-	if (h->type != XP_ZCHUNK_RAW && h->type != XP_ZCHUNK_ZSTD)
+	if (h->type != XP_ZCHUNK_RAW && h->type != XP_ZCHUNK_ZSTD && h->type != XP_ZCHUNK_PASS)
 		*why = "unknown chunk type";
 	else if (buf[4])
 		*why = "reserved byte set";
 	else if (!h->plain || h->plain > XP_ZCHUNK_MAX)
 		*why = "plain length out of range";
-	else if (h->type == XP_ZCHUNK_RAW && h->payload != h->plain)
+	else if (h->type != XP_ZCHUNK_ZSTD && h->payload != h->plain)
 		*why = "stored chunk's payload is not its plain length";
 	else if (h->type == XP_ZCHUNK_ZSTD && (!h->payload || h->payload >= h->plain))
 		*why = "zstd payload not shorter than its plain length";
@@ -127,6 +127,17 @@ ssize_t xp_zenc_chunk(struct xp_zenc *z, const void *src, size_t len, void *dst,
 	return XP_ZCHUNK_HDR + len;
 }
 
+ssize_t xp_zchunk_pass(const void *src, size_t len, void *dst, size_t cap)
+{
+	uint8_t *out = dst;
+
+	if (!len || len > XP_ZCHUNK_MAX || cap < xp_zchunk_bound(len))
+		return -EINVAL;
+	put_hdr(out, XP_ZCHUNK_PASS, len, len);
+	memcpy(out + XP_ZCHUNK_HDR, src, len);
+	return XP_ZCHUNK_HDR + len;
+}
+
 int xp_zdec_new(struct xp_zdec **ret)
 {
 	struct xp_zdec *z;
@@ -179,7 +190,7 @@ ssize_t xp_zdec_chunk(struct xp_zdec *z, const void *rec, size_t len, void *dst,
 	}
 	if (cap < h.plain)
 		return -ENOBUFS;
-	if (h.type == XP_ZCHUNK_RAW) {
+	if (h.type != XP_ZCHUNK_ZSTD) {
 		memcpy(dst, payload, h.plain);
 		return h.plain;
 	}

@@ -10,8 +10,8 @@
 #include <sys/types.h>
 
 /*
- * The header, big-endian: type (1 byte: XP_ZCHUNK_RAW or XP_ZCHUNK_ZSTD), the plain length
- * (3 bytes, 1 to XP_ZCHUNK_MAX), a zero byte, the payload length (3 bytes). A stored chunk's
+ * The header, big-endian: type (1 byte: XP_ZCHUNK_RAW, XP_ZCHUNK_ZSTD or XP_ZCHUNK_PASS), the plain
+ * length (3 bytes, 1 to XP_ZCHUNK_MAX), a zero byte, the payload length (3 bytes). A stored chunk's
  * payload is its plain bytes; a zstd chunk's is exactly one zstd frame that declares the plain
  * length as its content size.
  */
@@ -19,6 +19,9 @@
 #define XP_ZCHUNK_MAX  (64 * 1024)
 #define XP_ZCHUNK_RAW  0
 #define XP_ZCHUNK_ZSTD 1
+/* Stored, not offered to zstd: what a sender that decided against compressing sends where its
+ * stream is chunks only (the DPDK hop); no compression figure counts it. */
+#define XP_ZCHUNK_PASS 2
 
 struct xp_zenc;
 struct xp_zdec;
@@ -36,8 +39,8 @@ size_t xp_zchunk_bound(size_t len);
 /*
  * Reads the header at buf (len bytes there): 0 with *h filled, -EAGAIN if len < XP_ZCHUNK_HDR,
  * -EBADMSG with *why set for a header no sender writes (unknown type, a plain length of 0 or over
- * XP_ZCHUNK_MAX, the zero byte set, a stored payload of another length than the plain one, a zstd payload not
- * shorter than it).
+ * XP_ZCHUNK_MAX, the zero byte set, a stored or passed payload of another length than the plain
+ * one, a zstd payload not shorter than it).
  */
 int xp_zchunk_parse(const uint8_t *buf, size_t len, struct xp_zchunk_hdr *h, const char **why);
 
@@ -52,6 +55,10 @@ void xp_zenc_free(struct xp_zenc *z);
  * zstd does not make them smaller. -EINVAL for a bad len or cap.
  */
 ssize_t xp_zenc_chunk(struct xp_zenc *z, const void *src, size_t len, void *dst, size_t cap);
+
+/* The same, passed as they are without trying zstd (XP_ZCHUNK_PASS: a sender that decided
+ * against compressing, in a stream made of chunks only). */
+ssize_t xp_zchunk_pass(const void *src, size_t len, void *dst, size_t cap);
 
 /* A decoding context, its memory allocated here. -ENOMEM. */
 int xp_zdec_new(struct xp_zdec **ret);

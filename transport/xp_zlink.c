@@ -161,7 +161,8 @@ ssize_t xp_zlink_decode(struct xp_zlink *z, const void *rec, size_t len, void *d
 	ssize_t plain = xp_zdec_chunk(z->dec, rec, len, dst, cap, why);
 
 	atomic_fetch_add_explicit(&z->rx_ns, cpu_ns() - t0, memory_order_relaxed);
-	if (plain >= 0) {
+	/* a passed chunk went as it was: the sender did not count it either */
+	if (plain >= 0 && ((const uint8_t *)rec)[0] != XP_ZCHUNK_PASS) {
 		atomic_fetch_add_explicit(&z->rx_plain, (uint64_t)plain, memory_order_relaxed);
 		atomic_fetch_add_explicit(&z->rx_wire, len, memory_order_relaxed);
 	}

@@ -352,7 +352,7 @@ static void test_encode_key_too_long(void **state)
 	fill_key(s.p.key, PX_KEY_MAX);
 	s.p.has_secret = false;
 	s.p.digest = s.p.verify = s.p.resumable = s.p.resume = s.p.dpdk_resume = false;
-	s.p.compress = false;
+	s.p.compress = s.p.compress_dpdk = false;
 	memset(&s.p.dpdk, 0, sizeof(s.p.dpdk));
 	assert_int_equal(px_preamble_encode(&s.p, buf, sizeof(buf)),
 			 PX_PREAMBLE_FIXED + PX_KEY_MAX);
@@ -648,6 +648,25 @@ static void test_resume(void **state)
 	assert_true(out.dpdk_resume && out.resumable && out.dpdk.ip);
 	buf[7] &= (uint8_t)~PX_PREAMBLE_F_RESUMABLE;
 	assert_int_equal(px_preamble_decode(buf, (size_t)n, &out), -PX_ERR_MALFORMED);
+	/* compressed chunks on the DPDK hop: only with compression and DPDK resumption, both
+	 * ways; a decoder refuses the flag without them */
+	p.compress_dpdk = true;
+	assert_int_equal(px_preamble_encode(&p, buf, sizeof(buf)), -EINVAL);
+	p.compress = true;
+	n = px_preamble_encode(&p, buf, sizeof(buf));
+	assert_true(n > 0);
+	assert_int_equal(buf[6] & (PX_PREAMBLE_F_COMPRESS_DPDK >> 8),
+			 PX_PREAMBLE_F_COMPRESS_DPDK >> 8);
+	assert_int_equal(px_preamble_decode(buf, (size_t)n, &out), n);
+	assert_true(out.compress_dpdk && out.compress && out.dpdk_resume);
+	buf[7] &= (uint8_t)~PX_PREAMBLE_F_COMPRESS;
+	assert_int_equal(px_preamble_decode(buf, (size_t)n, &out), -PX_ERR_MALFORMED);
+	buf[7] |= PX_PREAMBLE_F_COMPRESS;
+	buf[7] &= (uint8_t)~PX_PREAMBLE_F_DPDK_RESUME;
+	assert_int_equal(px_preamble_decode(buf, (size_t)n, &out), -PX_ERR_MALFORMED);
+	p.dpdk_resume = false;
+	assert_int_equal(px_preamble_encode(&p, buf, sizeof(buf)), -EINVAL);
+	p.compress = p.compress_dpdk = false;
 	assert_int_equal(px_reply_encode_resumed(12345, r), PX_REPLY_RESUMED_LEN);
 	assert_int_equal(px_reply_decode(r, PX_REPLY_RESUMED_LEN, &st, NULL), PX_REPLY_RESUMED_LEN);
 	assert_int_equal(st, PX_RESUMED);

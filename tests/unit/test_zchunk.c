@@ -93,6 +93,23 @@ static void test_round_trips(void **state)
 		round_trip(e, d, src, 1, XP_ZCHUNK_RAW);
 		xp_zenc_free(e);
 	}
+	/* passed as they are (a sender that decided against zstd): stored, whatever they are */
+	{
+		static uint8_t rec[XP_ZCHUNK_HDR + XP_ZCHUNK_MAX], out[XP_ZCHUNK_MAX];
+		const char *why = NULL;
+
+		fill_text(src, 4096);
+		assert_int_equal(xp_zchunk_pass(src, 4096, rec, 4096 + XP_ZCHUNK_HDR - 1), -EINVAL);
+		assert_int_equal(xp_zchunk_pass(src, 4096, rec, sizeof(rec)), XP_ZCHUNK_HDR + 4096);
+		assert_int_equal(rec[0], XP_ZCHUNK_PASS);
+		assert_int_equal(
+			xp_zdec_chunk(d, rec, XP_ZCHUNK_HDR + 4096, out, sizeof(out), &why), 4096);
+		assert_memory_equal(out, src, 4096);
+		rec[7] ^= 1; /* a payload of another length than its plain one */
+		assert_int_equal(
+			xp_zdec_chunk(d, rec, XP_ZCHUNK_HDR + 4096, out, sizeof(out), &why),
+			-EBADMSG);
+	}
 	xp_zdec_free(d);
 }
 
@@ -185,7 +202,7 @@ static void test_refused(void **state)
 	assert_int_equal(xp_zdec_chunk(d, good.rec, good.len, out, sizeof(out), &why), good.plain);
 	assert_int_equal(xp_zchunk_parse(good.rec, XP_ZCHUNK_HDR - 1, &h, &why), -EAGAIN);
 
-	b = good, b.rec[0] = 2;
+	b = good, b.rec[0] = 3;
 	expect_refused(d, &b, "unknown chunk type");
 	b = good, b.rec[4] = 1;
 	expect_refused(d, &b, "reserved byte");
@@ -208,7 +225,8 @@ static void test_refused(void **state)
 	expect_refused(d, &b, "zstd frame");
 	b = good, b.rec[b.len] = 0, b.len++, put24(b.rec + 5, pay + 1);
 	expect_refused(d, &b, "not exactly the chunk's payload");
-	/* A chunk that says fewer plain bytes than its frame holds: it must not decode past them. */
+	/* A chunk that says fewer plain bytes than its frame holds: it must not decode past them.
+	 */
 	b = good, put24(b.rec + 1, b.plain - 1);
 	expect_refused(d, &b, "declares another size");
 	/* Not a zstd frame at all. */
