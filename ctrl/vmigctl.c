@@ -624,6 +624,30 @@ static bool stream_progress(struct json_object *m, struct json_object *in, bool 
 	return true;
 }
 
+/* A compressing source's line (its mode, connections on, the node hop's rate beside the
+ * stream's, the recent ratio, CPU), or a decoding target's. */
+static void top_compress(struct json_object *m, bool src, uint64_t rate)
+{
+	struct json_object *z = vc_obj_field(m, src ? "compress" : "decompress");
+	char a[32], b[32], r[16] = "-";
+
+	if (!z)
+		return;
+	if (!src) {
+		printf("%20s decompress: %s plain from %s, %" PRIu64 " ms CPU\n", "",
+		       vm_format_bytes(vc_u64_at(z, "plain"), a, sizeof(a)),
+		       vm_format_bytes(vc_u64_at(z, "wire"), b, sizeof(b)), vc_u64_at(z, "cpu_ms"));
+		return;
+	}
+	if (vc_u64_at(z, "plain"))
+		snprintf(r, sizeof(r), "%" PRIu64 " %%", vc_u64_at(z, "ratio_pct"));
+	printf("%20s compress %s: %" PRIu64 " connections on, node hop %s (stream %s), ratio %s, "
+	       "%" PRIu64 " ms CPU\n",
+	       "", vc_str_field(z, "mode"), vc_u64_at(z, "conns_on"),
+	       vc_speed(vc_u64_at(m, "wire.tx_1s"), a, sizeof(a)), vc_speed(rate, b, sizeof(b)),
+	       r, vc_u64_at(z, "cpu_ms"));
+}
+
 static void top_frame(struct json_object *reply, double interval)
 {
 	struct json_object *node = vc_obj_field(reply, "node"), *migs;
@@ -689,6 +713,7 @@ static void top_frame(struct json_object *reply, double interval)
 		       vc_str_field(m, "role"), bars,
 		       fig(&ctl_migration_table, m, src ? "bytes_tx" : "bytes_rx", a, sizeof(a)),
 		       vc_speed(rate, b, sizeof(b)), caps, dirty, pass, eta);
+		top_compress(m, src, rate);
 		if (cv) {
 			struct json_object *acts;
 			size_t na = json_object_object_get_ex(cv, "actions", &acts) &&

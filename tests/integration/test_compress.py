@@ -99,10 +99,18 @@ def auto_tls(ck, tb, image):
 
     def on(key):
         z = compress_status(tb.source, key, 'source') or {}
-        return z if z.get('conns_on', 0) > 0 and z.get('mode') == 'auto' else None
+        if z.get('conns_on', 0) > 0 and z.get('mode') == 'auto':
+            # and top's line for it, with the node hop's rate beside the stream's
+            return z, tb.source.ctl_ok('top', '--count', '1')
+        return None
 
     recs, seen, _ = migrate(ck, tb, 'auto-tls', image, (), watch=on)
     ck.check(seen is not None, f'{label}: status never showed a connection compressing')
+    top = [ln for ln in (seen[1] if seen else '').splitlines() if 'compress auto:' in ln]
+    ck.check(top and 'connections on, node hop' in top[0] and 'ratio' in top[0],
+             f'{label}: no compress line in vmigctl top: {seen[1] if seen else None!r}')
+    if top:
+        vt.log(f'  {label}: top: {top[0].strip()}')
     shrunk(ck, label, recs, 0.7)
 
 
