@@ -254,7 +254,7 @@ void guest_exception(u32 vector)
 
 struct params {
 	u32 ws_mib, rate_mib_s, start_mib, report_ms, catchup_ms;
-	u32 populate_mib, repeat, burst_on_ms, burst_off_ms;
+	u32 populate_mib, repeat, burst_on_ms, burst_off_ms, noise_pct;
 	int has_start, spin, fill, no_flush;
 };
 
@@ -287,8 +287,8 @@ static int parse_u32(const char *s, u32 n, u32 *out)
 }
 
 // "ws=64 rate=48 [start=8] [report=1000] [wait=hlt|spin] [catchup=20] [fill=0|1]
-// [populate=MIB] [repeat=N] [burst=ON/OFF]". A first word without '=' (QEMU puts the kernel's
-// path there) is skipped; anything else unknown is an error.
+// [populate=MIB] [repeat=N] [burst=ON/OFF] [tlbflush=0|1] [noise=PCT]". A first word without
+// '=' (QEMU puts the kernel's path there) is skipped; anything else unknown is an error.
 static void parse_cmdline(const char *s, struct params *p)
 {
 	int first = 1, have_ws = 0, have_rate = 0;
@@ -365,6 +365,9 @@ static void parse_cmdline(const char *s, struct params *p)
 			    parse_u32(slash + 1, (u32)(s - slash - 1), &p->burst_off_ms) < 0 ||
 			    !p->burst_on_ms || p->burst_on_ms + p->burst_off_ms > 3600000)
 				fail("burst= wants ON/OFF milliseconds, such as 2000/4000");
+		} else if (streq_n(word, "noise", klen)) {
+			if (parse_u32(eq + 1, vlen, &p->noise_pct) < 0 || p->noise_pct > 100)
+				fail("noise= wants a share of the page in % from 0 to 100");
 		} else if (streq_n(word, "wait", klen)) {
 			if (streq_n(eq + 1, "spin", vlen))
 				p->spin = 1;
@@ -374,7 +377,7 @@ static void parse_cmdline(const char *s, struct params *p)
 				fail("wait= wants hlt or spin");
 		} else {
 			fail("unknown -append key (known: ws rate start report wait catchup fill "
-			     "populate repeat burst)");
+			     "populate repeat burst tlbflush noise)");
 		}
 	}
 	if (!have_ws || !have_rate)
@@ -515,12 +518,32 @@ static struct {
 	u32 pass;		// full walks completed
 	u64 pages;		// page writes since ready
 	u32 repeat, again;	// writes per page before the next (repeat=), done on this one
+	u32 noise_words;	// noise=: words after the counter rewritten with each write
+	u32 rng;		// their xorshift32 state
 } ws;
+
+// noise=: the words [1, 1 + ws.noise_words) of the page at cur, fresh xorshift32 output (state
+// in a register, stored back once). The rest of the page keeps what it had, so the page
+// compresses about 100 / noise times.
+static void scribble(u32 cur)
+{
+	u32 *w = (u32 *)cur + 1, *end = w + ws.noise_words, x = ws.rng;
+
+	while (w < end) {
+		x ^= x << 13;
+		x ^= x >> 17;
+		x ^= x << 5;
+		*(volatile u32 *)w++ = x;
+	}
+	ws.rng = x;
+}
 
 // Each write bumps a counter in the first word of the page: QEMU sees the page dirty, and the
 // page's content says how often it was written (deterministic, so the source and destination
 // RAM compare equal after a migration). The caller has run flush_hot(); each page's own TLB
-// entry is dropped before its store.
+// entry is dropped before its store. With noise= the page's noise words go first, then its entry
+// is dropped again and the counter is the page's last store: a bitmap sync among the noise
+// stores (QEMU 7.2 TCG would lose those after it) leaves the page dirty again by the counter's.
 static void dirty(u32 n)
 {
 	u32 cur = ws.cur;
@@ -529,6 +552,11 @@ static void dirty(u32 n)
 	while (n--) {
 		if (!no_flush)
 			invlpg(cur);
+		if (ws.noise_words) {
+			scribble(cur);
+			if (!no_flush)
+				invlpg(cur);
+		}
 		++*(volatile u32 *)cur;
 		if (++ws.again < ws.repeat)
 			continue;
@@ -747,6 +775,10 @@ void guest_main(u32 magic, const struct mb_info *mbi)
 	ws.start = ws.cur = start;
 	ws.end = end;
 	ws.repeat = 1; // fill= writes each page once; repeat= applies from ready on
+	ws.noise_words = p.noise_pct * (PAGE / 4) / 100;
+	if (ws.noise_words > PAGE / 4 - 1)
+		ws.noise_words = PAGE / 4 - 1;	// the first word is the counter
+	ws.rng = 0x2545F491u;
 	if (p.populate_mib) {
 		// Every page of [start, start + populate) written once before ready: RAM that a
 		// first pass must send, beyond the working set that keeps changing.
@@ -796,7 +828,13 @@ void guest_main(u32 magic, const struct mb_info *mbi)
 	put_u32(mem_top / MIB);
 	puts("MiB report=");
 	put_u32(p.report_ms);
-	puts(p.spin || !p.rate_mib_s ? "ms wait=spin ready\n" : "ms wait=hlt ready\n");
+	puts(p.spin || !p.rate_mib_s ? "ms wait=spin" : "ms wait=hlt");
+	if (p.noise_pct) {
+		puts(" noise=");
+		put_u32(p.noise_pct);
+		putc('%');
+	}
+	puts(" ready\n");
 
 	rep.t0 = rep.last = rdtsc();
 	rep.next = rep.t0 + (u64)rep.period_ms * rep.tsc_ms;

@@ -114,7 +114,8 @@ def random_ram_file(size_mib, variant=0, cache_dir=None):
 
 GUEST_READY = re.compile(r'vmig-guest: ws=(?P<ws>\d+)MiB rate=(?P<rate>\d+MiB/s|max) '
                          r'tsc=(?P<ghz>[\d.]+)GHz start=(?P<start>\d+)MiB mem=(?P<mem>\d+)MiB '
-                         r'report=(?P<report>\d+)ms wait=(?P<wait>\w+) ready')
+                         r'report=(?P<report>\d+)ms wait=(?P<wait>\w+)'
+                         r'(?: noise=(?P<noise>\d+)%)? ready')
 GUEST_REPORT = re.compile(r'vmig-guest: t=(?P<t_ms>\d+)ms pass=(?P<passes>\d+) '
                           r'pages=(?P<pages>\d+) rate=(?P<rate>[\d.]+)MiB/s '
                           r'lost=(?P<lost_ms>\d+)ms')
@@ -131,7 +132,9 @@ class GuestSpec:
     set's start once before ready (what a first pass must send); repeat: writes per page before
     the next (the rate counts writes, so distinct pages go at rate / repeat); burst: (on_ms,
     off_ms), writing only in the first on_ms of each cycle; tlbflush False: none of the TLB
-    flushes that keep QEMU 7.2's TCG dirty tracking honest (shows what it loses)."""
+    flushes that keep QEMU 7.2's TCG dirty tracking honest (shows what it loses); noise: % of
+    each page written rewritten with pseudorandom bytes (None or 0: only the counter, so a page
+    compresses about 100x; 25: about 4x)."""
     ws_mib: int
     rate_mib_s: int
     start_mib: int = None
@@ -143,6 +146,7 @@ class GuestSpec:
     repeat: int = None
     burst: tuple = None
     tlbflush: bool = True
+    noise: int = None
 
     def append(self):
         words = [f'ws={self.ws_mib}', f'rate={self.rate_mib_s}']
@@ -163,6 +167,8 @@ class GuestSpec:
             words.append(f'burst={self.burst[0]}/{self.burst[1]}')
         if not self.tlbflush:
             words.append('tlbflush=0')
+        if self.noise:
+            words.append(f'noise={self.noise}')
         return ' '.join(words)
 
 
@@ -374,7 +380,7 @@ class Qemu:
 
     def start_guest(self, timeout=30):
         """`cont` a source with a test guest and wait for its ready line; the line's match
-        (GUEST_READY: ws, rate, ghz, start, mem, report, wait)."""
+        (GUEST_READY: ws, rate, ghz, start, mem, report, wait, noise)."""
         if self.guest is None:
             raise HarnessError(f'{self.name} has no test guest')
         self.execute('cont')
