@@ -32,9 +32,12 @@ class Scenario:
     """One of the convergence scenarios, relative to a Sizes: the guest writes pages at rate x the cap
     (repeat: writes per page, so distinct pages go at rate / repeat; burst: (on_ms, off_ms);
     catchup_ms: None is the Sizes' (a throttle slows the guest), 20 the guest's default (a
-    service that keeps its pace under a throttle)); mem_x: guest memory x the Sizes'. policy:
-    `source start` flags; postcopy: the capability on the destination too. expect: QEMU's final
-    status; acts: the actions predictive must take, in order (empty: none)."""
+    service that keeps its pace under a throttle)); noise: the guest's noise= (% of each page
+    written rewritten with pseudorandom bytes, so zstd takes the working set down about
+    100 / noise times; None: only the page's counter, ~100x); mem_x: guest memory x the
+    Sizes'. policy: `source start` flags; postcopy: the capability on the destination too.
+    expect: QEMU's final status; acts: the actions predictive must take, in order (empty:
+    none)."""
     name: str
     what: str
     rate_x: float
@@ -43,6 +46,7 @@ class Scenario:
     catchup_ms: int = None
     repeat: int = None
     burst: tuple = None
+    noise: int = None
     mem_x: int = 1
     expect: str = 'completed'
     acts: tuple = ()
@@ -61,6 +65,12 @@ SCENARIOS = {s.name: s for s in (
              ('--allow-auto-converge',), burst=(3000, 5000)),
     Scenario('low', 'a quarter of the cap, everything allowed', 0.25,
              ('--allow-auto-converge', '--allow-post-copy'), postcopy=True),
+    # Issue 32: the throttle guest at 2x the cap with 25 % of each page written random (zstd
+    # ~4x): plain it needs auto-converge, compressed (~0.5x the cap on the node hop) it need not.
+    # acts: what it takes with the harness's --compress off.
+    Scenario('compressible', 'throttle-responsive guest at 2x the cap, 25 % of each page '
+             'written random (zstd ~4x), auto-converge allowed', 2.0,
+             ('--allow-auto-converge',), noise=25, mem_x=2, acts=('auto-converge',)),
 )}
 
 
@@ -74,7 +84,8 @@ def run_scenario(tb, scen, mode='predictive', sizes=None, policy=(), **kw):
     kw.setdefault('expect', scen.expect)
     return run(tb, f'{scen.name}-{mode}', max(1, round(scen.rate_x * s.cap_mib)), mode,
                [*scen.policy, *policy], postcopy=scen.postcopy, sizes=sz,
-               guest_extra={'repeat': scen.repeat, 'burst': scen.burst}, **kw)
+               guest_extra={'repeat': scen.repeat, 'burst': scen.burst, 'noise': scen.noise},
+               **kw)
 
 
 def run(tb, name, rate, mode='predictive', policy=(), postcopy=False, expect='completed',
@@ -90,7 +101,7 @@ def run(tb, name, rate, mode='predictive', policy=(), postcopy=False, expect='co
     (info). expect: the final status QEMU must reach
     (None: any). verify: compare both sides' memory after a completed migration.
     on_migrate(src, dst) runs just after `migrate`; check(r) while both QEMUs are still up.
-    guest_extra: more GuestSpec fields (repeat, burst); on_poll(key, info, t) after each poll. The dict also has syncs_s: when QEMU's
+    guest_extra: more GuestSpec fields (repeat, burst, noise); on_poll(key, info, t) after each poll. The dict also has syncs_s: when QEMU's
     dirty-sync-count first reached each value, {count: s}."""
     s = sizes or Sizes()
     key = tb.new_key(name)
