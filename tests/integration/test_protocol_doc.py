@@ -34,6 +34,17 @@ def examples(text):
     return out
 
 
+def listening(path):
+    """Whether the control socket takes a connection: its file appears at bind(), before the
+    daemon listens (a connect in between is refused; seen under ASan)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        try:
+            s.connect(path)
+        except (FileNotFoundError, ConnectionRefusedError):
+            return False
+    return True
+
+
 def call(path, text):
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(10)
@@ -99,7 +110,7 @@ def main():
         held.listen(1)
         port = str(held.getsockname()[1])
         try:
-            vt.wait_until(lambda: os.path.exists(ctl), 15, 'vmigd to listen')
+            vt.wait_until(lambda: listening(ctl), 15, 'vmigd to listen')
             target = None
             for req, rep in pairs:
                 text = req.replace('@DIR@', tmp).replace('@PORT@', port)
