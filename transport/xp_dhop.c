@@ -367,6 +367,23 @@ static void tcp_check(struct dhop_link *l)
 		l->tcp_gone = true;
 }
 
+void xp_dhop_read_none(struct dhop_link *l, ssize_t k)
+{
+	if (k == 0 || errno == ECONNRESET) {
+		/*
+		 * A reset is QEMU closing with bytes of ours unread: its end of stream, as on the
+		 * kernel path (its destination ends multifd channels so).
+		 */
+		l->res.reset_after_eof |= k < 0;
+		l->local_in_done = true;
+		xp_rel_shutdown(l->rel);
+	} else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+		l->in_ready = false;
+	} else if (errno != EINTR) {
+		xp_dhop_link_fail(l, -errno, 0, "%s", "");
+	}
+}
+
 /* Moves what it can between the local socket and the stream; returns bytes moved. */
 static size_t link_io(struct dhop_link *l)
 {
@@ -402,19 +419,7 @@ static size_t link_io(struct dhop_link *l)
 				break;
 			continue;
 		}
-		if (k == 0 || errno == ECONNRESET) {
-			/*
-			 * A reset is QEMU closing with bytes of ours unread: its end of stream, as
-			 * on the kernel path (its destination ends multifd channels so).
-			 */
-			l->res.reset_after_eof |= k < 0;
-			l->local_in_done = true;
-			xp_rel_shutdown(l->rel);
-		} else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-			l->in_ready = false;
-		} else if (errno != EINTR) {
-			xp_dhop_link_fail(l, -errno, 0, "%s", "");
-		}
+		xp_dhop_read_none(l, k);
 		break;
 	}
 	if (xp_dhop_z_in(l))

@@ -143,6 +143,9 @@ bool xp_dhop_link_ended(struct xp_dhop *d, struct dhop_link *l, uint64_t now);
 void xp_dhop_tap_feed(struct dhop_link *l, unsigned int dir, const struct iovec iov[2], size_t n);
 void xp_dhop_digest_feed(struct dhop_link *l, unsigned int dir, const struct iovec iov[2],
 			 size_t n);
+/* A read of the local socket that gave k <= 0 bytes (errno set where k < 0): QEMU's end of
+ * stream (an end, or a reset), nothing for now, or the link fails. */
+void xp_dhop_read_none(struct dhop_link *l, ssize_t k);
 /* How much of room the caps let the local socket's bytes have now (room when not capped). */
 size_t xp_dhop_shape(struct dhop_link *l, size_t room);
 

@@ -157,16 +157,7 @@ size_t xp_dhop_z_send(struct dhop_link *l)
 		k = read(l->c.local_fd, z->pbuf, grant);
 		if (k <= 0) {
 			xp_bucket_refund(l->c.bucket, grant);
-			if (k == 0 || errno == ECONNRESET) {
-				/* QEMU's end of stream, as in link_io() */
-				l->res.reset_after_eof |= k < 0;
-				l->local_in_done = true;
-				xp_rel_shutdown(l->rel);
-			} else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-				l->in_ready = false;
-			} else if (errno != EINTR) {
-				xp_dhop_link_fail(l, -errno, 0, "%s", "");
-			}
+			xp_dhop_read_none(l, k);
 			break;
 		}
 		now = vm_now_ns();
