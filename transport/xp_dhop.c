@@ -384,16 +384,31 @@ void xp_dhop_read_none(struct dhop_link *l, ssize_t k)
 	}
 }
 
-/* Moves what it can between the local socket and the stream; returns bytes moved. */
-static size_t link_io(struct dhop_link *l)
+bool xp_dhop_write_none(struct dhop_link *l, ssize_t k)
+{
+	if (k < 0 && (errno == EPIPE || errno == ECONNRESET) && l->local_in_done) {
+		/* QEMU closed after sending us everything: what it did not read, it did not want
+		 * (the kernel path's rule too) */
+		l->drop_rx = true;
+		return true;
+	}
+	if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		l->out_ready = false;
+	else if (k < 0 && errno != EINTR && l->falling)
+		xp_dhop_fall_broken(l, -errno);
+	else if (k < 0 && errno != EINTR)
+		xp_dhop_link_fail(l, -errno, 0, "%s", "");
+	return false;
+}
+
+/* The local socket's bytes into the stream as they are; returns bytes moved. */
+static size_t plain_send(struct dhop_link *l)
 {
 	struct iovec iov[2];
 	size_t moved = 0, room;
 	ssize_t k;
 
-	if (xp_dhop_z_out(l))
-		moved += xp_dhop_z_send(l);
-	while (!xp_dhop_z_out(l) && l->in_ready && !l->local_in_done && !l->falling &&
+	while (l->in_ready && !l->local_in_done && !l->falling &&
 	       (room = xp_rel_write_space(l->rel, iov)) > 0) {
 		size_t grant = xp_dhop_shape(l, room);
 
@@ -422,10 +437,17 @@ static size_t link_io(struct dhop_link *l)
 		xp_dhop_read_none(l, k);
 		break;
 	}
-	if (xp_dhop_z_in(l))
-		moved += xp_dhop_z_recv(l);
-	while (!xp_dhop_z_in(l) && !l->local_out_done &&
-	       (room = xp_rel_read_space(l->rel, iov)) > 0) {
+	return moved;
+}
+
+/* The stream's in-order bytes to the local socket as they are; returns bytes moved. */
+static size_t plain_recv(struct dhop_link *l)
+{
+	struct iovec iov[2];
+	size_t moved = 0, room;
+	ssize_t k;
+
+	while (!l->local_out_done && (room = xp_rel_read_space(l->rel, iov)) > 0) {
 		/* QEMU gets its bytes in batches, not a frame at a time: once there are
 		 * WRITE_BATCH of them, or when none came since the last look */
 		if (room < WRITE_BATCH && room != l->last_avail && !l->drop_rx && !l->falling) {
@@ -450,20 +472,19 @@ static size_t link_io(struct dhop_link *l)
 			moved += (size_t)k;
 			continue;
 		}
-		if (k < 0 && (errno == EPIPE || errno == ECONNRESET) && l->local_in_done) {
-			/* QEMU closed after sending us everything: what it did not read, it did
-			 * not want (the kernel path's rule too) */
-			l->drop_rx = true;
+		if (xp_dhop_write_none(l, k))
 			continue;
-		}
-		if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			l->out_ready = false;
-		else if (k < 0 && errno != EINTR && l->falling)
-			xp_dhop_fall_broken(l, -errno);
-		else if (k < 0 && errno != EINTR)
-			xp_dhop_link_fail(l, -errno, 0, "%s", "");
 		break;
 	}
+	return moved;
+}
+
+/* Moves what it can between the local socket and the stream; returns bytes moved. */
+static size_t link_io(struct dhop_link *l)
+{
+	size_t moved = xp_dhop_z_out(l) ? xp_dhop_z_send(l) : plain_send(l);
+
+	moved += xp_dhop_z_in(l) ? xp_dhop_z_recv(l) : plain_recv(l);
 	if (!l->local_out_done && xp_rel_eof(l->rel) && xp_dhop_z_drained(l)) {
 		if (!xp_dhop_z_eof(l)) {
 			xp_dhop_link_fail(l, -EBADMSG, 1, "the peer's stream ended inside a chunk");
@@ -636,13 +657,15 @@ static void *dhop_thread(void *arg)
 
 				tcp_check(l);
 				moved += link_io(l);
-				sent = atomic_load_explicit(&l->bytes[0], memory_order_relaxed);
-				if (xp_dhop_z_out(l))
+				if (xp_dhop_z_out(l)) {
 					xp_dhop_z_release(l);
-				else
+				} else {
+					sent = atomic_load_explicit(&l->bytes[0],
+								    memory_order_relaxed);
 					atomic_store_explicit(&l->acked,
 							      sent - xp_rel_unacked(l->rel, iov),
-						      memory_order_relaxed);
+							      memory_order_relaxed);
+				}
 			}
 			if (xp_dhop_link_ended(d, l, now)) {
 				link_end(d, l);

@@ -146,6 +146,10 @@ void xp_dhop_digest_feed(struct dhop_link *l, unsigned int dir, const struct iov
 /* A read of the local socket that gave k <= 0 bytes (errno set where k < 0): QEMU's end of
  * stream (an end, or a reset), nothing for now, or the link fails. */
 void xp_dhop_read_none(struct dhop_link *l, ssize_t k);
+/* A write to the local socket that gave k <= 0 bytes: true when QEMU had closed after its end
+ * of stream (drop_rx now: go on, dropping what comes), false to stop for now (EAGAIN) or after
+ * the link failed (falling back: xp_dhop_fall_broken()). */
+bool xp_dhop_write_none(struct dhop_link *l, ssize_t k);
 /* How much of room the caps let the local socket's bytes have now (room when not capped). */
 size_t xp_dhop_shape(struct dhop_link *l, size_t room);
 

@@ -106,23 +106,32 @@ static void kept_copy(const struct iovec iov[2], uint64_t from, uint64_t off, vo
 		memcpy((uint8_t *)buf + a, (uint8_t *)iov[1].iov_base + at, n - a);
 }
 
+/* Whether a whole chunk of the n held bytes (from, spans iov) starts at off: *h its header.
+ * Only the end of what is held stops it: this thread wrote them. */
+static bool chunk_at(const struct iovec iov[2], uint64_t from, size_t n, uint64_t off,
+		     struct xp_zchunk_hdr *h)
+{
+	uint8_t hb[XP_ZCHUNK_HDR];
+	const char *why;
+
+	if (off + XP_ZCHUNK_HDR > from + n)
+		return false;
+	kept_copy(iov, from, off, hb, sizeof(hb));
+	return xp_zchunk_parse(hb, sizeof(hb), h, &why) == 0 &&
+	       off + XP_ZCHUNK_HDR + h->payload <= from + n;
+}
+
 void xp_dhop_z_release(struct dhop_link *l)
 {
 	struct dhop_z *z = l->z;
 	struct xp_zchunk_hdr h;
 	struct iovec iov[2];
-	uint8_t hb[XP_ZCHUNK_HDR];
-	const char *why;
 	uint64_t from, acked = xp_rel_acked(l->rel);
 	size_t n = xp_rel_kept(l->rel, &from, iov);
 	uint64_t off = from;
 
 	/* every chunk the peer acknowledged whole goes */
-	while (off + XP_ZCHUNK_HDR <= from + n) {
-		kept_copy(iov, from, off, hb, sizeof(hb));
-		if (xp_zchunk_parse(hb, sizeof(hb), &h, &why) < 0 ||
-		    off + XP_ZCHUNK_HDR + h.payload > acked)
-			break; /* never the first: this thread wrote them */
+	while (chunk_at(iov, from, n, off, &h) && off + XP_ZCHUNK_HDR + h.payload <= acked) {
 		off += XP_ZCHUNK_HDR + h.payload;
 		z->keep_plain += h.plain;
 	}
@@ -270,16 +279,8 @@ size_t xp_dhop_z_recv(struct dhop_link *l)
 			moved += (size_t)k;
 			continue;
 		}
-		if (k < 0 && (errno == EPIPE || errno == ECONNRESET) && l->local_in_done) {
-			l->drop_rx = true; /* as in link_io() */
+		if (xp_dhop_write_none(l, k))
 			continue;
-		}
-		if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			l->out_ready = false;
-		else if (k < 0 && errno != EINTR && l->falling)
-			xp_dhop_fall_broken(l, -errno);
-		else if (k < 0 && errno != EINTR)
-			xp_dhop_link_fail(l, -errno, 0, "%s", "");
 		break;
 	}
 	return moved;
@@ -316,11 +317,7 @@ int xp_dhop_z_kept(struct dhop_link *l, uint8_t **ret, size_t *len)
 		goto out;
 	r = -EPROTO; /* the chunks are this thread's own: never, unless it has a bug */
 	for (off = from; off < from + n; off += XP_ZCHUNK_HDR + h.payload) {
-		if (off + XP_ZCHUNK_HDR > from + n)
-			goto out;
-		kept_copy(iov, from, off, rec, XP_ZCHUNK_HDR);
-		if (xp_zchunk_parse(rec, XP_ZCHUNK_HDR, &h, &why) < 0 ||
-		    off + XP_ZCHUNK_HDR + h.payload > from + n || at + h.plain > total)
+		if (!chunk_at(iov, from, n, off, &h) || at + h.plain > total)
 			goto out;
 		kept_copy(iov, from, off, rec, XP_ZCHUNK_HDR + h.payload);
 		k = xp_zdec_chunk(dec, rec, XP_ZCHUNK_HDR + h.payload, plain + at, total - at,
