@@ -20,6 +20,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lib'))
 import vmigtest as vt  # noqa: E402
+import test_compress as tc  # noqa: E402  (its check of what went compressed)
 import test_dpdk_liveness as live  # noqa: E402  (its veth wires for net_af_packet)
 
 MIB, CHANNELS, CAP = 64, 4, 16 << 20
@@ -69,23 +70,11 @@ def migrate(ck, tb, label, image, during=None, path='dpdk'):
     return recs, key, since
 
 
-def shrunk(ck, label, recs, same=True):
-    s, t = recs['source'], recs['target']
-    plain, wire = int(s.get('compressed', 0)), int(s.get('wire', 0))
-    tplain, twire = int(t.get('compressed', 0)), int(t.get('wire', 0))
-    ck.check(plain > 0, f'{label}: the source sent nothing compressed: {s}')
-    ck.check((tplain, twire) == (plain, wire) if same else 0 < tplain <= plain,
-             f'{label}: the target decoded {tplain} bytes from {twire}, the source sent '
-             f'{plain} as {wire}')
-    ck.check(plain and wire <= 0.7 * plain, f'{label}: {plain} bytes went as {wire}')
-    return plain, wire
-
-
 def always_memif(ck, sockdir, image):
     label = 'memif, TLS, always'
     with bed('memif', sockdir, 'za', True, 'always') as tb:
         recs, _, _ = migrate(ck, tb, 'memif-always', image)
-        plain, wire = shrunk(ck, label, recs)
+        plain, wire = tc.shrunk(ck, label, recs, 0.7)
         s = recs['source']
         secs = float(s['duration'].rstrip('s'))
         on_wire = int(s['tx']) - plain + wire
@@ -98,7 +87,7 @@ def always_memif(ck, sockdir, image):
 def auto_memif(ck, sockdir, image):
     with bed('memif', sockdir, 'zb', None, 'auto') as tb:
         recs, _, _ = migrate(ck, tb, 'memif-auto', image)
-        shrunk(ck, 'memif, plain, auto', recs)
+        tc.shrunk(ck, 'memif, plain, auto', recs, 0.7)
 
 
 def link_down(ck, sockdir, image):
@@ -119,7 +108,7 @@ def link_down(ck, sockdir, image):
                 map(re.compile(r'(\d+) bytes kept for the peer').search, fell[tb.source]) if x]
         vt.log(f'  {label}: {len(fell[tb.source])} fell back, {sum(kept)} plain bytes kept '
                'for the target')
-        shrunk(ck, label, recs, same=False)
+        tc.shrunk(ck, label, recs, 0.7, same=False)
         live.ip(s_ns, 'link', 'set', 'dS', 'up')
 
 

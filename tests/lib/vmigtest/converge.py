@@ -65,7 +65,7 @@ SCENARIOS = {s.name: s for s in (
              ('--allow-auto-converge',), burst=(3000, 5000)),
     Scenario('low', 'a quarter of the cap, everything allowed', 0.25,
              ('--allow-auto-converge', '--allow-post-copy'), postcopy=True),
-    # Issue 32: the throttle guest at 2x the cap with 25 % of each page written random (zstd
+    # Bench-only: the throttle guest at 2x the cap with 25 % of each page written random (zstd
     # ~4x): plain it needs auto-converge, compressed (~0.5x the cap on the node hop) it need not.
     # acts: what it takes with the harness's --compress off.
     Scenario('compressible', 'throttle-responsive guest at 2x the cap, 25 % of each page '
