@@ -9,7 +9,8 @@ namespaces, and one fault in its middle:
 - `source stop` and `target stop` mid-stream (at 8 MiB/s: the 5 s grace ends before it does);
 - a takeover (vmigd --takeover) of the source daemon, and of the target daemon: the live
   migration moves to the new one (its connections resume there), which ends it and writes its
-  stop line; the old one exits 0 on its own.
+  stop line; the old one exits 0 on its own (one that could not move at that moment, as on a
+  loaded machine, stays with the old one, which says why, ends it and then exits 0).
 After each: the migration completed or failed within BOUND_S of the fault's end (a fault that
 only pauses the hop must complete); the guest runs on exactly one side (a failed migration: on
 the source, its serial going on; a completed one: on the destination once let run); the stop
@@ -138,6 +139,20 @@ def dst_state(dst):
             return 'no answer'
 
 
+def carrier(tb, d, key, role):
+    """The daemon that carried migration KEY's ROLE to its end, and why, if not d: after a
+    takeover of that side, the old vmigd keeps a migration that could not move at that moment
+    (a connection still being set up or checked, or not quiet within the 3 s a move waits for,
+    as on a loaded machine) and says so; it ends it and writes its stop line there."""
+    if not tb.fault_carrier or tb.fault_carrier[0] != role:
+        return d, None
+    old = tb.fault_carrier[1]
+    for line in old.migration_lines(key):
+        if 'stays with this vmigd' in line or 'not moved to the vmigd taking over' in line:
+            return old, line
+    return d, None
+
+
 def stop_line(d, key, role):
     """The stop line's fields, after `ROLE stop` where the migration still exists."""
     if not d.log_matches(rf'migration {key} role={role} stop '):
@@ -184,8 +199,11 @@ def run_case(ck, tb, label, name, fault, want, killed, bandwidth):
     for d, role in ((tb.source, 'source'), (tb.target, 'target')):
         if killed == role:
             continue
+        d, stayed = carrier(tb, d, key, role)
         rec = stop_line(d, key, role)
         lines.append(f'{role}: {rec.get("outcome")}')
+        if stayed:
+            lines.append(f'{role} stayed with {d.name}: {stayed.split(": ", 1)[-1][-90:]}')
         if status == 'completed':
             ck.check(rec.get('outcome') == 'ok', f'{tag}: {role} outcome {rec.get("outcome")}')
         elif role == 'target' and name == 'kill-source':
